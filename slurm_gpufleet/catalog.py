@@ -1,0 +1,76 @@
+"""The project's data files (Xid catalog, compatibility matrix, GPU models), loaded once and cached."""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+
+@functools.cache
+def _load(name: str) -> dict[str, Any]:
+    with resources.files("slurm_gpufleet.data").joinpath(name).open("rb") as fh:
+        return tomllib.load(fh)
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    xid: int
+    name: str
+    action: str
+    severity: str
+    action_text: str
+    source: str
+
+
+@functools.cache
+def xid_catalog() -> dict[int, XidInfo]:
+    data = _load("xid_catalog.toml")
+    actions = data["actions"]
+    return {
+        e["xid"]: XidInfo(e["xid"], e["name"], e["action"], actions[e["action"]]["severity"],
+                          actions[e["action"]]["text"], e["source"])
+        for e in data["xid"]
+    }
+
+
+def xid_info(xid: int) -> XidInfo | None:
+    return xid_catalog().get(xid)
+
+
+def xid_action_severity(action: str) -> str:
+    return _load("xid_catalog.toml")["actions"][action]["severity"]
+
+
+def compat_data() -> dict[str, Any]:
+    return _load("compat.toml")
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    name: str
+    pattern: re.Pattern[str]
+    architecture: str | None
+    max_sm_mhz: int | None
+    source: str
+
+
+@functools.cache
+def gpu_models() -> tuple[GpuModel, ...]:
+    return tuple(
+        GpuModel(m["name"], re.compile(m["match"], re.I), m.get("architecture"), m.get("max_sm_mhz"), m["source"])
+        for m in _load("gpu_models.toml")["model"]
+    )
+
+
+def find_model(product_name: str | None, extra: tuple[GpuModel, ...] = ()) -> GpuModel | None:
+    """The site's own models (policy) first, then the shipped table."""
+    if not product_name:
+        return None
+    for model in (*extra, *gpu_models()):
+        if model.pattern.search(product_name):
+            return model
+    return None

@@ -1,0 +1,50 @@
+"""Compatibility: can this driver branch run these GPUs at all, and is the branch still supported?"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .. import compat
+from ..catalog import find_model
+from ..findings import Finding
+from ..snapshot import known
+from ._util import readable_gpus
+
+if TYPE_CHECKING:
+    from . import Context
+
+NAME = "compatibility"
+
+
+def check(ctx: Context) -> list[Finding]:
+    snap, pol = ctx.snapshot, ctx.policy
+    driver = known(snap.driver_version)
+    if not driver:
+        return []
+    try:
+        compat.parse_version(driver)
+    except ValueError:
+        return [Finding(NAME, "warn", "watch", None, f"driver version {driver!r} unreadable",
+                        "the driver version is not dotted numbers; compatibility not judged")]
+    out: list[Finding] = []
+    seen: set[str] = set()
+    for g in readable_gpus(snap):
+        arch = known(g.architecture)
+        cc = known(g.compute_capability)
+        if not arch and not cc:
+            model = find_model(known(g.name), ctx.models)
+            arch = model.architecture if model else None
+        key = arch or cc
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        result = compat.evaluate(driver, arch=arch, cc=None if arch else cc, today=ctx.today)
+        if not result.compatible:
+            out.append(Finding(NAME, "drain", "fix_config", g.index,
+                               f"{result.architecture or key} unsupported by R{result.branch}",
+                               "; ".join(result.problems)))
+    info = compat.branch_info(compat.branch_of(driver))
+    if info.ended(ctx.today):
+        out.append(Finding(NAME, pol.eol_branch_severity, "watch", None, f"driver branch R{info.branch} end of life",
+                           f"R{info.branch} ({info.type}) support ended ({info.eol}); plan an upgrade"))
+    return out

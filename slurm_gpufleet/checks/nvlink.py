@@ -1,0 +1,41 @@
+"""NVLink: links down on a GPU whose peers' links are up; error counters that keep growing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..findings import Finding
+from ..snapshot import known
+from ._util import previous_gpu, readable_gpus
+
+if TYPE_CHECKING:
+    from . import Context
+
+NAME = "nvlink"
+
+
+def check(ctx: Context) -> list[Finding]:
+    pol = ctx.policy
+    out: list[Finding] = []
+    gpus = [g for g in readable_gpus(ctx.snapshot) if isinstance(known(g.nvlinks), list) and g.nvlinks]
+    any_active = any(link.active for g in gpus for link in g.nvlinks)
+    for g in gpus:
+        down = [link.link for link in g.nvlinks if not link.active]
+        if down and any_active:
+            out.append(Finding(NAME, "drain", "inspect_hardware", g.index,
+                               f"{len(down)} NVLink(s) inactive",
+                               f"links {', '.join(map(str, down))} of {len(g.nvlinks)} are inactive"))
+        prev = previous_gpu(ctx.previous, g)
+        if prev is None or not isinstance(known(prev.nvlinks), list):
+            continue
+        before = {link.link: link.errors for link in prev.nvlinks}
+        for link in g.nvlinks:
+            for counter, value in link.errors.items():
+                old = before.get(link.link, {}).get(counter)
+                if old is not None and value - old > pol.nvlink_error_growth_max:
+                    out.append(Finding(NAME, "warn", "watch", g.index, f"NVLink {link.link} {counter} +{value - old}",
+                                       f"{counter} errors on link {link.link} grew from {old} to {value}"))
+    if gpus and not any_active:
+        out.append(Finding(NAME, "warn", "watch", None, "no NVLink active",
+                           "NVLinks are reported but none is active (bridge missing or fabric down?)"))
+    return out

@@ -1,0 +1,219 @@
+"""The `slurm-gpufleet` command: a thin click layer over the library."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from . import exitcodes
+from .readers import ReportError
+
+INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug in slurm-gpufleet, never a verdict
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"slurm-gpufleet: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _load_policy(config: str | None):
+    from .policy import PolicyError, config_path, load_policy
+
+    path, required = config_path(config)
+    if path is not None and not required and not os.path.exists(path):
+        path = None
+    try:
+        return load_policy(path)
+    except PolicyError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="slurm-gpufleet")
+def cli() -> None:
+    """GPU health checks for Slurm nodes, and the data behind them."""
+
+
+@cli.command()
+@click.option("--nvidia-smi-q", "report", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Judge a saved `nvidia-smi -q -x` (XML) or `nvidia-smi -q` (text) report.")
+@click.option("--snapshot", "snapshot_file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Judge a JSON snapshot written by `slurm-gpufleet snapshot`.")
+@click.option("--kmsg", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Kernel log (dmesg, journalctl -k, syslog, /dev/kmsg) to read Xid events from.")
+@click.option("--config", metavar="FILE", help="Policy file (default $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet/gpufleet.toml).")
+@click.option("--node", metavar="NAME", help="Node name for group matching (default: the snapshot's host).")
+@click.option("--previous", metavar="FILE", type=click.Path(dir_okay=False),
+              help="An earlier JSON snapshot of this node, to judge counter growth.")
+@click.option("--expect-idle", is_flag=True, help="The node runs no job now: leftover processes and memory are faults.")
+@click.option("--level", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
+              help="Live NVML only: `full` adds the slow InfoROM checksum/validation (~70 ms per GPU each).")
+@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+              help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def check(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
+          previous: str | None, expect_idle: bool, level: str, timeout: float, as_json: bool) -> None:
+    """Judge a node's GPUs: live NVML, or a saved report.
+
+    Exit codes: 0 ok or warn, 1 reboot or drain, 2 usage or config error, 3 no readable GPU state.
+    """
+    from . import watchdog
+    from .engine import Source, evaluate, format_text, gather
+
+    if report and snapshot_file:
+        _fail("give --nvidia-smi-q or --snapshot, not both", exitcodes.USAGE)
+    policy = _load_policy(config)
+    prev = None
+    if previous:
+        prev = _read_or_exit(previous)
+    timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
+    try:
+        snap = gather(Source(report=report or snapshot_file, kernel_log=kmsg, level=level))
+    except ReportError as exc:
+        _fail(f"{report or snapshot_file}: {exc}" if str(exc).find(str(report or snapshot_file)) < 0 else str(exc),
+              exitcodes.NO_STATE)
+    except OSError as exc:
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}", exitcodes.USAGE)
+    finally:
+        if timer:
+            timer.cancel()
+    if not snap.has_gpu_state():
+        _fail("no readable GPU state in the input", exitcodes.NO_STATE)
+    result = evaluate(snap, policy, host=node, previous=prev, expect_idle=expect_idle or None)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        click.echo(format_text(result))
+    sys.exit(exitcodes.UNHEALTHY if result.verdict in ("reboot", "drain") else exitcodes.OK)
+
+
+def _read_or_exit(path: str):
+    from .readers import read_report_file
+
+    try:
+        return read_report_file(path)
+    except ReportError as exc:
+        _fail(f"{path}: {exc}", exitcodes.NO_STATE)
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
+
+
+@cli.command()
+@click.option("--nvidia-smi-q", "report", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Convert a saved nvidia-smi report instead of reading live NVML.")
+@click.option("--kmsg", metavar="FILE", type=click.Path(dir_okay=False), help="Kernel log to add Xid events from.")
+@click.option("--level", type=click.Choice(["quick", "full"]), default="full", show_default=True,
+              help="`full` includes the InfoROM checksum and validation.")
+@click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              help="Where to write the JSON (default stdout).")
+@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS")
+def snapshot(report: str | None, kmsg: str | None, level: str, output: str, timeout: float) -> None:
+    """Dump the node's GPU state as JSON (replay it with `check --snapshot`)."""
+    from . import watchdog
+    from .engine import Source, gather
+
+    timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
+    try:
+        snap = gather(Source(report=report, kernel_log=kmsg, level=level))
+    except ReportError as exc:
+        _fail(f"{report}: {exc}", exitcodes.NO_STATE)
+    except OSError as exc:
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}", exitcodes.USAGE)
+    finally:
+        if timer:
+            timer.cancel()
+    text = snap.to_json()
+    if output == "-":
+        click.echo(text)
+    else:
+        tmp = f"{output}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+        os.replace(tmp, output)
+    sys.exit(exitcodes.OK if snap.has_gpu_state() else exitcodes.NO_STATE)
+
+
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per GPU Xid event, one per line.")
+def xid(file: str, as_json: bool) -> None:
+    """List the GPU Xid events in a kernel log (FILE or - for stdin), with the catalog's action."""
+    from .catalog import xid_info
+    from .readers.kernel_log import parse_kernel_log
+
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else open(file, "rb").read()
+    except OSError as exc:
+        _fail(f"{file}: {exc.strerror or exc}", exitcodes.USAGE)
+    events, boots = parse_kernel_log(data.decode("utf-8", "replace").splitlines())
+    for e in events:
+        info = xid_info(e.xid)
+        row: dict[str, Any] = {
+            "line": e.line, "xid": e.xid, "pci": e.pci,
+            "name": info.name if info else "unknown Xid",
+            "action": info.action if info else "watch",
+            "severity": info.severity if info else "warn",
+            "pid": e.pid, "process": e.process, "timestamp": e.timestamp, "boot": e.boot,
+            "message": e.message,
+        }
+        if as_json:
+            click.echo(json.dumps(row))
+        else:
+            click.echo(f"{e.line:>6}  Xid {e.xid:<4} {e.pci or '-':<12} {row['severity']:<6} {row['action']:<16} {row['name']}")
+    if not as_json:
+        click.echo(f"{len(events)} GPU Xid event(s) in {boots} boot(s)", err=True)
+
+
+@cli.command()
+@click.option("--driver", required=True, metavar="VERSION", help="Driver version, e.g. 580.159.04.")
+@click.option("--arch", metavar="NAME", help="GPU architecture: Volta, Ampere, Hopper, Blackwell, ...")
+@click.option("--cc", metavar="X.Y", help="Compute capability instead of --arch.")
+@click.option("--cuda", metavar="X.Y", help="CUDA toolkit version that must run.")
+@click.option("--json", "as_json", is_flag=True)
+def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_json: bool) -> None:
+    """Can DRIVER run this architecture and CUDA version?  Exit 0 yes, 1 no, 2 bad input."""
+    from . import compat as compat_mod
+
+    if arch and cc:
+        _fail("give --arch or --cc, not both", exitcodes.USAGE)
+    for label, value in (("--driver", driver), ("--cc", cc), ("--cuda", cuda)):
+        if value is None:
+            continue
+        try:
+            compat_mod.parse_version(value)
+        except ValueError:
+            _fail(f"{label} {value!r} is not a version number", exitcodes.USAGE)
+    result = compat_mod.evaluate(driver, arch=arch, cc=cc, cuda=cuda)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        click.echo(f"driver {driver}: branch R{result.branch} ({result.branch_type or 'unknown type'}, "
+                   f"end of life {result.branch_eol or 'unknown'}), CUDA up to {result.max_cuda or '?'}")
+        for p in result.problems:
+            click.echo(f"  INCOMPATIBLE: {p}")
+        for n in result.notes:
+            click.echo(f"  note: {n}")
+        click.echo("compatible" if result.compatible else "not compatible")
+    sys.exit(exitcodes.OK if result.compatible else exitcodes.UNHEALTHY)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=True)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # one line, never a traceback, unless asked for
+        if os.environ.get("SLURM_GPUFLEET_DEBUG"):
+            raise
+        click.echo(f"slurm-gpufleet: internal error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(INTERNAL_ERROR)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""From a source to a verdict: gather a snapshot, run the checks, build the report.
+
+This is the path the health check, prolog and epilog use, so it imports nothing heavy: no click,
+jinja2 or sqlite-utils (see tests/test_imports.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .checks import Context, run_checks
+from .findings import Finding, verdict
+from .policy import Policy, default_policy
+from .snapshot import NodeSnapshot, known
+
+
+@dataclass
+class Source:
+    """Where GPU state comes from: a saved report, our JSON snapshot, or (neither) live NVML."""
+
+    report: str | None = None
+    kernel_log: str | None = None
+    level: str = "quick"
+    nvml: Any = None  # an injected pynvml-shaped module (tests, replay)
+
+
+def gather(source: Source) -> NodeSnapshot:
+    from .readers import read_report_file
+
+    if source.report:
+        snap = read_report_file(source.report)
+    else:
+        from .readers.nvml import NvmlReader
+
+        snap = NvmlReader(nvml=source.nvml, level=source.level).read()
+    if source.kernel_log:
+        from .readers.kernel_log import read_kernel_log_file
+
+        snap.xid_events, snap.boots_seen = read_kernel_log_file(source.kernel_log)
+    return snap
+
+
+@dataclass
+class Report:
+    verdict: str
+    findings: list[Finding]
+    snapshot: NodeSnapshot
+    groups: tuple[str, ...] = ()
+    duration_s: float = 0.0
+    checked_at: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.snapshot
+        return {
+            "verdict": self.verdict,
+            "host": s.host,
+            "source": s.source,
+            "driver_version": known(s.driver_version),
+            "cuda_driver_version": known(s.cuda_driver_version),
+            "gpu_count": len(s.gpus),
+            "gpus": [{"index": g.index, "name": known(g.name), "pci_bus_id": known(g.pci_bus_id),
+                      "uuid": known(g.uuid), "lost": g.lost} for g in s.gpus],
+            "partial": s.partial,
+            "groups": list(self.groups),
+            "checked_at": self.checked_at,
+            "duration_s": round(self.duration_s, 4),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def evaluate(snap: NodeSnapshot, policy: Policy | None = None, *, host: str | None = None,
+             previous: NodeSnapshot | None = None, today: dt.date | None = None,
+             expect_idle: bool | None = None, only: list[str] | None = None) -> Report:
+    started = time.perf_counter()
+    policy = policy or default_policy()
+    node_policy = policy.for_node(host or snap.host)
+    if expect_idle is not None:
+        from dataclasses import replace
+
+        node_policy = replace(node_policy, expect_idle=expect_idle)
+    ctx = Context(snapshot=snap, policy=node_policy, models=policy.models, previous=previous,
+                  today=today or dt.date.today())
+    findings = run_checks(ctx, only)
+    return Report(verdict(findings), findings, snap, node_policy.groups, time.perf_counter() - started)
+
+
+def format_text(report: Report) -> str:
+    s = report.snapshot
+    head = (f"{report.verdict.upper()}  {s.host or '-'}  driver {known(s.driver_version) or '?'}  "
+            f"CUDA {known(s.cuda_driver_version) or '?'}  {len(s.gpus)} GPU(s)  [{s.source}]")
+    lines = [head]
+    shown = [f for f in report.findings]
+    if not shown:
+        lines.append("  no findings")
+    for f in shown:
+        lines.append("  " + f.line())
+        if f.detail:
+            lines.append("      " + f.detail)
+    return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""What a check says: findings, their severities, and the node's verdict."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Ordered: a node's verdict is its worst finding.  "ok" findings are notes that change nothing.
+SEVERITIES = ("ok", "warn", "reboot", "drain")
+RANK = {name: i for i, name in enumerate(SEVERITIES)}
+
+# What an admin (or the Slurm layer) should do; several actions share a severity.
+ACTIONS = {
+    "none": "nothing to do",
+    "ignore": "informational; nothing to do",
+    "watch": "keep an eye on it",
+    "fabric_manager": "check or restart nvidia-fabricmanager",
+    "follow_recovery_action": "follow the GPU recovery action NVML reports",
+    "restart_app": "the job should be restarted; the node is fine",
+    "fix_config": "configuration differs from the node group's policy",
+    "reset_gpu": "reset the GPU: reboot the node between jobs",
+    "reboot_node": "reboot the node",
+    "reload_driver": "reload the driver: reboot the node",
+    "drain": "take the node out of service until an admin looks at it",
+    "inspect_hardware": "hardware inspection / RMA candidate",
+}
+
+
+@dataclass
+class Finding:
+    check: str
+    severity: str
+    action: str
+    gpu: int | None
+    message: str
+    detail: str = ""
+    xid: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.severity not in RANK:
+            raise ValueError(f"unknown severity {self.severity!r}")
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown action {self.action!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.xid is None:
+            data.pop("xid")
+        if not self.extra:
+            data.pop("extra")
+        return data
+
+    def line(self) -> str:
+        where = f"gpu {self.gpu}" if self.gpu is not None else "node"
+        return f"{self.severity:<6} {self.check:<14} {where:<7} {self.message}"
+
+
+def verdict(findings: list[Finding]) -> str:
+    worst = 0
+    for f in findings:
+        worst = max(worst, RANK[f.severity])
+    return SEVERITIES[worst]
+
+
+def worse(a: str, b: str) -> str:
+    return a if RANK[a] >= RANK[b] else b

@@ -1,0 +1,106 @@
+"""Xid events from the kernel log: dmesg (plain, -T, -x, --time-format iso), journalctl, syslog, /dev/kmsg.
+
+Only `NVRM: Xid (...)` lines are GPU Xids.  NVSwitch `SXid` lines and the "caused by previous Xid N"
+text inside another message are not: the Xid number is always the one right after the header.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ..snapshot import XidEvent, normalize_pci
+
+# Header forms seen in the field:
+#   NVRM: Xid (PCI:0000:3b:00): 79, pid=123, name=python, GPU has fallen off the bus.
+#   NVRM: Xid (0000:02:00): 79, GPU has fallen off the bus.              (older drivers)
+#   NVRM: Xid (PCI:0000:07:00 GPU-I:05): 31, pid=..., ...                (MIG: GPU instance)
+#   NVRM: Xid (PCI:0000:07:00 GPU-I:05 GPU-C:01): 13, ...
+_XID = re.compile(
+    r"NVRM:\s*Xid\s*\(\s*(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
+    r"(?P<mig>(?:\s+GPU-[IC]:\s*\d+)*)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*))?$"
+)
+_PID = re.compile(r"^pid\s*=\s*'?(?P<pid><unknown>|\d+)'?\s*(?:,\s*)?")
+_NAME = re.compile(r"^name\s*=\s*(?P<name>[^,]*)\s*(?:,\s*)?")
+_TS_MONO = re.compile(r"\[\s*(?P<s>\d+\.\d+)\]")
+_TS_ISO = re.compile(r"(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?)")
+_TS_CTIME = re.compile(r"\[(?P<ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3}\s+\d+ \d{2}:\d{2}:\d{2} \d{4})\]")
+_TS_SYSLOG = re.compile(r"^(?P<ts>\w{3}\s+\d+ \d{2}:\d{2}:\d{2})\s")
+_KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[^;]*;")
+_BOOT_MARK = re.compile(r"^-- Boot [0-9a-f]+ --|Linux version \d|\[\s*0\.000000\]|^\d+,\d+,0,[^;]*;")
+
+
+def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
+    """Return the GPU Xid events and the number of boots the log spans (at least 1 if non-empty)."""
+    events: list[XidEvent] = []
+    boot = 0
+    seen_any = False
+    last_mono: float | None = None
+    for number, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            continue
+        mono = _monotonic(line)
+        if _BOOT_MARK.search(line) or (mono is not None and last_mono is not None and mono < last_mono):
+            if seen_any:
+                boot += 1
+            last_mono = None
+        if mono is not None:
+            last_mono = mono
+        seen_any = True
+        event = parse_xid_line(line, number)
+        if event is not None:
+            event.boot = boot
+            events.append(event)
+    return events, (boot + 1 if seen_any else 0)
+
+
+def parse_xid_line(line: str, number: int = 1) -> XidEvent | None:
+    m = _XID.search(line)
+    if not m:
+        return None
+    rest = (m.group("rest") or "").strip()
+    pid: int | None = None
+    process: str | None = None
+    pm = _PID.match(rest)
+    if pm:
+        pid = int(pm.group("pid")) if pm.group("pid").isdigit() else None
+        rest = rest[pm.end():]
+        nm = _NAME.match(rest)
+        if nm:
+            name = nm.group("name").strip()
+            process = None if name in ("<unknown>", "") else name
+            rest = rest[nm.end():]
+    return XidEvent(
+        line=number,
+        xid=int(m.group("xid")),
+        pci=normalize_pci(m.group("pci")),
+        message=rest.strip()[:500],
+        pid=pid,
+        process=process,
+        timestamp=_timestamp(line[: m.start()]),
+        raw=line[:1000],
+    )
+
+
+def _monotonic(line: str) -> float | None:
+    km = _KMSG.match(line)
+    if km:
+        return int(km.group("usec")) / 1e6
+    m = _TS_MONO.search(line)
+    return float(m.group("s")) if m else None
+
+
+def _timestamp(prefix: str) -> str | None:
+    for pattern in (_TS_ISO, _TS_CTIME, _TS_SYSLOG):
+        m = pattern.search(prefix)
+        if m:
+            return m.group("ts")
+    mono = _monotonic(prefix)
+    return f"{mono:.6f}s" if mono is not None else None
+
+
+def read_kernel_log_file(path: str) -> tuple[list[XidEvent], int]:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return parse_kernel_log(data.decode("utf-8", "replace").splitlines())

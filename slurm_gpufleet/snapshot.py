@@ -1,0 +1,385 @@
+"""A node's GPU state at one moment, as plain dataclasses.
+
+Every reader (live NVML, nvidia-smi XML or text, our own JSON) fills the same shape, so checks never
+know where the data came from.  Three kinds of "no number" are kept apart, because they mean different
+things to a health check:
+
+* ``None``        -- the source did not report the field at all (older driver, trimmed report);
+* ``UNSUPPORTED`` -- the device answered "not supported" / "N/A" (e.g. retired pages on Hopper);
+* a real value    -- including a real 0.
+
+An unsupported counter is never recorded as 0: a check that reads 0 would call a device healthy that
+never told us anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class _Unsupported:
+    """Singleton for a value the device reports as not supported (NVML NotSupported, nvidia-smi N/A)."""
+
+    _instance: _Unsupported | None = None
+
+    def __new__(cls) -> _Unsupported:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSUPPORTED"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self) -> str:
+        return "UNSUPPORTED"
+
+
+UNSUPPORTED = _Unsupported()
+_JSON_UNSUPPORTED = "unsupported"
+
+Int = int | _Unsupported | None
+Float = float | _Unsupported | None
+Str = str | _Unsupported | None
+Bool = bool | _Unsupported | None
+
+
+def known(value: Any) -> Any:
+    """The value if the device reported one, else None (for checks that only act on real data)."""
+    return None if value is None or value is UNSUPPORTED else value
+
+
+@dataclass
+class InfoRom:
+    image: Str = None
+    oem: Str = None
+    ecc: Str = None
+    power: Str = None
+    # nvmlDeviceValidateInforom / the "infoROM is corrupted" warning; only read at level "full" on NVML
+    valid: Bool = None
+    checksum: Int = None
+
+
+@dataclass
+class Temperatures:
+    gpu_c: Int = None
+    memory_c: Int = None
+    slowdown_c: Int = None
+    shutdown_c: Int = None
+    gpu_max_operating_c: Int = None
+    memory_max_operating_c: Int = None
+    fan_error: Bool = None
+
+
+@dataclass
+class Power:
+    draw_w: Float = None
+    limit_w: Float = None
+    default_limit_w: Float = None
+    enforced_limit_w: Float = None
+    min_limit_w: Float = None
+    max_limit_w: Float = None
+
+
+@dataclass
+class Clocks:
+    graphics_mhz: Int = None
+    sm_mhz: Int = None
+    memory_mhz: Int = None
+    max_graphics_mhz: Int = None
+    max_sm_mhz: Int = None
+    max_memory_mhz: Int = None
+    app_graphics_mhz: Int = None
+    app_memory_mhz: Int = None
+    default_app_graphics_mhz: Int = None
+    default_app_memory_mhz: Int = None
+
+
+@dataclass
+class Ecc:
+    mode_current: Bool = None
+    mode_pending: Bool = None
+    volatile_dram_corrected: Int = None
+    volatile_dram_uncorrected: Int = None
+    volatile_sram_corrected: Int = None
+    volatile_sram_uncorrected: Int = None
+    aggregate_dram_corrected: Int = None
+    aggregate_dram_uncorrected: Int = None
+    aggregate_sram_corrected: Int = None
+    aggregate_sram_uncorrected: Int = None
+    sram_threshold_exceeded: Bool = None
+
+
+@dataclass
+class RetiredPages:
+    single_bit: Int = None
+    double_bit: Int = None
+    pending: Bool = None
+
+
+@dataclass
+class RemappedRows:
+    correctable: Int = None
+    uncorrectable: Int = None
+    pending: Bool = None
+    failure: Bool = None
+    # bank availability histogram: banks with max / high / partial / low / no spare rows left
+    histogram: dict[str, int] | _Unsupported | None = None
+
+
+@dataclass
+class Pcie:
+    gen_current: Int = None
+    gen_max: Int = None
+    width_current: Int = None
+    width_max: Int = None
+    replay_counter: Int = None
+
+
+@dataclass
+class NvLink:
+    link: int
+    active: bool
+    speed_gbps: Float = None
+    # replay / recovery / crc counters, as the driver names them
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Process:
+    pid: int
+    name: str | None = None
+    used_memory_mib: Int = None
+
+
+@dataclass
+class Gpu:
+    # NVML / nvidia-smi index (PCI bus order), what CUDA_VISIBLE_DEVICES and SLURM_JOB_GPUS count
+    index: int
+    # /dev/nvidiaN, what Slurm's gres.conf File= names; not always equal to the index
+    minor_number: Int = None
+    uuid: Str = None
+    serial: Str = None
+    pci_bus_id: Str = None
+    name: Str = None
+    architecture: Str = None
+    compute_capability: Str = None
+    vbios: Str = None
+    inforom: InfoRom = field(default_factory=InfoRom)
+    gsp_firmware: Str = None
+    memory_total_mib: Int = None
+    memory_used_mib: Int = None
+    temperature: Temperatures = field(default_factory=Temperatures)
+    power: Power = field(default_factory=Power)
+    clocks: Clocks = field(default_factory=Clocks)
+    # names of the active clock-event (throttle) reasons, e.g. ["gpu_idle"]; see CLOCK_EVENT_REASONS
+    clock_event_reasons: list[str] | _Unsupported | None = None
+    performance_state: Str = None
+    utilization_gpu_pct: Int = None
+    ecc: Ecc = field(default_factory=Ecc)
+    retired_pages: RetiredPages = field(default_factory=RetiredPages)
+    remapped_rows: RemappedRows = field(default_factory=RemappedRows)
+    pcie: Pcie = field(default_factory=Pcie)
+    nvlinks: list[NvLink] | _Unsupported | None = None
+    persistence_mode: Bool = None
+    compute_mode: Str = None
+    mig_mode_current: Bool = None
+    mig_mode_pending: Bool = None
+    processes: list[Process] | None = None
+    # none, gpu_reset, node_reboot, drain_p2p, drain_and_reset (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+    recovery_action: Str = None
+    # set when the GPU answered nothing useful ("GPU is lost", NVML_ERROR_GPU_IS_LOST)
+    lost: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class XidEvent:
+    line: int
+    xid: int
+    pci: str | None
+    message: str = ""
+    pid: int | None = None
+    process: str | None = None
+    # seconds since boot (dmesg) or an ISO time, whichever the log carried
+    timestamp: str | None = None
+    boot: int = 0
+    raw: str = ""
+
+
+@dataclass
+class NodeSnapshot:
+    host: str | None = None
+    kernel_release: str | None = None
+    driver_version: Str = None
+    kernel_module_version: Str = None
+    nvml_version: Str = None
+    cuda_driver_version: Str = None
+    attached_gpus: int | None = None
+    gpus: list[Gpu] = field(default_factory=list)
+    source: str = "unknown"
+    timestamp: str | None = None
+    # node-level failures the source reported, as stable codes: see NODE_ERRORS
+    errors: list[str] = field(default_factory=list)
+    error_text: str | None = None
+    # "full" or "quick" (NVML level), "partial" for a report trimmed by its author
+    level: str = "quick"
+    partial: bool = False
+    xid_events: list[XidEvent] = field(default_factory=list)
+    # boots seen in the kernel log that supplied xid_events (journalctl/syslog can span several)
+    boots_seen: int = 0
+
+    def gpu_by_pci(self, pci: str | None) -> Gpu | None:
+        if not pci:
+            return None
+        want = normalize_pci(pci)
+        for gpu in self.gpus:
+            if isinstance(gpu.pci_bus_id, str) and normalize_pci(gpu.pci_bus_id) == want:
+                return gpu
+        return None
+
+    def has_gpu_state(self) -> bool:
+        """True when the source said anything at all about the node's GPUs (even "no devices")."""
+        return bool(self.gpus or self.errors)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA_VERSION, **_encode(self)}
+
+    def to_json(self, indent: int | None = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeSnapshot:
+        if not isinstance(data, dict):
+            raise ValueError("snapshot JSON must be an object")
+        schema = data.get("schema", SCHEMA_VERSION)
+        if schema != SCHEMA_VERSION:
+            raise ValueError(f"snapshot schema {schema!r} is not {SCHEMA_VERSION}")
+        body = {k: v for k, v in data.items() if k != "schema"}
+        return _decode(cls, body)
+
+
+# Node-level error codes a reader may report, with the text admins see in nvidia-smi.
+NODE_ERRORS = {
+    "driver_library_mismatch": "Failed to initialize NVML: Driver/library version mismatch",
+    "no_devices": "No devices were found",
+    "driver_not_loaded": "couldn't communicate with the NVIDIA driver",
+    "library_missing": "NVML shared library not found",
+    "nvml_error": "NVML failed to initialise",
+}
+
+# NVML clock-event reason bits (nvml.h nvmlClocksEventReason*), in the names nvidia-smi's XML uses.
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clocks_setting",
+}
+
+
+def clock_reasons_from_mask(mask: int) -> list[str]:
+    return [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
+
+
+def normalize_pci(pci: str) -> str:
+    """'00000000:3B:00.0', '0000:3b:00' and '3B:00.0' all become '0000:3b:00' (domain:bus:device)."""
+    text = pci.strip().lower()
+    if text.startswith("pci:"):
+        text = text[4:]
+    text = text.split(".")[0]
+    parts = text.split(":")
+    if len(parts) == 2:
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return text
+    domain, bus, dev = parts
+    try:
+        return f"{int(domain, 16) & 0xFFFF:04x}:{int(bus, 16):02x}:{int(dev, 16):02x}"
+    except ValueError:
+        return text
+
+
+def _encode(obj: Any) -> Any:
+    if obj is UNSUPPORTED:
+        return _JSON_UNSUPPORTED
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _encode(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list):
+        return [_encode(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): _encode(v) for k, v in obj.items()}
+    return obj
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _decode(tp: Any, value: Any) -> Any:
+    if value == _JSON_UNSUPPORTED and _allows_unsupported(tp):
+        return UNSUPPORTED
+    if value is None:
+        return None
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ValueError(f"{tp.__name__}: expected an object, got {type(value).__name__}")
+        hints = _hints(tp)
+        names = {f.name for f in dataclasses.fields(tp)}
+        unknown = set(value) - names
+        if unknown:
+            raise ValueError(f"{tp.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+        return tp(**{k: _decode(hints[k], v) for k, v in value.items()})
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(tp) if a is not type(None) and a is not _Unsupported]
+        errors = []
+        for arg in args:
+            try:
+                return _decode(arg, value)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise ValueError("; ".join(errors) or f"unexpected value {value!r}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ValueError(f"expected a list, got {type(value).__name__}")
+        (item,) = typing.get_args(tp)
+        return [_decode(item, v) for v in value]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"expected an object, got {type(value).__name__}")
+        _, vt = typing.get_args(tp)
+        return {str(k): _decode(vt, v) for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"expected a number, got {value!r}")
+        return float(value)
+    if tp in (int, str, bool):
+        if type(value) is not tp:
+            raise ValueError(f"expected {tp.__name__}, got {value!r}")
+        return value
+    if tp is Any:
+        return value
+    raise ValueError(f"cannot decode {value!r} as {tp!r}")
+
+
+def _allows_unsupported(tp: Any) -> bool:
+    return _Unsupported in typing.get_args(tp)
