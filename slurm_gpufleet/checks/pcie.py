@@ -28,7 +28,8 @@ def check(ctx: Context) -> list[Finding]:
                 out.append(Finding(NAME, "warn", "watch", g.index, f"PCIe x{width} of x{width_max}",
                                    "link trained below its maximum width (in VMs often virtual; set pcie_min_width)"))
         gen, gen_max = num(pc.gen_current), num(pc.gen_max)
-        busy = "gpu_idle" not in (known(g.clock_event_reasons) or ["gpu_idle"]) and (num(g.utilization_gpu_pct) or 0) > 0
+        reasons = known(g.clock_event_reasons)
+        busy = (num(g.utilization_gpu_pct) or 0) > 0 and not (isinstance(reasons, list) and "gpu_idle" in reasons)
         # at idle the link drops to gen 1 to save power; only a busy GPU's generation means anything
         if busy and gen is not None and gen_max is not None and gen < gen_max:
             out.append(Finding(NAME, "warn", "watch", g.index, f"PCIe gen {gen} of {gen_max} under load",

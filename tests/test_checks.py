@@ -1,0 +1,203 @@
+"""One fault per test, injected into the real H200 capture; each check domain has at least one."""
+
+import datetime as dt
+
+import pytest
+
+from slurm_gpufleet import evaluate
+from slurm_gpufleet.checks import CHECKS
+from slurm_gpufleet.policy import parse_policy
+from slurm_gpufleet.snapshot import NvLink, Process, XidEvent
+
+
+def g0(s):
+    return s.gpus[0]
+
+
+def set_(path, value):
+    def apply(s):
+        obj = g0(s)
+        *parents, leaf = path.split(".")
+        for p in parents:
+            obj = getattr(obj, p)
+        setattr(obj, leaf, value)
+    return apply
+
+
+def xid_event(number, boot=0, pci="0000:00:06"):
+    return XidEvent(line=1, xid=number, pci=pci, message="test", boot=boot)
+
+
+def with_xids(*events, boots=1):
+    def apply(s):
+        s.xid_events = list(events)
+        s.boots_seen = boots
+    return apply
+
+
+def add_second_gpu_lost(s):
+    import copy
+    lost = copy.deepcopy(g0(s))
+    lost.index, lost.lost, lost.errors = 1, True, ["GPU is lost"]
+    s.gpus.append(lost)
+
+
+def nvlinks(states):
+    return set_("nvlinks", [NvLink(link=i, active=a) for i, a in enumerate(states)])
+
+
+FAULTS = [
+    # (id, injection, policy TOML, expected check, expected severity, message fragment)
+    ("gpu-lost", add_second_gpu_lost, "", "inventory", "reboot", "GPU lost"),
+    ("gpu-missing", lambda s: None, "[defaults]\nexpected_gpus = 8", "inventory", "drain", "1 of 8 GPUs"),
+    ("wrong-model", lambda s: None, "[defaults]\nexpected_model = 'H100'", "inventory", "drain", "model NVIDIA H200"),
+    ("no-devices", lambda s: (s.gpus.clear(), s.errors.append("no_devices")), "", "inventory", "drain", "no GPUs"),
+    ("driver-not-target", lambda s: None, "[defaults]\ndriver_version = '590.48.01'", "driver", "warn", "not target"),
+    ("module-mismatch", lambda s: setattr(s, "kernel_module_version", "570.172.08"), "", "driver", "reboot",
+     "kernel module 570.172.08"),
+    ("lib-mismatch", lambda s: s.errors.append("driver_library_mismatch"), "", "driver", "reboot", "mismatch"),
+    ("cuda-too-old", lambda s: None, "[defaults]\nmin_cuda = '13.1'", "driver", "drain", "CUDA 13.0 < required 13.1"),
+    ("cuda-unrunnable", lambda s: setattr(s, "driver_version", "575.51.03"), "[defaults]\nrequire_cuda = ['13.0']",
+     "driver", "drain", "cannot run CUDA 13.0"),
+    ("arch-dropped", lambda s: (set_("architecture", "Volta")(s), setattr(s, "driver_version", "590.48.01")), "",
+     "compatibility", "drain", "Volta unsupported by R590"),
+    ("branch-eol", lambda s: setattr(s, "driver_version", "550.90.07"), "[defaults]\neol_branch_severity = 'warn'",
+     "compatibility", "warn", "R550 end of life"),
+    ("inforom-invalid", set_("inforom.valid", False), "", "firmware", "drain", "InfoROM corrupted"),
+    ("vbios-drift", lambda s: None, "[defaults]\nvbios = ['96.00.A5.00.01']", "firmware", "warn", "VBIOS 96.00.A5.00.1A"),
+    ("gsp-not-driver", set_("gsp_firmware", "570.172.08"), "", "firmware", "warn", "GSP firmware"),
+    ("ecc-off", set_("ecc.mode_current", False), "[defaults]\nrequire_ecc = true", "memory", "drain", "ECC disabled"),
+    ("ecc-pending", set_("ecc.mode_pending", False), "", "memory", "reboot", "ECC mode change pending"),
+    ("dbe-volatile", set_("ecc.volatile_dram_uncorrected", 2), "", "memory", "reboot", "uncorrectable DRAM"),
+    ("sram-volatile", set_("ecc.volatile_sram_uncorrected", 1), "", "memory", "reboot", "uncorrectable SRAM"),
+    ("sram-threshold", set_("ecc.aggregate_sram_uncorrected", 5), "", "memory", "drain", "SRAM error threshold"),
+    ("sram-flag", set_("ecc.sram_threshold_exceeded", True), "", "memory", "drain", "SRAM error threshold"),
+    ("dram-correctable-high", set_("ecc.aggregate_dram_corrected", 20_000_000), "", "memory", "warn", "correctable DRAM"),
+    ("remap-pending", set_("remapped_rows.pending", True), "", "memory", "reboot", "row remap pending"),
+    ("remap-failure", set_("remapped_rows.failure", True), "", "memory", "drain", "row remapping failed"),
+    ("histogram-exhausted", set_("remapped_rows.histogram", {"max": 3000, "high": 0, "partial": 0, "low": 70, "none": 2}),
+     "", "memory", "drain", "2 memory banks without spare rows"),
+    ("histogram-low", set_("remapped_rows.histogram", {"max": 3000, "high": 0, "partial": 0, "low": 72, "none": 0}),
+     "", "memory", "warn", "low on spare rows"),
+    ("retired-pending", set_("retired_pages.pending", True), "", "memory", "reboot", "retired page pending"),
+    ("retired-many", lambda s: (set_("retired_pages.single_bit", 40)(s), set_("retired_pages.double_bit", 22)(s)), "",
+     "memory", "drain", "62 retired pages"),
+    ("xid-79", with_xids(xid_event(79)), "", "xid", "reboot", "Xid 79"),
+    ("xid-13", with_xids(xid_event(13)), "", "xid", "warn", "Xid 13"),
+    ("xid-unknown", with_xids(xid_event(9999)), "", "xid", "warn", "Xid 9999 (unknown)"),
+    ("xid-recurring", with_xids(xid_event(79, 0), xid_event(79, 1), xid_event(79, 2), boots=3), "", "xid", "drain",
+     "Xid 79 after 2 reboots"),
+    ("too-hot", set_("temperature.gpu_c", 86), "", "thermal", "warn", "near slowdown"),
+    ("at-slowdown", set_("temperature.gpu_c", 90), "", "thermal", "drain", "at slowdown threshold"),
+    ("hw-slowdown", set_("clock_event_reasons", ["hw_slowdown", "hw_thermal_slowdown"]), "", "thermal", "drain",
+     "HW slowdown, HW thermal slowdown active"),
+    ("power-brake", set_("clock_event_reasons", ["hw_power_brake_slowdown"]), "", "thermal", "drain", "HW power brake"),
+    ("power-limit-lowered", set_("power.limit_w", 500.0), "", "thermal", "warn", "power limit 500 W < default 700 W"),
+    ("fan-error", set_("temperature.fan_error", True), "", "thermal", "drain", "fan error"),
+    ("max-clock-low", set_("clocks.max_sm_mhz", 1755), "", "clocks", "warn", "max SM clock 1755 < 1980"),
+    ("app-clock-low", set_("clocks.app_graphics_mhz", 1500), "", "clocks", "warn", "application clock 1500"),
+    ("unknown-model", set_("name", "NVIDIA Z999"), "", "clocks", "warn", "not in GPU table"),
+    ("pcie-width", set_("pcie.width_current", 8), "", "pcie", "warn", "PCIe x8 of x16"),
+    ("pcie-min-width", set_("pcie.width_current", 8), "[defaults]\npcie_min_width = 16", "pcie", "drain", "x8 < x16"),
+    ("pcie-gen-busy", lambda s: (set_("pcie.gen_current", 3)(s), set_("clock_event_reasons", [])(s),
+                                 set_("utilization_gpu_pct", 90)(s)), "", "pcie", "warn", "gen 3 of 5 under load"),
+    ("pcie-replays", set_("pcie.replay_counter", 50_000), "", "pcie", "warn", "50000 PCIe replays"),
+    ("nvlink-down", nvlinks([True, True, False, True]), "", "nvlink", "drain", "1 NVLink(s) inactive"),
+    ("persistence-off", set_("persistence_mode", False), "[defaults]\nrequire_persistence = true", "modes", "warn",
+     "persistence mode off"),
+    ("compute-prohibited", set_("compute_mode", "Prohibited"), "", "modes", "drain", "Prohibited"),
+    ("mig-pending", set_("mig_mode_pending", True), "", "modes", "reboot", "MIG mode change pending"),
+    ("mig-unexpected", lambda s: (set_("mig_mode_current", True)(s), set_("mig_mode_pending", True)(s)),
+     "[defaults]\nmig_mode = false", "modes", "warn", "MIG on"),
+    ("leftover-process", set_("processes", [Process(pid=4242, name="/usr/bin/python3", used_memory_mib=8000)]),
+     "[defaults]\nexpect_idle = true", "processes", "drain", "1 leftover GPU process"),
+    ("leaked-memory", set_("memory_used_mib", 4000), "[defaults]\nexpect_idle = true", "processes", "warn",
+     "4000 MiB in use"),
+    ("recovery-reset", set_("recovery_action", "gpu_reset"), "", "recovery", "reboot", "recovery action gpu_reset"),
+    ("recovery-drain-p2p", set_("recovery_action", "drain_p2p"), "", "recovery", "drain", "drain_p2p"),
+]
+
+
+@pytest.mark.parametrize("inject,toml,check,severity,fragment", [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])
+def test_fault_is_found(h200, inject, toml, check, severity, fragment):
+    inject(h200)
+    report = evaluate(h200, parse_policy(toml), today=dt.date(2026, 11, 29))
+    hits = [f for f in report.findings if f.check == check and fragment in f.message]
+    assert hits, [f.line() for f in report.findings]
+    assert hits[0].severity == severity
+    assert report.verdict != "ok" or severity == "ok"
+    assert len(hits[0].message) <= 80  # fit for a Slurm reason
+
+
+def test_every_check_domain_has_a_fault_test():
+    assert {f[3] for f in FAULTS} == set(CHECKS)
+
+
+def test_healthy_h200_gives_nothing_even_with_a_strict_policy(h200):
+    strict = parse_policy("""
+[defaults]
+expected_gpus = 1
+expected_model = "H200"
+driver_version = "580.159.04"
+min_cuda = "13.0"
+require_cuda = ["12.4", "13.0"]
+vbios = ["96.00.A5.00.1A"]
+gsp_firmware = ["580.159.04"]
+require_ecc = true
+require_persistence = true
+compute_mode = "Default"
+mig_mode = false
+expect_idle = true
+eol_branch_severity = "drain"
+""")
+    report = evaluate(h200, strict, today=dt.date(2026, 11, 29))
+    assert report.verdict == "ok" and report.findings == []
+
+
+def test_counter_growth_needs_the_previous_snapshot(h200):
+    import copy
+    before = copy.deepcopy(h200)
+    h200.gpus[0].pcie.replay_counter = 500
+    assert not [f for f in evaluate(h200).findings if f.check == "pcie"]
+    found = [f for f in evaluate(h200, previous=before).findings if f.check == "pcie"]
+    assert found and "+500" in found[0].message
+
+
+def test_nvlink_error_growth(h200):
+    import copy
+    h200.gpus[0].nvlinks = [NvLink(link=0, active=True, errors={"crc_flit": 10})]
+    before = copy.deepcopy(h200)
+    h200.gpus[0].nvlinks[0].errors["crc_flit"] = 15
+    found = [f for f in evaluate(h200, previous=before).findings if f.check == "nvlink"]
+    assert found and found[0].message == "NVLink 0 crc_flit +5"
+
+
+def test_xid_from_an_earlier_boot_does_not_count_now(h200):
+    h200.xid_events = [xid_event(79, boot=0)]
+    h200.boots_seen = 2
+    assert evaluate(h200).verdict == "ok"
+
+
+def test_xid_ignore_list(h200):
+    h200.xid_events = [xid_event(13)]
+    assert evaluate(h200, parse_policy("[defaults]\nxid_ignore = [13]")).verdict == "ok"
+
+
+def test_xid_finding_names_the_gpu_and_carries_the_number(h200):
+    h200.xid_events = [xid_event(48)]
+    (f,) = evaluate(h200).findings
+    assert (f.gpu, f.xid, f.action) == (0, 48, "reset_gpu")
+    assert f.to_dict()["xid"] == 48
+
+
+def test_lost_gpu_is_not_judged_by_other_domains(h200):
+    h200.gpus[0].lost = True
+    h200.gpus[0].clocks.max_sm_mhz = 1
+    report = evaluate(h200)
+    assert {f.check for f in report.findings} == {"inventory"}
+
+
+def test_platform_power_cap_is_a_note_not_a_fault(h200):
+    h200.gpus[0].power.enforced_limit_w = 500.0
+    report = evaluate(h200)
+    assert report.verdict == "ok" and report.findings[0].severity == "ok"

@@ -1,0 +1,116 @@
+import pytest
+from conftest import H200, PUBLIC, public_index
+
+from slurm_gpufleet import evaluate
+from slurm_gpufleet.readers import ReportError, read_report, read_report_file
+from slurm_gpufleet.readers.compare import diff_snapshots
+from slurm_gpufleet.snapshot import UNSUPPORTED
+
+
+def test_h200_xml_reads_every_domain(h200):
+    assert h200.driver_version == "580.159.04" and h200.cuda_driver_version == "13.0"
+    (g,) = h200.gpus
+    assert g.name == "NVIDIA H200" and g.architecture == "Hopper"
+    assert g.uuid == "GPU-8b8d67a3-0202-2257-9594-5337ca94eab8"
+    assert g.vbios == "96.00.A5.00.1A" and g.inforom.image == "G520.0282.02.02" and g.gsp_firmware == "580.159.04"
+    assert g.memory_total_mib == 143771
+    # v13 prints thresholds relative to T.Limit: 34 C now, 53 C margin -> limit 87; slowdown 2 C above it
+    assert (g.temperature.gpu_c, g.temperature.slowdown_c, g.temperature.shutdown_c) == (34, 89, 95)
+    assert g.power.default_limit_w == 700.0 and g.power.enforced_limit_w == 700.0
+    assert g.clocks.max_sm_mhz == 1980 and g.clock_event_reasons == ["gpu_idle"]
+    assert g.ecc.mode_current is True and g.ecc.volatile_dram_uncorrected == 0
+    assert g.remapped_rows.histogram == {"max": 3072, "high": 0, "partial": 0, "low": 0, "none": 0}
+    assert g.remapped_rows.pending is False and g.retired_pages.pending is UNSUPPORTED
+    assert (g.pcie.gen_current, g.pcie.width_current, g.pcie.replay_counter) == (5, 16, 0)
+    assert g.persistence_mode is True and g.mig_mode_current is False and g.processes == []
+    assert g.recovery_action == "none"
+
+
+def test_h200_text_and_xml_agree_field_by_field(h200):
+    text = read_report_file(str(H200 / "nvidia-smi-q.txt"))
+    diffs, compared = diff_snapshots(h200, text)
+    assert compared >= 60
+    assert diffs == []
+
+
+@pytest.mark.parametrize("source", ["nvidia-smi-q.xml", "nvidia-smi-q.txt"])
+def test_real_h200_is_ok_with_no_findings(source):
+    report = evaluate(read_report_file(str(H200 / source)))
+    assert report.verdict == "ok"
+    assert report.findings == []
+
+
+# INDEX.tsv's expected_action -> the verdict a default policy must reach
+EXPECTED = {"ok": {"ok"}, "drain": {"drain"}, "rma_candidate": {"drain"}, "reboot_or_reset": {"reboot"},
+            "not_a_gpu_fault": {"ok", "warn"}}
+
+
+@pytest.mark.parametrize("row", public_index(), ids=lambda r: r["file"])
+def test_every_public_capture_parses_and_gets_its_verdict(row):
+    snap = read_report_file(str(PUBLIC / "nvidia-smi" / row["file"]))
+    assert snap.gpus, "a real capture must yield GPUs"
+    report = evaluate(snap)
+    assert report.verdict in EXPECTED[row["expected_action"]], [f.line() for f in report.findings]
+    if row["expected_action"] == "ok":
+        assert all(f.severity == "ok" for f in report.findings)
+
+
+def test_remap_pending_points_at_the_right_gpu():
+    snap = read_report_file(str(PUBLIC / "nvidia-smi" / "remap_pending_a100x4_2.txt"))
+    report = evaluate(snap)
+    (finding,) = [f for f in report.findings if f.message == "row remap pending"]
+    gpu = snap.gpus[finding.gpu]
+    assert gpu.pci_bus_id.upper().endswith("9E:00.0")
+
+
+def test_old_ecc_layout_reads_volatile_dbe():
+    snap = read_report_file(str(PUBLIC / "nvidia-smi" / "retired_pages_dbe_pending_v100_1.xml"))
+    g = snap.gpus[0]
+    assert g.ecc.volatile_dram_uncorrected == 1 and g.ecc.aggregate_dram_uncorrected == 7627
+    assert g.retired_pages.double_bit == 2 and g.retired_pages.pending is True
+
+
+def test_table_and_nvlink_outputs():
+    table = read_report_file(str(PUBLIC / "nvidia-smi" / "inforom_corrupted_v100x8_table_1.txt"))
+    assert len(table.gpus) == 8 and table.driver_version == "460.32.03"
+    assert [g.index for g in table.gpus if g.inforom.valid is False] == [7]
+    links = read_report_file(str(PUBLIC / "nvidia-smi" / "nvlink_inactive_v100_1.txt"))
+    assert {g.index: [l.link for l in g.nvlinks if not l.active] for g in links.gpus if any(not l.active for l in g.nvlinks)} == {
+        3: [3, 5], 4: [1], 5: [0, 4], 6: [1]}
+
+
+@pytest.mark.parametrize("text,code,verdict", [
+    ("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95\n",
+     "driver_library_mismatch", "reboot"),
+    ("No devices were found\n", "no_devices", "drain"),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+     "NVIDIA driver is installed and running.\n", "driver_not_loaded", "reboot"),
+])
+def test_failure_texts_become_a_snapshot_that_says_so(text, code, verdict):
+    snap = read_report(text)
+    assert snap.errors == [code]
+    assert evaluate(snap).verdict == verdict
+
+
+def test_gpu_lost_text_marks_that_gpu():
+    snap = read_report("Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  "
+                       "Reboot the system to recover this GPU\n")
+    assert snap.gpus[0].lost and snap.gpus[0].pci_bus_id == "0000:3B:00.0"
+    report = evaluate(snap)
+    assert report.verdict == "reboot" and report.findings[0].check == "inventory"
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00\x01\x02binary junk\xff" * 20, b"hello world\n", b"<html></html>",
+                                  b"<?xml version='1.0'?><nvidia_smi_log><gpu id='x'>", b"{not json",
+                                  b'{"schema": 99}'])
+def test_junk_is_a_report_error(data):
+    with pytest.raises(ReportError):
+        read_report(data) if data else read_report(b" ").gpus[0]
+
+
+def test_truncated_report_still_reads_what_is_there():
+    text = (H200 / "nvidia-smi-q.txt").read_text()
+    cut = text[: text.index("    Remapped Rows")]
+    snap = read_report(cut)
+    assert snap.gpus[0].name == "NVIDIA H200"
+    assert snap.gpus[0].remapped_rows.pending is None  # not reported, not "no"
