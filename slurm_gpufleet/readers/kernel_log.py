@@ -35,6 +35,9 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
     events: list[XidEvent] = []
     boot = 0
     seen_any = False
+    # a boot shows as several marks in a row (journal "-- Boot --", then "Linux version", then [0.000000]);
+    # only the first mark after other lines starts a new boot
+    content_since_mark = False
     last_mono: float | None = None
     for number, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r\n")
@@ -42,12 +45,16 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
             continue
         mono = _monotonic(line)
         if _BOOT_MARK.search(line) or (mono is not None and last_mono is not None and mono < last_mono):
-            if seen_any:
+            if content_since_mark:
                 boot += 1
-            last_mono = None
+            content_since_mark = False
+            last_mono = mono
+            seen_any = True
+            continue
         if mono is not None:
             last_mono = mono
         seen_any = True
+        content_since_mark = True
         event = parse_xid_line(line, number)
         if event is not None:
             event.boot = boot

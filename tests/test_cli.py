@@ -1,0 +1,110 @@
+"""The command line as other tools call it: options, JSON keys and exit codes are contracts."""
+
+import json
+import time
+
+import pytest
+from conftest import H200, PUBLIC, REPO, run_cli
+
+XML = str(H200 / "nvidia-smi-q.xml")
+SMI = PUBLIC / "nvidia-smi"
+
+
+def test_check_healthy_json():
+    r = run_cli("check", "--nvidia-smi-q", XML, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["verdict"] == "ok" and out["findings"] == [] and out["gpu_count"] == 1
+
+
+def test_check_fault_exit_1_and_finding_fields():
+    r = run_cli("check", "--nvidia-smi-q", str(SMI / "remap_pending_a10_1.txt"), "--json")
+    assert r.returncode == 1
+    out = json.loads(r.stdout)
+    assert out["verdict"] == "reboot"
+    f = [f for f in out["findings"] if f["check"] == "memory"][0]
+    assert set(f) >= {"check", "severity", "action", "gpu", "message", "detail"}
+    assert (f["severity"], f["action"], f["gpu"]) == ("reboot", "reset_gpu", 0)
+
+
+def test_check_with_kmsg_carries_xid(tmp_path):
+    log = tmp_path / "dmesg.txt"
+    log.write_text("[ 10.0] NVRM: Xid (PCI:0000:00:06): 79, pid=1, name=python, GPU has fallen off the bus.\n")
+    r = run_cli("check", "--nvidia-smi-q", XML, "--kmsg", str(log), "--json")
+    assert r.returncode == 1
+    (f,) = json.loads(r.stdout)["findings"]
+    assert (f["check"], f["xid"], f["gpu"], f["severity"]) == ("xid", 79, 0, "reboot")
+
+
+def test_snapshot_round_trip(tmp_path):
+    out = tmp_path / "snap.json"
+    r = run_cli("snapshot", "--nvidia-smi-q", XML, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    r = run_cli("check", "--snapshot", str(out), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["verdict"] == "ok"
+
+
+def test_config_error_is_exit_2_one_line(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[defaults]\nexpected_gpu = 8\n")
+    r = run_cli("check", "--nvidia-smi-q", XML, "--config", str(cfg))
+    assert r.returncode == 2 and r.stdout == b""
+    err = r.stderr.decode().strip()
+    assert err.count("\n") == 0 and f"{cfg}:2: unknown key 'expected_gpu'" in err
+
+
+def test_env_config_is_honoured(tmp_path):
+    cfg = tmp_path / "p.toml"
+    cfg.write_text("[defaults]\nexpected_gpus = 8\n")
+    r = run_cli("check", "--nvidia-smi-q", XML, "--json", env={"SLURM_GPUFLEET_CONFIG": str(cfg)})
+    assert r.returncode == 1 and json.loads(r.stdout)["findings"][0]["message"] == "1 of 8 GPUs"
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xffjunk" * 100, b"just some text\n", b"<?xml version='1.0'?><broken"])
+def test_no_gpu_state_is_exit_3(tmp_path, content):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(content)
+    r = run_cli("check", "--nvidia-smi-q", str(bad))
+    assert r.returncode == 3
+    assert r.stderr.decode().count("\n") == 1 and b"Traceback" not in r.stderr
+
+
+def test_usage_errors_are_exit_2(tmp_path):
+    assert run_cli("check", "--nvidia-smi-q", XML, "--snapshot", XML).returncode == 2
+    assert run_cli("check", "--bogus").returncode == 2
+    assert run_cli("check", "--nvidia-smi-q", str(tmp_path / "missing.xml")).returncode == 2
+
+
+def test_xid_json_lines():
+    lines = (REPO.parent / "shared/fixtures/public/kernel_log_lines.tsv").read_text().splitlines()[1:]
+    text = "\n".join(line.split("\t")[0] for line in lines) + "\n"
+    r = run_cli("xid", "-", "--json", stdin=text.encode())
+    assert r.returncode == 0
+    events = [json.loads(x) for x in r.stdout.decode().splitlines()]
+    assert [e["xid"] for e in events] == [48, 63, 94, 94, 13, 43, 119, 119, 63, 63, 79]
+    first = events[0]
+    assert (first["line"], first["pci"], first["action"]) == (1, "0000:19:00", "reset_gpu")
+
+
+def test_compat_exit_codes_and_json():
+    r = run_cli("compat", "--driver", "590.48.01", "--arch", "Volta", "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["compatible"] is False
+    r = run_cli("compat", "--driver", "580.159.04", "--cc", "9.0", "--cuda", "13.0")
+    assert r.returncode == 0 and b"compatible" in r.stdout
+    assert run_cli("compat", "--driver", "latest").returncode == 2
+
+
+def test_hung_nvml_never_hangs_the_check():
+    started = time.monotonic()
+    r = run_cli("check", "--timeout", "1", env={"PYTHONPATH": str(REPO / "tests/fake_pynvml/hung") + ":" + str(REPO)},
+                timeout=30)
+    assert time.monotonic() - started < 15
+    assert r.returncode == 3 and b"timed out after 1 s" in r.stderr
+
+
+def test_live_check_without_driver_is_a_clear_verdict():
+    # this machine has no NVIDIA driver: nvmlInit fails, and the verdict says why instead of crashing
+    r = run_cli("check", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["verdict"] == "drain"
+    assert out["findings"][0]["check"] == "driver"

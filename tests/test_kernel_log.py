@@ -1,0 +1,67 @@
+import pytest
+from conftest import kernel_log_lines
+
+from slurm_gpufleet.readers.kernel_log import parse_kernel_log, parse_xid_line
+
+
+@pytest.mark.parametrize("row", kernel_log_lines(), ids=lambda r: r["line"][:40])
+def test_every_real_kernel_log_line_is_classified(row):
+    event = parse_xid_line(row["line"])
+    if row["xid"] == "none":
+        assert event is None
+    else:
+        assert event is not None and event.xid == int(row["xid"]) and event.pci == row["pci"]
+
+
+@pytest.mark.parametrize("line,xid,pci,pid,process", [
+    ("[ 1234.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=4321, name=python, GPU has fallen off the bus.", 79,
+     "0000:3b:00", 4321, "python"),
+    ("NVRM: Xid (0000:02:00): 13, 0003 00000000 0000a097 000015f0 00000000 00000000", 13, "0000:02:00", None, None),
+    ("kernel: NVRM: Xid (PCI:0000:07:00 GPU-I:05): 31, pid=99, name=a.out, Ch 00000008, intr 10000000.", 31,
+     "0000:07:00", 99, "a.out"),
+    ("NVRM: Xid (PCI:0000:07:00 GPU-I:05 GPU-C:01): 43, pid=1, name=x, Ch 0", 43, "0000:07:00", 1, "x"),
+    ("6,1234,987654321,-;NVRM: Xid (PCI:0000:c1:00): 48, pid='<unknown>', name=<unknown>, DBE", 48, "0000:c1:00",
+     None, None),
+])
+def test_forms(line, xid, pci, pid, process):
+    e = parse_xid_line(line)
+    assert (e.xid, e.pci, e.pid, e.process) == (xid, pci, pid, process)
+
+
+def test_caused_by_previous_xid_is_not_that_xid():
+    line = "NVRM: Xid (PCI:0000:3b:00): 45, pid=7, name=p, Ch 00000010, preemptive removal caused by previous Xid 79"
+    assert parse_xid_line(line).xid == 45
+    assert parse_xid_line("NVRM: GPU0 channel error caused by previous Xid 79 on this GPU") is None
+
+
+def test_sxid_is_not_a_gpu_xid():
+    assert parse_xid_line("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up") is None
+
+
+def test_journal_boots_are_counted():
+    log = """-- Boot 1a2b --
+Nov 28 01:00:00 n1 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=a, GPU has fallen off the bus.
+-- Boot 3c4d --
+Nov 28 02:00:00 n1 kernel: Linux version 6.1.0
+Nov 28 02:10:00 n1 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=a, GPU has fallen off the bus.
+-- Boot 5e6f --
+Nov 28 03:00:00 n1 kernel: something else
+""".splitlines()
+    events, boots = parse_kernel_log(log)
+    assert boots == 3
+    assert [e.boot for e in events] == [0, 1]
+    assert [e.line for e in events] == [2, 5]
+
+
+def test_dmesg_timestamps_going_back_mean_a_reboot():
+    log = ["[  100.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=a, x",
+           "[    0.000000] Linux version 6.1.0",
+           "[   50.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=a, x"]
+    events, boots = parse_kernel_log(log)
+    assert boots == 2 and [e.boot for e in events] == [0, 1]
+
+
+def test_empty_and_junk_logs():
+    assert parse_kernel_log([]) == ([], 0)
+    events, boots = parse_kernel_log(["\x00\xff garbage", "", "NVRM: Xid (PCI:zz): x"])
+    assert events == [] and boots == 1
