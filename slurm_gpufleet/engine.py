@@ -50,7 +50,7 @@ class Report:
     snapshot: NodeSnapshot
     groups: tuple[str, ...] = ()
     duration_s: float = 0.0
-    checked_at: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    checked_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
     def to_dict(self) -> dict[str, Any]:
         s = self.snapshot

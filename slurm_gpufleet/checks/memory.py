@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..findings import Finding
-from ..snapshot import known
+from ..policy import NodePolicy
+from ..snapshot import Gpu, known
 from ._util import num, readable_gpus
 
 if TYPE_CHECKING:
@@ -15,55 +16,59 @@ NAME = "memory"
 
 
 def check(ctx: Context) -> list[Finding]:
-    pol = ctx.policy
     out: list[Finding] = []
     for g in readable_gpus(ctx.snapshot):
-        e, rr, rp = g.ecc, g.remapped_rows, g.retired_pages
-        i = g.index
+        out.extend(_gpu(g, ctx.policy))
+    return out
 
-        def add(severity: str, action: str, message: str, detail: str = "") -> None:
-            out.append(Finding(NAME, severity, action, i, message, detail))
 
-        if pol.require_ecc and e.mode_current is False:
-            add("drain", "fix_config", "ECC disabled", "the node group requires ECC on (nvidia-smi -e 1, then reset)")
-        if isinstance(e.mode_current, bool) and isinstance(e.mode_pending, bool) and e.mode_current != e.mode_pending:
-            add("reboot", "reset_gpu", "ECC mode change pending",
-                f"ECC {'on' if e.mode_current else 'off'} now, {'on' if e.mode_pending else 'off'} after a reset")
-        dram_u = num(e.volatile_dram_uncorrected)
-        if dram_u:
-            add("reboot", "reset_gpu", f"{dram_u} uncorrectable DRAM ECC errors",
-                "volatile uncorrectable DRAM errors since the last reset; a reset retires/remaps the rows")
-        sram_u = num(e.volatile_sram_uncorrected)
-        if sram_u:
-            add("reboot", "reset_gpu", f"{sram_u} uncorrectable SRAM ECC errors",
-                "volatile uncorrectable SRAM errors since the last reset")
-        agg_sram = num(e.aggregate_sram_uncorrected)
-        if e.sram_threshold_exceeded is True or (agg_sram is not None and agg_sram > pol.sram_uncorrectable_max):
-            add("drain", "inspect_hardware", "SRAM error threshold exceeded",
-                f"aggregate uncorrectable SRAM errors {agg_sram if agg_sram is not None else '?'} "
-                f"(limit {pol.sram_uncorrectable_max})"
-                + ("; the driver's SRAM threshold flag is set" if e.sram_threshold_exceeded is True else ""))
-        dram_c = num(e.aggregate_dram_corrected)
-        if dram_c is not None and dram_c > pol.dram_correctable_max:
-            add("warn", "watch", f"{dram_c} correctable DRAM errors", f"above {pol.dram_correctable_max}")
-        if rr.failure is True:
-            add("drain", "inspect_hardware", "row remapping failed",
-                "remap failure flag set: RMA candidate (run NVIDIA field diagnostic)")
-        if rr.pending is True:
-            add("reboot", "reset_gpu", "row remap pending",
-                f"remapped rows: {known(rr.correctable)} correctable, {known(rr.uncorrectable)} uncorrectable; "
-                "a GPU reset applies the pending remap")
-        hist = known(rr.histogram)
-        if isinstance(hist, dict):
-            if hist.get("none", 0) > 0:
-                add("drain", "inspect_hardware", f"{hist['none']} memory banks without spare rows",
-                    f"bank remap availability {hist}: the next uncorrectable error in those banks cannot be remapped")
-            elif hist.get("low", 0) > 0:
-                add("warn", "watch", f"{hist['low']} memory banks low on spare rows", f"bank remap availability {hist}")
-        if rp.pending is True:
-            add("reboot", "reset_gpu", "retired page pending", "a page is waiting to be retired at the next reset")
-        retired = (num(rp.single_bit) or 0) + (num(rp.double_bit) or 0)
-        if retired >= pol.retired_pages_max:
-            add("drain", "inspect_hardware", f"{retired} retired pages",
-                f"at or above {pol.retired_pages_max} (the driver retires at most 64 pages)")
+def _gpu(g: Gpu, pol: NodePolicy) -> list[Finding]:
+    out: list[Finding] = []
+    e, rr, rp = g.ecc, g.remapped_rows, g.retired_pages
+
+    def add(severity: str, action: str, message: str, detail: str = "") -> None:
+        out.append(Finding(NAME, severity, action, g.index, message, detail))
+
+    if pol.require_ecc and e.mode_current is False:
+        add("drain", "fix_config", "ECC disabled", "the node group requires ECC on (nvidia-smi -e 1, then reset)")
+    if isinstance(e.mode_current, bool) and isinstance(e.mode_pending, bool) and e.mode_current != e.mode_pending:
+        add("reboot", "reset_gpu", "ECC mode change pending",
+            f"ECC {'on' if e.mode_current else 'off'} now, {'on' if e.mode_pending else 'off'} after a reset")
+    dram_u = num(e.volatile_dram_uncorrected)
+    if dram_u:
+        add("reboot", "reset_gpu", f"{dram_u} uncorrectable DRAM ECC errors",
+            "volatile uncorrectable DRAM errors since the last reset; a reset retires/remaps the rows")
+    sram_u = num(e.volatile_sram_uncorrected)
+    if sram_u:
+        add("reboot", "reset_gpu", f"{sram_u} uncorrectable SRAM ECC errors",
+            "volatile uncorrectable SRAM errors since the last reset")
+    agg_sram = num(e.aggregate_sram_uncorrected)
+    if e.sram_threshold_exceeded is True or (agg_sram is not None and agg_sram > pol.sram_uncorrectable_max):
+        add("drain", "inspect_hardware", "SRAM error threshold exceeded",
+            f"aggregate uncorrectable SRAM errors {agg_sram if agg_sram is not None else '?'} "
+            f"(limit {pol.sram_uncorrectable_max})"
+            + ("; the driver's SRAM threshold flag is set" if e.sram_threshold_exceeded is True else ""))
+    dram_c = num(e.aggregate_dram_corrected)
+    if dram_c is not None and dram_c > pol.dram_correctable_max:
+        add("warn", "watch", f"{dram_c} correctable DRAM errors", f"above {pol.dram_correctable_max}")
+    if rr.failure is True:
+        add("drain", "inspect_hardware", "row remapping failed",
+            "remap failure flag set: RMA candidate (run NVIDIA field diagnostic)")
+    if rr.pending is True:
+        add("reboot", "reset_gpu", "row remap pending",
+            f"remapped rows: {known(rr.correctable)} correctable, {known(rr.uncorrectable)} uncorrectable; "
+            "a GPU reset applies the pending remap")
+    hist = known(rr.histogram)
+    if isinstance(hist, dict):
+        if hist.get("none", 0) > 0:
+            add("drain", "inspect_hardware", f"{hist['none']} memory banks without spare rows",
+                f"bank remap availability {hist}: the next uncorrectable error in those banks cannot be remapped")
+        elif hist.get("low", 0) > 0:
+            add("warn", "watch", f"{hist['low']} memory banks low on spare rows", f"bank remap availability {hist}")
+    if rp.pending is True:
+        add("reboot", "reset_gpu", "retired page pending", "a page is waiting to be retired at the next reset")
+    retired = (num(rp.single_bit) or 0) + (num(rp.double_bit) or 0)
+    if retired >= pol.retired_pages_max:
+        add("drain", "inspect_hardware", f"{retired} retired pages",
+            f"at or above {pol.retired_pages_max} (the driver retires at most 64 pages)")
     return out

@@ -168,7 +168,13 @@ class NvmlReader:
         gsp = c(getattr(n, "nvmlDeviceGetGspFirmwareVersion", None), h)
         g.gsp_firmware = gsp if gsp else (UNSUPPORTED if gsp == "" else gsp)
 
-        mem = c(n.nvmlDeviceGetMemoryInfo, h)
+        # v2 reports driver-reserved memory apart, so "used" means what nvidia-smi calls used
+        mem = None
+        v2 = getattr(n, "nvmlMemory_v2", None)
+        if v2 is not None:
+            mem = c(n.nvmlDeviceGetMemoryInfo, h, v2)
+        if mem is None or mem is UNSUPPORTED:
+            mem = c(n.nvmlDeviceGetMemoryInfo, h)
         if mem is not None and mem is not UNSUPPORTED:
             g.memory_total_mib = int(mem.total) // (1 << 20)
             g.memory_used_mib = int(mem.used) // (1 << 20)

@@ -1,0 +1,44 @@
+# Everything a fresh machine needs: python3 with venv.  `make demo` and `make test` set up .venv first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+SHARED := ../shared/fixtures
+
+.PHONY: setup demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	@echo "== healthy real H200 (nvidia-smi -q -x), default policy"
+	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(SHARED)/h200-real/nvidia-smi-q.xml
+	@echo; echo "== real A10 with a pending row remap"
+	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(SHARED)/public/nvidia-smi/remap_pending_a10_1.txt
+	@echo; echo "== real H100 x8 with HW power brake on one GPU, as JSON (first finding)"
+	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(SHARED)/public/nvidia-smi/hw_power_brake_one_gpu_h100x8_1.txt --json | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print(d["verdict"], json.dumps([f for f in d["findings"] if f["severity"]!="ok"][0]))'
+	@echo; echo "== the H200 against the sample site policy (node gpu001 of group h200)"
+	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(SHARED)/h200-real/nvidia-smi-q.xml --config etc/gpufleet.toml --node gpu001
+	@echo; echo "== Xid events in real kernel log lines"
+	cut -f1 $(SHARED)/public/kernel_log_lines.tsv | tail -n +2 | $(VENV)/bin/slurm-gpufleet xid -
+	@echo; echo "== can R590 run Volta?"
+	-$(VENV)/bin/slurm-gpufleet compat --driver 590.48.01 --arch Volta
+	@echo; echo "== every real capture in ../shared, one verdict each"
+	@for f in $(SHARED)/public/nvidia-smi/*.txt $(SHARED)/public/nvidia-smi/*.xml; do \
+	  printf '%-42s ' $$(basename $$f); $(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $$f --json | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print(d["verdict"], "|", "; ".join(f["message"] for f in d["findings"] if f["severity"]!="ok")[:90])'; done
+
+lint: setup
+	$(VENV)/bin/ruff check slurm_gpufleet tests bench scripts
+
+test: setup lint
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: setup
+	$(PY) bench/check_speed.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .hypothesis
