@@ -201,6 +201,27 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
     sys.exit(exitcodes.OK if result.compatible else exitcodes.UNHEALTHY)
 
 
+@cli.command("slurm-conf")
+@click.option("--bin-dir", default="/usr/local/sbin", show_default=True, metavar="DIR",
+              help="Where slurm-gpufleet-healthcheck, -prolog and -epilog are installed.")
+@click.option("--interval", type=int, default=300, show_default=True, help="HealthCheckInterval in seconds.")
+@click.option("--node-state", default="ANY", show_default=True, help="HealthCheckNodeState.")
+@click.option("--reboot-program", metavar="PATH", help="RebootProgram (printed as a hint when not given).")
+def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str | None) -> None:
+    """Print the slurm.conf lines that wire slurm-gpufleet into Slurm."""
+    import jinja2
+
+    from . import __version__
+
+    if not bin_dir.startswith("/"):
+        _fail("--bin-dir must be absolute: slurmd runs these programs with no PATH", exitcodes.USAGE)
+    env = jinja2.Environment(loader=jinja2.PackageLoader("slurm_gpufleet", "templates"),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    click.echo(env.get_template("slurm.conf.j2").render(
+        version=__version__, bin_dir=bin_dir.rstrip("/"), interval=interval, node_state=node_state,
+        reboot_program=reboot_program), nl=False)
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=True)

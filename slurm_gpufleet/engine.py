@@ -73,7 +73,8 @@ class Report:
 
 def evaluate(snap: NodeSnapshot, policy: Policy | None = None, *, host: str | None = None,
              previous: NodeSnapshot | None = None, today: dt.date | None = None,
-             expect_idle: bool | None = None, only: list[str] | None = None) -> Report:
+             expect_idle: bool | None = None, idle_gpus: frozenset[int] | None = None,
+             only: list[str] | None = None) -> Report:
     started = time.perf_counter()
     policy = policy or default_policy()
     node_policy = policy.for_node(host or snap.host)
@@ -82,7 +83,7 @@ def evaluate(snap: NodeSnapshot, policy: Policy | None = None, *, host: str | No
 
         node_policy = replace(node_policy, expect_idle=expect_idle)
     ctx = Context(snapshot=snap, policy=node_policy, models=policy.models, previous=previous,
-                  today=today or dt.date.today())
+                  today=today or dt.date.today(), idle_gpus=idle_gpus)
     findings = run_checks(ctx, only)
     return Report(verdict(findings), findings, snap, node_policy.groups, time.perf_counter() - started)
 

@@ -85,6 +85,30 @@ class NodePolicy:
     groups: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class SlurmSettings:
+    """How the health check, prolog and epilog act through Slurm ([slurm] in the config, site-wide)."""
+
+    # clean health-check runs in a row before a node we drained is resumed
+    clean_runs_to_resume: int = 3
+    # reset-fixable faults get `scontrol reboot ASAP`; still there after this many reboots -> drain
+    reboots_before_drain: int = 2
+    # where the node's GPU summary goes: "extra", "comment" or "none"
+    publish: str = "extra"
+    # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits
+    read_timeout_s: float = 20.0
+    # "commands" (scontrol/sinfo), "pyslurm", or "auto" (pyslurm when it imports and matches)
+    backend: str = "auto"
+    # slurmd gives HealthCheckProgram no PATH: absolute paths
+    scontrol: str = "/usr/bin/scontrol"
+    # per-node history (SQLite) and job windows live here
+    state_dir: str = "/var/lib/slurm-gpufleet"
+    # simulated or replayed GPUs: read <dir>/<node>.xml (nvidia-smi -q -x) instead of NVML
+    gpu_state_dir: str | None = None
+    # the kernel log to read Xids from: /dev/kmsg, a file, or a directory holding <node>.kmsg
+    kernel_log: str | None = "/dev/kmsg"
+
+
 def _int(min_value: int = 0) -> Callable[[Any], Any]:
     def check(v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int) or v < min_value:
@@ -182,6 +206,34 @@ assert set(VALIDATORS) == {f.name for f in fields(NodePolicy)} - {"groups"}
 _MODEL_KEYS = {"match": _str, "architecture": _str, "max_sm_mhz": _int(1)}
 
 
+def _abs_path(v: Any) -> Any:
+    v = _str(v)
+    if not v.startswith("/"):
+        raise ValueError("must be an absolute path (slurmd runs us with no PATH and no working directory)")
+    return v
+
+
+def _timeout(v: Any) -> Any:
+    v = _number(v)
+    if not 0 < v <= 55:
+        raise ValueError("must be > 0 and <= 55 seconds (Slurm kills a health check after 60 s)")
+    return v
+
+
+SLURM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
+    "clean_runs_to_resume": _int(1),
+    "reboots_before_drain": _int(0),
+    "publish": _choice("extra", "comment", "none"),
+    "read_timeout_s": _timeout,
+    "backend": _choice("auto", "commands", "pyslurm"),
+    "scontrol": _abs_path,
+    "state_dir": _abs_path,
+    "gpu_state_dir": _abs_path,
+    "kernel_log": _abs_path,
+}
+assert set(SLURM_VALIDATORS) == {f.name for f in fields(SlurmSettings)}
+
+
 @dataclass
 class _Group:
     name: str
@@ -196,6 +248,7 @@ class Policy:
     defaults: dict[str, Any] = field(default_factory=dict)
     groups: list[_Group] = field(default_factory=list)
     models: tuple[GpuModel, ...] = ()
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
 
     def for_node(self, host: str | None) -> NodePolicy:
         resolved = replace(NodePolicy(), **self.defaults)
@@ -242,9 +295,23 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
     lines = _KeyLines(text)
     policy = Policy(path=path)
     for key in data:
-        if key not in ("defaults", "group", "models"):
+        if key not in ("defaults", "group", "models", "slurm"):
             raise PolicyError(f"{path}:{lines.find(None, key)}: unknown section or key '{key}' "
-                              "(expected [defaults], [[group]] or [models.\"NAME\"])")
+                              "(expected [defaults], [[group]], [models.\"NAME\"] or [slurm])")
+    slurm = data.get("slurm", {})
+    if not isinstance(slurm, dict):
+        raise PolicyError(f"{path}:{lines.find(None, 'slurm')}: 'slurm' must be a table")
+    slurm_values = {}
+    for key, value in slurm.items():
+        validator = SLURM_VALIDATORS.get(key)
+        if validator is None:
+            raise PolicyError(f"{path}:{lines.find(('slurm', None), key)}: unknown key '{key}' in [slurm] "
+                              f"(known: {', '.join(SLURM_VALIDATORS)})")
+        try:
+            slurm_values[key] = validator(value)
+        except ValueError as exc:
+            raise PolicyError(f"{path}:{lines.find(('slurm', None), key)}: {key} {exc} (got {value!r})") from None
+    policy.slurm = SlurmSettings(**slurm_values)
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise PolicyError(f"{path}:{lines.find(None, 'defaults')}: 'defaults' must be a table")

@@ -39,6 +39,8 @@ class Context:
     # the node's previous snapshot, for counters whose growth matters (PCIe replays, NVLink errors)
     previous: NodeSnapshot | None = None
     today: dt.date = field(default_factory=dt.date.today)
+    # GPUs (index or minor number) that must be idle now: a job's GPUs in the prolog and epilog
+    idle_gpus: frozenset[int] | None = None
 
 
 CheckFn = Callable[[Context], list[Finding]]

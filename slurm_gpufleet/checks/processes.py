@@ -14,10 +14,14 @@ NAME = "processes"
 
 
 def check(ctx: Context) -> list[Finding]:
-    if not ctx.policy.expect_idle:
+    if not ctx.policy.expect_idle and not ctx.idle_gpus:
         return []
     out: list[Finding] = []
     for g in readable_gpus(ctx.snapshot):
+        # Slurm's GPU numbers follow gres.conf File=/dev/nvidiaN: the minor number where we know it
+        slurm_id = g.minor_number if isinstance(g.minor_number, int) else g.index
+        if not ctx.policy.expect_idle and slurm_id not in ctx.idle_gpus:
+            continue
         procs = g.processes or []
         if procs:
             pids = ", ".join(f"{p.pid}{'(' + p.name.rsplit('/', 1)[-1] + ')' if p.name else ''}" for p in procs[:5])

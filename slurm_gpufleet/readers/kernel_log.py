@@ -111,3 +111,62 @@ def read_kernel_log_file(path: str) -> tuple[list[XidEvent], int]:
     with open(path, "rb") as fh:
         data = fh.read()
     return parse_kernel_log(data.decode("utf-8", "replace").splitlines())
+
+
+def event_epoch(event: XidEvent, boot_epoch: float | None = None, year: int | None = None) -> float | None:
+    """Seconds since the epoch for an event's timestamp, when the log says enough to know it."""
+    import datetime as dt
+
+    ts = event.timestamp
+    if not ts:
+        return None
+    if ts.endswith("s") and ts[:-1].replace(".", "", 1).isdigit():
+        return boot_epoch + float(ts[:-1]) if boot_epoch is not None else None
+    text = ts.replace(",", ".")
+    try:
+        if text[:4].isdigit():
+            parsed = dt.datetime.fromisoformat(text.replace(" ", "T"))
+            return parsed.timestamp()
+        if text[:3].isalpha() and text[4:7].isalpha():  # ctime: "Sun Feb 23 16:24:18 2025"
+            return dt.datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y").timestamp()
+        # syslog: "May 19 07:08:57" has no year
+        parsed = dt.datetime.strptime(f"{year or dt.date.today().year} {' '.join(text.split())}", "%Y %b %d %H:%M:%S")
+        return parsed.timestamp()
+    except ValueError:
+        return None
+
+
+def read_kmsg(path: str = "/dev/kmsg", max_records: int = 200_000) -> list[str]:
+    """Every record in the kernel ring buffer, without blocking (each read() returns one record)."""
+    import errno
+    import os
+
+    lines: list[str] = []
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while len(lines) < max_records:
+            try:
+                chunk = os.read(fd, 8192)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:
+                    break
+                if exc.errno == errno.EPIPE:  # overwritten while reading: go on from the next record
+                    continue
+                raise
+            if not chunk:
+                break
+            lines.append(chunk.decode("utf-8", "replace").split("\n", 1)[0])
+    finally:
+        os.close(fd)
+    return lines
+
+
+def boot_epoch() -> float | None:
+    try:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        return None
+    return None

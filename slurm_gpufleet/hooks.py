@@ -1,0 +1,417 @@
+"""What slurmd runs: the health check, the prolog and the epilog.
+
+Each reads the node's GPUs under a hard time limit, judges them with the same checks as
+`slurm-gpufleet check`, and acts through Slurm (slurm/actions.py decides, a backend carries it out).
+Imports stay light: sqlite-utils only once there is something to record, never click or jinja2, and
+the prolog's success path makes no slurmctld round-trip and opens no database.
+
+A broken config never acts: it is logged and the program exits 0 (a typo must not drain a fleet).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from . import watchdog
+from .engine import Report, evaluate
+from .findings import Finding, verdict
+from .policy import Policy, PolicyError, SlurmSettings, config_path, load_policy
+from .readers import ReportError, read_report_file
+from .snapshot import NodeSnapshot, known
+
+log = logging.getLogger("slurm-gpufleet")
+TIMEOUT_REASON = "gpufleet: NVML timeout"
+
+
+def setup_logging(hook: str, node: str, job: str | None = None) -> None:
+    tag = f"slurm-gpufleet-{hook}[{os.getpid()}]: node={node}" + (f" job={job}" if job else "") + " "
+    handlers: list[logging.Handler] = []
+    if os.path.exists("/dev/log"):
+        try:
+            h = logging.handlers.SysLogHandler(address="/dev/log", facility=logging.handlers.SysLogHandler.LOG_DAEMON)
+            h.setFormatter(logging.Formatter(tag + "%(message)s"))
+            handlers.append(h)
+        except OSError:
+            pass
+    err = logging.StreamHandler(sys.stderr)  # slurmd keeps a hook's stderr in its log
+    err.setFormatter(logging.Formatter(tag + "%(levelname)s %(message)s"))
+    handlers.append(err)
+    log.handlers[:] = handlers
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+@dataclass
+class Setup:
+    node: str
+    policy: Policy
+    settings: SlurmSettings
+
+
+def _setup(hook: str, config: str | None, node: str | None, job: str | None = None) -> Setup | None:
+    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    setup_logging(hook, node, job)
+    path, required = config_path(config)
+    try:
+        policy = load_policy(path if (required or (path and os.path.exists(path))) else None)
+    except PolicyError as exc:
+        log.error("config error, no action taken: %s", exc)
+        return None
+    return Setup(node, policy, policy.slurm)
+
+
+# ---------------------------------------------------------------- reading the node
+def read_node(settings: SlurmSettings, node: str, level: str = "quick") -> NodeSnapshot:
+    if settings.gpu_state_dir:
+        snap = read_report_file(os.path.join(settings.gpu_state_dir, f"{node}.xml"))
+    else:
+        from .readers.nvml import NvmlReader
+
+        snap = NvmlReader(level=level).read()
+    snap.host = node
+    kernel = settings.kernel_log
+    if kernel:
+        from .readers.kernel_log import parse_kernel_log, read_kmsg
+
+        lines: list[str] | None = None
+        try:
+            if os.path.isdir(kernel):
+                candidate = os.path.join(kernel, f"{node}.kmsg")
+                if os.path.exists(candidate):
+                    with open(candidate, "rb") as fh:
+                        lines = fh.read().decode("utf-8", "replace").splitlines()
+            elif kernel == "/dev/kmsg":
+                lines = read_kmsg(kernel)
+            else:
+                with open(kernel, "rb") as fh:
+                    lines = fh.read().decode("utf-8", "replace").splitlines()
+        except OSError as exc:
+            log.warning("kernel log %s unreadable: %s", kernel, exc)
+        if lines is not None:
+            snap.xid_events, snap.boots_seen = parse_kernel_log(lines)
+    return snap
+
+
+def _start_watchdog(settings: SlurmSettings, node: str, code: int, drain: bool) -> object:
+    """On expiry: drain with 'gpufleet: NVML timeout' (unless the node is held by someone else) and exit."""
+
+    def on_timeout() -> None:
+        if drain:
+            _drain_if_free(settings, node, TIMEOUT_REASON)
+
+    return watchdog.start(settings.read_timeout_s, f"reading GPU state of {node}", code, before_exit=on_timeout)
+
+
+def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
+    from .slurm.commands import CommandBackend
+
+    backend = CommandBackend(settings.scontrol, timeout=5)
+    try:
+        info = backend.node(node)
+        if (info.drained or info.down or info.rebooting) and not info.reason.startswith("gpufleet:"):
+            return
+        backend.drain(node, reason)
+    except Exception as exc:  # the watchdog must exit whatever happens here
+        sys.stderr.write(f"slurm-gpufleet: could not drain {node}: {exc}\n")
+
+
+# ---------------------------------------------------------------- acting
+def act(setup: Setup, report: Report, hook: str, job: str | None = None,
+        extra_findings: list[Finding] | None = None) -> str:
+    """Record the run, decide, carry it out through Slurm, publish the summary.  Returns the action."""
+    from .history import History, db_path
+    from .slurm import SlurmError, get_backend
+    from .slurm.actions import decide
+
+    findings = report.findings + (extra_findings or [])
+    final = verdict(findings)
+    node = setup.node
+    history = History(db_path(setup.settings.state_dir, node))
+    s = report.snapshot
+    history.record_run(node, hook, final, findings, job_id=job, duration_s=report.duration_s,
+                       driver=known(s.driver_version), gpus=len(s.gpus))
+    try:
+        backend = get_backend(setup.settings.backend, setup.settings.scontrol)
+        info = backend.node(node)
+    except SlurmError as exc:
+        log.error("cannot read node state from Slurm: %s", exc)
+        history.record_action(node, hook, "none", "", f"slurm unreachable: {exc}", False, str(exc))
+        return "error"
+    action = decide(info, final, findings, history.node_history(node),
+                    setup.settings.clean_runs_to_resume, setup.settings.reboots_before_drain)
+    ok, error = True, None
+    try:
+        if action.kind == "drain":
+            backend.drain(node, action.reason)
+        elif action.kind == "set_reason":
+            backend.set_reason(node, action.reason)
+        elif action.kind == "resume":
+            backend.resume(node)
+        elif action.kind == "reboot":
+            backend.reboot_asap(node, action.reason)
+            history.record_reboot(node, action.fault or "", info.boot_time)
+    except SlurmError as exc:
+        ok, error = False, str(exc)
+    if action.kind != "none" or not ok:
+        history.record_action(node, hook, action.kind, action.reason, action.why, ok, error)
+        (log.info if ok else log.error)("%s %s%s: %s%s", hook, action.kind,
+                                        f" '{action.reason}'" if action.reason else "", action.why,
+                                        f" FAILED: {error}" if error else "")
+    else:
+        log.info("%s verdict %s: %s", hook, final, action.why)
+    if setup.settings.publish != "none" and s.gpus:
+        _publish(backend, info, setup.settings.publish, summary(report, final))
+    if hook == "healthcheck":
+        history.prune()
+    history.close()
+    return action.kind if ok else "error"
+
+
+def summary(report: Report, final: str) -> dict:
+    s = report.snapshot
+    names = sorted({known(g.name) or "?" for g in s.gpus})
+    vbios = sorted({known(g.vbios) for g in s.gpus if known(g.vbios)})
+    return {"gpufleet": 1, "v": final, "drv": known(s.driver_version), "cuda": known(s.cuda_driver_version),
+            "gpus": f"{len(s.gpus)}x{'/'.join(names)}", "fw": ",".join(vbios),
+            "t": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())}
+
+
+def _publish(backend, info, field: str, data: dict) -> None:
+    from .slurm import SlurmError
+
+    current = info.extra if field == "extra" else info.comment
+    if current:
+        try:
+            old = json.loads(current)
+        except json.JSONDecodeError:
+            return  # someone else's text: never overwrite it
+        if not isinstance(old, dict) or "gpufleet" not in old:
+            return
+        if {k: v for k, v in old.items() if k != "t"} == {k: v for k, v in data.items() if k != "t"}:
+            return
+    try:
+        backend.set_field(info.name, field, json.dumps(data, separators=(",", ":")))
+    except SlurmError as exc:
+        log.warning("could not publish the GPU summary: %s", exc)
+
+
+# ---------------------------------------------------------------- entry points
+def healthcheck_main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="slurm-gpufleet-healthcheck",
+                                 description="Slurm HealthCheckProgram: check this node's GPUs and act.")
+    ap.add_argument("--config")
+    ap.add_argument("--node")
+    ap.add_argument("--level", choices=["quick", "full"], default="quick")
+    ap.add_argument("--nhc", action="store_true",
+                    help="judge only (no Slurm action): print the reason and exit 1 when the node is unfit (NHC)")
+    args = ap.parse_args(argv)
+    setup = _setup("healthcheck", args.config, args.node)
+    if setup is None:
+        return 0 if not args.nhc else 2
+    _start_watchdog(setup.settings, setup.node, 1, drain=not args.nhc)
+    try:
+        snap = read_node(setup.settings, setup.node, args.level)
+    except (ReportError, OSError) as exc:
+        log.error("no readable GPU state: %s", exc)
+        if args.nhc:
+            print(f"gpufleet: no readable GPU state: {exc}"[:200])
+            return 1
+        _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state"[:120])
+        return 1
+    finally:
+        watchdog.cancel()
+    from .slurm.commands import CommandBackend
+
+    node_info = None
+    if not args.nhc:
+        try:
+            node_info = CommandBackend(setup.settings.scontrol, timeout=10).node(setup.node)
+        except Exception as exc:
+            log.error("cannot read node state from Slurm: %s", exc)
+    # an idle node should have no GPU processes; a busy one is judged on everything else
+    idle = bool(node_info and node_info.idle)
+    report = evaluate(snap, setup.policy, host=setup.node, expect_idle=idle or None)
+    if args.nhc:
+        from .slurm.actions import make_reason, worst
+
+        if report.verdict in ("reboot", "drain"):
+            print(make_reason(worst(report.findings)))
+            return 1
+        return 0
+    act(setup, report, "healthcheck")
+    return 0
+
+
+def _job_gpus() -> frozenset[int] | None:
+    raw = os.environ.get("SLURM_JOB_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES") or ""
+    ids = {int(x) for x in raw.split(",") if x.strip().isdigit()}
+    return frozenset(ids) if ids else None
+
+
+def _window_path(settings: SlurmSettings, node: str, job: str) -> str:
+    return os.path.join(settings.state_dir, "jobs", f"{node}.{job}.json")
+
+
+def prolog_main(argv: list[str] | None = None) -> int:
+    job = os.environ.get("SLURM_JOB_ID")
+    setup = _setup("prolog", None, None, job)
+    if setup is None:
+        return 0  # our config problem must not stop jobs
+    _start_watchdog(setup.settings, setup.node, 1, drain=False)
+    try:
+        snap = read_node(setup.settings, setup.node, "quick")
+    except (ReportError, OSError) as exc:
+        watchdog.cancel()
+        print(f"gpufleet: no readable GPU state: {exc}"[:200])
+        _async_healthcheck(setup)
+        return 1
+    watchdog.cancel()
+    gpus = _job_gpus()
+    report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
+    if job:
+        _write_window(setup.settings, setup.node, job, snap, gpus)
+    if report.verdict in ("reboot", "drain"):
+        from .slurm.actions import make_reason, worst
+
+        reason = make_reason(worst(report.findings))
+        from .history import History, db_path
+
+        history = History(db_path(setup.settings.state_dir, setup.node))
+        history.record_run(setup.node, "prolog", report.verdict, report.findings, job_id=job,
+                           duration_s=report.duration_s, driver=known(snap.driver_version), gpus=len(snap.gpus))
+        history.close()
+        log.error("prolog failed, job %s will be requeued: %s", job, reason)
+        print(reason)  # slurmd logs it: "prolog failed: rc:1 output:<this>"
+        _async_healthcheck(setup)
+        return 1
+    return 0
+
+
+def _async_healthcheck(setup: Setup) -> None:
+    """Slurm's own reason for a failed prolog is just "Prolog error": a detached health check run a few
+    seconds later, once slurmctld has drained the node, puts our detailed reason in its place."""
+    exe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "healthcheck",
+                       "slurm-gpufleet-healthcheck")
+    argv = [sys.executable, exe, "--node", setup.node] if os.path.exists(exe) else \
+        [sys.executable, "-c", "import sys; from slurm_gpufleet.hooks import healthcheck_main; "
+                               "sys.exit(healthcheck_main(sys.argv[1:]))", "--node", setup.node]
+    if setup.policy.path:
+        argv += ["--config", setup.policy.path]
+    try:
+        subprocess.Popen(["/bin/sh", "-c", 'sleep 3; exec "$@"', "sh", *argv], start_new_session=True,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        log.warning("could not start the follow-up health check: %s", exc)
+
+
+def _write_window(settings: SlurmSettings, node: str, job: str, snap: NodeSnapshot,
+                  gpus: frozenset[int] | None) -> None:
+    """Start of the job's window and its GPUs' error counters, for the epilog (a small file, no database)."""
+    counters = {}
+    for g in snap.gpus:
+        sid = g.minor_number if isinstance(g.minor_number, int) else g.index
+        if gpus is None or sid in gpus:
+            counters[str(sid)] = _counters(g)
+    path = _window_path(settings, node, job)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"start": time.time(), "gpus": sorted(gpus) if gpus else None, "counters": counters}, fh)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("could not write the job window: %s", exc)
+
+
+def _counters(g) -> dict[str, int | None]:
+    def n(v):
+        v = known(v)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return {"dram_uncorrected": n(g.ecc.volatile_dram_uncorrected), "sram_uncorrected": n(g.ecc.volatile_sram_uncorrected),
+            "dram_corrected": n(g.ecc.volatile_dram_corrected), "remap_uncorrectable": n(g.remapped_rows.uncorrectable),
+            "remap_correctable": n(g.remapped_rows.correctable), "retired_dbe": n(g.retired_pages.double_bit)}
+
+
+def epilog_main(argv: list[str] | None = None) -> int:
+    job = os.environ.get("SLURM_JOB_ID")
+    setup = _setup("epilog", None, None, job)
+    if setup is None:
+        return 0
+    _start_watchdog(setup.settings, setup.node, 1, drain=True)
+    try:
+        snap = read_node(setup.settings, setup.node, "quick")
+    except (ReportError, OSError) as exc:
+        watchdog.cancel()
+        log.error("no readable GPU state: %s", exc)
+        _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state")
+        return 0
+    watchdog.cancel()
+    window = {}
+    if job:
+        try:
+            with open(_window_path(setup.settings, setup.node, job)) as fh:
+                window = json.load(fh)
+        except (OSError, json.JSONDecodeError):
+            window = {}
+    gpus = _job_gpus() or (frozenset(window["gpus"]) if window.get("gpus") else None)
+    report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
+    extra = job_findings(snap, job, gpus, window)
+    for f in extra:
+        log.warning("job %s: %s gpu %s: %s", job, f.check, f.gpu, f.detail or f.message)
+    result = act(setup, report, "epilog", job=job, extra_findings=extra)
+    if job:
+        try:
+            os.unlink(_window_path(setup.settings, setup.node, job))
+        except OSError:
+            pass
+    # when Slurm cannot be told, let it drain the node itself ("Epilog error") rather than pass a bad node
+    return 1 if result == "error" and verdict(report.findings + extra) in ("reboot", "drain") else 0
+
+
+def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | None, window: dict) -> list[Finding]:
+    """Xids and new memory errors inside the job's time window, attributed to the job and its GPUs.
+
+    Severity "ok": these record what happened to the job; what the node needs is the normal checks' call.
+    """
+    from .catalog import xid_info
+    from .readers.kernel_log import boot_epoch, event_epoch
+
+    out: list[Finding] = []
+    start = window.get("start")
+    now = time.time()
+    btime = boot_epoch()
+    for e in snap.xid_events:
+        at = event_epoch(e, btime)
+        if start is None or at is None or not (start - 1 <= at <= now + 1):
+            continue
+        g = snap.gpu_by_pci(e.pci)
+        sid = None if g is None else (g.minor_number if isinstance(g.minor_number, int) else g.index)
+        if gpus is not None and sid is not None and sid not in gpus:
+            continue
+        info = xid_info(e.xid)
+        out.append(Finding("job", "ok", "none", sid, f"Xid {e.xid} during job {job}",
+                           f"{info.name if info else 'unknown Xid'} on PCI {e.pci} at line {e.line}, "
+                           f"inside job {job}'s window", xid=e.xid, extra={"job_id": job}))
+    for sid, before in (window.get("counters") or {}).items():
+        g = next((x for x in snap.gpus if str(x.minor_number if isinstance(x.minor_number, int) else x.index) == sid),
+                 None)
+        if g is None:
+            continue
+        after = _counters(g)
+        grown = {k: after[k] - v for k, v in before.items()
+                 if isinstance(v, int) and isinstance(after.get(k), int) and after[k] > v}
+        if grown:
+            out.append(Finding("job", "ok", "none", int(sid), f"memory errors during job {job}",
+                               ", ".join(f"{k} +{d}" for k, d in grown.items()), extra={"job_id": job}))
+    return out

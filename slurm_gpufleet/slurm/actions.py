@@ -1,0 +1,104 @@
+"""What to do about a node, decided from its verdict, its Slurm state and its own history.  Pure.
+
+Rules an admin can rely on:
+* a node drained, down or rebooting by anyone else is never touched, and its reason never replaced;
+* we resume only nodes whose reason carries our prefix (or the "Prolog error"/"Epilog error" drain our
+  own prolog/epilog caused), and only after `clean_runs_to_resume` clean runs in a row;
+* a reset-fixable fault asks for `scontrol reboot ASAP nextstate=RESUME` once per boot; still there
+  after `reboots_before_drain` reboots, it becomes a drain for hardware inspection.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..findings import RANK, Finding
+from .base import NodeInfo
+
+PREFIX = "gpufleet:"
+MAX_REASON = 120  # scontrol has no real limit, but sinfo -R and dashboards cut long reasons
+SLURM_HOOK_REASONS = ("Prolog error", "Epilog error")
+
+
+def make_reason(finding: Finding, suffix: str = "") -> str:
+    """'gpufleet: <check> <gpu> <short message>', one line, no quotes, at most MAX_REASON chars."""
+    gpu = f"gpu{finding.gpu}" if finding.gpu is not None else "node"
+    text = f"{PREFIX} {finding.check} {gpu} {finding.message}{suffix}"
+    text = re.sub(r"[\x00-\x1f\x7f\"'`\\]+", " ", text)
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3].rstrip() + "..."
+
+
+def is_ours(reason: str) -> bool:
+    return reason.strip().startswith(PREFIX)
+
+
+def fault_key(finding: Finding) -> str:
+    """Identifies 'the same fault' across reboots: domain, GPU and action, not the changing numbers."""
+    return f"{finding.check}:{finding.gpu}:{finding.action}"
+
+
+def worst(findings: list[Finding], severity: str | None = None) -> Finding | None:
+    pool = [f for f in findings if severity is None or f.severity == severity]
+    return max(pool, key=lambda f: RANK[f.severity], default=None)
+
+
+@dataclass
+class NodeHistory:
+    """What the node's own history says, as the decision needs it."""
+
+    clean_runs: int = 0                  # healthcheck runs with verdict ok/warn in a row, this one included
+    hook_failure: bool = False           # our prolog/epilog failed since we last resumed the node
+    # fault key -> boot ids (Slurm BootTime) at which we asked for a reboot for it
+    reboot_boots: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Action:
+    kind: str      # drain | set_reason | resume | reboot | none
+    reason: str = ""
+    why: str = ""
+    fault: str | None = None
+
+
+def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeHistory,
+           clean_runs_to_resume: int, reboots_before_drain: int) -> Action:
+    ours = is_ours(node.reason) or (node.reason in SLURM_HOOK_REASONS and history.hook_failure)
+    held = node.drained or node.down or node.rebooting
+    if held and not ours:
+        who = f" by {node.reason_user}" if node.reason_user else ""
+        return Action("none", why=f"node is {node.state}+{'+'.join(sorted(node.flags))}{who} "
+                                  f"({node.reason or 'no reason'}): not ours, left alone")
+    if node.rebooting:
+        return Action("none", why="our reboot is pending")
+
+    if verdict in ("ok", "warn"):
+        if held:
+            if history.clean_runs >= clean_runs_to_resume:
+                return Action("resume", why=f"{history.clean_runs} clean runs in a row")
+            return Action("none", why=f"clean run {history.clean_runs} of {clean_runs_to_resume} before resume")
+        return Action("none", why="healthy")
+
+    if verdict == "reboot":
+        f = worst(findings, "reboot")
+        key = fault_key(f)
+        boots = history.reboot_boots.get(key, [])
+        survived = len({b for b in boots if b != node.boot_time})
+        if survived >= reboots_before_drain:
+            reason = make_reason(f, f" after {survived} reboots")
+            return _drain(node, ours, reason, f"{f.message} survived {survived} reboots: hardware inspection", key)
+        if node.boot_time is not None and node.boot_time in boots:
+            return Action("none", why="reboot already requested in this boot", fault=key)
+        return Action("reboot", reason=make_reason(f), why=f"reset-fixable: {f.message}", fault=key)
+
+    f = worst(findings, "drain")
+    return _drain(node, ours, make_reason(f), f.detail or f.message, fault_key(f))
+
+
+def _drain(node: NodeInfo, ours: bool, reason: str, why: str, key: str) -> Action:
+    if node.drained and ours:
+        if node.reason == reason:
+            return Action("none", why="already drained by us for this", fault=key)
+        return Action("set_reason", reason=reason, why=why, fault=key)
+    return Action("drain", reason=reason, why=why, fault=key)

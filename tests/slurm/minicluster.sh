@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# A real Slurm on one machine: one slurmctld and N slurmd (Debian's packages, 22.05 or 24.11), each
+# node with Gres=gpu:h200:8 backed by fake device files and simulated GPUs read from
+# $GPUFLEET_STATE_DIR/<node>.xml.  slurm.conf points at this project's own health check, prolog,
+# epilog, and a fake RebootProgram that restarts the node's slurmd.
+#
+#   minicluster.sh up N     install what is missing, write the configs, start, wait until idle
+#   minicluster.sh down     stop every daemon this script started (by pid), remove nothing else
+#   minicluster.sh env      print the settings of the running cluster
+#
+# Environment (all optional):
+#   MINICLUSTER_DIR     where everything lives (default /tmp/gpufleet-minicluster)
+#   GPUFLEET_STATE_DIR  simulated GPU files (default $MINICLUSTER_DIR/gpus)
+#   HC_INTERVAL         HealthCheckInterval seconds (default 10)
+#   GPUS_PER_NODE       default 8
+#   CTLD_PORT / SLURMD_PORT_BASE   default 16817 / 17001
+#   PYTHON              interpreter with slurm_gpufleet importable (default: the repo's .venv)
+#   AUTH                none | munge (default: none on 22.05, munge on later releases)
+# /etc is left as it is: the wrappers export SLURM_CONF themselves.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+DIR=${MINICLUSTER_DIR:-/tmp/gpufleet-minicluster}
+GPUDIR=${GPUFLEET_STATE_DIR:-$DIR/gpus}
+HC_INTERVAL=${HC_INTERVAL:-10}
+GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+CTLD_PORT=${CTLD_PORT:-16817}
+SLURMD_PORT_BASE=${SLURMD_PORT_BASE:-17001}
+CONF=$DIR/etc/slurm.conf
+
+log() { echo "minicluster: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+python_bin() {
+  if [ -n "${PYTHON:-}" ]; then readlink -f "$(command -v "$PYTHON")"; return; fi
+  if [ -x "$REPO/.venv/bin/python" ]; then echo "$REPO/.venv/bin/python"; return; fi
+  readlink -f "$(command -v python3)"
+}
+
+install_slurm() {
+  if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v scontrol >/dev/null; then return; fi
+  [ "$(id -u)" = 0 ] || die "Slurm is not installed and installing it needs root"
+  log "installing slurmctld slurmd slurm-client"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client >/dev/null
+}
+
+slurm_major_minor() { slurmctld -V | awk '{print $2}' | awk -F. '{printf "%d%02d\n", $1, $2}'; }
+
+alive() {  # a pid that exists and is not a zombie
+  local pid=$1
+  [ -n "$pid" ] && [ -d "/proc/$pid" ] && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null
+}
+
+stop_pid() {
+  local pid=$1 i
+  alive "$pid" || return 0
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 1 50); do alive "$pid" || return 0; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  for i in $(seq 1 20); do alive "$pid" || return 0; sleep 0.1; done
+}
+
+write_configs() {
+  local n=$1 py=$2 auth=$3
+  mkdir -p "$DIR"/{etc,bin,log,run,state/ctld,state/gpufleet,dev,spool/d} "$GPUDIR"
+  for i in $(seq 1 "$n"); do mkdir -p "$DIR/spool/d/n$i"; done
+  for g in $(seq 0 $((GPUS_PER_NODE - 1))); do
+    [ -e "$DIR/dev/nvidia$g" ] || mknod "$DIR/dev/nvidia$g" c 195 "$g" 2>/dev/null || ln -sf /dev/null "$DIR/dev/nvidia$g"
+  done
+
+  local cred="CredType=cred/none"
+  [ "$auth" = munge ] && cred="CredType=cred/munge"
+  cat > "$CONF" <<EOF
+# written by tests/slurm/minicluster.sh
+ClusterName=gpufleet
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+AuthType=auth/$auth
+$cred
+AuthInfo=cred_expire=10
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$DIR/state/ctld
+SlurmdSpoolDir=$DIR/spool/d/%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,batch_sched_delay=0
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=1
+SlurmdTimeout=30
+ResumeTimeout=30
+KillWait=5
+MinJobAge=300
+$(sed -n '/^HealthCheckProgram/,$p' "$DIR/etc/gpufleet-slurm.conf")
+RebootProgram=$DIR/bin/fake-reboot
+NodeName=n[1-$n] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$SLURMD_PORT_BASE-$((SLURMD_PORT_BASE + n - 1)) CPUs=16 RealMemory=64000 Gres=gpu:h200:$GPUS_PER_NODE State=UNKNOWN
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE DefaultTime=10 State=UP
+EOF
+  cat > "$DIR/etc/gres.conf" <<EOF
+AutoDetect=off
+NodeName=n[1-$n] Name=gpu Type=h200 File=$DIR/dev/nvidia[0-$((GPUS_PER_NODE - 1))]
+EOF
+
+  # The project's executables, each behind a wrapper that sets what slurmd does not give them.
+  local exe
+  for exe in healthcheck/slurm-gpufleet-healthcheck prolog_epilog/slurm-gpufleet-prolog prolog_epilog/slurm-gpufleet-epilog; do
+    cat > "$DIR/bin/$(basename "$exe")" <<EOF
+#!/bin/sh
+export SLURM_CONF=$CONF SLURM_GPUFLEET_CONFIG=$DIR/etc/gpufleet.toml
+exec $py $REPO/$exe "\$@"
+EOF
+    chmod 755 "$DIR/bin/$(basename "$exe")"
+  done
+
+  cat > "$DIR/etc/gpufleet.toml" <<EOF
+# written by tests/slurm/minicluster.sh: simulated GPUs, fast hysteresis
+[defaults]
+expected_gpus = $GPUS_PER_NODE
+require_persistence = true
+
+[slurm]
+clean_runs_to_resume = ${CLEAN_RUNS:-2}
+reboots_before_drain = ${REBOOTS_BEFORE_DRAIN:-2}
+read_timeout_s = ${READ_TIMEOUT:-5}
+scontrol = "$(command -v scontrol)"
+state_dir = "$DIR/state/gpufleet"
+gpu_state_dir = "$GPUDIR"
+kernel_log = "$GPUDIR"
+EOF
+
+  # RebootProgram runs as `sh -c PROG` with slurmd's env and no node name: find our slurmd by walking
+  # up the parents, then (detached) apply what a GPU reset would, and restart that slurmd with -b.
+  cat > "$DIR/bin/fake-reboot" <<EOF
+#!/bin/bash
+pid=\$\$ node=
+while [ "\$pid" -gt 1 ]; do
+  if [ "\$(cat /proc/\$pid/comm 2>/dev/null)" = slurmd ]; then
+    node=\$(tr '\\0' '\\n' < /proc/\$pid/cmdline | sed -n '/^-N\$/{n;p}'); break
+  fi
+  pid=\$(awk '/^PPid:/{print \$2}' /proc/\$pid/status)
+done
+[ -n "\$node" ] || exit 1
+[ -e "$DIR/hooks/reboot_noop" ] && exit 0
+setsid bash -c '
+  sleep 0.5
+  kill '\$pid' 2>/dev/null
+  for i in \$(seq 1 50); do [ -d /proc/'\$pid' ] && ! grep -q "^State:.*Z" /proc/'\$pid'/status 2>/dev/null || break; sleep 0.1; done
+  [ -f "$GPUDIR/'\$node'.after-reboot.xml" ] && mv -f "$GPUDIR/'\$node'.after-reboot.xml" "$GPUDIR/'\$node'.xml"
+  [ -f "$GPUDIR/'\$node'.kmsg" ] && echo "-- Boot \$(date +%s%N) --" >> "$GPUDIR/'\$node'.kmsg"
+  echo "\$(date -Is) '\$node'" >> "$DIR/log/reboots.log"
+  exec slurmd -f $CONF -b -N '\$node'
+' </dev/null >/dev/null 2>&1 &
+EOF
+  chmod 755 "$DIR/bin/fake-reboot"
+}
+
+up() {
+  local n=${1:-4}
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "usage: minicluster.sh up N"
+  install_slurm
+  if [ -f "$DIR/run/slurmctld.pid" ] && alive "$(cat "$DIR/run/slurmctld.pid")"; then
+    die "a mini-cluster is already running in $DIR (minicluster.sh down first)"
+  fi
+  local py auth
+  py=$(python_bin)
+  "$py" -c "import slurm_gpufleet" 2>/dev/null || PYTHONPATH=$REPO "$py" -c "import slurm_gpufleet" \
+    || die "$py cannot import slurm_gpufleet (make setup, or set PYTHON)"
+  auth=${AUTH:-}
+  if [ -z "$auth" ]; then
+    if [ "$(slurm_major_minor)" -le 2205 ]; then auth=none; else auth=munge; fi
+  fi
+  if [ "$auth" = munge ]; then
+    mkdir -p /run/munge && chown munge: /run/munge
+    pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
+  fi
+  rm -rf "$DIR/state/ctld" "$DIR/run" "$DIR/spool" "$DIR/state/gpufleet" "$DIR/hooks"
+  mkdir -p "$DIR/etc" "$DIR/hooks"
+  # the slurm.conf lines for our executables come from the project's own template
+  local bin=$DIR/bin
+  PYTHONPATH=$REPO "$py" -m slurm_gpufleet.cli slurm-conf --bin-dir "$bin" --interval "$HC_INTERVAL" \
+    > "$DIR/etc/gpufleet-slurm.conf" || die "slurm-gpufleet slurm-conf failed"
+  write_configs "$n" "$py" "$auth"
+  local nodes=() i
+  for i in $(seq 1 "$n"); do nodes+=("n$i"); done
+  PYTHONPATH=$REPO "$py" "$HERE/gpustate.py" seed "$GPUDIR" "${nodes[@]}" --gpus "$GPUS_PER_NODE"
+  for i in "${nodes[@]}"; do : > "$GPUDIR/$i.kmsg"; done
+
+  slurmctld -f "$CONF" -i
+  for i in "${nodes[@]}"; do slurmd -f "$CONF" -N "$i"; done
+  export SLURM_CONF=$CONF
+  local t
+  for t in $(seq 1 150); do
+    local idle
+    idle=$(sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 ~ /^idle/' | wc -l)
+    [ "$idle" -ge "$n" ] && break
+    sleep 0.2
+  done
+  [ "${idle:-0}" -ge "$n" ] || { sinfo -N >&2 || true; die "nodes did not become idle; see $DIR/log"; }
+  log "up: $n nodes idle (slurm $(slurmctld -V | awk '{print $2}'), auth/$auth)"
+  print_env
+}
+
+print_env() {
+  echo "MINICLUSTER_DIR=$DIR"
+  echo "SLURM_CONF=$CONF"
+  echo "GPUFLEET_STATE_DIR=$GPUDIR"
+  echo "SLURM_GPUFLEET_CONFIG=$DIR/etc/gpufleet.toml"
+}
+
+down() {
+  local f
+  for f in "$DIR"/run/slurmd-*.pid; do
+    [ -f "$f" ] && stop_pid "$(cat "$f")"
+  done
+  [ -f "$DIR/run/slurmctld.pid" ] && stop_pid "$(cat "$DIR/run/slurmctld.pid")"
+  # a fake reboot may have restarted a slurmd after its pid file was read
+  for f in "$DIR"/run/slurmd-*.pid; do
+    [ -f "$f" ] && stop_pid "$(cat "$f")"
+  done
+  rm -f "$DIR"/run/*.pid
+  log "down"
+}
+
+case "${1:-}" in
+  up) up "${2:-4}" ;;
+  down) down ;;
+  env) print_env ;;
+  *) echo "usage: $0 up N | down | env" >&2; exit 2 ;;
+esac
