@@ -80,14 +80,14 @@ class History:
         self.db["reboots"].insert({"ts": time.time(), "node": node, "fault": fault, "boot": boot or "unknown"})
 
     def node_history(self, node: str, window: int = 50) -> NodeHistory:
+        # clean health checks since the last bad run of any hook (a failed prolog restarts the count)
         rows = list(self.db.query(
-            "select verdict from runs where node = ? and hook = 'healthcheck' order by id desc limit ?",
-            [node, window]))
+            "select hook, verdict from runs where node = ? order by id desc limit ?", [node, window]))
         clean = 0
         for row in rows:
             if row["verdict"] not in ("ok", "warn"):
                 break
-            clean += 1
+            clean += row["hook"] == "healthcheck"
         last_resume = next(self.db.query(
             "select coalesce(max(ts), 0) as ts from actions where node = ? and action = 'resume' and ok = 1",
             [node]))["ts"]

@@ -100,14 +100,11 @@ def read_node(settings: SlurmSettings, node: str, level: str = "quick") -> NodeS
     return snap
 
 
-def _start_watchdog(settings: SlurmSettings, node: str, code: int, drain: bool) -> object:
-    """On expiry: drain with 'gpufleet: NVML timeout' (unless the node is held by someone else) and exit."""
-
-    def on_timeout() -> None:
-        if drain:
-            _drain_if_free(settings, node, TIMEOUT_REASON)
-
-    return watchdog.start(settings.read_timeout_s, f"reading GPU state of {node}", code, before_exit=on_timeout)
+def _start_watchdog(setup: Setup, code: int, on_timeout) -> object:
+    """A hard limit on reading GPU state: on expiry `on_timeout` runs (drain, or hand the reason over)
+    and the process exits with `code`, whatever the stuck call is doing."""
+    return watchdog.start(setup.settings.read_timeout_s, f"reading GPU state of {setup.node}", code,
+                          before_exit=on_timeout)
 
 
 def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
@@ -204,7 +201,32 @@ def _publish(backend, info, field: str, data: dict) -> None:
 
 
 # ---------------------------------------------------------------- entry points
+def _guarded(hook: str, fn, *args) -> int:
+    """A bug in slurm-gpufleet must never fail a prolog or drain a node: one log line, exit 0."""
+    try:
+        return fn(*args)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        if os.environ.get("SLURM_GPUFLEET_DEBUG"):
+            raise
+        sys.stderr.write(f"slurm-gpufleet-{hook}: internal error, no action taken: {type(exc).__name__}: {exc}\n")
+        return 0
+
+
 def healthcheck_main(argv: list[str] | None = None) -> int:
+    return _guarded("healthcheck", _healthcheck, argv)
+
+
+def prolog_main(argv: list[str] | None = None) -> int:
+    return _guarded("prolog", _prolog, argv)
+
+
+def epilog_main(argv: list[str] | None = None) -> int:
+    return _guarded("epilog", _epilog, argv)
+
+
+def _healthcheck(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="slurm-gpufleet-healthcheck",
@@ -218,7 +240,7 @@ def healthcheck_main(argv: list[str] | None = None) -> int:
     setup = _setup("healthcheck", args.config, args.node)
     if setup is None:
         return 0 if not args.nhc else 2
-    _start_watchdog(setup.settings, setup.node, 1, drain=not args.nhc)
+    _start_watchdog(setup, 1, None if args.nhc else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
         snap = read_node(setup.settings, setup.node, args.level)
     except (ReportError, OSError) as exc:
@@ -262,18 +284,20 @@ def _window_path(settings: SlurmSettings, node: str, job: str) -> str:
     return os.path.join(settings.state_dir, "jobs", f"{node}.{job}.json")
 
 
-def prolog_main(argv: list[str] | None = None) -> int:
+def _prolog(argv: list[str] | None = None) -> int:
     job = os.environ.get("SLURM_JOB_ID")
     setup = _setup("prolog", None, None, job)
     if setup is None:
         return 0  # our config problem must not stop jobs
-    _start_watchdog(setup.settings, setup.node, 1, drain=False)
+    # slurmd drains the node for the failed prolog; the helper then puts our reason on it
+    _start_watchdog(setup, 1, lambda: _prolog_timeout(setup))
     try:
         snap = read_node(setup.settings, setup.node, "quick")
     except (ReportError, OSError) as exc:
         watchdog.cancel()
-        print(f"gpufleet: no readable GPU state: {exc}"[:200])
-        _async_healthcheck(setup)
+        reason = "gpufleet: inventory node no readable GPU state"
+        print(f"{reason}: {exc}"[:200])
+        _async_reason(setup, reason)
         return 1
     watchdog.cancel()
     gpus = _job_gpus()
@@ -292,26 +316,58 @@ def prolog_main(argv: list[str] | None = None) -> int:
         history.close()
         log.error("prolog failed, job %s will be requeued: %s", job, reason)
         print(reason)  # slurmd logs it: "prolog failed: rc:1 output:<this>"
-        _async_healthcheck(setup)
+        _async_reason(setup, reason)
         return 1
     return 0
 
 
-def _async_healthcheck(setup: Setup) -> None:
-    """Slurm's own reason for a failed prolog is just "Prolog error": a detached health check run a few
-    seconds later, once slurmctld has drained the node, puts our detailed reason in its place."""
-    exe = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "healthcheck",
-                       "slurm-gpufleet-healthcheck")
-    argv = [sys.executable, exe, "--node", setup.node] if os.path.exists(exe) else \
-        [sys.executable, "-c", "import sys; from slurm_gpufleet.hooks import healthcheck_main; "
-                               "sys.exit(healthcheck_main(sys.argv[1:]))", "--node", setup.node]
-    if setup.policy.path:
-        argv += ["--config", setup.policy.path]
+def _prolog_timeout(setup: Setup) -> None:
+    print(TIMEOUT_REASON, flush=True)  # the watchdog ends the process with os._exit: no flush at exit
+    _async_reason(setup, TIMEOUT_REASON)
+
+
+def _async_reason(setup: Setup, reason: str) -> None:
+    """Slurm's own reason for a failed prolog is just "Prolog error".  A detached helper waits for
+    slurmctld to drain the node, then puts our detailed reason in its place (prolog exit is not delayed)."""
+    code = ("import sys; from slurm_gpufleet.hooks import replace_hook_reason; "
+            "sys.exit(replace_hook_reason(sys.argv[1], sys.argv[2], sys.argv[3] or None))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + (":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
     try:
-        subprocess.Popen(["/bin/sh", "-c", 'sleep 3; exec "$@"', "sh", *argv], start_new_session=True,
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen([sys.executable, "-c", code, setup.node, reason, setup.policy.path or ""],
+                         start_new_session=True, env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError as exc:
-        log.warning("could not start the follow-up health check: %s", exc)
+        log.warning("could not start the reason update: %s", exc)
+
+
+def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: float = 20.0) -> int:
+    setup = _setup("prolog", config, node)
+    if setup is None:
+        return 0
+    from .slurm import SlurmError, get_backend
+    from .slurm.actions import SLURM_HOOK_REASONS
+
+    backend = get_backend(setup.settings.backend, setup.settings.scontrol)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            info = backend.node(node)
+            if info.drained and info.reason in SLURM_HOOK_REASONS:
+                backend.set_reason(node, reason)
+                log.info("replaced '%s' with '%s'", info.reason, reason)
+                from .history import History, db_path
+
+                history = History(db_path(setup.settings.state_dir, node))
+                history.record_action(node, "prolog", "set_reason", reason, f"was '{info.reason}'", True)
+                history.close()
+                return 0
+            if info.drained and info.reason and not info.reason.startswith("gpufleet:"):
+                return 0  # someone else's reason: never replaced
+        except SlurmError as exc:
+            log.warning("waiting for the prolog drain: %s", exc)
+        time.sleep(0.5)
+    return 0
 
 
 def _write_window(settings: SlurmSettings, node: str, job: str, snap: NodeSnapshot,
@@ -343,12 +399,12 @@ def _counters(g) -> dict[str, int | None]:
             "remap_correctable": n(g.remapped_rows.correctable), "retired_dbe": n(g.retired_pages.double_bit)}
 
 
-def epilog_main(argv: list[str] | None = None) -> int:
+def _epilog(argv: list[str] | None = None) -> int:
     job = os.environ.get("SLURM_JOB_ID")
     setup = _setup("epilog", None, None, job)
     if setup is None:
         return 0
-    _start_watchdog(setup.settings, setup.node, 1, drain=True)
+    _start_watchdog(setup, 1, lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
         snap = read_node(setup.settings, setup.node, "quick")
     except (ReportError, OSError) as exc:

@@ -56,6 +56,15 @@ def set_value(path: str, gpu: int, element: str, value: str) -> None:
     write_atomic(tree, path)
 
 
+def add_process(path: str, gpu: int, pid: int, name: str = "python3", used_mib: int = 4096) -> None:
+    tree = ET.parse(path)
+    procs = tree.getroot().findall("gpu")[gpu].find("processes")
+    info = ET.SubElement(procs, "process_info")
+    for tag, text in (("pid", str(pid)), ("type", "C"), ("process_name", name), ("used_memory", f"{used_mib} MiB")):
+        ET.SubElement(info, tag).text = text
+    write_atomic(tree, path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)

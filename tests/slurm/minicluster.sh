@@ -32,10 +32,13 @@ CONF=$DIR/etc/slurm.conf
 log() { echo "minicluster: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-python_bin() {
-  if [ -n "${PYTHON:-}" ]; then readlink -f "$(command -v "$PYTHON")"; return; fi
-  if [ -x "$REPO/.venv/bin/python" ]; then echo "$REPO/.venv/bin/python"; return; fi
-  readlink -f "$(command -v python3)"
+python_bin() {  # an absolute path, not resolved: a venv's python is a symlink that must stay one
+  local py=${PYTHON:-}
+  if [ -z "$py" ] && [ -x "$REPO/.venv/bin/python" ]; then py=$REPO/.venv/bin/python; fi
+  if [ -z "$py" ]; then py=$(command -v python3); fi
+  case "$py" in /*) ;; */*) py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py") ;; *) py=$(command -v "$py") ;; esac
+  # pyenv shims need PATH, which slurmd does not give: ask the interpreter where it really is
+  "$py" -c 'import sys; print(sys.executable)'
 }
 
 install_slurm() {

@@ -1,0 +1,162 @@
+"""A real Slurm mini-cluster for the whole test run (tests/slurm/minicluster.sh), reset between tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+SCRIPT = HERE / "minicluster.sh"
+NODES = 4
+HC_INTERVAL = 5
+sys.path.insert(0, str(HERE))
+
+import gpustate  # noqa: E402
+
+
+@dataclass
+class Cluster:
+    dir: Path
+    gpus: Path
+    env: dict[str, str]
+    nodes: list[str]
+    hc_interval: int
+
+    # -- Slurm ---------------------------------------------------------------------------------
+    def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, check=check, timeout=timeout)
+
+    def node(self, name: str) -> dict[str, str]:
+        out = self.run("scontrol", "show", "node", name).stdout
+        values: dict[str, str] = {}
+        for line in out.splitlines():
+            line = line.strip()
+            for key in ("Reason=", "Comment=", "Extra="):
+                if line.startswith(key):
+                    values[key[:-1]] = line[len(key):]
+                    break
+            else:
+                for tok in line.split():
+                    k, _, v = tok.partition("=")
+                    values.setdefault(k, v)
+        return values
+
+    def state(self, name: str) -> str:
+        return self.node(name)["State"]
+
+    def wait(self, predicate, timeout: float, what: str, step: float = 0.3):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(step)
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last: {last!r}; "
+                             f"nodes: {self.run('sinfo', '-N', '-o', '%N %T %E', check=False).stdout}")
+
+    def sbatch(self, *args: str) -> str:
+        out = self.run("sbatch", "--parsable", "-o", "/dev/null", *args).stdout.strip()
+        return out.split(";")[0]
+
+    def start_job(self, node: str, gpus: int, seconds: float) -> str:
+        """Submit a GPU job and wait until its script runs (RUNNING is reported while the prolog still runs)."""
+        marker = self.dir / "jobs-started"
+        marker.mkdir(exist_ok=True)
+        job = self.sbatch("-w", node, f"--gres=gpu:{gpus}", "--time=2", "--wrap",
+                          f"touch {marker}/$SLURM_JOB_ID; sleep {seconds}")
+        self.wait(lambda: (marker / job).exists(), 30, f"job {job} script started")
+        return job
+
+    def job(self, job_id: str) -> dict[str, str]:
+        out = self.run("scontrol", "show", "job", job_id, check=False).stdout
+        return dict(tok.partition("=")[::2] for tok in out.split() if "=" in tok)
+
+    def healthcheck(self, node: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """One health-check run on `node`, exactly as slurmd starts it (same wrapper, no PATH)."""
+        return subprocess.run([str(self.dir / "bin" / "slurm-gpufleet-healthcheck"), "--node", node],
+                              capture_output=True, text=True, env={"SLURMD_NODENAME": node}, timeout=timeout)
+
+    # -- GPUs ------------------------------------------------------------------------------------
+    def gpu_file(self, node: str) -> str:
+        return str(self.gpus / f"{node}.xml")
+
+    def set_gpu(self, node: str, gpu: int, element: str, value: str) -> None:
+        gpustate.set_value(self.gpu_file(node), gpu, element, value)
+
+    def heal(self, node: str) -> None:
+        path = self.gpu_file(node)
+        if os.path.exists(path) and not os.path.isfile(path):
+            os.unlink(path)  # a FIFO left by the stuck-reader test
+        gpustate.write_atomic(gpustate.healthy_report(8, node), path)
+
+    def history(self, node: str, sql: str, params: tuple = ()) -> list[tuple]:
+        path = self.dir / "state" / "gpufleet" / f"{node}.db"
+        if not path.exists():
+            return []
+        with sqlite3.connect(path, timeout=10) as conn:
+            return conn.execute(sql, params).fetchall()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        pytest.fail("neither Slurm nor apt-get is available: the Slurm tests need Debian's slurm packages")
+    base = Path(os.environ.get("GPUFLEET_TEST_DIR", f"/tmp/gpufleet-test-{os.getpid()}"))
+    env = {**os.environ, "MINICLUSTER_DIR": str(base), "GPUFLEET_STATE_DIR": str(base / "gpus"),
+           "HC_INTERVAL": str(HC_INTERVAL), "PYTHON": sys.executable, "CLEAN_RUNS": "2", "READ_TIMEOUT": "4",
+           "CTLD_PORT": "26817", "SLURMD_PORT_BASE": "27001"}
+    up = subprocess.run(["bash", str(SCRIPT), "up", str(NODES)], capture_output=True, text=True, env=env, timeout=300)
+    if up.returncode != 0:
+        subprocess.run(["bash", str(SCRIPT), "down"], env=env, capture_output=True)
+        pytest.fail(f"minicluster up failed:\n{up.stdout}\n{up.stderr}")
+    settings = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
+    env.update(SLURM_CONF=settings["SLURM_CONF"])
+    c = Cluster(dir=base, gpus=Path(settings["GPUFLEET_STATE_DIR"]), env=env,
+                nodes=[f"n{i}" for i in range(1, NODES + 1)], hc_interval=HC_INTERVAL)
+    try:
+        yield c
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "down"], env=env, capture_output=True, timeout=120)
+        if not os.environ.get("GPUFLEET_KEEP"):
+            shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def mc(cluster):
+    """The cluster with every node healthy, idle, undrained and without history."""
+    _reset(cluster)
+    yield cluster
+    _reset(cluster)
+
+
+def _reset(c: Cluster) -> None:
+    c.run("scancel", "--user=root", check=False)
+    c.wait(lambda: c.run("squeue", "-h", "-t", "all", "-o", "%T", check=False).stdout.strip() in ("",)
+           or all(s in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT") for s in
+                  c.run("squeue", "-h", "-t", "all", "-o", "%T", check=False).stdout.split()), 60, "jobs to end")
+    for node in c.nodes:
+        c.heal(node)
+        Path(c.gpus / f"{node}.kmsg").write_text("")
+        for leftover in (c.gpus / f"{node}.after-reboot.xml",):
+            leftover.unlink(missing_ok=True)
+    (c.dir / "log" / "reboots.log").unlink(missing_ok=True)
+    for db in (c.dir / "state" / "gpufleet").glob("*.db*"):
+        db.unlink(missing_ok=True)
+    for node in c.nodes:
+        state = c.state(node)
+        if "REBOOT" in state:
+            c.run("scontrol", "reboot", "cancel", node, check=False)
+        if "DRAIN" in state or "DOWN" in state or "REBOOT" in state:
+            c.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        c.run("scontrol", "update", f"nodename={node}", "comment=", "extra=", check=False)
+    c.wait(lambda: all(c.state(n) == "IDLE" for n in c.nodes), 60, "all nodes IDLE")

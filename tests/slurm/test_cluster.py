@@ -1,0 +1,118 @@
+"""Against real slurmctld/slurmd daemons: what the health check, prolog and epilog do to nodes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+
+import gpustate
+
+
+def test_healthy_node_stays_idle_and_is_never_drained(mc):
+    # two full health-check rounds on every node
+    mc.wait(lambda: all(len(mc.history(n, "select 1 from runs where hook='healthcheck'")) >= 2 for n in mc.nodes),
+            4 * mc.hc_interval, "two health checks on every node")
+    for node in mc.nodes:
+        info = mc.node(node)
+        assert info["State"] == "IDLE", info
+        assert info.get("Reason", "") in ("", "(null)")
+        assert mc.history(node, "select count(*) from runs where verdict != 'ok'") == [(0,)]
+        assert mc.history(node, "select count(*) from actions") == [(0,)]
+        assert '"v":"ok"' in info.get("Extra", "") and '"gpus":"8xNVIDIA H200"' in info["Extra"]
+
+
+def test_fault_drains_within_one_interval_and_fix_resumes_after_hysteresis(mc):
+    mc.set_gpu("n2", 5, "remapped_rows/remapped_row_failure", "Yes")
+    injected = time.monotonic()
+    mc.wait(lambda: "DRAIN" in mc.state("n2"), mc.hc_interval + 3, "n2 drained")
+    assert time.monotonic() - injected <= mc.hc_interval + 3
+    assert mc.node("n2")["Reason"].startswith("gpufleet: memory gpu5 row remapping failed [")
+    assert mc.state("n1") == "IDLE"
+
+    mc.heal("n2")
+    healed = time.monotonic()
+    # clean_runs_to_resume = 2: resumed on the second clean run, not the first
+    mc.wait(lambda: mc.history("n2", "select count(*) from runs where hook='healthcheck' and verdict='ok' and id > "
+                                     "(select max(id) from runs where verdict='drain')")[0][0] >= 1,
+            mc.hc_interval + 3, "first clean run")
+    assert "DRAIN" in mc.state("n2"), "resumed before the hysteresis"
+    mc.wait(lambda: mc.state("n2") == "IDLE", 2 * mc.hc_interval + 3, "n2 resumed")
+    assert time.monotonic() - healed >= mc.hc_interval - 1
+    assert mc.history("n2", "select action from actions order by ts") == [("drain",), ("resume",)]
+
+
+def test_admin_drain_is_never_touched(mc):
+    mc.run("scontrol", "update", "nodename=n3", "state=drain", "reason=admin: fan replaced tomorrow")
+    mc.set_gpu("n3", 0, "remapped_rows/remapped_row_failure", "Yes")
+    for _ in range(2):
+        run = mc.healthcheck("n3")
+        assert run.returncode == 0, run.stderr
+    assert "not ours, left alone" in run.stderr
+    info = mc.node("n3")
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("admin: fan replaced tomorrow [")
+    mc.heal("n3")
+    for _ in range(3):
+        mc.healthcheck("n3")
+    info = mc.node("n3")
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("admin: fan replaced tomorrow [")
+    assert mc.history("n3", "select count(*) from actions where action in ('drain','resume','set_reason')") == [(0,)]
+
+
+def test_row_remap_pending_gets_one_reboot_between_jobs(mc):
+    job = mc.start_job("n4", 2, 6)
+    mc.set_gpu("n4", 1, "remapped_rows/remapped_row_pending", "Yes")
+    # what a GPU reset does: the pending remap is applied, the node comes back healthy
+    gpustate.write_atomic(gpustate.healthy_report(8, "n4"), str(mc.gpus / "n4.after-reboot.xml"))
+    mc.wait(lambda: "REBOOT_REQUESTED" in mc.state("n4"), mc.hc_interval + 3, "reboot requested")
+    assert mc.job(job)["JobState"] == "RUNNING", f"the running job must not be touched: {mc.job(job)}"
+    assert mc.node("n4")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
+    mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 30, "job completed")
+    mc.wait(lambda: mc.state("n4") == "IDLE", 60, "n4 back after the reboot")
+    time.sleep(mc.hc_interval + 1)  # one more health-check round: no second reboot
+    reboots = (mc.dir / "log" / "reboots.log").read_text().split()
+    assert reboots.count("n4") == 1
+    assert mc.history("n4", "select count(*) from reboots") == [(1,)]
+    assert mc.state("n4") == "IDLE"
+
+
+def test_prolog_failure_requeues_the_job_and_drains_with_our_reason(mc):
+    # a leftover process on GPU 4 of n1: only the prolog of a job that gets GPU 4 looks there while n1 is busy
+    first = mc.start_job("n1", 4, 20)
+    gpustate.add_process(mc.gpu_file("n1"), 4, pid=4242, name="/usr/bin/python3")
+    second = mc.sbatch("-w", "n1", "--gres=gpu:4", "--time=2", "--wrap", "true")
+    mc.wait(lambda: mc.job(second).get("Restarts") == "1" and mc.job(second).get("JobState") == "PENDING", 30,
+            "second job requeued")
+    assert mc.job(second)["Reason"] == "launch_failed_requeued_held"
+    assert mc.job(first)["JobState"] == "RUNNING"
+    mc.wait(lambda: mc.node("n1").get("Reason", "").startswith("gpufleet: processes gpu4 1 leftover GPU process"),
+            25, "our reason in place of 'Prolog error'")
+    assert "DRAIN" in mc.state("n1")
+    assert mc.history("n1", "select hook, verdict, job_id from runs where hook='prolog'") == [("prolog", "drain", second)]
+
+
+def test_epilog_attributes_an_xid_to_the_job(mc):
+    job = mc.start_job("n2", 8, 3)
+    stamp = dt.datetime.now().astimezone().isoformat(timespec="microseconds").replace(".", ",")
+    with open(mc.gpus / "n2.kmsg", "a") as fh:  # GPU 3 of n2 is at PCI 0000:5d:00
+        fh.write(f"{stamp} NVRM: Xid (PCI:0000:5d:00): 79, pid=777, name=python3, GPU has fallen off the bus.\n")
+    mc.wait(lambda: mc.history("n2", "select job_id, xid, gpu, check_name from (select job_id, xid, gpu, "
+                                     "[check] as check_name from findings) where job_id = ? and xid = 79", (job,)),
+            30, "Xid 79 attributed to the job")
+    rows = mc.history("n2", "select gpu, message from findings where job_id = ? and [check] = 'job'", (job,))
+    assert rows == [(3, f"Xid 79 during job {job}")]
+    assert mc.history("n2", "select hook from runs where job_id = ?", (job,)) == [("epilog",)]
+
+
+def test_stuck_reader_returns_within_timeout_and_drains(mc):
+    path = mc.gpu_file("n3")
+    os.unlink(path)
+    os.mkfifo(path)  # opening it blocks forever, like a wedged driver
+    started = time.monotonic()
+    run = mc.healthcheck("n3", timeout=30)
+    elapsed = time.monotonic() - started
+    assert elapsed < 4 + 6, elapsed  # read_timeout_s = 4, plus the drain
+    assert run.returncode == 1 and "timed out after 4 s" in run.stderr
+    info = mc.node("n3")
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("gpufleet: NVML timeout")
+    mc.heal("n3")
