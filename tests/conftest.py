@@ -3,31 +3,10 @@
 from __future__ import annotations
 
 import copy
-import csv
 import json
-import os
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-H200 = SHARED / "fixtures" / "h200-real"
-PUBLIC = SHARED / "fixtures" / "public"
-
-if not H200.is_dir():  # fail loudly: these tests are the proof that real captures parse
-    raise RuntimeError(f"real GPU captures not found at {H200}; ../shared must sit beside the repo")
-
-
-def public_index() -> list[dict[str, str]]:
-    with open(PUBLIC / "nvidia-smi" / "INDEX.tsv", newline="") as fh:
-        return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
-
-
-def kernel_log_lines() -> list[dict[str, str]]:
-    with open(PUBLIC / "kernel_log_lines.tsv", newline="") as fh:
-        return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+from support import H200
 
 
 @pytest.fixture(scope="session")
@@ -49,10 +28,3 @@ def probe():
         return json.load(fh)
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60, stdin: bytes | None = None):
-    import subprocess
-
-    full_env = {**os.environ, **(env or {})}
-    full_env.pop("SLURM_GPUFLEET_CONFIG", None) if env is None or "SLURM_GPUFLEET_CONFIG" not in env else None
-    return subprocess.run([sys.executable, "-m", "slurm_gpufleet.cli", *args], capture_output=True,
-                          timeout=timeout, env=full_env, input=stdin, cwd=REPO)

@@ -4,7 +4,7 @@ import json
 import time
 
 import pytest
-from conftest import H200, PUBLIC, REPO, run_cli
+from support import H200, PUBLIC, REPO, run_cli
 
 XML = str(H200 / "nvidia-smi-q.xml")
 SMI = PUBLIC / "nvidia-smi"

@@ -1,8 +1,8 @@
 """Readers never crash: any input is a snapshot or a ReportError."""
 
-from conftest import H200, PUBLIC
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import H200, PUBLIC
 
 from slurm_gpufleet import evaluate
 from slurm_gpufleet.readers import ReportError, read_report

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from conftest import REPO
+from support import REPO
 
 HEAVY = ("click", "jinja2", "sqlite_utils")
 

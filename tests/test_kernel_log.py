@@ -1,5 +1,5 @@
 import pytest
-from conftest import kernel_log_lines
+from support import kernel_log_lines
 
 from slurm_gpufleet.readers.kernel_log import parse_kernel_log, parse_xid_line
 

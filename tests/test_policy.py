@@ -66,6 +66,6 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_shipped_sample_config_is_valid():
-    from conftest import REPO
+    from support import REPO
     policy = load_policy(str(REPO / "etc" / "gpufleet.toml"))
     assert policy.groups

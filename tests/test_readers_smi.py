@@ -1,5 +1,5 @@
 import pytest
-from conftest import H200, PUBLIC, public_index
+from support import H200, PUBLIC, public_index
 
 from slurm_gpufleet import evaluate
 from slurm_gpufleet.readers import ReportError, read_report, read_report_file

@@ -1,0 +1,86 @@
+"""The prolog's success path: no Slurm round-trip, no database, no heavy imports; bad config never acts."""
+
+import json
+import os
+import subprocess
+import sys
+
+from support import REPO
+
+sys.path.insert(0, str(REPO / "tests" / "slurm"))
+import gpustate  # noqa: E402
+
+PROBE = """
+import os, sys, time
+t = time.perf_counter()
+from slurm_gpufleet.hooks import prolog_main
+rc = prolog_main()
+print(json.dumps({"rc": rc, "s": time.perf_counter() - t,
+                  "heavy": [m for m in ("click", "jinja2", "sqlite_utils") if m in sys.modules]}))
+"""
+
+
+def _config(tmp_path, gpus_dir, extra=""):
+    cfg = tmp_path / "gpufleet.toml"
+    cfg.write_text(f"""[slurm]
+scontrol = "/nonexistent/scontrol"
+state_dir = "{tmp_path}/state"
+gpu_state_dir = "{gpus_dir}"
+kernel_log = "{gpus_dir}"
+{extra}""")
+    return cfg
+
+
+def _run_prolog(tmp_path, cfg, job_gpus="0,1"):
+    env = {"SLURMD_NODENAME": "n9", "SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": job_gpus,
+           "SLURM_GPUFLEET_CONFIG": str(cfg), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", "import json\n" + PROBE], capture_output=True, text=True, env=env,
+                          timeout=60)
+
+
+def test_prolog_success_path_is_light(tmp_path):
+    gpus = tmp_path / "gpus"
+    gpus.mkdir()
+    gpustate.write_atomic(gpustate.healthy_report(8, "n9"), str(gpus / "n9.xml"))
+    r = _run_prolog(tmp_path, _config(tmp_path, gpus))
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["rc"] == 0 and out["heavy"] == [], r.stderr
+    # no database on the success path (the scontrol path does not even exist), only the job window file
+    assert not list((tmp_path / "state").glob("*.db"))
+    window = json.loads((tmp_path / "state" / "jobs" / "n9.42.json").read_text())
+    assert window["gpus"] == [0, 1] and set(window["counters"]) == {"0", "1"}
+
+
+def test_prolog_fails_on_a_fault_in_the_jobs_gpus(tmp_path):
+    gpus = tmp_path / "gpus"
+    gpus.mkdir()
+    gpustate.write_atomic(gpustate.healthy_report(8, "n9"), str(gpus / "n9.xml"))
+    gpustate.add_process(str(gpus / "n9.xml"), 1, pid=99)
+    r = _run_prolog(tmp_path, _config(tmp_path, gpus), job_gpus="0,1")
+    assert "gpufleet: processes gpu1 1 leftover GPU process" in r.stdout
+    assert json.loads(r.stdout.strip().splitlines()[-1])["rc"] == 1
+    # a process on a GPU the job did not get is not the prolog's business
+    r = _run_prolog(tmp_path, _config(tmp_path, gpus), job_gpus="2,3")
+    assert json.loads(r.stdout.strip().splitlines()[-1])["rc"] == 0
+
+
+def test_broken_config_never_fails_the_prolog(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[slurm]\nclean_runs = 2\n")
+    r = _run_prolog(tmp_path, cfg)
+    assert json.loads(r.stdout.strip().splitlines()[-1])["rc"] == 0
+    assert "config error, no action taken" in r.stderr and "unknown key 'clean_runs'" in r.stderr
+
+
+def test_nhc_mode_judges_only(tmp_path):
+    gpus = tmp_path / "gpus"
+    gpus.mkdir()
+    gpustate.write_atomic(gpustate.healthy_report(2, "n9"), str(gpus / "n9.xml"))
+    cfg = _config(tmp_path, gpus)
+    env = {"SLURM_GPUFLEET_CONFIG": str(cfg)}
+    exe = [sys.executable, str(REPO / "healthcheck" / "slurm-gpufleet-healthcheck"), "--nhc", "--node", "n9"]
+    assert subprocess.run(exe, env=env, capture_output=True, timeout=60).returncode == 0
+    gpustate.set_value(str(gpus / "n9.xml"), 1, "remapped_rows/remapped_row_failure", "Yes")
+    r = subprocess.run(exe, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout.strip() == "gpufleet: memory gpu1 row remapping failed"
+    assert not os.path.exists(tmp_path / "state" / "n9.db")

@@ -1,0 +1,109 @@
+"""The Slurm layer's pure parts: parsing scontrol output, reasons, the decision table, history."""
+
+import json
+
+import pytest
+
+from slurm_gpufleet.findings import Finding
+from slurm_gpufleet.slurm.actions import NodeHistory, decide, is_ours, make_reason
+from slurm_gpufleet.slurm.base import NodeInfo
+from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text
+
+SHOW_NODE_2205 = """NodeName=n1 Arch=x86_64 CoresPerSocket=1
+   CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.14
+   Gres=gpu:h200:8
+   OS=Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0
+   State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A
+   BootTime=2026-11-29T20:19:30 SlurmdStartTime=2026-11-29T20:36:34
+   Reason=admin: fan = broken [root@2026-11-29T20:36:34]
+   Comment=hello world
+   Extra={"a":1}
+"""
+
+
+def test_parse_scontrol_show_node_text():
+    info = parse_node_text(SHOW_NODE_2205)
+    assert (info.name, info.state, info.flags) == ("n1", "IDLE", {"DRAIN"})
+    assert (info.reason, info.reason_user) == ("admin: fan = broken", "root")
+    assert (info.comment, info.extra, info.boot_time) == ("hello world", '{"a":1}', "2026-11-29T20:19:30")
+    assert info.drained and not info.rebooting
+
+
+def test_parse_reboot_states():
+    info = parse_node_text("NodeName=n3\n   State=MIXED+DRAIN+REBOOT_REQUESTED ThreadsPerCore=1\n   BootTime=None\n")
+    assert info.state == "MIXED" and info.rebooting and info.boot_time is None
+
+
+def test_parse_json_2311_shape():
+    text = json.dumps({"nodes": [{"name": "n2", "state": ["IDLE", "DRAIN"], "reason": "gpufleet: x",
+                                  "comment": "", "extra": "", "boot_time": {"set": True, "number": 1795979330}}]})
+    info = parse_node_json(text, "n2")
+    assert info.state == "IDLE" and info.drained and info.boot_time == "1795979330"
+
+
+def test_reason_is_one_safe_line():
+    f = Finding("memory", "drain", "inspect_hardware", 3, "row 'remap'\nfailed \"now\"" + "x" * 300)
+    reason = make_reason(f)
+    assert reason.startswith("gpufleet: memory gpu3 row remap failed now")
+    assert len(reason) <= 120 and "\n" not in reason and "'" not in reason and '"' not in reason
+    assert is_ours(reason) and not is_ours("admin: gpufleet: no")
+
+
+def node(**kw):
+    return NodeInfo(name="n1", state=kw.pop("state", "IDLE"), **kw)
+
+
+DRAIN = [Finding("memory", "drain", "inspect_hardware", 1, "row remapping failed")]
+REBOOT = [Finding("memory", "reboot", "reset_gpu", 1, "row remap pending")]
+
+
+@pytest.mark.parametrize("info,verdict,findings,history,kind", [
+    (node(), "ok", [], NodeHistory(clean_runs=5), "none"),
+    (node(), "drain", DRAIN, NodeHistory(), "drain"),
+    (node(flags={"DRAIN"}, reason="admin: fan", reason_user="alice"), "drain", DRAIN, NodeHistory(), "none"),
+    (node(flags={"DRAIN"}, reason="admin: fan"), "ok", [], NodeHistory(clean_runs=9), "none"),
+    (node(state="DOWN", reason="Not responding"), "drain", DRAIN, NodeHistory(), "none"),
+    (node(flags={"DRAIN"}, reason="gpufleet: memory gpu1 row remapping failed"), "drain", DRAIN, NodeHistory(), "none"),
+    (node(flags={"DRAIN"}, reason="gpufleet: thermal gpu0 fan error"), "drain", DRAIN, NodeHistory(), "set_reason"),
+    (node(flags={"DRAIN"}, reason="gpufleet: x"), "ok", [], NodeHistory(clean_runs=1), "none"),
+    (node(flags={"DRAIN"}, reason="gpufleet: x"), "warn", [], NodeHistory(clean_runs=3), "resume"),
+    (node(flags={"DRAIN"}, reason="Prolog error"), "drain", DRAIN, NodeHistory(hook_failure=True), "set_reason"),
+    (node(flags={"DRAIN"}, reason="Prolog error"), "drain", DRAIN, NodeHistory(hook_failure=False), "none"),
+    (node(boot_time="B1"), "reboot", REBOOT, NodeHistory(), "reboot"),
+    (node(boot_time="B1"), "reboot", REBOOT, NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1"]}), "none"),
+    (node(boot_time="B2"), "reboot", REBOOT, NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1"]}), "reboot"),
+    (node(boot_time="B3"), "reboot", REBOOT, NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1", "B2"]}), "drain"),
+    (node(flags={"REBOOT_REQUESTED", "DRAIN"}, reason="gpufleet: memory gpu1 row remap pending"), "reboot", REBOOT,
+     NodeHistory(), "none"),
+    (node(flags={"REBOOT_REQUESTED"}, reason="admin: kernel update"), "drain", DRAIN, NodeHistory(), "none"),
+])
+def test_decision_table(info, verdict, findings, history, kind):
+    action = decide(info, verdict, findings, history, clean_runs_to_resume=3, reboots_before_drain=2)
+    assert action.kind == kind, action
+
+
+def test_escalated_reason_says_why():
+    action = decide(node(boot_time="B3"), "reboot", REBOOT,
+                    NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1", "B2"]}), 3, 2)
+    assert action.reason == "gpufleet: memory gpu1 row remap pending after 2 reboots"
+
+
+def test_history_counts_clean_runs_and_reboots(tmp_path):
+    from slurm_gpufleet.history import History
+
+    h = History(str(tmp_path / "n1.db"))
+    assert oct((tmp_path / "n1.db").stat().st_mode & 0o777) == "0o600"
+    h.record_run("n1", "healthcheck", "drain", DRAIN)
+    h.record_run("n1", "healthcheck", "ok", [])
+    h.record_run("n1", "healthcheck", "warn", [])
+    assert h.node_history("n1").clean_runs == 2
+    h.record_run("n1", "prolog", "drain", DRAIN, job_id="7")
+    nh = h.node_history("n1")
+    assert nh.clean_runs == 0 and nh.hook_failure
+    h.record_action("n1", "healthcheck", "resume", "", "", True)
+    assert not h.node_history("n1").hook_failure
+    h.record_run("n1", "healthcheck", "reboot", REBOOT)
+    h.record_reboot("n1", "memory:1:reset_gpu", "B1")
+    assert h.node_history("n1").reboot_boots == {"memory:1:reset_gpu": ["B1"]}
+    assert h.db.journal_mode == "wal"
+    assert [r["verdict"] for r in h.runs(2)] == ["reboot", "drain"]
