@@ -31,8 +31,11 @@ demo: setup
 	@for f in $(SHARED)/public/nvidia-smi/*.txt $(SHARED)/public/nvidia-smi/*.xml; do \
 	  printf '%-42s ' $$(basename $$f); $(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $$f --json | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print(d["verdict"], "|", "; ".join(f["message"] for f in d["findings"] if f["severity"]!="ok")[:90])'; done
 
+	@echo; echo "== a real Slurm mini-cluster: a GPU fault drains a node, the fix resumes it"
+	PYTHON=$(CURDIR)/$(PY) bash scripts/cluster_demo.sh
+
 lint: setup
-	$(VENV)/bin/ruff check slurm_gpufleet tests bench scripts
+	$(VENV)/bin/ruff check slurm_gpufleet tests bench scripts healthcheck/slurm-gpufleet-healthcheck prolog_epilog
 
 test: setup lint
 	$(PY) -m pytest -q -p no:cacheprovider tests
