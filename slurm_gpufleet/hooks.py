@@ -348,6 +348,9 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
     from .slurm import SlurmError, get_backend
     from .slurm.actions import SLURM_HOOK_REASONS
 
+    if not os.access(setup.settings.scontrol, os.X_OK):
+        log.error("%s not found: cannot put the reason on the node", setup.settings.scontrol)
+        return 0
     backend = get_backend(setup.settings.backend, setup.settings.scontrol)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
