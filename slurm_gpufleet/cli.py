@@ -222,6 +222,215 @@ def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str
         reboot_program=reboot_program), nl=False)
 
 
+def _backend(policy):
+    from .slurm import SlurmError, get_backend
+
+    try:
+        return get_backend(policy.slurm.backend, policy.slurm.scontrol)
+    except SlurmError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+
+
+def _fleet(policy, fleet_file: str | None):
+    from .maintain.fleet import FleetState
+    from .slurm import SlurmError
+
+    if fleet_file:
+        try:
+            return FleetState.from_file(fleet_file)
+        except (OSError, ValueError, TypeError) as exc:
+            _fail(f"{fleet_file}: not a fleet file: {exc}", exitcodes.USAGE)
+    try:
+        return FleetState.from_backend(_backend(policy))
+    except SlurmError as exc:
+        _fail(f"cannot read the fleet from Slurm: {exc}", exitcodes.USAGE)
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--config", metavar="FILE", help="Policy file (node groups, their pinned driver and firmware).")
+@click.option("--fleet", "fleet_file", metavar="FILE", help="A saved fleet (JSON) instead of asking Slurm.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_json: bool) -> None:
+    """Per node group: drivers, GPU models, firmware, verdicts, and nodes off the group's standard.
+
+    Read from what every node's health check publishes to Slurm (one `scontrol show nodes`).
+    """
+    ctx.ensure_object(dict)
+    ctx.obj.update(config=config, fleet_file=fleet_file, as_json=as_json)
+    if ctx.invoked_subcommand is not None:
+        return
+    from .maintain.inventory import inventory, inventory_text
+
+    policy = _load_policy(config)
+    inv = inventory(_fleet(policy, fleet_file), policy)
+    click.echo(json.dumps(inv, indent=1) if as_json else inventory_text(inv))
+
+
+@cli.group()
+def maintain() -> None:
+    """Staged driver upgrades between jobs: plan, apply, status, resume, abort, rollback."""
+
+
+def _maintain_policy(policy_file: str | None, config: str | None):
+    return _load_policy(policy_file or config)
+
+
+@maintain.command("plan")
+@click.option("--target-driver", required=True, metavar="VERSION", help="The driver to roll out, e.g. 580.159.04.")
+@click.option("--nodes", "nodeset", required=True, metavar="NODESET", help="Slurm host list, e.g. gpu[001-128].")
+@click.option("--strategy", type=click.Choice(["reservation", "reboot-asap"]), default="reservation", show_default=True,
+              help="reservation: MAINT reservations placed when the nodes' jobs end; reboot-asap: scontrol reboot ASAP.")
+@click.option("--policy", "policy_file", metavar="FILE", help="Config with [maintain] and node groups (default: --config).")
+@click.option("--config", metavar="FILE", hidden=True)
+@click.option("--fleet", "fleet_file", metavar="FILE", help="Plan against a saved fleet (JSON) instead of Slurm.")
+@click.option("--out", metavar="PLAN.json", help="Write the plan for `maintain apply`.")
+@click.option("--html", "html_out", metavar="FILE", help="Write an HTML report with a timeline per node group.")
+@click.option("--force", is_flag=True, help="Plan even when the compatibility gate refuses (and say so).")
+@click.option("--json", "as_json", is_flag=True)
+def maintain_plan(target_driver: str, nodeset: str, strategy: str, policy_file: str | None, config: str | None,
+                  fleet_file: str | None, out: str | None, html_out: str | None, force: bool, as_json: bool) -> None:
+    """Plan a rollout: compatibility gate, canary, growing waves within the budget, placed between jobs.
+
+    Exit 0 with a plan, 1 when the gate refuses (without --force), 2 on bad input.
+    """
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+    from .maintain import report
+    from .maintain.planner import PlanError, make_plan
+
+    policy = _maintain_policy(policy_file, config)
+    try:
+        names = list(NodeSet(nodeset))
+    except NodeSetException as exc:
+        _fail(f"--nodes {nodeset!r} is not a host list: {exc}", exitcodes.USAGE)
+    fleet_state = _fleet(policy, fleet_file)
+    try:
+        plan = make_plan(fleet_state, target_driver, names, policy, strategy=strategy, force=force,
+                         now=fleet_state.taken_at if fleet_file else None)
+    except PlanError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    data = plan.to_dict()
+    if out:
+        _write_atomic(out, json.dumps(data, indent=1) + "\n")
+    if html_out:
+        _write_atomic(html_out, report.html(plan))
+    click.echo(json.dumps(data, indent=1) if as_json else report.text(plan))
+    sys.exit(exitcodes.UNHEALTHY if plan.refused else exitcodes.OK)
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _runner(config: str | None):
+    from .maintain.runner import Progress, Runner
+    from .maintain.store import Store
+
+    policy = _load_policy(config)
+    store = Store(policy.maintain.db)
+    return Runner(store, _backend(policy), policy, Progress(sys.stderr)), store
+
+
+def _require_rights(config: str | None) -> None:
+    from .maintain.runner import can_change_slurm
+
+    policy = _load_policy(config)
+    ok, why = can_change_slurm(policy.slurm.scontrol)
+    if not ok:
+        _fail(f"maintain needs the right to change Slurm: {why}", exitcodes.USAGE)
+
+
+def _finish(state: str, as_json: bool, store, runner) -> None:
+    r = store.rollout()
+    counts = store.counts(r["id"]) if r else {}
+    if as_json:
+        click.echo(json.dumps({"rollout": r["id"] if r else None, "state": state, "nodes": counts}))
+    else:
+        click.echo(f"rollout {r['id'] if r else '-'}: {state} ({', '.join(f'{k} {v}' for k, v in counts.items())})")
+    sys.exit(exitcodes.OK if state in ("done", "rolled_back", "aborted") and not counts.get("failed") else
+             exitcodes.UNHEALTHY)
+
+
+@maintain.command("apply")
+@click.argument("plan_file", metavar="PLAN.json", type=click.Path(dir_okay=False, exists=True))
+@click.option("--config", metavar="FILE")
+@click.option("--json", "as_json", is_flag=True)
+def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
+    """Run a plan in the foreground until the rollout ends; exit 0 only when every node is done."""
+    from .maintain.planner import Plan, PlanError
+    from .maintain.runner import RolloutError
+
+    try:
+        with open(plan_file, encoding="utf-8") as fh:
+            data = json.load(fh)
+        plan = Plan.from_dict(data)
+    except (OSError, ValueError, TypeError, PlanError) as exc:
+        _fail(f"{plan_file}: not a plan: {exc}", exitcodes.USAGE)
+    if plan.refused:
+        _fail(f"{plan_file}: the compatibility gate refused this plan; re-plan with --force to override",
+              exitcodes.USAGE)
+    _require_rights(config)
+    runner, store = _runner(config)
+    try:
+        state = runner.apply(plan.to_dict())
+    except RolloutError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    _finish(state, as_json, store, runner)
+
+
+@maintain.command("status")
+@click.option("--config", metavar="FILE")
+@click.option("--json", "as_json", is_flag=True)
+def maintain_status(config: str | None, as_json: bool) -> None:
+    """The latest rollout: state, counts per node state, every node, the last events."""
+    from .maintain.store import Store
+
+    policy = _load_policy(config)
+    if not os.path.exists(policy.maintain.db):
+        _fail(f"no rollout yet ({policy.maintain.db} does not exist)", exitcodes.USAGE)
+    store = Store(policy.maintain.db)
+    r = store.rollout()
+    if r is None:
+        _fail("no rollout yet", exitcodes.USAGE)
+    nodes = store.nodes(r["id"])
+    data = {"rollout": r["id"], "state": r["state"], "target_driver": r["target"], "strategy": r["strategy"],
+            "counts": store.counts(r["id"]),
+            "nodes": [{k: n[k] for k in ("node", "wave", "state", "previous_driver", "error")} for n in nodes],
+            "events": [{k: e[k] for k in ("ts", "node", "event", "detail")} for e in store.log(r["id"], 20)]}
+    if as_json:
+        click.echo(json.dumps(data, indent=1))
+        return
+    click.echo(f"rollout {r['id']}: {r['state']}, driver {r['target']} ({r['strategy']}); "
+               + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
+    for n in nodes:
+        click.echo(f"  wave {n['wave']:>2}  {n['node']:<12} {n['state']:<12} {n['error'] or ''}")
+
+
+for _name, _help in (("resume", "Continue the unfinished rollout (after a crash, or after a halt once fixed)."),
+                     ("abort", "Stop the rollout: release nodes not yet upgraded, delete its reservations."),
+                     ("rollback", "Return every upgraded node to its previous driver through the same path.")):
+    def _make(name: str):
+        @click.option("--config", metavar="FILE")
+        @click.option("--json", "as_json", is_flag=True)
+        def command(config: str | None, as_json: bool) -> None:
+            from .maintain.runner import RolloutError
+
+            _require_rights(config)
+            runner, store = _runner(config)
+            try:
+                state = getattr(runner, name)()
+            except RolloutError as exc:
+                _fail(str(exc), exitcodes.USAGE)
+            _finish(state, as_json, store, runner)
+        return command
+
+    maintain.command(_name, help=_help)(_make(_name))
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=True)

@@ -109,6 +109,40 @@ class SlurmSettings:
     kernel_log: str | None = "/dev/kmsg"
 
 
+@dataclass(frozen=True)
+class MaintainSettings:
+    """Staged driver rollouts ([maintain] in the config, site-wide)."""
+
+    # canary nodes per distinct (GPU model, firmware set) combination
+    canary_per_combo: int = 1
+    # wave sizes after the canary: nodes, or "N%" of the nodes in the rollout; the last one repeats
+    waves: tuple[int | str, ...] = (1, "2%", "10%", "25%", "100%")
+    # at most this many nodes out of service at once: nodes, or "N%" of the rollout
+    max_unavailable: int | str = "25%"
+    # and at most this share of each partition
+    max_unavailable_per_partition: str = "25%"
+    # nodes in these partitions / with these features go first; critical ones last
+    less_critical_partitions: tuple[str, ...] = ()
+    less_critical_features: tuple[str, ...] = ()
+    critical_partitions: tuple[str, ...] = ()
+    # estimate for the plan's timeline: upgrade + return + validation of one wave
+    upgrade_minutes: int = 20
+    # failed nodes tolerated before the rollout halts; then roll back automatically?
+    max_failures: int = 0
+    auto_rollback: bool = False
+    # upgrade a node someone else drained/downed while it sits empty?  (it is given back as it was)
+    upgrade_held_nodes: bool = False
+    # the site's upgrade command, a jinja2 template; every substituted value is shell-quoted
+    upgrade_template: str = "/etc/slurm-gpufleet/upgrade.sh.j2"
+    upgrade_timeout_s: int = 1800
+    return_timeout_s: int = 900
+    validate_timeout_s: int = 600
+    # how long to wait between looks at Slurm while a rollout runs
+    poll_s: float = 5.0
+    # the rollout's state (SQLite, created 0600)
+    db: str = "/var/lib/slurm-gpufleet/maintain.db"
+
+
 def _int(min_value: int = 0) -> Callable[[Any], Any]:
     def check(v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int) or v < min_value:
@@ -220,6 +254,53 @@ def _timeout(v: Any) -> Any:
     return v
 
 
+def _count_or_pct(v: Any) -> Any:
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return v
+    if isinstance(v, str) and re.fullmatch(r"\d+(\.\d+)?%", v.strip()) and 0 < float(v.strip()[:-1]) <= 100:
+        return v.strip()
+    raise ValueError('must be a node count >= 1 or a percentage like "25%"')
+
+
+def _pct(v: Any) -> Any:
+    v = _count_or_pct(v)
+    if not isinstance(v, str):
+        raise ValueError('must be a percentage like "25%"')
+    return v
+
+
+def _waves(v: Any) -> Any:
+    if not isinstance(v, list) or not v:
+        raise ValueError('must be a non-empty list like [1, "2%", "10%", "25%", "100%"]')
+    return tuple(_count_or_pct(x) for x in v)
+
+
+def _tuple_of_str(v: Any) -> Any:
+    return tuple(_str_list(v))
+
+
+MAINTAIN_VALIDATORS: dict[str, Callable[[Any], Any]] = {
+    "canary_per_combo": _int(0),
+    "waves": _waves,
+    "max_unavailable": _count_or_pct,
+    "max_unavailable_per_partition": _pct,
+    "less_critical_partitions": _tuple_of_str,
+    "less_critical_features": _tuple_of_str,
+    "critical_partitions": _tuple_of_str,
+    "upgrade_minutes": _int(1),
+    "max_failures": _int(0),
+    "auto_rollback": _bool,
+    "upgrade_held_nodes": _bool,
+    "upgrade_template": _abs_path,
+    "upgrade_timeout_s": _int(1),
+    "return_timeout_s": _int(1),
+    "validate_timeout_s": _int(1),
+    "poll_s": _number,
+    "db": _abs_path,
+}
+assert set(MAINTAIN_VALIDATORS) == {f.name for f in fields(MaintainSettings)}
+
+
 SLURM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "clean_runs_to_resume": _int(1),
     "reboots_before_drain": _int(0),
@@ -249,6 +330,7 @@ class Policy:
     groups: list[_Group] = field(default_factory=list)
     models: tuple[GpuModel, ...] = ()
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    maintain: MaintainSettings = field(default_factory=MaintainSettings)
 
     def for_node(self, host: str | None) -> NodePolicy:
         resolved = replace(NodePolicy(), **self.defaults)
@@ -295,23 +377,11 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
     lines = _KeyLines(text)
     policy = Policy(path=path)
     for key in data:
-        if key not in ("defaults", "group", "models", "slurm"):
+        if key not in ("defaults", "group", "models", "slurm", "maintain"):
             raise PolicyError(f"{path}:{lines.find(None, key)}: unknown section or key '{key}' "
-                              "(expected [defaults], [[group]], [models.\"NAME\"] or [slurm])")
-    slurm = data.get("slurm", {})
-    if not isinstance(slurm, dict):
-        raise PolicyError(f"{path}:{lines.find(None, 'slurm')}: 'slurm' must be a table")
-    slurm_values = {}
-    for key, value in slurm.items():
-        validator = SLURM_VALIDATORS.get(key)
-        if validator is None:
-            raise PolicyError(f"{path}:{lines.find(('slurm', None), key)}: unknown key '{key}' in [slurm] "
-                              f"(known: {', '.join(SLURM_VALIDATORS)})")
-        try:
-            slurm_values[key] = validator(value)
-        except ValueError as exc:
-            raise PolicyError(f"{path}:{lines.find(('slurm', None), key)}: {key} {exc} (got {value!r})") from None
-    policy.slurm = SlurmSettings(**slurm_values)
+                              "(expected [defaults], [[group]], [models.\"NAME\"], [slurm] or [maintain])")
+    policy.slurm = SlurmSettings(**_site_section(data, "slurm", SLURM_VALIDATORS, path, lines))
+    policy.maintain = MaintainSettings(**_site_section(data, "maintain", MAINTAIN_VALIDATORS, path, lines))
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise PolicyError(f"{path}:{lines.find(None, 'defaults')}: 'defaults' must be a table")
@@ -351,6 +421,24 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
         extra.append(GpuModel(name, pattern, spec.get("architecture"), spec.get("max_sm_mhz"), f"policy {path}"))
     policy.models = tuple(extra)
     return policy
+
+
+def _site_section(data: dict[str, Any], name: str, validators: dict[str, Callable[[Any], Any]], path: str,
+                  lines: _KeyLines) -> dict[str, Any]:
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        raise PolicyError(f"{path}:{lines.find(None, name)}: '{name}' must be a table")
+    values = {}
+    for key, value in table.items():
+        validator = validators.get(key)
+        if validator is None:
+            raise PolicyError(f"{path}:{lines.find((name, None), key)}: unknown key '{key}' in [{name}] "
+                              f"(known: {', '.join(validators)})")
+        try:
+            values[key] = validator(value)
+        except ValueError as exc:
+            raise PolicyError(f"{path}:{lines.find((name, None), key)}: {key} {exc} (got {value!r})") from None
+    return values
 
 
 def _settings(table: dict[str, Any], path: str, lines: _KeyLines, section: tuple[str, Any]) -> dict[str, Any]:

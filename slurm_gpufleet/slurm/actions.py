@@ -30,8 +30,12 @@ def make_reason(finding: Finding, suffix: str = "") -> str:
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3].rstrip() + "..."
 
 
+MAINTAIN_PREFIX = "gpufleet: maintain"  # a rollout's drains: the rollout gives them back, not the health check
+
+
 def is_ours(reason: str) -> bool:
-    return reason.strip().startswith(PREFIX)
+    reason = reason.strip()
+    return reason.startswith(PREFIX) and not reason.startswith(MAINTAIN_PREFIX)
 
 
 def fault_key(finding: Finding) -> str:

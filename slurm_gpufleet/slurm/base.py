@@ -21,6 +21,8 @@ class NodeInfo:
     extra: str = ""
     boot_time: str | None = None
     gres: str = ""
+    partitions: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)
 
     @property
     def drained(self) -> bool:
@@ -39,6 +41,24 @@ class NodeInfo:
         return self.state == "IDLE"
 
 
+@dataclass
+class JobInfo:
+    job_id: str
+    nodes: list[str]
+    end_time: float | None      # epoch seconds; None when the job has no time limit
+    partition: str = ""
+
+
+@dataclass
+class Reservation:
+    name: str
+    nodes: list[str]
+    start: float | None
+    end: float | None
+    flags: set[str]
+    state: str
+
+
 class SlurmBackend(Protocol):
     name: str
 
@@ -55,3 +75,13 @@ class SlurmBackend(Protocol):
     def set_field(self, name: str, field: str, value: str) -> None:
         """field: 'comment' or 'extra'."""
         ...
+
+    def nodes(self) -> list[NodeInfo]: ...
+
+    def running_jobs(self) -> list[JobInfo]: ...
+
+    def reservations(self) -> list[Reservation]: ...
+
+    def create_reservation(self, name: str, nodes: list[str], start: float | None, minutes: int) -> None: ...
+
+    def delete_reservation(self, name: str) -> None: ...

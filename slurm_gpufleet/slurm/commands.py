@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import re
 import subprocess
 
-from .base import NodeInfo, SlurmError
+from .base import JobInfo, NodeInfo, Reservation, SlurmError
 
 # In the multi-line `scontrol show node` text these keys take the rest of their line (values with spaces).
 _WHOLE_LINE = ("OS=", "Reason=", "Comment=", "Extra=")
@@ -21,11 +23,12 @@ class CommandBackend:
 
     def __init__(self, scontrol: str = "/usr/bin/scontrol", timeout: float = 10.0):
         self.scontrol = scontrol
+        self.squeue = os.path.join(os.path.dirname(scontrol), "squeue")
         self.timeout = timeout
         self._json: bool | None = None
 
-    def _run(self, *args: str) -> str:
-        argv = [self.scontrol, *args]
+    def _run(self, *args: str, exe: str | None = None) -> str:
+        argv = [exe or self.scontrol, *args]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
                                   stdin=subprocess.DEVNULL)
@@ -68,6 +71,69 @@ class CommandBackend:
         self._run("update", f"nodename={name}", f"{field}={value}")
 
 
+    # -- fleet-wide reads and reservations (maintain) --------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        return [parse_node_text(block) for block in re.split(r"\n\s*\n", self._run("show", "nodes"))
+                if "NodeName=" in block]
+
+    def running_jobs(self) -> list[JobInfo]:
+        out = self._run("-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-o", "%i|%N|%e|%P", exe=self.squeue)
+        jobs = []
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 4 or not parts[1]:
+                continue
+            jobs.append(JobInfo(parts[0], expand_hostlist(parts[1]), slurm_time(parts[2]), parts[3]))
+        return jobs
+
+    def reservations(self) -> list[Reservation]:
+        out = self._run("show", "reservation", "-o")
+        result = []
+        for line in out.splitlines():
+            if not line.startswith("ReservationName="):
+                continue
+            values = dict(tok.partition("=")[::2] for tok in line.split() if "=" in tok)
+            result.append(Reservation(values["ReservationName"], expand_hostlist(values.get("Nodes", "")),
+                                      slurm_time(values.get("StartTime", "")), slurm_time(values.get("EndTime", "")),
+                                      set(values.get("Flags", "").split(",")) - {""}, values.get("State", "")))
+        return result
+
+    def create_reservation(self, name: str, nodes: list[str], start: float | None, minutes: int) -> None:
+        when = "now" if start is None or start <= time_now() else \
+            dt.datetime.fromtimestamp(start).strftime("%Y-%m-%dT%H:%M:%S")
+        self._run("create", "reservation", f"reservationname={name}", f"starttime={when}", f"duration={minutes}",
+                  f"nodes={','.join(nodes)}", "users=root", "flags=maint,ignore_jobs")
+
+    def delete_reservation(self, name: str) -> None:
+        self._run("delete", f"reservation={name}")
+
+
+def time_now() -> float:
+    import time
+
+    return time.time()
+
+
+def slurm_time(text: str) -> float | None:
+    """Slurm's local ISO time ('2026-11-29T20:54:00') as epoch seconds; None for Unknown/N/A/None."""
+    text = text.strip()
+    if not text or text in ("Unknown", "N/A", "None", "(null)", "INVALID"):
+        return None
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    expr = expr.strip()
+    if not expr or expr in ("(null)", "None"):
+        return []
+    from ClusterShell.NodeSet import NodeSet
+
+    return list(NodeSet(expr))
+
+
 def parse_node_text(text: str) -> NodeInfo:
     values: dict[str, str] = {}
     for raw in text.splitlines():
@@ -84,8 +150,15 @@ def parse_node_text(text: str) -> NodeInfo:
                 values.setdefault(key, value)
     if "NodeName" not in values:
         raise SlurmError("scontrol show node: no NodeName in the output")
-    return _info(values["NodeName"], values.get("State", "UNKNOWN").split("+"), values.get("Reason", ""),
+    info = _info(values["NodeName"], values.get("State", "UNKNOWN").split("+"), values.get("Reason", ""),
                  values.get("Comment", ""), values.get("Extra", ""), values.get("BootTime"), values.get("Gres", ""))
+    info.partitions = _list(values.get("Partitions", ""))
+    info.features = _list(values.get("AvailableFeatures", ""))
+    return info
+
+
+def _list(text: str) -> list[str]:
+    return [] if text in ("", "(null)") else [x for x in text.split(",") if x]
 
 
 def parse_node_json(text: str, name: str) -> NodeInfo:

@@ -74,3 +74,7 @@ class PyslurmBackend:
         if field not in ("comment", "extra"):
             raise ValueError(field)
         self._modify(name, **{field: value})
+
+    def __getattr__(self, name: str) -> Any:
+        # fleet-wide reads and reservations go through the commands backend
+        return getattr(self._commands, name)

@@ -21,9 +21,12 @@ H200_XML = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / 
 BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db", "1b", "2d", "3d", "60", "9d", "ae", "bd", "de"]
 
 
-def healthy_report(gpus: int, node: str) -> ET.ElementTree:
+def healthy_report(gpus: int, node: str, driver: str | None = None) -> ET.ElementTree:
     tree = ET.parse(H200_XML)
     root = tree.getroot()
+    if driver:  # a node on another driver: the library, and the GSP firmware that ships with it
+        root.find("driver_version").text = driver
+        root.find("gpu/gsp_firmware_version").text = driver
     template = root.find("gpu")
     root.remove(template)
     for i in range(gpus):
@@ -72,6 +75,7 @@ def main() -> None:
     seed.add_argument("dir")
     seed.add_argument("nodes", nargs="+")
     seed.add_argument("--gpus", type=int, default=8)
+    seed.add_argument("--driver", help="driver version the node reports (default: the capture's)")
     st = sub.add_parser("set")
     st.add_argument("file")
     st.add_argument("gpu", type=int)
@@ -81,7 +85,7 @@ def main() -> None:
     if args.cmd == "seed":
         os.makedirs(args.dir, exist_ok=True)
         for node in args.nodes:
-            write_atomic(healthy_report(args.gpus, node), os.path.join(args.dir, f"{node}.xml"))
+            write_atomic(healthy_report(args.gpus, node, args.driver), os.path.join(args.dir, f"{node}.xml"))
     else:
         set_value(args.file, args.gpu, args.element, args.value)
 

@@ -114,6 +114,8 @@ $(sed -n '/^HealthCheckProgram/,$p' "$DIR/etc/gpufleet-slurm.conf")
 RebootProgram=$DIR/bin/fake-reboot
 NodeName=n[1-$n] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$SLURMD_PORT_BASE-$((SLURMD_PORT_BASE + n - 1)) CPUs=16 RealMemory=64000 Gres=gpu:h200:$GPUS_PER_NODE State=UNKNOWN
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE DefaultTime=10 State=UP
+PartitionName=dev Nodes=n[1-$(( (n + 1) / 2 ))] MaxTime=INFINITE DefaultTime=10 State=UP
+PartitionName=prod Nodes=n[$(( (n + 1) / 2 + 1 > n ? n : (n + 1) / 2 + 1 ))-$n] MaxTime=INFINITE DefaultTime=10 State=UP
 EOF
   cat > "$DIR/etc/gres.conf" <<EOF
 AutoDetect=off
@@ -145,6 +147,42 @@ scontrol = "$(command -v scontrol)"
 state_dir = "$DIR/state/gpufleet"
 gpu_state_dir = "$GPUDIR"
 kernel_log = "$GPUDIR"
+
+[maintain]
+upgrade_template = "$DIR/etc/upgrade.sh.j2"
+db = "$DIR/state/maintain.db"
+less_critical_partitions = ["dev"]
+critical_partitions = ["prod"]
+waves = [1, "25%", "50%", "100%"]
+max_unavailable = ${MAX_UNAVAILABLE:-2}
+max_unavailable_per_partition = "50%"
+poll_s = 0.5
+upgrade_timeout_s = 60
+return_timeout_s = 60
+validate_timeout_s = 30
+EOF
+
+  # An "upgrade" here: the node's recorded GPU state gets the target driver (or, when a test wrote
+  # <node>.bad-driver holding that version, the state a bad driver leaves), then its slurmd restarts
+  # like the reboot that loads a new kernel module.
+  cat > "$DIR/etc/upgrade.sh.j2" <<EOF
+#!/bin/bash
+set -euo pipefail
+node={{ node }}
+driver={{ target_driver }}
+if [ "\$(cat "$GPUDIR/\$node.bad-driver" 2>/dev/null)" = "\$driver" ]; then
+  printf 'Failed to initialize NVML: Driver/library version mismatch\nNVML library version: %s\n' "\$driver" > "$GPUDIR/\$node.xml.tmp"
+  mv -f "$GPUDIR/\$node.xml.tmp" "$GPUDIR/\$node.xml"
+else
+  PYTHONPATH=$REPO $py $HERE/gpustate.py seed "$GPUDIR" "\$node" --gpus $GPUS_PER_NODE --driver "\$driver"
+fi
+echo "\$(date -Is) \$node \$driver {{ action }}" >> "$DIR/log/upgrades.log"
+pid=\$(cat "$DIR/run/slurmd-\$node.pid" 2>/dev/null || true)
+if [ -n "\$pid" ]; then
+  kill "\$pid" 2>/dev/null || true
+  for i in \$(seq 1 50); do [ -d /proc/\$pid ] && ! grep -q '^State:.*Z' /proc/\$pid/status 2>/dev/null || break; sleep 0.1; done
+fi
+slurmd -f $CONF -N "\$node" </dev/null >/dev/null 2>&1
 EOF
 
   # RebootProgram runs as `sh -c PROG` with slurmd's env and no node name: find our slurmd by walking

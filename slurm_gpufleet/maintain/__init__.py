@@ -1,0 +1,1 @@
+"""Staged driver upgrades between jobs: fleet view, planner, durable rollout state machine."""

@@ -1,0 +1,113 @@
+"""The fleet as the planner sees it: nodes (with what they publish to Slurm), running jobs, reservations.
+
+Read live from Slurm (one `scontrol show nodes`, one `squeue`, one `scontrol show reservation`) or from
+a JSON file of the same shape (a saved fleet, the sample fleet, the simulator's fleet).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..slurm.base import JobInfo, NodeInfo, Reservation
+
+
+@dataclass
+class FleetNode:
+    name: str
+    partitions: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)
+    state: str = "IDLE"
+    flags: list[str] = field(default_factory=list)
+    reason: str = ""
+    reason_user: str | None = None
+    # what the node's health check published (Extra/Comment JSON): driver, CUDA, GPUs, firmware, verdict
+    driver: str | None = None
+    cuda: str | None = None
+    gpus: str | None = None
+    firmware: str | None = None
+    verdict: str | None = None
+    checked: str | None = None
+
+    @property
+    def model(self) -> str | None:
+        if not self.gpus or "x" not in self.gpus:
+            return self.gpus
+        return self.gpus.split("x", 1)[1]
+
+    @property
+    def held(self) -> bool:
+        """Drained, down or rebooting by anyone: not free to take for a rollout."""
+        f = set(self.flags)
+        return bool(f & {"DRAIN", "REBOOT_REQUESTED", "REBOOT_ISSUED"}) or self.state in ("DOWN", "FUTURE")
+
+    @classmethod
+    def from_info(cls, info: NodeInfo) -> FleetNode:
+        node = cls(name=info.name, partitions=list(info.partitions), features=list(info.features),
+                   state=info.state, flags=sorted(info.flags), reason=info.reason, reason_user=info.reason_user)
+        for text in (info.extra, info.comment):
+            published = _published(text)
+            if published:
+                node.driver, node.cuda = published.get("drv"), published.get("cuda")
+                node.gpus, node.firmware = published.get("gpus"), published.get("fw")
+                node.verdict, node.checked = published.get("v"), published.get("t")
+                break
+        return node
+
+
+def _published(text: str) -> dict[str, Any] | None:
+    if not text or not text.startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) and "gpufleet" in data else None
+
+
+@dataclass
+class FleetState:
+    nodes: dict[str, FleetNode]
+    jobs: list[JobInfo] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)
+    taken_at: float = field(default_factory=time.time)
+
+    def free_at(self) -> dict[str, float]:
+        """When each busy node's last running job ends (inf for a job without a time limit)."""
+        out: dict[str, float] = {}
+        for job in self.jobs:
+            end = job.end_time if job.end_time is not None else float("inf")
+            for n in job.nodes:
+                if end > out.get(n, 0.0):
+                    out[n] = end
+        return out
+
+    def reserved_by_others(self, prefix: str) -> dict[str, str]:
+        return {n: r.name for r in self.reservations if not r.name.startswith(prefix) for n in r.nodes}
+
+    @classmethod
+    def from_backend(cls, backend) -> FleetState:
+        return cls({i.name: FleetNode.from_info(i) for i in backend.nodes()}, backend.running_jobs(),
+                   backend.reservations())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"taken_at": self.taken_at, "nodes": [asdict(n) for n in self.nodes.values()],
+                "jobs": [asdict(j) for j in self.jobs],
+                "reservations": [{**asdict(r), "flags": sorted(r.flags)} for r in self.reservations]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FleetState:
+        nodes = {}
+        for n in data.get("nodes", []):
+            node = FleetNode(**n)
+            nodes[node.name] = node
+        jobs = [JobInfo(**j) for j in data.get("jobs", [])]
+        resv = [Reservation(**{**r, "flags": set(r.get("flags", []))}) for r in data.get("reservations", [])]
+        return cls(nodes, jobs, resv, data.get("taken_at", time.time()))
+
+    @classmethod
+    def from_file(cls, path: str) -> FleetState:
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_dict(json.load(fh))

@@ -1,0 +1,64 @@
+"""The fleet at a glance, per node group, from what nodes publish to Slurm: drivers, GPU models, firmware,
+verdicts, and which nodes are off their group's standard and why."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from ..policy import Policy
+from .fleet import FleetState
+
+
+def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
+    groups: dict[str, list] = defaultdict(list)
+    for node in sorted(fleet.nodes.values(), key=lambda n: n.name):
+        p = policy.for_node(node.name)
+        groups[p.groups[-1] if p.groups else "(defaults)"].append((node, p))
+    out: dict[str, Any] = {"nodes": len(fleet.nodes), "groups": {}}
+    for group, members in groups.items():
+        drivers = Counter(n.driver or "unknown" for n, _ in members)
+        firmware = Counter(n.firmware or "unknown" for n, _ in members)
+        standard_driver = members[0][1].driver_version or drivers.most_common(1)[0][0]
+        allowed_fw = set(members[0][1].vbios)
+        standard_fw = firmware.most_common(1)[0][0]
+        off: list[dict[str, str]] = []
+        for node, _ in members:
+            why = []
+            if node.driver is None:
+                why.append("publishes no GPU summary (health check not running?)")
+            else:
+                if node.driver != standard_driver:
+                    why.append(f"driver {node.driver} != {standard_driver}")
+                fw_ok = (node.firmware or "") in allowed_fw if allowed_fw else node.firmware == standard_fw
+                if not fw_ok:
+                    why.append(f"firmware {node.firmware} != {', '.join(sorted(allowed_fw)) or standard_fw}")
+                if node.verdict not in ("ok", "warn"):
+                    why.append(f"verdict {node.verdict}")
+            if why:
+                off.append({"node": node.name, "why": "; ".join(why)})
+        out["groups"][group] = {
+            "nodes": len(members),
+            "standard_driver": standard_driver,
+            "pinned": bool(members[0][1].driver_version),
+            "drivers": dict(drivers.most_common()),
+            "models": dict(Counter(n.gpus or "unknown" for n, _ in members).most_common()),
+            "firmware": dict(firmware.most_common()),
+            "verdicts": dict(Counter(n.verdict or "unknown" for n, _ in members).most_common()),
+            "states": dict(Counter("+".join([n.state, *n.flags]) for n, _ in members).most_common()),
+            "off_standard": off,
+        }
+    return out
+
+
+def inventory_text(inv: dict[str, Any]) -> str:
+    lines = [f"{inv['nodes']} node(s)"]
+    for group, g in inv["groups"].items():
+        lines.append(f"{group}: {g['nodes']} node(s); standard driver {g['standard_driver']}"
+                     f"{' (pinned)' if g['pinned'] else ' (most common)'}")
+        for label in ("drivers", "models", "firmware", "verdicts", "states"):
+            lines.append(f"  {label:<9} " + ", ".join(f"{k} x{v}" for k, v in g[label].items()))
+        if g["off_standard"]:
+            lines.append(f"  off standard: {len(g['off_standard'])}")
+            lines += [f"    {o['node']:<12} {o['why']}" for o in g["off_standard"]]
+    return "\n".join(lines)

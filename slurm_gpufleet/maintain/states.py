@@ -1,0 +1,40 @@
+"""Every state a node and a rollout can be in, in one place.
+
+A node moves  pending -> reserved -> upgrading -> returning -> validating -> done
+and on failure to `failed` (it stays drained with our reason); `rollback` takes upgraded nodes through
+rolling_back -> returning -> validating -> rolled_back.  `skipped` nodes were never touched.
+Each state is written to the SQLite store before the work it names starts, so a crashed `apply` finds
+every node where it was and `resume` repeats that state's work (every step is idempotent).
+"""
+
+from __future__ import annotations
+
+PENDING = "pending"            # in the plan, not started
+RESERVED = "reserved"          # maintenance reservation made (or reboot ASAP asked); waiting for the node to empty
+UPGRADING = "upgrading"        # drained by us, the site's upgrade command runs
+RETURNING = "returning"        # waiting for the node's slurmd to come back
+VALIDATING = "validating"      # health check: driver == target, verdict ok
+DONE = "done"                  # validated and released
+FAILED = "failed"              # upgrade or validation failed; stays drained with our reason
+SKIPPED = "skipped"            # not ours to touch (held by someone else) or already at target
+ROLLING_BACK = "rolling_back"  # the upgrade command with the previous driver
+ROLLED_BACK = "rolled_back"    # back on the previous driver, validated, released
+
+NODE_STATES = (PENDING, RESERVED, UPGRADING, RETURNING, VALIDATING, DONE, FAILED, SKIPPED, ROLLING_BACK,
+               ROLLED_BACK)
+FINAL = {DONE, FAILED, SKIPPED, ROLLED_BACK}
+# states in which a node is out of service because of us: they count against the budget
+OUT_OF_SERVICE = {RESERVED, UPGRADING, RETURNING, VALIDATING, FAILED, ROLLING_BACK}
+
+# rollout
+R_RUNNING = "running"
+R_HALTED = "halted"            # too many failures; waiting for an admin (rollback, abort, or resume)
+R_DONE = "done"
+R_ABORTED = "aborted"
+R_ROLLING_BACK = "rolling_back"
+R_ROLLED_BACK = "rolled_back"
+ROLLOUT_STATES = (R_RUNNING, R_HALTED, R_DONE, R_ABORTED, R_ROLLING_BACK, R_ROLLED_BACK)
+ROLLOUT_FINAL = {R_DONE, R_ABORTED, R_ROLLED_BACK}
+
+# prefix of every reason a rollout sets; the health check leaves these alone
+from ..slurm.actions import MAINTAIN_PREFIX as MAINT_REASON  # noqa: E402,F401

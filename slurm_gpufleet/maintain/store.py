@@ -1,0 +1,113 @@
+"""The rollout's durable state and audit log (SQLite through sqlite-utils, file mode 0600)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from typing import Any
+
+import sqlite_utils
+
+from . import states as S
+
+
+class Store:
+    def __init__(self, path: str):
+        self.path = path
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        if not os.path.exists(path):
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        conn = sqlite3.connect(path, timeout=30)
+        conn.execute("PRAGMA busy_timeout = 30000")
+        self.db = sqlite_utils.Database(conn)
+        if self.db.journal_mode != "wal":
+            self.db.enable_wal()
+        if "rollouts" not in self.db.table_names():
+            self.db["rollouts"].create({"id": str, "state": str, "target": str, "strategy": str, "plan": str,
+                                        "created": float, "updated": float}, pk="id", if_not_exists=True)
+            self.db["nodes"].create({"rollout": str, "node": str, "wave": int, "state": str, "prior": str,
+                                     "previous_driver": str, "boot": str, "error": str, "updated": float},
+                                    pk=("rollout", "node"), if_not_exists=True)
+            self.db["audit"].create({"ts": float, "rollout": str, "node": str, "event": str, "detail": str},
+                                    if_not_exists=True)
+        self._crash_counts: dict[str, int] = {}
+
+    # -- rollouts --------------------------------------------------------------------------------
+    def create_rollout(self, plan: dict[str, Any]) -> None:
+        now = time.time()
+        with self.db.conn:
+            self.db["rollouts"].insert({"id": plan["id"], "state": S.R_RUNNING, "target": plan["target_driver"],
+                                        "strategy": plan["strategy"], "plan": json.dumps(plan), "created": now,
+                                        "updated": now})
+            rows = [{"rollout": plan["id"], "node": n, "wave": w["index"], "state": S.PENDING, "prior": None,
+                     "previous_driver": plan["previous_drivers"].get(n), "boot": None, "error": None,
+                     "updated": now} for w in plan["waves"] for n in w["nodes"]]
+            rows += [{"rollout": plan["id"], "node": s["node"], "wave": -1, "state": S.SKIPPED, "prior": None,
+                      "previous_driver": plan["previous_drivers"].get(s["node"]), "boot": None,
+                      "error": s["why"], "updated": now} for s in plan["skipped"]]
+            self.db["nodes"].insert_all(rows)
+        self.audit(plan["id"], None, "created", f"{len(plan['waves'])} wave(s), target {plan['target_driver']}")
+
+    def rollout(self, rollout_id: str | None = None) -> dict[str, Any] | None:
+        if rollout_id:
+            rows = list(self.db.query("select * from rollouts where id = ?", [rollout_id]))
+        else:
+            rows = list(self.db.query("select * from rollouts order by created desc limit 1"))
+        return rows[0] if rows else None
+
+    def active(self) -> dict[str, Any] | None:
+        rows = list(self.db.query("select * from rollouts where state not in (?, ?, ?) order by created desc",
+                                  sorted(S.ROLLOUT_FINAL)))
+        return rows[0] if rows else None
+
+    def set_rollout_state(self, rollout_id: str, state: str) -> None:
+        assert state in S.ROLLOUT_STATES, state
+        self.db["rollouts"].update(rollout_id, {"state": state, "updated": time.time()})
+        self.audit(rollout_id, None, f"rollout {state}", "")
+
+    # -- nodes -----------------------------------------------------------------------------------
+    def nodes(self, rollout_id: str) -> list[dict[str, Any]]:
+        return list(self.db.query("select * from nodes where rollout = ? order by wave, node", [rollout_id]))
+
+    def node(self, rollout_id: str, node: str) -> dict[str, Any]:
+        return self.db["nodes"].get((rollout_id, node))
+
+    def set_node(self, rollout_id: str, node: str, state: str, detail: str = "", **fields: Any) -> None:
+        """Record a transition *before* its work starts: a crash finds the node in the state it was doing."""
+        assert state in S.NODE_STATES, state
+        with self.db.conn:
+            self.db["nodes"].update((rollout_id, node), {"state": state, "updated": time.time(), **fields})
+            self.db["audit"].insert({"ts": time.time(), "rollout": rollout_id, "node": node, "event": state,
+                                     "detail": detail})
+        self._maybe_crash(state)
+
+    def audit(self, rollout_id: str, node: str | None, event: str, detail: str) -> None:
+        self.db["audit"].insert({"ts": time.time(), "rollout": rollout_id, "node": node, "event": event,
+                                 "detail": detail[:2000]})
+
+    def log(self, rollout_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        return list(self.db.query("select * from audit where rollout = ? order by ts desc limit ?",
+                                  [rollout_id, limit]))
+
+    def counts(self, rollout_id: str) -> dict[str, int]:
+        return {r["state"]: r["n"] for r in self.db.query(
+            "select state, count(*) as n from nodes where rollout = ? group by state", [rollout_id])}
+
+    def _maybe_crash(self, state: str) -> None:
+        """Test seam for crash safety: SLURM_GPUFLEET_CRASH_AFTER=STATE[:N] kills this process (SIGKILL,
+        as kill -9 would) right after the N-th transition into STATE has been written."""
+        spec = os.environ.get("SLURM_GPUFLEET_CRASH_AFTER")
+        if not spec:
+            return
+        want, _, nth = spec.partition(":")
+        if want != state:
+            return
+        self._crash_counts[state] = self._crash_counts.get(state, 0) + 1
+        if self._crash_counts[state] >= int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def close(self) -> None:
+        self.db.conn.close()
