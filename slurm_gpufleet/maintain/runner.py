@@ -99,6 +99,7 @@ class Runner:
                 return self._halt(rid)
         finally:
             self.progress.close()
+        self._delete_reservations(rid)
         self.store.set_rollout_state(rid, S.R_DONE)
         return S.R_DONE
 
@@ -154,9 +155,10 @@ class Runner:
     # -- one wave --------------------------------------------------------------------------------
     def _wave(self, rid: str, plan: dict[str, Any], wave: dict[str, Any]) -> None:
         rows = {r["node"]: r for r in self.store.nodes(rid) if r["wave"] == wave["index"]}
-        if all(r["state"] in S.FINAL for r in rows.values()):
-            return
         resv = f"{RESERVATION_PREFIX}{rid}_w{wave['index']}"
+        if all(r["state"] in S.FINAL for r in rows.values()):
+            self._delete_reservation(resv)  # a crash may have come between the last node and this
+            return
         # failed nodes stay out of service: they eat into the budget of every later wave
         room = plan["budget"]["max_unavailable"] - self._failed(rid)
         todo = [n for n in wave["nodes"] if rows[n]["state"] not in S.FINAL]

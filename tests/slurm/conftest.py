@@ -16,7 +16,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 SCRIPT = HERE / "minicluster.sh"
-NODES = 4
+NODES = 8
 HC_INTERVAL = 5
 sys.path.insert(0, str(HERE))
 
@@ -99,6 +99,24 @@ class Cluster:
             os.unlink(path)  # a FIFO left by the stuck-reader test
         gpustate.write_atomic(gpustate.healthy_report(8, node), path)
 
+    def gpufleet(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+        """The slurm-gpufleet command with the cluster's config, as an admin runs it."""
+        full = {**self.env, "SLURM_GPUFLEET_CONFIG": str(self.dir / "etc" / "gpufleet.toml"), **(env or {})}
+        return subprocess.run([sys.executable, "-m", "slurm_gpufleet.cli", *args], capture_output=True, text=True,
+                              env=full, timeout=timeout, cwd=REPO)
+
+    def wait_published(self, driver: str = "580.159.04") -> None:
+        """Until every node's health check has published its GPU summary with this driver."""
+        self.wait(lambda: all(f'"drv":"{driver}"' in self.node(n).get("Extra", "") for n in self.nodes),
+                  3 * self.hc_interval, f"every node publishing driver {driver}")
+
+    def maintain_db(self, sql: str, params: tuple = ()) -> list[tuple]:
+        path = self.dir / "state" / "maintain.db"
+        if not path.exists():
+            return []
+        with sqlite3.connect(path, timeout=10) as conn:
+            return conn.execute(sql, params).fetchall()
+
     def history(self, node: str, sql: str, params: tuple = ()) -> list[tuple]:
         path = self.dir / "state" / "gpufleet" / f"{node}.db"
         if not path.exists():
@@ -150,6 +168,14 @@ def _reset(c: Cluster) -> None:
         for leftover in (c.gpus / f"{node}.after-reboot.xml",):
             leftover.unlink(missing_ok=True)
     (c.dir / "log" / "reboots.log").unlink(missing_ok=True)
+    (c.dir / "log" / "upgrades.log").unlink(missing_ok=True)
+    for marker in c.gpus.glob("*.bad-driver"):
+        marker.unlink()
+    for line in c.run("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines():
+        if line.startswith("ReservationName="):
+            c.run("scontrol", "delete", "reservation=" + line.split()[0].split("=", 1)[1], check=False)
+    for db in (c.dir / "state").glob("maintain.db*"):
+        db.unlink(missing_ok=True)
     for db in (c.dir / "state" / "gpufleet").glob("*.db*"):
         db.unlink(missing_ok=True)
     for node in c.nodes:
@@ -158,5 +184,5 @@ def _reset(c: Cluster) -> None:
             c.run("scontrol", "reboot", "cancel", node, check=False)
         if "DRAIN" in state or "DOWN" in state or "REBOOT" in state:
             c.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-        c.run("scontrol", "update", f"nodename={node}", "comment=", "extra=", check=False)
+        c.run("scontrol", "update", f"nodename={node}", "comment=", check=False)
     c.wait(lambda: all(c.state(n) == "IDLE" for n in c.nodes), 60, "all nodes IDLE")

@@ -96,9 +96,12 @@ def test_epilog_attributes_an_xid_to_the_job(mc):
     stamp = dt.datetime.now().astimezone().isoformat(timespec="microseconds").replace(".", ",")
     with open(mc.gpus / "n2.kmsg", "a") as fh:  # GPU 3 of n2 is at PCI 0000:5d:00
         fh.write(f"{stamp} NVRM: Xid (PCI:0000:5d:00): 79, pid=777, name=python3, GPU has fallen off the bus.\n")
-    mc.wait(lambda: mc.history("n2", "select job_id, xid, gpu, check_name from (select job_id, xid, gpu, "
-                                     "[check] as check_name from findings) where job_id = ? and xid = 79", (job,)),
-            30, "Xid 79 attributed to the job")
+    try:
+        mc.wait(lambda: mc.history("n2", "select job_id, xid, gpu from findings where job_id = ? and xid = 79", (job,)),
+                30, "Xid 79 attributed to the job")
+    except AssertionError as exc:
+        log = (mc.dir / "log" / "slurmd-n2.log").read_text().splitlines()
+        raise AssertionError(f"{exc}\nslurmd-n2.log:\n" + "\n".join(log[-25:])) from None
     rows = mc.history("n2", "select gpu, message from findings where job_id = ? and [check] = 'job'", (job,))
     assert rows == [(3, f"Xid 79 during job {job}")]
     assert mc.history("n2", "select hook from runs where job_id = ?", (job,)) == [("epilog",)]

@@ -1,0 +1,144 @@
+"""Staged driver rollouts on the real mini-cluster (8 nodes, budget 2, partitions dev n1-4 / prod n5-8)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+TARGET = "580.95.05"
+OLD = "580.159.04"
+
+
+def plan(mc, tmp_path, nodes="n[1-8]", target=TARGET, extra=()):
+    out = tmp_path / "plan.json"
+    r = mc.gpufleet("maintain", "plan", "--target-driver", target, "--nodes", nodes, "--out", str(out), *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out, json.loads(out.read_text())
+
+
+def intervals(mc) -> list[tuple[str, float, float]]:
+    """(node, out-of-service from, until) from the rollout's audit log."""
+    rows = mc.maintain_db("select node, event, ts from audit where node is not null order by ts")
+    start: dict[str, float] = {}
+    spans = []
+    for node, event, ts in rows:
+        if event == "reserved" and node not in start:
+            start[node] = ts
+        elif event in ("done", "rolled_back", "skipped") and node in start:
+            spans.append((node, start.pop(node), ts))
+    spans += [(n, t, float("inf")) for n, t in start.items()]
+    return spans
+
+
+def max_concurrent(spans) -> int:
+    points = sorted([(a, 1) for _, a, _ in spans] + [(b, -1) for _, _, b in spans])
+    now = best = 0
+    for _, d in points:
+        now += d
+        best = max(best, now)
+    return best
+
+
+def leftovers(mc) -> tuple[str, list[str]]:
+    resv = mc.run("scontrol", "show", "reservation", "-o").stdout
+    drained = [n for n in mc.nodes if "DRAIN" in mc.state(n)]
+    return ("" if "No reservations" in resv else resv), drained
+
+
+def test_plan_gate_refuses_an_architecture_the_driver_dropped(mc, tmp_path):
+    mc.wait_published()
+    # our nodes are Hopper: fine on R590; the gate refuses a branch past end of life (R550) per group
+    r = mc.gpufleet("maintain", "plan", "--target-driver", "550.163.01", "--nodes", "n[1-8]")
+    assert r.returncode == 1 and "REFUSED" in r.stdout and "past end of life" in r.stdout
+    r = mc.gpufleet("maintain", "plan", "--target-driver", "550.163.01", "--nodes", "n[1-8]", "--force", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["forced"] is True
+
+
+def test_rollout_between_jobs_within_budget_canary_first(mc, tmp_path):
+    mc.wait_published()
+    jobs = [mc.start_job(n, 2, secs) for n, secs in (("n2", 12), ("n3", 25), ("n6", 8), ("n7", 18))]
+    plan_file, p = plan(mc, tmp_path)
+    canary = p["waves"][0]["nodes"]
+    assert p["waves"][0]["kind"] == "canary" and len(canary) == 1
+    assert all(len(w["nodes"]) <= 2 for w in p["waves"])
+    # less critical partition (dev: n1-n4) goes before the critical one (prod: n5-n8)
+    order = [n for w in p["waves"] for n in w["nodes"]]
+    assert max(order.index(n) for n in ("n1", "n2", "n3", "n4")) < min(order.index(n) for n in ("n5", "n6", "n7", "n8"))
+
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:  # what Slurm itself shows: nodes drained by the rollout or inside its reservations
+        while not stop.is_set():
+            out = mc.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout  # a node per partition
+            samples.append(len({line.split("|")[0] for line in out.splitlines()
+                                if "gpufleet: maintain" in line or "|maint" in line}))
+            time.sleep(0.2)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    r = mc.gpufleet("maintain", "apply", str(plan_file))
+    stop.set()
+    t.join()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "done (done 8)" in r.stdout
+    for job in jobs:
+        info = mc.job(job)
+        assert (info["JobState"], info["Restarts"]) == ("COMPLETED", "0"), info
+    spans = intervals(mc)
+    assert max_concurrent(spans) <= 2
+    assert max(samples) <= 2
+    first = min(spans, key=lambda s: s[1])
+    assert first[0] == canary[0]
+    canary_done = next(b for n, _, b in spans if n == canary[0])
+    assert all(a >= canary_done for n, a, _ in spans if n != canary[0])
+    assert leftovers(mc) == ("", [])
+    upgraded = (mc.dir / "log" / "upgrades.log").read_text().split()
+    assert sorted(upgraded[i + 1] for i in range(0, len(upgraded), 4)) == mc.nodes
+    status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
+    assert status["state"] == "done" and status["counts"] == {"done": 8}
+
+
+def test_bad_driver_fails_validation_halts_and_rollback_restores(mc, tmp_path):
+    mc.wait_published()
+    plan_file, p = plan(mc, tmp_path, nodes="n[1-4]")
+    victim = p["waves"][1]["nodes"][0]  # the first node after the canary
+    (mc.gpus / f"{victim}.bad-driver").write_text(TARGET)
+    r = mc.gpufleet("maintain", "apply", str(plan_file))
+    assert r.returncode == 1
+    status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
+    assert status["state"] == "halted"
+    states = {n["node"]: n["state"] for n in status["nodes"]}
+    assert states[victim] == "failed" and states[p["waves"][0]["nodes"][0]] == "done"
+    assert sum(s == "pending" for s in states.values()) == 2  # halted before the rest
+    info = mc.node(victim)
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("gpufleet: maintain")
+    assert "validation failed" in info["Reason"]
+
+    r = mc.gpufleet("maintain", "rollback")
+    assert r.returncode == 0, r.stdout + r.stderr
+    status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
+    assert status["state"] == "rolled_back"
+    for n in status["nodes"]:
+        assert n["state"] in ("rolled_back", "skipped"), n
+    for node in ("n1", "n2", "n3", "n4"):
+        assert f"<driver_version>{OLD}</driver_version>" in (mc.gpus / f"{node}.xml").read_text()
+    assert leftovers(mc) == ("", [])
+
+
+@pytest.mark.parametrize("crash_after", ["reserved", "upgrading", "returning", "validating", "done"])
+def test_kill_9_at_each_transition_then_resume_converges(mc, tmp_path, crash_after):
+    mc.wait_published()
+    plan_file, p = plan(mc, tmp_path, nodes="n[1-3]")
+    r = mc.gpufleet("maintain", "apply", str(plan_file), env={"SLURM_GPUFLEET_CRASH_AFTER": f"{crash_after}:2"})
+    assert r.returncode == -9, r.stdout + r.stderr  # SIGKILL, as kill -9
+    r = mc.gpufleet("maintain", "resume")
+    assert r.returncode == 0, r.stdout + r.stderr
+    status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
+    assert status["state"] == "done" and status["counts"] == {"done": 3}, status
+    assert leftovers(mc) == ("", [])
+    for node in ("n1", "n2", "n3"):
+        assert f"<driver_version>{TARGET}</driver_version>" in (mc.gpus / f"{node}.xml").read_text()
