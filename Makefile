@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 SHARED := ../shared/fixtures
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup system-deps demo test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,18 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
-demo: setup
+# Debian packages the tests use: Slurm (tests/slurm/minicluster.sh installs it too) and Chromium for the
+# HTML report's rendering test.  Needs root; without it, those tests say what is missing.
+system-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; \
+	  for p in slurmctld slurmd slurm-client chromium; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then echo "installing$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi; \
+	fi
+
+demo: setup system-deps
 	@echo "== healthy real H200 (nvidia-smi -q -x), default policy"
 	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(SHARED)/h200-real/nvidia-smi-q.xml
 	@echo; echo "== real A10 with a pending row remap"
@@ -37,7 +48,7 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check slurm_gpufleet tests bench scripts healthcheck/slurm-gpufleet-healthcheck prolog_epilog
 
-test: setup lint
+test: setup system-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: setup

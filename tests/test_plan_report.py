@@ -1,0 +1,84 @@
+"""`maintain plan` on the sample fleet: one screen of text, JSON, and an HTML report that renders in a
+real headless Chromium (DOM and screenshot)."""
+
+import json
+import shutil
+import struct
+import subprocess
+
+import pytest
+from support import REPO, run_cli
+
+FLEET = str(REPO / "etc" / "sample-fleet.json")
+POLICY = str(REPO / "etc" / "gpufleet.toml")
+NODES = "gpu[001-032],a100-[01-08]"
+
+
+def test_plan_on_the_sample_fleet_fits_one_screen(tmp_path):
+    r = run_cli("maintain", "plan", "--target-driver", "580.159.04", "--nodes", NODES, "--fleet", FLEET,
+                "--policy", POLICY, "--out", str(tmp_path / "plan.json"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert len(lines) <= 40 and max(len(line) for line in lines) <= 120
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["waves"][0]["kind"] == "canary"
+    # one canary per (model, firmware) combination: H200 on two VBIOS builds, and the A100s
+    assert len(plan["waves"][0]["nodes"]) == 3
+    assert all(len(w["nodes"]) <= plan["budget"]["max_unavailable"] for w in plan["waves"])
+    skipped = {s["node"]: s["why"] for s in plan["skipped"]}
+    assert skipped["gpu012"] == "already at 580.159.04" and "admin: IB cable swap" in skipped["gpu007"]
+    planned = [n for w in plan["waves"] for n in w["nodes"]]
+    assert len(planned) == len(set(planned)) == 38
+    # the debug partition (less critical) goes before prod (critical)
+    debug = [planned.index(n) for n in ("gpu001", "gpu002", "gpu003", "gpu004")]
+    prod = [planned.index(f"gpu{i:03d}") for i in range(17, 33)]
+    assert max(debug) < min(prod)
+    assert plan["gating_jobs"][0]["job_id"] == "999"
+
+
+def test_gate_refuses_volta_past_r580(tmp_path):
+    fleet = json.loads(open(FLEET).read())
+    for n in fleet["nodes"]:
+        if n["name"].startswith("a100"):
+            n["gpus"] = "8xTesla V100-SXM2-32GB"
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps(fleet))
+    r = run_cli("maintain", "plan", "--target-driver", "590.48.01", "--nodes", NODES, "--fleet", str(path),
+                "--policy", POLICY, "--json")
+    assert r.returncode == 1
+    plan = json.loads(r.stdout)
+    assert plan["refused"] and not plan["gate"]["a100-legacy"]["ok"] and plan["gate"]["h200"]["ok"]
+    assert "Volta is not supported after the R580 branch" in plan["gate"]["a100-legacy"]["problems"][0]
+    r = run_cli("maintain", "plan", "--target-driver", "590.48.01", "--nodes", NODES, "--fleet", str(path),
+                "--policy", POLICY, "--force")
+    assert r.returncode == 0 and b"FORCED" in r.stdout
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+CHROMIUM = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def test_html_report_renders_in_chromium(tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (make test installs it when run as root)")
+    html = tmp_path / "plan.html"
+    r = run_cli("maintain", "plan", "--target-driver", "580.159.04", "--nodes", NODES, "--fleet", FLEET,
+                "--policy", POLICY, "--html", str(html))
+    assert r.returncode == 0
+    base = [browser, *CHROMIUM, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*base, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert "Rollout" in dom and "<svg" in dom and dom.count("<rect") >= 9
+    assert "a100-legacy" in dom and "h200" in dom
+    shot = tmp_path / "plan.png"
+    subprocess.run([*base, "--window-size=1280,1000", f"--screenshot={shot}", html.as_uri()], capture_output=True,
+                   timeout=120)
+    assert _png_size(shot) == (1280, 1000)
+    # a rendered page with tables and a timeline, not a blank one (a white 1280x1000 PNG is ~5 KB)
+    assert shot.stat().st_size > 40_000
