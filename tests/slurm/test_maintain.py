@@ -142,3 +142,19 @@ def test_kill_9_at_each_transition_then_resume_converges(mc, tmp_path, crash_aft
     assert leftovers(mc) == ("", [])
     for node in ("n1", "n2", "n3"):
         assert f"<driver_version>{TARGET}</driver_version>" in (mc.gpus / f"{node}.xml").read_text()
+
+
+def test_fleet_inventory_reads_what_nodes_publish(mc):
+    import gpustate
+
+    mc.wait_published()
+    gpustate.write_atomic(gpustate.healthy_report(8, "n5", "570.172.08"), mc.gpu_file("n5"))
+    mc.wait(lambda: '"drv":"570.172.08"' in mc.node("n5").get("Extra", ""), 3 * mc.hc_interval, "n5 publishing")
+    r = mc.gpufleet("fleet", "--json")
+    assert r.returncode == 0, r.stderr
+    inv = json.loads(r.stdout)
+    (group,) = inv["groups"].values()
+    assert group["nodes"] == 8 and group["drivers"] == {"580.159.04": 7, "570.172.08": 1}
+    assert group["off_standard"] == [{"node": "n5", "why": "driver 570.172.08 != 580.159.04"}]
+    text = mc.gpufleet("fleet").stdout
+    assert "off standard: 1" in text and "n5" in text
