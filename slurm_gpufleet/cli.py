@@ -431,6 +431,79 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
     maintain.command(_name, help=_help)(_make(_name))
 
 
+@maintain.command("simulate")
+@click.option("--sacct", "sacct_file", required=True, metavar="FILE",
+              help="Job history: sacct --parsable2 -o JobIDRaw,User,Submit,Start,End,Elapsed,NNodes,AllocTRES,State[,Timelimit]")
+@click.option("--nodes", "node_count", type=click.IntRange(1, 100_000), default=150, show_default=True)
+@click.option("--gpus-per-node", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--strategy", "strategies", multiple=True, type=click.Choice(["gpufleet", "reboot-asap", "drain-all"]),
+              help="Repeat to compare; default: all three side by side.")
+@click.option("--rollout-at", type=float, default=240.0, show_default=True, metavar="HOURS",
+              help="When the rollout starts, in hours from the first submission.")
+@click.option("--max-unavailable", default=None, metavar="N|P%", help="Budget (default: the policy's).")
+@click.option("--policy", "policy_file", metavar="FILE", help="Config whose [maintain] table shapes the waves.")
+@click.option("--time-limit-assumption", default="runtime-ceil-hour", show_default=True,
+              help="For histories without Timelimit: runtime-ceil-hour, factor:X, or partition:D-HH:MM:SS.")
+@click.option("--upgrade-minutes", type=click.IntRange(1, 1440), default=None, help="Per node (default: the policy's).")
+@click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")
+@click.option("--json", "as_json", is_flag=True)
+def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
+                      rollout_at: float, max_unavailable: str | None, policy_file: str | None,
+                      time_limit_assumption: str, upgrade_minutes: int | None, plot_file: str | None,
+                      as_json: bool) -> None:
+    """Replay a job history on a simulated fleet and compare rollout strategies (same planner code)."""
+    from .maintain.sacct import SacctError, assume_limit, read_sacct
+    from .maintain.simulate import simulate
+    from .policy import _count_or_pct
+
+    policy = _load_policy(policy_file)
+    budget = policy.maintain.max_unavailable
+    if max_unavailable is not None:
+        try:
+            budget = _count_or_pct(int(max_unavailable) if max_unavailable.isdigit() else max_unavailable)
+        except ValueError as exc:
+            _fail(f"--max-unavailable {exc}", exitcodes.USAGE)
+    try:
+        assume_limit(3600, time_limit_assumption)
+    except (ValueError, TypeError):
+        _fail(f"--time-limit-assumption {time_limit_assumption!r}: use runtime-ceil-hour, factor:X or partition:LIMIT",
+              exitcodes.USAGE)
+    try:
+        with open(sacct_file, encoding="utf-8", errors="replace") as fh:
+            trace = read_sacct(fh)
+    except OSError as exc:
+        _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
+    except SacctError as exc:
+        _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
+    result = simulate(trace, nodes=node_count, gpus_per_node=gpus_per_node,
+                      strategies=strategies or ("gpufleet", "reboot-asap", "drain-all"), rollout_at_h=rollout_at,
+                      max_unavailable=budget, policy=policy, assumption=time_limit_assumption,
+                      upgrade_minutes=upgrade_minutes)
+    results = result.pop("_results")
+    first = next(iter(results.values()))
+    result["gating_jobs"] = next((r.gating_jobs for r in results.values() if r.gating_jobs), [])
+    if plot_file:
+        from .maintain.plots import simulation_html
+
+        _write_atomic(plot_file, simulation_html(result, results))
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+        return
+    a = result["assumptions"]
+    click.echo(f"{a['fleet']}, rollout at {a['rollout_at_h']:g} h, at most {a['max_unavailable_nodes']} node(s) out, "
+               f"{a['upgrade_minutes']:g} min per node; time limits {a['time_limits']}")
+    click.echo(f"{'strategy':<12} {'makespan h':>10} {'GPU-h lost':>11} {'killed':>6} {'wait+ mean h':>12} "
+               f"{'wait+ p95 h':>11} {'peak out':>8}")
+    for name, m in result["strategies"].items():
+        click.echo(f"{name:<12} {m['makespan_h']:>10.2f} {m['gpu_hours_lost']:>11.1f} {m['jobs_killed']:>6} "
+                   f"{m['wait_added_mean_h']:>12.3f} {m['wait_added_p95_h']:>11.3f} {m['peak_nodes_out']:>8}")
+    for j in result["gating_jobs"][:3]:
+        click.echo(f"gating job {j['job_id']} on {','.join(j['nodes'])}: runs until +{j['end_h']} h")
+    click.echo(f"jobs used {a['jobs_used']}; lines skipped {a['lines_skipped'] or 'none'}; "
+               f"dropped {a['jobs_dropped'] or 'none'}")
+    del first
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=True)

@@ -1,0 +1,467 @@
+"""What-if rollouts on a real job history.
+
+A discrete-event replay of the jobs on a simulated fleet, with a scheduler close to Slurm's: priority
+FIFO by submit time plus backfill that respects time limits and maintenance reservations.  At a chosen
+moment a rollout starts, run by one of three strategies:
+
+* `gpufleet`: the planner of `maintain plan` (same code: canary, waves, budget) places each wave's
+  reservation when its nodes' running jobs end by their time limits; short jobs backfill until then;
+* `reboot-asap`: a rolling `scontrol reboot ASAP` within the same budget, nodes in name order;
+* `drain-all`: every node drained at once, upgraded when empty, all resumed at the end.
+
+Each strategy runs on the same trace next to a baseline without maintenance; the difference in each
+job's queue wait is the wait the rollout added.  No strategy kills jobs; the simulator checks it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..policy import MaintainSettings, Policy
+from ..slurm.base import JobInfo
+from .fleet import FleetNode, FleetState
+from .planner import make_plan
+from .sacct import Trace, assume_limit
+
+STRATEGIES = ("gpufleet", "reboot-asap", "drain-all")
+INF = float("inf")
+BACKFILL_DEPTH = 200  # like Slurm's bf_max_job_test: how deep into the queue backfill looks
+
+
+@dataclass
+class SimJob:
+    id: str
+    submit: float
+    run: float
+    limit: float
+    nodes: int
+    gpn: int                       # GPUs per node
+    start: float | None = None
+    placed: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SimNode:
+    name: str
+    gpus: int
+    free: int
+    running: dict[str, float] = field(default_factory=dict)   # job id -> expected end (start + limit)
+    reserved_from: float = INF     # a maintenance reservation (or a drain) starts then: no job may run past it
+    out_since: float | None = None  # out of service for new jobs (drained / reservation active / upgrading)
+    upgrading_until: float | None = None
+    upgraded: bool = False
+
+
+@dataclass
+class Result:
+    makespan_h: float
+    gpu_hours_lost: float
+    jobs_killed: int
+    wait_added_mean_h: float
+    wait_added_p95_h: float
+    peak_nodes_out: int
+    capacity: list[tuple[float, int]] = field(default_factory=list)     # (hours from rollout, GPUs in service)
+    waves: list[dict[str, Any]] = field(default_factory=list)           # (gpufleet) wave timeline
+    gating_jobs: list[dict[str, Any]] = field(default_factory=list)
+    waits: dict[str, float] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, Any]:
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in
+                (("makespan_h", self.makespan_h), ("gpu_hours_lost", self.gpu_hours_lost),
+                 ("jobs_killed", self.jobs_killed), ("wait_added_mean_h", self.wait_added_mean_h),
+                 ("wait_added_p95_h", self.wait_added_p95_h), ("peak_nodes_out", self.peak_nodes_out))}
+
+
+class Simulator:
+    def __init__(self, jobs: list[SimJob], nodes: int, gpus_per_node: int):
+        self.jobs = jobs
+        self.nodes = [SimNode(f"node{i:05d}", gpus_per_node, gpus_per_node) for i in range(1, nodes + 1)]
+        self.by_id = {j.id: j for j in jobs}
+        self.queue: list[SimJob] = []
+        self.events: list[tuple[float, int, str, Any]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.lost_gpu_s = 0.0
+        self.capacity: list[tuple[float, int]] = []
+        self.peak_out = 0
+        self.killed = 0
+        self.controller: Controller | None = None
+
+    # -- events ----------------------------------------------------------------------------------
+    def push(self, t: float, kind: str, payload: Any = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, payload))
+
+    def run(self, controller: Controller | None = None, rollout_at: float | None = None) -> None:
+        self.controller = controller
+        for job in self.jobs:
+            self.push(job.submit, "submit", job)
+        if controller is not None and rollout_at is not None:
+            self.push(rollout_at, "rollout", None)
+        while self.events:
+            t, _, kind, payload = heapq.heappop(self.events)
+            self._advance(t)
+            if kind == "submit":
+                self.queue.append(payload)
+                self._schedule(only=payload)
+            elif kind == "end":
+                self._end(payload)
+                if self.controller:
+                    self.controller.on_change(self)
+                self._schedule()
+            elif kind == "rollout":
+                self.controller.start(self)
+                self._schedule()
+            elif kind == "tick":
+                self.controller.on_tick(self, payload)
+                self._schedule()
+            if self.controller and self.controller.finished and not self.queue and not self._running():
+                break
+
+    def _running(self) -> bool:
+        return any(n.running for n in self.nodes)
+
+    def _advance(self, t: float) -> None:
+        dt = t - self.now
+        if dt > 0 and self.controller is not None and self.controller.active:
+            out = [n for n in self.nodes if n.out_since is not None]
+            self.lost_gpu_s += dt * sum(n.free for n in out)
+            self.peak_out = max(self.peak_out, len(out))
+        self.now = max(self.now, t)
+
+    def record_capacity(self) -> None:
+        in_service = sum(n.gpus for n in self.nodes if n.out_since is None)
+        if not self.capacity or self.capacity[-1][1] != in_service:
+            self.capacity.append((self.now, in_service))
+
+    # -- scheduling ------------------------------------------------------------------------------
+    def _fits(self, node: SimNode, job: SimJob) -> bool:
+        return (node.out_since is None and node.free >= job.gpn
+                and self.now + job.limit <= node.reserved_from)
+
+    def _place(self, job: SimJob) -> list[int] | None:
+        if job.nodes == 1:
+            best = None
+            for i, n in enumerate(self.nodes):
+                if self._fits(n, job) and (best is None or n.free < self.nodes[best].free):
+                    best = i
+                    if n.free == job.gpn:
+                        break
+            return None if best is None else [best]
+        picked = [i for i, n in enumerate(self.nodes) if n.free == n.gpus and self._fits(n, job)]
+        return picked[: job.nodes] if len(picked) >= job.nodes else None
+
+    def _start(self, job: SimJob, placed: list[int]) -> None:
+        job.start = self.now
+        job.placed = placed
+        for i in placed:
+            n = self.nodes[i]
+            n.free -= job.gpn
+            n.running[job.id] = self.now + job.limit
+        self.queue.remove(job)
+        self.push(self.now + job.run, "end", job)
+
+    def _end(self, job: SimJob) -> None:
+        for i in job.placed:
+            n = self.nodes[i]
+            if n.upgrading_until is not None:
+                self.killed += 1  # never expected: upgrades wait for empty nodes
+            n.free += job.gpn
+            n.running.pop(job.id, None)
+
+    def _shadow(self, job: SimJob) -> float:
+        """Earliest time the blocked head job could start, from running jobs' time limits (EASY backfill)."""
+        times = []
+        for n in self.nodes:
+            if n.out_since is not None and n.upgrading_until is None and n.reserved_from <= self.now:
+                continue
+            need = job.gpn if job.nodes == 1 else n.gpus
+            if n.free >= need:
+                t = self.now
+            else:
+                freed = n.free
+                t = INF
+                for end in sorted(n.running.values()):
+                    freed += self._gpn_of(n, end)
+                    if freed >= need:
+                        t = end
+                        break
+            if t + job.limit <= n.reserved_from or n.upgraded:
+                times.append(t)
+        times.sort()
+        k = job.nodes if job.nodes > 1 else 1
+        return times[k - 1] if len(times) >= k else INF
+
+    def _gpn_of(self, node: SimNode, end: float) -> int:
+        for jid, e in node.running.items():
+            if e == end:
+                return self.by_id[jid].gpn
+        return 0
+
+    def _schedule(self, only: SimJob | None = None) -> None:
+        if only is not None and self.queue and self.queue[0] is not only:
+            # a new job behind a blocked queue: it may only backfill
+            shadow = self._shadow(self.queue[0])
+            if self.now + only.limit <= shadow:
+                placed = self._place(only)
+                if placed:
+                    self._start(only, placed)
+            return
+        shadow: float | None = None
+        for job in list(self.queue[:BACKFILL_DEPTH]):
+            if shadow is not None and self.now + job.limit > shadow:
+                continue
+            placed = self._place(job)
+            if placed:
+                self._start(job, placed)
+            elif shadow is None:
+                shadow = self._shadow(job)
+
+
+class Controller:
+    """A rollout strategy driving the simulated nodes."""
+
+    active = False
+    finished = False
+    started = False
+
+    def __init__(self, budget: int, upgrade_s: float):
+        self.budget = budget
+        self.upgrade_s = upgrade_s
+        self.started_at = 0.0
+        self.done_at = 0.0
+        self.waves: list[dict[str, Any]] = []
+        self.gating: list[dict[str, Any]] = []
+
+    def start(self, sim: Simulator) -> None:
+        self.active = self.started = True
+        self.started_at = sim.now
+
+    def on_change(self, sim: Simulator) -> None:
+        if self.started:
+            self._upgrade_empty(sim)
+
+    def on_tick(self, sim: Simulator, payload: Any) -> None:
+        kind, node = payload
+        if kind == "upgraded":
+            n = sim.nodes[node]
+            n.upgrading_until = None
+            n.upgraded = True
+            self.release(sim, node)
+        self._upgrade_empty(sim)
+
+    def release(self, sim: Simulator, i: int) -> None:
+        n = sim.nodes[i]
+        n.out_since = None
+        n.reserved_from = INF
+        sim.record_capacity()
+
+    def take(self, sim: Simulator, i: int, from_t: float) -> None:
+        n = sim.nodes[i]
+        n.reserved_from = from_t
+        if from_t <= sim.now:
+            n.out_since = sim.now
+            sim.record_capacity()
+        else:
+            sim.push(from_t, "tick", ("reservation", i))
+
+    def _upgrade_empty(self, sim: Simulator) -> None:
+        for i, n in enumerate(sim.nodes):
+            # like `maintain apply`: a node of the current wave is taken when its reservation starts, or
+            # earlier if it already sits empty
+            if (n.reserved_from <= sim.now or (n.reserved_from < INF and not n.running)) \
+                    and n.out_since is None and not n.upgraded:
+                n.out_since = sim.now
+                sim.record_capacity()
+            if n.out_since is not None and n.upgrading_until is None and not n.running and not n.upgraded:
+                n.upgrading_until = sim.now + self.upgrade_s
+                n.free = n.gpus
+                sim.push(n.upgrading_until, "tick", ("upgraded", i))
+
+
+class GpufleetController(Controller):
+    """Waves from the planner; each wave's reservation starts when its nodes' jobs end (time limits)."""
+
+    def __init__(self, budget: int, upgrade_s: float, policy: Policy, target: str = "580.159.04"):
+        super().__init__(budget, upgrade_s)
+        self.policy = policy
+        self.target = target
+        self.plan_waves: list[list[int]] = []
+        self.wave = -1
+
+    def start(self, sim: Simulator) -> None:
+        super().start(sim)
+        fleet = FleetState(
+            nodes={n.name: FleetNode(name=n.name, partitions=["gpu"], driver="570.172.08", cuda="12.8",
+                                     gpus=f"{n.gpus}xNVIDIA H200", firmware="96.00.A5.00.1A", verdict="ok")
+                   for n in sim.nodes},
+            jobs=[JobInfo(jid, [n.name], end, "gpu") for n in sim.nodes for jid, end in n.running.items()],
+            taken_at=sim.now)
+        index = {n.name: i for i, n in enumerate(sim.nodes)}
+        plan = make_plan(fleet, self.target, [n.name for n in sim.nodes], self.policy, now=sim.now, force=True)
+        self.plan_waves = [[index[n] for n in w.nodes] for w in plan.waves]
+        self.gating = plan.gating_jobs
+        self._next_wave(sim)
+
+    def _next_wave(self, sim: Simulator) -> None:
+        self.wave += 1
+        if self.wave >= len(self.plan_waves):
+            self.finished = True
+            self.active = False
+            self.done_at = sim.now
+            return
+        members = self.plan_waves[self.wave]
+        # like `maintain apply`: the reservation starts when the wave's nodes' running jobs end
+        start = max([sim.now] + [max(sim.nodes[i].running.values(), default=sim.now) for i in members])
+        self.waves.append({"wave": self.wave, "nodes": len(members), "reserve_at": start, "start": None, "end": None})
+        for i in members:
+            self.take(sim, i, start)
+        self._upgrade_empty(sim)  # nodes already empty start now, not at the next event
+
+    def on_tick(self, sim: Simulator, payload: Any) -> None:
+        super().on_tick(sim, payload)
+        self._check_wave(sim)
+
+    def on_change(self, sim: Simulator) -> None:
+        super().on_change(sim)
+        if self.started:
+            self._check_wave(sim)
+
+    def _check_wave(self, sim: Simulator) -> None:
+        if self.finished or self.wave < 0:
+            return
+        members = self.plan_waves[self.wave]
+        w = self.waves[-1]
+        if w["start"] is None and any(sim.nodes[i].upgrading_until is not None or sim.nodes[i].upgraded
+                                      for i in members):
+            w["start"] = sim.now
+        if all(sim.nodes[i].upgraded for i in members):
+            w["end"] = sim.now
+            self._next_wave(sim)
+
+
+class RebootAsapController(Controller):
+    """`scontrol reboot ASAP` over a node list, at most `budget` at a time, in name order."""
+
+    def start(self, sim: Simulator) -> None:
+        super().start(sim)
+        self.todo = sorted(range(len(sim.nodes)), key=lambda i: sim.nodes[i].name)
+        self._fill(sim)
+
+    def _fill(self, sim: Simulator) -> None:
+        busy = sum(1 for n in sim.nodes if n.out_since is not None and not n.upgraded)
+        while self.todo and busy < self.budget:
+            self.take(sim, self.todo.pop(0), sim.now)  # drains at once: no new jobs, running ones finish
+            busy += 1
+        if not self.todo and busy == 0:
+            self.finished, self.active, self.done_at = True, False, sim.now
+
+    def on_tick(self, sim: Simulator, payload: Any) -> None:
+        super().on_tick(sim, payload)
+        self._fill(sim)
+
+    def on_change(self, sim: Simulator) -> None:
+        super().on_change(sim)
+        if self.started:
+            self._fill(sim)
+
+
+class DrainAllController(Controller):
+    """Drain every node, upgrade each when it empties, resume them all at the end."""
+
+    def start(self, sim: Simulator) -> None:
+        super().start(sim)
+        for i in range(len(sim.nodes)):
+            self.take(sim, i, sim.now)
+        self._upgrade_empty(sim)
+
+    def release(self, sim: Simulator, i: int) -> None:
+        if all(n.upgraded for n in sim.nodes):
+            for j in range(len(sim.nodes)):
+                Controller.release(self, sim, j)
+            self.finished, self.active, self.done_at = True, False, sim.now
+
+
+def sim_jobs(trace: Trace, gpus_per_node: int, assumption: str) -> tuple[list[SimJob], Counter]:
+    jobs: list[SimJob] = []
+    dropped: Counter = Counter()
+    for j in trace.jobs:
+        nodes = max(j.nodes, math.ceil(j.gpus / gpus_per_node))
+        gpn = gpus_per_node if nodes > 1 else j.gpus
+        if gpn > gpus_per_node:
+            dropped["more GPUs per node than the fleet has"] += 1
+            continue
+        limit = j.time_limit_s if j.time_limit_s is not None else assume_limit(j.run_s, assumption)
+        run = min(j.run_s, limit)  # Slurm ends a job at its limit
+        jobs.append(SimJob(j.job_id, j.submit, max(run, 1.0), limit, nodes, gpn))
+    return jobs, dropped
+
+
+def budget_of(spec: int | str, nodes: int) -> int:
+    if isinstance(spec, int):
+        return spec
+    return max(1, math.ceil(float(spec.rstrip("%")) * nodes / 100))
+
+
+def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[str, ...], rollout_at_h: float,
+             max_unavailable: int | str, policy: Policy, assumption: str, upgrade_minutes: int | None = None
+             ) -> dict[str, Any]:
+    from dataclasses import replace
+
+    upgrade_s = 60.0 * (upgrade_minutes or policy.maintain.upgrade_minutes)
+    budget = budget_of(max_unavailable, nodes)
+    settings: MaintainSettings = replace(policy.maintain, max_unavailable=budget,
+                                         upgrade_minutes=int(upgrade_s // 60))
+    sim_policy = replace(policy, maintain=settings)
+    base_jobs, dropped = sim_jobs(trace, gpus_per_node, assumption)
+    baseline = Simulator(_copy(base_jobs), nodes, gpus_per_node)
+    baseline.run()
+    base_wait = {j.id: (j.start - j.submit) for j in baseline.jobs if j.start is not None}
+    rollout_at = rollout_at_h * 3600
+    results: dict[str, Result] = {}
+    for name in strategies:
+        if name == "gpufleet":
+            ctl: Controller = GpufleetController(budget, upgrade_s, sim_policy)
+        elif name == "reboot-asap":
+            ctl = RebootAsapController(budget, upgrade_s)
+        elif name == "drain-all":
+            ctl = DrainAllController(budget, upgrade_s)
+        else:
+            raise ValueError(f"unknown strategy {name!r} (one of {', '.join(STRATEGIES)})")
+        sim = Simulator(_copy(base_jobs), nodes, gpus_per_node)
+        sim.run(ctl, rollout_at)
+        added = sorted((j.start - j.submit) - base_wait[j.id] for j in sim.jobs
+                       if j.start is not None and j.id in base_wait and j.submit >= rollout_at - 7 * 86400)
+        p95 = added[min(len(added) - 1, int(0.95 * len(added)))] if added else 0.0
+        cap = [((t - rollout_at) / 3600, g) for t, g in sim.capacity]
+        results[name] = Result(
+            makespan_h=(ctl.done_at - ctl.started_at) / 3600 if ctl.finished else INF,
+            gpu_hours_lost=sim.lost_gpu_s / 3600, jobs_killed=sim.killed,
+            wait_added_mean_h=(sum(added) / len(added) / 3600) if added else 0.0, wait_added_p95_h=p95 / 3600,
+            peak_nodes_out=sim.peak_out, capacity=cap,
+            waves=[{**w, **{k: (None if w[k] is None else round((w[k] - rollout_at) / 3600, 3))
+                            for k in ("reserve_at", "start", "end")}} for w in ctl.waves],
+            gating_jobs=[{**g, "end_h": None if g["end"] is None else round((g["end"] - rollout_at) / 3600, 2)}
+                         for g in ctl.gating])
+    return {
+        "strategies": {k: r.metrics() for k, r in results.items()},
+        "assumptions": {
+            "time_limits": ("from the history" if trace.has_time_limits else f"assumed: {assumption}"),
+            "fleet": f"{nodes} nodes x {gpus_per_node} GPUs", "rollout_at_h": rollout_at_h,
+            "max_unavailable_nodes": budget, "upgrade_minutes": upgrade_s / 60,
+            "scheduler": f"priority FIFO by submit time + EASY backfill (depth {BACKFILL_DEPTH}) respecting "
+                         "time limits and reservations; multi-node jobs take whole nodes",
+            "wait_added": "per job: wait with the rollout - wait without it, jobs submitted from 7 days before "
+                          "the rollout on",
+            "jobs_used": len(base_jobs), "jobs_dropped": dict(dropped), "lines_skipped": dict(trace.skipped),
+        },
+        "_results": results,
+    }
+
+
+def _copy(jobs: list[SimJob]) -> list[SimJob]:
+    return [SimJob(j.id, j.submit, j.run, j.limit, j.nodes, j.gpn) for j in jobs]

@@ -1,0 +1,100 @@
+"""`maintain simulate`: sacct input line by line, the scheduler, and the strategies on the real Helios trace."""
+
+import json
+
+import pytest
+from support import SHARED, run_cli
+
+from slurm_gpufleet.maintain.sacct import SacctError, assume_limit, duration_s, read_sacct
+from slurm_gpufleet.maintain.simulate import SimJob, Simulator, simulate
+from slurm_gpufleet.policy import parse_policy
+
+TRACE = str(SHARED / "traces" / "helios_15k.sacct.txt")
+HEADER = "JobIDRaw|User|Submit|Start|End|Elapsed|NNodes|AllocTRES|State|Timelimit"
+
+
+def test_bad_sacct_lines_are_counted_not_fatal():
+    lines = [HEADER,
+             "1|u|2020-09-01T00:00:00|2020-09-01T00:00:00|2020-09-01T01:00:00|01:00:00|1|cpu=1,gres/gpu=2|COMPLETED|02:00:00",
+             "1.batch|u|2020-09-01T00:00:00|2020-09-01T00:00:00|2020-09-01T01:00:00|01:00:00|1|cpu=1|COMPLETED|",
+             "1.0|u|2020-09-01T00:00:00|2020-09-01T00:00:00|2020-09-01T01:00:00|01:00:00|1|gres/gpu=2|COMPLETED|",
+             "2_7|u|2020-09-01T00:10:00|Unknown|Unknown|00:30:00|1|gres/gpu:h100=1|CANCELLED|UNLIMITED",
+             "3|u|None|2020-09-01T00:00:00|2020-09-01T01:00:00|01:00:00|1|gres/gpu=1|COMPLETED|1:00:00",
+             "4|u|2020-09-01T00:20:00|Unknown|Unknown|Unknown|1|gres/gpu=1|PENDING|1:00:00",
+             "5|u|2020-09-01T00:30:00|2020-09-01T00:30:00|2020-09-01T00:40:00|00:10:00|1|cpu=4,mem=1G|COMPLETED|1:00:00",
+             "6|u|2020-09-01T00:30:00|2020-09-01",
+             "",
+             "x7|u|2020-09-01T00:30:00|2020-09-01T00:30:00|2020-09-01T00:40:00|00:10:00|1|gres/gpu=1|COMPLETED|1:00:00"]
+    trace = read_sacct(lines)
+    assert [j.job_id for j in trace.jobs] == ["1", "2_7"]
+    assert trace.jobs[0].time_limit_s == 7200 and trace.jobs[1].time_limit_s is None  # UNLIMITED
+    assert trace.jobs[1].run_s == 1800 and trace.jobs[1].gpus == 1
+    assert trace.skipped == {"job step (123.batch, 123.0)": 2, "no submit time": 1,
+                             "no run time (Unknown start/end)": 1, "no GPUs in AllocTRES": 1,
+                             "too few columns": 1, "empty line": 1, "unreadable job id": 1}
+
+
+@pytest.mark.parametrize("lines,fragment", [([], "empty file"), (["JobIDRaw|User"], "lacks Submit"),
+                                            (["JobIDRaw|Submit|NNodes|AllocTRES"], "needs Elapsed")])
+def test_unusable_sacct_is_one_clear_error(lines, fragment):
+    with pytest.raises(SacctError, match=fragment):
+        read_sacct(lines)
+
+
+def test_durations_and_assumptions():
+    assert duration_s("1-02:03:04") == 93784 and duration_s("02:03") == 123 and duration_s("UNLIMITED") is None
+    assert assume_limit(10, "runtime-ceil-hour") == 3600 and assume_limit(3601, "runtime-ceil-hour") == 7200
+    assert assume_limit(100, "factor:2") == 200 and assume_limit(1, "partition:7-00:00:00") == 7 * 86400
+
+
+def test_backfill_respects_time_limits_and_reservations():
+    # one 8-GPU node: job a holds it for 1 h; b (8 GPUs) waits; c (1 GPU, 30 min) cannot backfill in front of b
+    # because the node is full, and d is never placed across a reservation
+    jobs = [SimJob("a", 0, 3600, 3600, 1, 8), SimJob("b", 10, 600, 1200, 1, 8), SimJob("c", 20, 60, 1800, 1, 1)]
+    sim = Simulator(jobs, nodes=1, gpus_per_node=8)
+    sim.run()
+    start = {j.id: j.start for j in sim.jobs}
+    assert start["a"] == 0 and start["b"] == 3600 and start["c"] == 4200
+    jobs = [SimJob("a", 0, 60, 600, 1, 1), SimJob("long", 5, 60, 7200, 1, 1)]
+    sim = Simulator(jobs, nodes=1, gpus_per_node=8)
+    sim.nodes[0].reserved_from = 3600  # a maintenance reservation in an hour
+    sim.run()
+    assert sim.jobs[0].start == 0 and sim.jobs[1].start is None  # would run past the reservation
+
+
+def test_helios_strategies_side_by_side():
+    with open(TRACE) as fh:
+        trace = read_sacct(fh)
+    assert len(trace.jobs) == 10796 and trace.skipped == {"no GPUs in AllocTRES": 4204}
+    policy = parse_policy('[maintain]\nwaves = [1, "2%", "10%", "25%", "100%"]\n')
+    out = simulate(trace, nodes=150, gpus_per_node=8, strategies=("gpufleet", "reboot-asap", "drain-all"),
+                   rollout_at_h=240, max_unavailable="10%", policy=policy, assumption="runtime-ceil-hour")
+    s = out["strategies"]
+    for name in ("gpufleet", "reboot-asap"):
+        assert s[name]["jobs_killed"] == 0 and s[name]["peak_nodes_out"] <= 15
+        assert s[name]["makespan_h"] < float("inf")
+    assert s["drain-all"]["peak_nodes_out"] == 150
+    # every node is upgraded once: 150 nodes x 8 GPUs x 20 min is the floor of what any strategy loses
+    assert all(m["gpu_hours_lost"] >= 400 - 1e-6 for m in s.values())
+    assert s["gpufleet"]["gpu_hours_lost"] <= s["reboot-asap"]["gpu_hours_lost"] <= s["drain-all"]["gpu_hours_lost"]
+    assert out["assumptions"]["time_limits"] == "assumed: runtime-ceil-hour"
+    waves = out["_results"]["gpufleet"].waves
+    assert waves[0]["nodes"] == 1  # the planner's canary, the same code `maintain plan` runs
+
+
+def test_cli_json_contract_and_bad_input(tmp_path):
+    r = run_cli("maintain", "simulate", "--sacct", TRACE, "--nodes", "150", "--gpus-per-node", "8",
+                "--strategy", "gpufleet", "--strategy", "reboot-asap", "--rollout-at", "300",
+                "--max-unavailable", "10%", "--json", "--plot", str(tmp_path / "sim.html"))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert set(out["strategies"]) == {"gpufleet", "reboot-asap"}
+    for m in out["strategies"].values():
+        assert set(m) == {"makespan_h", "gpu_hours_lost", "jobs_killed", "wait_added_mean_h", "wait_added_p95_h",
+                          "peak_nodes_out"}
+    assert "time_limits" in out["assumptions"] and out["gating_jobs"]
+    assert "<svg" in (tmp_path / "sim.html").read_text()
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\x00\x01garbage\n")
+    r = run_cli("maintain", "simulate", "--sacct", str(bad))
+    assert r.returncode == 2 and b"Traceback" not in r.stderr and r.stderr.count(b"\n") == 1
