@@ -56,12 +56,14 @@ class GpuModel:
     architecture: str | None
     max_sm_mhz: int | None
     source: str
+    mem_bw_gbps: float | None = None
 
 
 @functools.cache
 def gpu_models() -> tuple[GpuModel, ...]:
     return tuple(
-        GpuModel(m["name"], re.compile(m["match"], re.I), m.get("architecture"), m.get("max_sm_mhz"), m["source"])
+        GpuModel(m["name"], re.compile(m["match"], re.I), m.get("architecture"), m.get("max_sm_mhz"), m["source"],
+                 m.get("mem_bw_gbps"))
         for m in _load("gpu_models.toml")["model"]
     )
 

@@ -50,8 +50,9 @@ def cli() -> None:
 @click.option("--previous", metavar="FILE", type=click.Path(dir_okay=False),
               help="An earlier JSON snapshot of this node, to judge counter growth.")
 @click.option("--expect-idle", is_flag=True, help="The node runs no job now: leftover processes and memory are faults.")
-@click.option("--level", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
-              help="Live NVML only: `full` adds the slow InfoROM checksum/validation (~70 ms per GPU each).")
+@click.option("--level", type=click.Choice(["quick", "full", "deep"]), default="quick", show_default=True,
+              help="Live NVML only: `full` adds the slow InfoROM checksum/validation (~70 ms per GPU each); "
+                   "`deep` also measures each GPU (memory bandwidth, bf16 GEMM, host-to-device; <= ~2 s per GPU).")
 @click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

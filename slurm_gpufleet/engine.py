@@ -35,7 +35,11 @@ def gather(source: Source) -> NodeSnapshot:
     else:
         from .readers.nvml import NvmlReader
 
-        snap = NvmlReader(nvml=source.nvml, level=source.level).read()
+        snap = NvmlReader(nvml=source.nvml, level="full" if source.level == "deep" else source.level).read()
+        if source.level == "deep" and snap.gpus:
+            from .perf.probe import measure
+
+            snap.performance = measure([g.index for g in snap.gpus if not g.lost])
     if source.kernel_log:
         from .readers.kernel_log import read_kernel_log_file
 
@@ -74,7 +78,7 @@ class Report:
 def evaluate(snap: NodeSnapshot, policy: Policy | None = None, *, host: str | None = None,
              previous: NodeSnapshot | None = None, today: dt.date | None = None,
              expect_idle: bool | None = None, idle_gpus: frozenset[int] | None = None,
-             only: list[str] | None = None) -> Report:
+             perf_baseline: dict[str, dict[str, float]] | None = None, only: list[str] | None = None) -> Report:
     started = time.perf_counter()
     policy = policy or default_policy()
     node_policy = policy.for_node(host or snap.host)
@@ -83,7 +87,7 @@ def evaluate(snap: NodeSnapshot, policy: Policy | None = None, *, host: str | No
 
         node_policy = replace(node_policy, expect_idle=expect_idle)
     ctx = Context(snapshot=snap, policy=node_policy, models=policy.models, previous=previous,
-                  today=today or dt.date.today(), idle_gpus=idle_gpus)
+                  today=today or dt.date.today(), idle_gpus=idle_gpus, perf_baseline=perf_baseline)
     findings = run_checks(ctx, only)
     return Report(verdict(findings), findings, snap, node_policy.groups, time.perf_counter() - started)
 

@@ -58,7 +58,8 @@ class History:
             db["reboots"].create({"ts": float, "node": str, "fault": str, "boot": str}, if_not_exists=True)
 
     def record_run(self, node: str, hook: str, verdict: str, findings: list[Finding], *, job_id: str | None = None,
-                   duration_s: float = 0.0, driver: str | None = None, gpus: int = 0, error: str | None = None) -> int:
+                   duration_s: float = 0.0, driver: str | None = None, gpus: int = 0, error: str | None = None,
+                   performance: list | None = None, models: dict[int, str] | None = None) -> int:
         now = time.time()
         with self.db.conn:
             run_id = self.db["runs"].insert({
@@ -68,6 +69,13 @@ class History:
                 {"run_id": run_id, "ts": now, "node": node, "job_id": job_id, "check": f.check,
                  "severity": f.severity, "action": f.action, "gpu": f.gpu, "message": f.message,
                  "detail": f.detail, "xid": f.xid} for f in findings)
+            if performance:
+                self.db["performance"].insert_all(
+                    {"run_id": run_id, "ts": now, "node": node, "gpu": p.gpu, "model": (models or {}).get(p.gpu),
+                     "library": p.library, "mem_bw_gbps": p.mem_bw_gbps, "gemm_tflops": p.gemm_tflops,
+                     "h2d_gbps": p.h2d_gbps, "sm_clock_mhz": p.sm_clock_mhz, "power_w": p.power_w,
+                     "temperature_c": p.temperature_c, "reasons": ",".join(p.clock_event_reasons), "error": p.error}
+                    for p in performance)
         return int(run_id)
 
     def record_action(self, node: str, hook: str, action: str, reason: str, why: str, ok: bool,
@@ -107,7 +115,7 @@ class History:
     def prune(self, days: int = RETENTION_DAYS) -> None:
         cutoff = time.time() - days * 86400
         with self.db.conn:
-            for table in ("findings", "actions", "reboots", "runs"):
+            for table in ("findings", "actions", "reboots", "performance", "runs"):
                 self.db.execute(f"delete from [{table}] where ts < ?", [cutoff])
 
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:

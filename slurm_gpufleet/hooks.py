@@ -134,7 +134,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     history = History(db_path(setup.settings.state_dir, node))
     s = report.snapshot
     history.record_run(node, hook, final, findings, job_id=job, duration_s=report.duration_s,
-                       driver=known(s.driver_version), gpus=len(s.gpus))
+                       driver=known(s.driver_version), gpus=len(s.gpus), performance=s.performance,
+                       models={g.index: known(g.name) for g in s.gpus})
     try:
         backend = get_backend(setup.settings.backend, setup.settings.scontrol)
         info = backend.node(node)
@@ -176,9 +177,14 @@ def summary(report: Report, final: str) -> dict:
     s = report.snapshot
     names = sorted({known(g.name) or "?" for g in s.gpus})
     vbios = sorted({known(g.vbios) for g in s.gpus if known(g.vbios)})
-    return {"gpufleet": 1, "v": final, "drv": known(s.driver_version), "cuda": known(s.cuda_driver_version),
+    data = {"gpufleet": 1, "v": final, "drv": known(s.driver_version), "cuda": known(s.cuda_driver_version),
             "gpus": f"{len(s.gpus)}x{'/'.join(names)}", "fw": ",".join(vbios),
             "t": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())}
+    bw = [p.mem_bw_gbps for p in s.performance if p.mem_bw_gbps]
+    if bw:  # the slowest GPU is what stalls a synchronous job: the fleet's straggler view reads this
+        data["bw"] = round(min(bw))
+        data["bwgpu"] = min((p for p in s.performance if p.mem_bw_gbps), key=lambda p: p.mem_bw_gbps).gpu
+    return data
 
 
 def _publish(backend, info, field: str, data: dict) -> None:
@@ -233,7 +239,8 @@ def _healthcheck(argv: list[str] | None = None) -> int:
                                  description="Slurm HealthCheckProgram: check this node's GPUs and act.")
     ap.add_argument("--config")
     ap.add_argument("--node")
-    ap.add_argument("--level", choices=["quick", "full"], default="quick")
+    ap.add_argument("--level", choices=["quick", "full", "deep"], default="quick",
+                    help="deep: also measure each GPU (memory bandwidth, GEMM, host-to-device)")
     ap.add_argument("--nhc", action="store_true",
                     help="judge only (no Slurm action): print the reason and exit 1 when the node is unfit (NHC)")
     args = ap.parse_args(argv)
@@ -242,7 +249,11 @@ def _healthcheck(argv: list[str] | None = None) -> int:
         return 0 if not args.nhc else 2
     _start_watchdog(setup, 1, None if args.nhc else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
-        snap = read_node(setup.settings, setup.node, args.level)
+        snap = read_node(setup.settings, setup.node, "full" if args.level == "deep" else args.level)
+        if args.level == "deep" and not setup.settings.gpu_state_dir and snap.gpus:
+            from .perf.probe import measure
+
+            snap.performance = measure([g.index for g in snap.gpus if not g.lost])
     except (ReportError, OSError) as exc:
         log.error("no readable GPU state: %s", exc)
         if args.nhc:

@@ -78,6 +78,8 @@ class NodePolicy:
     require_persistence: bool = False
     compute_mode: str | None = None
     mig_mode: bool | None = None
+    # performance (`check --level deep`): memory bandwidth this far below the baseline is a warning
+    perf_tolerance_pct: float = 10.0
     # processes
     expect_idle: bool = False
     idle_memory_mib: int = 100
@@ -232,12 +234,13 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "require_persistence": _bool,
     "compute_mode": _choice(*_COMPUTE_MODES),
     "mig_mode": _bool,
+    "perf_tolerance_pct": _number,
     "expect_idle": _bool,
     "idle_memory_mib": _int(0),
 }
 assert set(VALIDATORS) == {f.name for f in fields(NodePolicy)} - {"groups"}
 
-_MODEL_KEYS = {"match": _str, "architecture": _str, "max_sm_mhz": _int(1)}
+_MODEL_KEYS = {"match": _str, "architecture": _str, "max_sm_mhz": _int(1), "mem_bw_gbps": _number}
 
 
 def _abs_path(v: Any) -> Any:
@@ -418,7 +421,8 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
             pattern = re.compile(spec.get("match", re.escape(name)), re.I)
         except re.error as exc:
             raise PolicyError(f"{path}:{lines.find(section, 'match')}: match is not a valid regular expression: {exc}") from None
-        extra.append(GpuModel(name, pattern, spec.get("architecture"), spec.get("max_sm_mhz"), f"policy {path}"))
+        extra.append(GpuModel(name, pattern, spec.get("architecture"), spec.get("max_sm_mhz"), f"policy {path}",
+                              spec.get("mem_bw_gbps")))
     policy.models = tuple(extra)
     return policy
 

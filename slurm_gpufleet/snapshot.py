@@ -203,6 +203,23 @@ class Gpu:
 
 
 @dataclass
+class PerfSample:
+    """One GPU's short performance measurement (`check --level deep`), with what the GPU did meanwhile."""
+
+    gpu: int
+    library: str | None = None
+    mem_bw_gbps: float | None = None       # device-to-device copy, read + write bytes per second
+    gemm_tflops: float | None = None       # bf16 matrix multiply
+    h2d_gbps: float | None = None          # pinned host-to-device copy
+    sm_clock_mhz: int | None = None        # seen during the measurement
+    power_w: float | None = None
+    temperature_c: int | None = None
+    clock_event_reasons: list[str] = field(default_factory=list)
+    duration_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
 class XidEvent:
     line: int
     xid: int
@@ -237,6 +254,8 @@ class NodeSnapshot:
     xid_events: list[XidEvent] = field(default_factory=list)
     # boots seen in the kernel log that supplied xid_events (journalctl/syslog can span several)
     boots_seen: int = 0
+    # `check --level deep` only: per-GPU performance measurements
+    performance: list[PerfSample] = field(default_factory=list)
 
     def gpu_by_pci(self, pci: str | None) -> Gpu | None:
         if not pci:

@@ -7,7 +7,7 @@ import pytest
 from slurm_gpufleet import evaluate
 from slurm_gpufleet.checks import CHECKS
 from slurm_gpufleet.policy import parse_policy
-from slurm_gpufleet.snapshot import NvLink, Process, XidEvent
+from slurm_gpufleet.snapshot import NvLink, PerfSample, Process, XidEvent
 
 
 def g0(s):
@@ -115,6 +115,10 @@ FAULTS = [
      "4000 MiB in use"),
     ("recovery-reset", set_("recovery_action", "gpu_reset"), "", "recovery", "reboot", "recovery action gpu_reset"),
     ("recovery-drain-p2p", set_("recovery_action", "drain_p2p"), "", "recovery", "drain", "drain_p2p"),
+    ("slow-memory", lambda s: setattr(s, "performance", [PerfSample(gpu=0, mem_bw_gbps=3500.0, gemm_tflops=700.0)]),
+     "", "performance", "warn", "memory bandwidth 3500 GB/s, -15%"),
+    ("no-gpu-library", lambda s: setattr(s, "performance", [PerfSample(gpu=0, error="no GPU library")]), "",
+     "performance", "ok", "performance not measured"),
 ]
 
 
@@ -201,3 +205,14 @@ def test_platform_power_cap_is_a_note_not_a_fault(h200):
     h200.gpus[0].power.enforced_limit_w = 500.0
     report = evaluate(h200)
     assert report.verdict == "ok" and report.findings[0].severity == "ok"
+
+
+def test_slow_gpu_names_its_likely_cause(h200):
+    h200.performance = [PerfSample(gpu=0, mem_bw_gbps=3000.0, clock_event_reasons=["gpu_idle", "sw_power_cap"])]
+    (f,) = evaluate(h200).findings
+    assert "throttling (sw_power_cap)" in f.detail
+    h200.performance = [PerfSample(gpu=0, mem_bw_gbps=3000.0, sm_clock_mhz=1980)]
+    (f,) = evaluate(h200).findings
+    assert "likely cause: hardware" in f.detail
+    h200.performance = [PerfSample(gpu=0, mem_bw_gbps=4100.0)]  # within 10 % of the reference: fine
+    assert evaluate(h200).findings == []

@@ -24,6 +24,7 @@ from . import (
     modes,
     nvlink,
     pcie,
+    performance,
     processes,
     recovery,
     thermal,
@@ -41,6 +42,8 @@ class Context:
     today: dt.date = field(default_factory=dt.date.today)
     # GPUs (index or minor number) that must be idle now: a job's GPUs in the prolog and epilog
     idle_gpus: frozenset[int] | None = None
+    # fleet medians per GPU model, e.g. {"NVIDIA H200": {"mem_bw_gbps": 4120.0}}, when the caller has them
+    perf_baseline: dict[str, dict[str, float]] | None = None
 
 
 CheckFn = Callable[[Context], list[Finding]]
@@ -49,7 +52,7 @@ CheckFn = Callable[[Context], list[Finding]]
 CHECKS: dict[str, CheckFn] = {
     m.NAME: m.check
     for m in (inventory, driver, compatibility, firmware, memory, xid, thermal, clocks, pcie, nvlink,
-              modes, processes, recovery)
+              modes, processes, recovery, performance)
 }
 
 

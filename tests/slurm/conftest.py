@@ -111,18 +111,22 @@ class Cluster:
                   3 * self.hc_interval, f"every node publishing driver {driver}")
 
     def maintain_db(self, sql: str, params: tuple = ()) -> list[tuple]:
-        path = self.dir / "state" / "maintain.db"
-        if not path.exists():
-            return []
-        with sqlite3.connect(path, timeout=10) as conn:
-            return conn.execute(sql, params).fetchall()
+        return _query(self.dir / "state" / "maintain.db", sql, params)
 
     def history(self, node: str, sql: str, params: tuple = ()) -> list[tuple]:
-        path = self.dir / "state" / "gpufleet" / f"{node}.db"
-        if not path.exists():
-            return []
+        return _query(self.dir / "state" / "gpufleet" / f"{node}.db", sql, params)
+
+
+def _query(path: Path, sql: str, params: tuple) -> list[tuple]:
+    if not path.exists():
+        return []
+    try:
         with sqlite3.connect(path, timeout=10) as conn:
             return conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):  # the file exists, its creator is still writing the schema
+            return []
+        raise
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,1 @@
+"""Slow-GPU detection: short measurements on the node, robust statistics across the fleet."""
