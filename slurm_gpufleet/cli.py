@@ -505,6 +505,206 @@ def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, stra
     del first
 
 
+@cli.command()
+@click.option("--nvidia-smi-q", "report", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="A saved report instead of live NVML.")
+@click.option("--snapshot", "snapshot_file", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--kmsg", metavar="FILE", type=click.Path(dir_okay=False))
+@click.option("--config", metavar="FILE")
+@click.option("--node", metavar="NAME")
+@click.option("--level", type=click.Choice(["quick", "full", "deep"]), default="quick", show_default=True)
+@click.option("--textfile", required=True, metavar="PATH",
+              help="Where node_exporter's textfile collector reads, e.g. /var/lib/node_exporter/gpufleet.prom")
+@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS")
+def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
+            level: str, textfile: str, timeout: float) -> None:
+    """Write Prometheus metrics (verdicts, findings, ECC/remap counters, throttle reasons, performance)."""
+    from . import watchdog
+    from .engine import Source, evaluate, gather
+    from .metrics import write_textfile
+
+    policy = _load_policy(config)
+    timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
+    try:
+        snap = gather(Source(report=report or snapshot_file, kernel_log=kmsg, level=level))
+    except ReportError as exc:
+        _fail(str(exc), exitcodes.NO_STATE)
+    except OSError as exc:
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}", exitcodes.USAGE)
+    finally:
+        if timer:
+            timer.cancel()
+    result = evaluate(snap, policy, host=node)
+    try:
+        write_textfile(textfile, result, node)
+    except OSError as exc:
+        _fail(f"{textfile}: {exc.strerror or exc}", exitcodes.USAGE)
+
+
+@cli.command()
+@click.option("--config", metavar="FILE")
+@click.option("--node", metavar="NAME", help="Whose history (default: this host).")
+@click.option("--db", metavar="FILE", help="A history database instead of <state_dir>/<node>.db.")
+@click.option("--since", metavar="WHEN", help="ISO time, or an age like 2h, 3d.")
+@click.option("--gpu", type=int, metavar="N", help="Only findings and measurements of this GPU.")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def history(config: str | None, node: str | None, db: str | None, since: str | None, gpu: int | None, limit: int,
+            as_json: bool) -> None:
+    """The node's own history: check runs, findings, Xids attributed to jobs, performance results."""
+    import datetime as dt
+    import re
+    import socket
+    import sqlite3
+
+    policy = _load_policy(config)
+    node = node or socket.gethostname().split(".")[0]
+    path = db or os.path.join(policy.slurm.state_dir, f"{node}.db")
+    if not os.path.exists(path):
+        _fail(f"{path}: no history", exitcodes.USAGE)
+    t0 = 0.0
+    if since:
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", since.strip())
+        if m:
+            t0 = __import__("time").time() - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        else:
+            try:
+                t0 = dt.datetime.fromisoformat(since).timestamp()
+            except ValueError:
+                _fail(f"--since {since!r}: an ISO time or an age like 2h", exitcodes.USAGE)
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    conn.row_factory = sqlite3.Row
+    gpu_clause = " and gpu = ?" if gpu is not None else ""
+    args = [t0] + ([gpu] if gpu is not None else [])
+    try:
+        runs = [dict(r) for r in conn.execute("select id, time, hook, job_id, verdict, duration_s, driver from runs "
+                                              "where ts >= ? order by id desc limit ?", [t0, limit])]
+        finds = [dict(r) for r in conn.execute(f"select run_id, job_id, [check], severity, action, gpu, message, xid "
+                                               f"from findings where ts >= ?{gpu_clause} order by ts desc limit ?",
+                                               args + [limit])]
+        perf = [dict(r) for r in conn.execute(f"select ts, gpu, model, mem_bw_gbps, gemm_tflops, h2d_gbps, sm_clock_mhz, "
+                                              f"power_w, temperature_c, reasons from performance where ts >= ?"
+                                              f"{gpu_clause} order by ts desc limit ?", args + [limit])] \
+            if "performance" in {r[0] for r in conn.execute("select name from sqlite_master")} else []
+    except sqlite3.Error as exc:
+        _fail(f"{path}: {exc}", exitcodes.USAGE)
+    if as_json:
+        click.echo(json.dumps({"node": node, "runs": runs, "findings": finds, "performance": perf}, indent=1))
+        return
+    click.echo(f"{node}: {len(runs)} run(s), {len(finds)} finding(s), {len(perf)} measurement(s)")
+    for r in runs[:20]:
+        click.echo(f"  {r['time']}  {r['hook']:<11} {r['verdict']:<6} job {r['job_id'] or '-':<8} driver {r['driver']}")
+    for f in finds[:20]:
+        click.echo(f"  run {f['run_id']:<5} {f['severity']:<6} {f['check']:<12} gpu {f['gpu']}  {f['message']}"
+                   + (f"  (job {f['job_id']})" if f["job_id"] else ""))
+
+
+@cli.group()
+def advise() -> None:
+    """Advice derived from the fleet's own history."""
+
+
+@advise.command("checkpoint")
+@click.option("--job-gpus", type=click.IntRange(1), required=True, metavar="N")
+@click.option("--checkpoint-cost", type=click.FloatRange(min=0, min_open=True), required=True, metavar="SECONDS")
+@click.option("--gpu-mtbf-hours", type=click.FloatRange(min=0, min_open=True), metavar="H",
+              help="Per-GPU MTBF; default: the failure rate seen in the history databases.")
+@click.option("--history-dir", metavar="DIR", help="Directory of node history databases (default: [slurm] state_dir).")
+@click.option("--config", metavar="FILE")
+@click.option("--json", "as_json", is_flag=True)
+def advise_checkpoint(job_gpus: int, checkpoint_cost: float, gpu_mtbf_hours: float | None, history_dir: str | None,
+                      config: str | None, as_json: bool) -> None:
+    """The job's MTBF and the checkpoint interval that minimises expected lost work (Young/Daly)."""
+    from .checkpoint import advise as make_advice
+    from .perf.fleet import failure_history
+
+    failures = gpu_hours = None
+    if gpu_mtbf_hours is None:
+        directory = history_dir or _load_policy(config).slurm.state_dir
+        failures, gpu_hours, _ = failure_history(directory)
+    try:
+        a = make_advice(job_gpus, checkpoint_cost, gpu_mtbf_hours, failures, gpu_hours)
+    except ValueError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    if as_json:
+        click.echo(json.dumps(a.to_dict(), indent=1))
+        return
+    click.echo(f"{job_gpus} GPUs, per-GPU MTBF {a.gpu_mtbf_h:.0f} h ({a.mtbf_source}) -> job MTBF {a.job_mtbf_h:.2f} h")
+    click.echo(f"checkpoint every {a.interval_s / 60:.1f} min (Daly; Young {a.interval_young_s / 60:.1f} min); "
+               f"expected lost {a.expected_lost_fraction * 100:.1f}% of the run")
+    if a.interval_s_range:
+        click.echo(f"90% range from the failure count: job MTBF {a.job_mtbf_h_range[0]:.2f}-{a.job_mtbf_h_range[1]:.2f} h, "
+                   f"interval {a.interval_s_range[0] / 60:.1f}-{a.interval_s_range[1] / 60:.1f} min")
+
+
+@fleet.command("stragglers")
+@click.option("--results", metavar="FILE", help="JSON lines {node, gpu, model, mem_bw_gbps} instead of Slurm.")
+@click.option("--history-dir", metavar="DIR", help="Latest measurements from node history databases.")
+@click.option("--drain", is_flag=True, help="Drain the slow nodes (needs [slurm] drain_stragglers = true).")
+@click.pass_context
+def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str | None, drain: bool) -> None:
+    """Slow GPUs per model: robust outliers (median/MAD) among at least N peers, never a fixed number."""
+    from .perf.fleet import from_history, from_published, from_results_file, stragglers
+
+    opts = ctx.obj or {}
+    policy = _load_policy(opts.get("config"))
+    backend = None
+    try:
+        if results:
+            samples = from_results_file(results)
+        elif history_dir:
+            samples = from_history(history_dir)
+        else:
+            backend = _backend(policy)
+            samples = from_published(backend)
+    except (OSError, ValueError, KeyError) as exc:
+        _fail(f"cannot read the results: {exc}", exitcodes.USAGE)
+    found, summary = stragglers(samples, policy.slurm)
+    drained = []
+    if drain:
+        if not policy.slurm.drain_stragglers:
+            _fail("--drain needs drain_stragglers = true in [slurm] (opt-in)", exitcodes.USAGE)
+        backend = backend or _backend(policy)
+        from .slurm import SlurmError
+
+        for o in found:
+            node, _, gpu = o.key.partition("/")
+            try:
+                info = backend.node(node)
+                if info.drained or info.down or info.rebooting:
+                    continue
+                backend.drain(node, f"gpufleet: performance {gpu} memory bandwidth {o.value:.0f} GB/s, "
+                                    f"-{o.drop_pct:.0f}% vs {o.peers} peers"[:120])
+                drained.append(node)
+            except SlurmError as exc:
+                click.echo(f"could not drain {node}: {exc}", err=True)
+    out = {"models": summary, "stragglers": [o.__dict__ for o in found], "drained": drained}
+    if opts.get("as_json"):
+        click.echo(json.dumps(out, indent=1))
+    else:
+        for model, m in summary.items():
+            click.echo(f"{model}: {m['peers']} GPU(s)" + (f", median {m['median']:.0f} GB/s, MAD {m['mad']:.1f}"
+                                                          if m["judged"] else " (too few peers to judge)"))
+        for o in found:
+            click.echo(f"  SLOW {o.key:<20} {o.value:.0f} GB/s  -{o.drop_pct:.1f}%  z {o.z:.1f}")
+        if not found:
+            click.echo("  no stragglers")
+    sys.exit(exitcodes.UNHEALTHY if found else exitcodes.OK)
+
+
+@fleet.command("report")
+@click.option("--history-dir", required=True, metavar="DIR", help="Directory of node history databases.")
+@click.option("--out", required=True, metavar="FILE.html")
+@click.pass_context
+def fleet_report(ctx: click.Context, history_dir: str, out: str) -> None:
+    """An HTML report of the fleet's health over time and its performance outliers."""
+    from .perf.report import fleet_html
+
+    policy = _load_policy((ctx.obj or {}).get("config"))
+    _write_atomic(out, fleet_html(history_dir, policy))
+    click.echo(out)
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=True)

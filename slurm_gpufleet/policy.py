@@ -109,6 +109,12 @@ class SlurmSettings:
     gpu_state_dir: str | None = None
     # the kernel log to read Xids from: /dev/kmsg, a file, or a directory holding <node>.kmsg
     kernel_log: str | None = "/dev/kmsg"
+    # `fleet stragglers`: judged per GPU model against at least this many peers, robust z and drop
+    straggler_min_peers: int = 8
+    straggler_z: float = 4.0
+    straggler_min_drop_pct: float = 5.0
+    # opt-in: `fleet stragglers --drain` may drain the slow nodes (never nodes held by someone else)
+    drain_stragglers: bool = False
 
 
 @dataclass(frozen=True)
@@ -314,6 +320,10 @@ SLURM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "state_dir": _abs_path,
     "gpu_state_dir": _abs_path,
     "kernel_log": _abs_path,
+    "straggler_min_peers": _int(2),
+    "straggler_z": _number,
+    "straggler_min_drop_pct": _number,
+    "drain_stragglers": _bool,
 }
 assert set(SLURM_VALIDATORS) == {f.name for f in fields(SlurmSettings)}
 

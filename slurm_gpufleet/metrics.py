@@ -1,0 +1,77 @@
+"""Prometheus text-format metrics for node_exporter's textfile collector, written atomically."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .engine import Report
+from .findings import RANK
+from .snapshot import CLOCK_EVENT_REASONS, known
+
+
+def registry_for(report: Report, node: str | None = None) -> Any:
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    s = report.snapshot
+    host = node or s.host or "unknown"
+    verdict = Gauge("gpufleet_gpu_verdict", "Worst severity per GPU (0 ok, 1 warn, 2 reboot, 3 drain)",
+                    ["node", "gpu", "uuid"], registry=reg)
+    node_verdict = Gauge("gpufleet_node_verdict", "The node's verdict (0 ok, 1 warn, 2 reboot, 3 drain)", ["node"],
+                         registry=reg)
+    findings = Gauge("gpufleet_findings", "Findings by check and severity", ["node", "check", "severity"],
+                     registry=reg)
+    ecc = Gauge("gpufleet_ecc_errors", "ECC error counters", ["node", "gpu", "scope", "memory", "kind"], registry=reg)
+    remap = Gauge("gpufleet_remapped_rows", "Remapped rows", ["node", "gpu", "kind"], registry=reg)
+    remap_flag = Gauge("gpufleet_remap_state", "Remap pending / failure flags (1 = set)", ["node", "gpu", "flag"],
+                       registry=reg)
+    throttle = Gauge("gpufleet_clock_event_reason", "Active clock-event (throttle) reasons (1 = active)",
+                     ["node", "gpu", "reason"], registry=reg)
+    perf = Gauge("gpufleet_perf", "Last performance measurement", ["node", "gpu", "measure"], registry=reg)
+    last = Gauge("gpufleet_last_check_timestamp_seconds", "When the check ran", ["node"], registry=reg)
+    duration = Gauge("gpufleet_check_duration_seconds", "How long the checks took", ["node"], registry=reg)
+
+    worst: dict[int | None, int] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for f in report.findings:
+        worst[f.gpu] = max(worst.get(f.gpu, 0), RANK[f.severity])
+        counts[(f.check, f.severity)] = counts.get((f.check, f.severity), 0) + 1
+    for (check, severity), n in counts.items():
+        findings.labels(host, check, severity).set(n)
+    node_verdict.labels(host).set(RANK[report.verdict])
+    for g in s.gpus:
+        gid = str(g.index)
+        verdict.labels(host, gid, known(g.uuid) or "").set(max(worst.get(g.index, 0), worst.get(None, 0)))
+        for scope in ("volatile", "aggregate"):
+            for memory in ("dram", "sram"):
+                for kind in ("corrected", "uncorrected"):
+                    v = known(getattr(g.ecc, f"{scope}_{memory}_{kind}"))
+                    if isinstance(v, int):
+                        ecc.labels(host, gid, scope, memory, kind).set(v)
+        for kind in ("correctable", "uncorrectable"):
+            v = known(getattr(g.remapped_rows, kind))
+            if isinstance(v, int):
+                remap.labels(host, gid, kind).set(v)
+        for flag in ("pending", "failure"):
+            v = known(getattr(g.remapped_rows, flag))
+            if isinstance(v, bool):
+                remap_flag.labels(host, gid, flag).set(int(v))
+        reasons = known(g.clock_event_reasons)
+        if isinstance(reasons, list):
+            for name in CLOCK_EVENT_REASONS.values():
+                throttle.labels(host, gid, name).set(int(name in reasons))
+    for p in s.performance:
+        for measure in ("mem_bw_gbps", "gemm_tflops", "h2d_gbps"):
+            v = getattr(p, measure)
+            if v is not None:
+                perf.labels(host, str(p.gpu), measure).set(v)
+    last.labels(host).set(time.time())
+    duration.labels(host).set(report.duration_s)
+    return reg
+
+
+def write_textfile(path: str, report: Report, node: str | None = None) -> None:
+    from prometheus_client import write_to_textfile
+
+    write_to_textfile(path, registry_for(report, node))  # writes a temp file and renames it
