@@ -73,32 +73,14 @@ def _torch(index: int) -> PerfSample:
         b = torch.empty_like(a)
         b.copy_(a)
         torch.cuda.synchronize()
-        bw = []
-        for _ in range(7):
-            st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            st.record()
-            for _ in range(10):
-                b.copy_(a)
-            en.record()
-            en.synchronize()
-            bw.append(2 * n * 10 / (st.elapsed_time(en) / 1000) / 1e9)
-        s.mem_bw_gbps = round(statistics.median(bw), 1)
+        s.mem_bw_gbps = round(statistics.median(_torch_rates(torch, lambda: b.copy_(a), 2 * n)) / 1e9, 1)
         m = 4096
         x = torch.randn(m, m, device=dev, dtype=torch.bfloat16)
         y = torch.randn(m, m, device=dev, dtype=torch.bfloat16)
         x @ y
         torch.cuda.synchronize()
-        rates = []
-        for _ in range(7):
-            st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            st.record()
-            for _ in range(10):
-                x @ y
-            en.record()
-            en.synchronize()
-            _sample_nvml(nvml, h, s)
-            rates.append(2 * m**3 * 10 / (st.elapsed_time(en) / 1000) / 1e12)
-        s.gemm_tflops = round(statistics.median(rates), 1)
+        s.gemm_tflops = round(statistics.median(_torch_rates(torch, lambda: x @ y, 2 * m**3)) / 1e12, 1)
+        _sample_nvml(nvml, h, s)  # clocks, power and reasons right after the busiest part
         host = torch.empty(128 << 20, dtype=torch.uint8, pin_memory=True)
         d = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
         h2d = []
@@ -110,10 +92,22 @@ def _torch(index: int) -> PerfSample:
             en.synchronize()
             h2d.append((128 << 20) / (st.elapsed_time(en) / 1000) / 1e9)
         s.h2d_gbps = round(statistics.median(h2d), 1)
-        del a, b, x, y, host, d
-        torch.cuda.empty_cache()
     s.duration_s = round(time.perf_counter() - t0, 3)
     return s
+
+
+def _torch_rates(torch, fn, work: float, reps: int = 7, inner: int = 10) -> list[float]:
+    """`work` units per second of `fn`, timed with CUDA events, `reps` samples of `inner` calls."""
+    rates = []
+    for _ in range(reps):
+        st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        st.record()
+        for _ in range(inner):
+            fn()
+        en.record()
+        en.synchronize()
+        rates.append(work * inner / (st.elapsed_time(en) / 1000))
+    return rates
 
 
 def _cupy(index: int) -> PerfSample:
