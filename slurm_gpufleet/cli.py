@@ -376,10 +376,14 @@ def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
               exitcodes.USAGE)
     _require_rights(config)
     runner, store = _runner(config)
+    from .slurm import SlurmError
+
     try:
         state = runner.apply(plan.to_dict())
     except RolloutError as exc:
         _fail(str(exc), exitcodes.USAGE)
+    except SlurmError as exc:
+        _fail(f"{exc}; the rollout's state is saved: `maintain resume` continues it", exitcodes.UNHEALTHY)
     _finish(state, as_json, store, runner)
 
 
@@ -419,6 +423,7 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
         @click.option("--json", "as_json", is_flag=True)
         def command(config: str | None, as_json: bool) -> None:
             from .maintain.runner import RolloutError
+            from .slurm import SlurmError
 
             _require_rights(config)
             runner, store = _runner(config)
@@ -426,6 +431,8 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
                 state = getattr(runner, name)()
             except RolloutError as exc:
                 _fail(str(exc), exitcodes.USAGE)
+            except SlurmError as exc:
+                _fail(f"{exc}; the rollout's state is saved: `maintain resume` continues it", exitcodes.UNHEALTHY)
             _finish(state, as_json, store, runner)
         return command
 

@@ -171,7 +171,10 @@ class Runner:
         take = [n for n in todo if self.store.node(rid, n)["state"] == S.RESERVED]
         if plan["strategy"] == "reservation" and take:
             self._ensure_reservation(rid, resv, take)
-        elif plan["strategy"] == "reboot-asap":
+        elif plan["strategy"] == "reboot-asap" and take:
+            # a reservation from now holds the nodes (22.05 allows only nextstate=DOWN|RESUME, and a resumed
+            # node must not take new jobs before its upgrade); `scontrol reboot ASAP` empties and reboots them
+            self._ensure_reservation(rid, resv, take, now=True)
             for node in take:
                 if not self.store.node(rid, node).get("boot"):
                     self._reboot_asap(rid, node, plan["target_driver"])
@@ -264,7 +267,7 @@ class Runner:
         # the reservation has started (MAINTENANCE flag) or the node sits idle inside it
         return "MAINTENANCE" in info.flags or "RESERVED" in info.flags or info.state == "IDLE"
 
-    def _ensure_reservation(self, rid: str, name: str, nodes: list[str]) -> None:
+    def _ensure_reservation(self, rid: str, name: str, nodes: list[str], now: bool = False) -> None:
         if any(r.name == name for r in self.slurm.reservations()):
             return
         free_at = {}
@@ -273,7 +276,7 @@ class Runner:
                 end = job.end_time if job.end_time is not None else float("inf")
                 free_at[n] = max(free_at.get(n, 0.0), end)
         start = max([free_at.get(n, 0.0) for n in nodes] + [time.time()])
-        if start == float("inf"):
+        if start == float("inf") or now:
             start = time.time()  # a job without a time limit: reserve now, the node empties when it ends
         minutes = max(60, (self.s.upgrade_timeout_s + self.s.return_timeout_s + self.s.validate_timeout_s) // 60 * 2)
         self.slurm.create_reservation(name, nodes, start, minutes)
@@ -295,7 +298,7 @@ class Runner:
 
     def _reboot_asap(self, rid: str, node: str, driver: str) -> None:
         info = self.slurm.node(node)
-        self.slurm.reboot_asap(node, f"{S.MAINT_REASON} {rid} emptying for {driver}", next_state="DRAIN")
+        self.slurm.reboot_asap(node, f"{S.MAINT_REASON} {rid} emptying for {driver}", next_state="RESUME")
         self.store.set_node(rid, node, S.RESERVED, "reboot ASAP asked", boot=info.boot_time or "unknown")
 
     def _drain(self, rid: str, node: str, reason: str) -> None:

@@ -158,3 +158,18 @@ def test_fleet_inventory_reads_what_nodes_publish(mc):
     assert group["off_standard"] == [{"node": "n5", "why": "driver 570.172.08 != 580.159.04"}]
     text = mc.gpufleet("fleet").stdout
     assert "off standard: 1" in text and "n5" in text
+
+
+def test_reboot_asap_strategy(mc, tmp_path):
+    mc.wait_published()
+    job = mc.start_job("n2", 2, 6)
+    plan_file, p = plan(mc, tmp_path, nodes="n[1-3]", extra=("--strategy", "reboot-asap"))
+    assert p["strategy"] == "reboot-asap"
+    r = mc.gpufleet("maintain", "apply", str(plan_file))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (mc.job(job)["JobState"], mc.job(job)["Restarts"]) == ("COMPLETED", "0")
+    reboots = (mc.dir / "log" / "reboots.log").read_text().split()
+    assert sorted(reboots[1::2]) == ["n1", "n2", "n3"]  # each node emptied through `scontrol reboot ASAP`
+    status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
+    assert status["counts"] == {"done": 3}
+    assert leftovers(mc) == ("", [])
