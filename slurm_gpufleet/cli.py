@@ -488,7 +488,6 @@ def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, stra
                       max_unavailable=budget, policy=policy, assumption=time_limit_assumption,
                       upgrade_minutes=upgrade_minutes)
     results = result.pop("_results")
-    first = next(iter(results.values()))
     result["gating_jobs"] = next((r.gating_jobs for r in results.values() if r.gating_jobs), [])
     if plot_file:
         from .maintain.plots import simulation_html
@@ -509,7 +508,6 @@ def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, stra
         click.echo(f"gating job {j['job_id']} on {','.join(j['nodes'])}: runs until +{j['end_h']} h")
     click.echo(f"jobs used {a['jobs_used']}; lines skipped {a['lines_skipped'] or 'none'}; "
                f"dropped {a['jobs_dropped'] or 'none'}")
-    del first
 
 
 @cli.command()

@@ -97,10 +97,9 @@ def format_text(report: Report) -> str:
     head = (f"{report.verdict.upper()}  {s.host or '-'}  driver {known(s.driver_version) or '?'}  "
             f"CUDA {known(s.cuda_driver_version) or '?'}  {len(s.gpus)} GPU(s)  [{s.source}]")
     lines = [head]
-    shown = [f for f in report.findings]
-    if not shown:
+    if not report.findings:
         lines.append("  no findings")
-    for f in shown:
+    for f in report.findings:
         lines.append("  " + f.line())
         if f.detail:
             lines.append("      " + f.detail)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..policy import Policy
-from ..slurm.base import NodeInfo, SlurmError
+from ..slurm.base import SlurmError
 from . import states as S
 from .planner import RESERVATION_PREFIX
 from .store import Store
@@ -413,7 +413,3 @@ def can_change_slurm(scontrol: str) -> tuple[bool, str]:
     if me == slurm_user:
         return True, me
     return False, f"running as {me}; changing Slurm (drain, reservations) needs root or SlurmUser ({slurm_user or '?'})"
-
-
-def node_info_dict(info: NodeInfo) -> dict[str, Any]:
-    return {"state": info.state, "flags": sorted(info.flags), "reason": info.reason}

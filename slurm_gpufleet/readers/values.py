@@ -19,16 +19,14 @@ def is_na(text: str | None) -> bool:
     return text is not None and text.strip().lower() in _NOT_AVAILABLE
 
 
-def to_int(text: str | None, *, none_is_na: bool = True) -> int | _Unsupported | None:
+def to_int(text: str | None) -> int | _Unsupported | None:
     """'16x' -> 16, '3072 bank(s)' -> 3072, '0x6' -> 6, 'N/A' -> UNSUPPORTED, missing -> None."""
     if text is None:
         return None
     raw = text.strip()
     if not raw:
         return None
-    if raw.lower() == "none":
-        return UNSUPPORTED if none_is_na else None
-    if is_na(raw):
+    if is_na(raw) or raw.lower() == "none":
         return UNSUPPORTED
     if raw.lower().startswith("0x"):
         try:
