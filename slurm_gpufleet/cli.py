@@ -44,7 +44,8 @@ def cli() -> None:
 @click.option("--snapshot", "snapshot_file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
               help="Judge a JSON snapshot written by `slurm-gpufleet snapshot`.")
 @click.option("--kmsg", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Kernel log (dmesg, journalctl -k, syslog, /dev/kmsg) to read Xid events from.")
+              help="Kernel log (dmesg, journalctl -k, syslog, /dev/kmsg) to read Xid events from "
+                   "(live checks read /dev/kmsg when it is readable).")
 @click.option("--config", metavar="FILE", help="Policy file (default $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet/gpufleet.toml).")
 @click.option("--node", metavar="NAME", help="Node name for group matching (default: the snapshot's host).")
 @click.option("--previous", metavar="FILE", type=click.Path(dir_okay=False),
@@ -71,6 +72,8 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
     prev = None
     if previous:
         prev = _read_or_exit(previous)
+    if kmsg is None and not (report or snapshot_file) and os.access("/dev/kmsg", os.R_OK):
+        kmsg = "/dev/kmsg"  # a live check of this node: its own kernel log too
     timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
     try:
         snap = gather(Source(report=report or snapshot_file, kernel_log=kmsg, level=level))
@@ -529,6 +532,8 @@ def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, con
     from .metrics import write_textfile
 
     policy = _load_policy(config)
+    if kmsg is None and not (report or snapshot_file) and os.access("/dev/kmsg", os.R_OK):
+        kmsg = "/dev/kmsg"  # a live check of this node: its own kernel log too
     timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
     try:
         snap = gather(Source(report=report or snapshot_file, kernel_log=kmsg, level=level))

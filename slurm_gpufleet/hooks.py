@@ -25,6 +25,7 @@ from .engine import Report, evaluate
 from .findings import Finding, verdict
 from .policy import Policy, PolicyError, SlurmSettings, config_path, load_policy
 from .readers import ReportError, read_report_file
+from .slurm.base import NodeInfo
 from .snapshot import NodeSnapshot, known
 
 log = logging.getLogger("slurm-gpufleet")
@@ -122,7 +123,7 @@ def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
 
 # ---------------------------------------------------------------- acting
 def act(setup: Setup, report: Report, hook: str, job: str | None = None,
-        extra_findings: list[Finding] | None = None) -> str:
+        extra_findings: list[Finding] | None = None, info: NodeInfo | None = None) -> str:
     """Record the run, decide, carry it out through Slurm, publish the summary.  Returns the action."""
     from .history import History, db_path
     from .slurm import SlurmError, get_backend
@@ -138,7 +139,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                        models={g.index: known(g.name) for g in s.gpus})
     try:
         backend = get_backend(setup.settings.backend, setup.settings.scontrol)
-        info = backend.node(node)
+        info = info or backend.node(node)  # the health check read it already: one slurmctld call, not two
     except SlurmError as exc:
         log.error("cannot read node state from Slurm: %s", exc)
         history.record_action(node, hook, "none", "", f"slurm unreachable: {exc}", False, str(exc))
@@ -281,7 +282,7 @@ def _healthcheck(argv: list[str] | None = None) -> int:
             print(make_reason(worst(report.findings)))
             return 1
         return 0
-    act(setup, report, "healthcheck")
+    act(setup, report, "healthcheck", info=node_info)
     return 0
 
 

@@ -65,3 +65,16 @@ def test_empty_and_junk_logs():
     assert parse_kernel_log([]) == ([], 0)
     events, boots = parse_kernel_log(["\x00\xff garbage", "", "NVRM: Xid (PCI:zz): x"])
     assert events == [] and boots == 1
+
+
+def test_real_dev_kmsg_reads_without_blocking():
+    import os
+
+    from slurm_gpufleet.readers.kernel_log import read_kmsg
+
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    lines = read_kmsg()
+    assert lines and all("\n" not in line for line in lines)
+    events, boots = parse_kernel_log(lines)
+    assert boots >= 1 and all(e.xid >= 0 for e in events)
