@@ -17,7 +17,7 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   echo "timed out waiting for $what" >&2; return 1
 }
 echo "== 3 nodes, 8 simulated H200 each (from the real capture); health check every ${HC_INTERVAL}s"
-show sinfo -N -o '%N %T %E'
+show sinfo -N -p gpu -o '%N %T %E'
 echo "== GPU 5 of n2 reports a row-remapping failure (an RMA criterion)"
 show "$PY" "$REPO/tests/slurm/gpustate.py" set "$GPUFLEET_STATE_DIR/n2.xml" 5 remapped_rows/remapped_row_failure Yes
 t0=$(date +%s.%N)
@@ -32,7 +32,7 @@ echo "== the GPU is replaced: n2 reports healthy again"
 t0=$(date +%s.%N)
 wait_for 40 "n2 resumed" bash -c 'scontrol show node n2 | grep -q "State=IDLE "'
 awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "resumed %.1f s after the fix (2 clean health checks in a row)\n\n", b - a }'
-show sinfo -N -o '%N %T %E'
+show sinfo -N -p gpu -o '%N %T %E'
 echo "== n2's own history (SQLite, $MINICLUSTER_DIR/state/gpufleet/n2.db)"
 "$PY" - "$MINICLUSTER_DIR/state/gpufleet/n2.db" <<'PYEOF'
 import sqlite3, sys
