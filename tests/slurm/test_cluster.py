@@ -119,3 +119,18 @@ def test_stuck_reader_returns_within_timeout_and_drains(mc):
     info = mc.node("n3")
     assert "DRAIN" in info["State"] and info["Reason"].startswith("gpufleet: NVML timeout")
     mc.heal("n3")
+
+
+def test_fault_that_survives_reboots_becomes_a_drain(mc):
+    # reboots_before_drain = 2: remap pending asks for a reboot; the reset does not fix it (no
+    # after-reboot file); after the second reboot the node is drained for hardware inspection
+    mc.set_gpu("n3", 6, "remapped_rows/remapped_row_pending", "Yes")
+    reboots = mc.dir / "log" / "reboots.log"
+    mc.wait(lambda: reboots.exists() and reboots.read_text().split().count("n3") >= 2, 6 * mc.hc_interval + 30,
+            "two reboots of n3")
+    mc.wait(lambda: mc.node("n3").get("Reason", "").startswith("gpufleet: memory gpu6 row remap pending after 2 reboots"),
+            3 * mc.hc_interval + 10, "drain after 2 reboots")
+    assert "DRAIN" in mc.state("n3")
+    time.sleep(mc.hc_interval + 1)
+    assert reboots.read_text().split().count("n3") == 2, "no third reboot"
+    assert mc.history("n3", "select count(*) from reboots") == [(2,)]
