@@ -90,6 +90,7 @@ class Runner:
         if r["state"] == S.R_HALTED:
             self.store.set_rollout_state(rid, S.R_RUNNING)
         plan = json.loads(r["plan"])
+        self._steer(rid)
         try:
             for wave in plan["waves"]:
                 if self._failed(rid) > self.s.max_failures:
@@ -100,6 +101,7 @@ class Runner:
         finally:
             self.progress.close()
         self._delete_reservations(rid)
+        self._unsteer_all(rid)
         self.store.set_rollout_state(rid, S.R_DONE)
         return S.R_DONE
 
@@ -116,6 +118,7 @@ class Runner:
                 self._set_reason(row["node"], f"{S.MAINT_REASON} {rid} aborted mid-upgrade: check the node")
                 self.store.set_node(rid, row["node"], S.FAILED, "aborted mid-upgrade", error="aborted mid-upgrade")
         self._delete_reservations(rid)
+        self._unsteer_all(rid)
         self.store.set_rollout_state(rid, S.R_ABORTED)
         return S.R_ABORTED
 
@@ -149,6 +152,7 @@ class Runner:
                     self._upgrade_and_validate(rid, plan, self.store.node(rid, node), previous, action="rollback")
         finally:
             self.progress.close()
+        self._unsteer_all(rid)
         self.store.set_rollout_state(rid, S.R_ROLLED_BACK)
         return S.R_ROLLED_BACK
 
@@ -214,6 +218,7 @@ class Runner:
         held = (info.drained or info.down or info.rebooting or node in others) and not \
             info.reason.startswith(S.MAINT_REASON)
         if held and not self.s.upgrade_held_nodes:
+            self._unsteer(rid, node)
             self.store.set_node(rid, node, S.SKIPPED, f"held by someone else: {info.reason or prior['reservation']}",
                                 prior=json.dumps(prior))
             return
@@ -328,7 +333,43 @@ class Runner:
             self.slurm.resume(node)
         elif was_drained and info.reason.startswith(S.MAINT_REASON) and prior.get("reason"):
             self.slurm.set_reason(node, prior["reason"])
+        self._unsteer(rid, node)
         self.store.audit(rid, node, "released", why)
+
+    # Steering: while a rollout runs, nodes still waiting for their turn get a higher scheduling Weight, so
+    # new jobs land on nodes already upgraded (or outside the rollout) instead of on the next waves'
+    # nodes, where a long job would hold back the rest of the rollout.  Each node's weight is recorded
+    # before it changes and restored when the node is released or the rollout ends.
+    STEER = 1000
+
+    def _steer(self, rid: str) -> None:
+        steered = []
+        for row in self.store.nodes(rid):
+            if row["state"] not in (S.PENDING, S.RESERVED):
+                continue
+            node = row["node"]
+            info = self.slurm.node(node)
+            if row["weight"] is None:
+                if info.drained or info.down or info.rebooting:
+                    continue  # someone else's node right now: not ours to change
+                self.store.set_weight(rid, node, info.weight or 1)
+                row = self.store.node(rid, node)
+            if info.weight != row["weight"] + self.STEER:
+                self.slurm.set_weight(node, row["weight"] + self.STEER)
+                steered.append(node)
+        if steered:
+            self.store.audit(rid, None, "steer", f"weight +{self.STEER} on {len(steered)} node(s) until their turn")
+
+    def _unsteer(self, rid: str, node: str) -> None:
+        row = self.store.node(rid, node)
+        if row["weight"] is not None:
+            self.slurm.set_weight(node, row["weight"])
+            self.store.set_weight(rid, node, None)
+
+    def _unsteer_all(self, rid: str) -> None:
+        for row in self.store.nodes(rid):
+            if row["weight"] is not None:
+                self._unsteer(rid, row["node"])
 
     def _fail(self, rid: str, node: str, why: str) -> None:
         self._set_reason(node, f"{S.MAINT_REASON} {rid} failed: {why}"[:120])

@@ -6,6 +6,7 @@ moment a rollout starts, run by one of three strategies:
 
 * `gpufleet`: the planner of `maintain plan` (same code: canary, waves, budget) places each wave's
   reservation when its nodes' running jobs end by their time limits; short jobs backfill until then;
+  nodes waiting for their turn get a higher Weight, so new jobs land on upgraded nodes first;
 * `reboot-asap`: a rolling `scontrol reboot ASAP` within the same budget, nodes in name order;
 * `drain-all`: every node drained at once, upgraded when empty, all resumed at the end.
 
@@ -54,6 +55,7 @@ class SimNode:
     out_since: float | None = None  # out of service for new jobs (drained / reservation active / upgrading)
     upgrading_until: float | None = None
     upgraded: bool = False
+    weight: int = 1                # Slurm's node Weight: lower is preferred for new jobs
 
 
 @dataclass
@@ -144,15 +146,17 @@ class Simulator:
                 and self.now + job.limit <= node.reserved_from)
 
     def _place(self, job: SimJob) -> list[int] | None:
+        """Lowest Weight first (as Slurm's select plugin does), then best fit."""
         if job.nodes == 1:
-            best = None
+            best: tuple[tuple[int, int], int] | None = None
             for i, n in enumerate(self.nodes):
-                if self._fits(n, job) and (best is None or n.free < self.nodes[best].free):
-                    best = i
-                    if n.free == job.gpn:
-                        break
-            return None if best is None else [best]
+                if self._fits(n, job):
+                    key = (n.weight, n.free)
+                    if best is None or key < best[0]:
+                        best = (key, i)
+            return None if best is None else [best[1]]
         picked = [i for i, n in enumerate(self.nodes) if n.free == n.gpus and self._fits(n, job)]
+        picked.sort(key=lambda i: self.nodes[i].weight)
         return picked[: job.nodes] if len(picked) >= job.nodes else None
 
     def _start(self, job: SimJob, placed: list[int]) -> None:
@@ -258,6 +262,7 @@ class Controller:
         n = sim.nodes[i]
         n.out_since = None
         n.reserved_from = INF
+        n.weight = 1
         sim.record_capacity()
 
     def take(self, sim: Simulator, i: int, from_t: float) -> None:
@@ -303,6 +308,8 @@ class GpufleetController(Controller):
             taken_at=sim.now)
         index = {n.name: i for i, n in enumerate(sim.nodes)}
         plan = make_plan(fleet, self.target, [n.name for n in sim.nodes], self.policy, now=sim.now, force=True)
+        for n in sim.nodes:  # like `maintain apply`: steer new jobs to nodes already upgraded
+            n.weight = 1 + 1000
         self.plan_waves = [[index[n] for n in w.nodes] for w in plan.waves]
         self.gating = plan.gating_jobs
         self._next_wave(sim)

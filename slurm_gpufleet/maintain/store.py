@@ -29,7 +29,8 @@ class Store:
             self.db["rollouts"].create({"id": str, "state": str, "target": str, "strategy": str, "plan": str,
                                         "created": float, "updated": float}, pk="id", if_not_exists=True)
             self.db["nodes"].create({"rollout": str, "node": str, "wave": int, "state": str, "prior": str,
-                                     "previous_driver": str, "boot": str, "error": str, "updated": float},
+                                     "previous_driver": str, "boot": str, "error": str, "weight": int,
+                                     "updated": float},
                                     pk=("rollout", "node"), if_not_exists=True)
             self.db["audit"].create({"ts": float, "rollout": str, "node": str, "event": str, "detail": str},
                                     if_not_exists=True)
@@ -44,10 +45,10 @@ class Store:
                                         "updated": now})
             rows = [{"rollout": plan["id"], "node": n, "wave": w["index"], "state": S.PENDING, "prior": None,
                      "previous_driver": plan["previous_drivers"].get(n), "boot": None, "error": None,
-                     "updated": now} for w in plan["waves"] for n in w["nodes"]]
+                     "weight": None, "updated": now} for w in plan["waves"] for n in w["nodes"]]
             rows += [{"rollout": plan["id"], "node": s["node"], "wave": -1, "state": S.SKIPPED, "prior": None,
                       "previous_driver": plan["previous_drivers"].get(s["node"]), "boot": None,
-                      "error": s["why"], "updated": now} for s in plan["skipped"]]
+                      "error": s["why"], "weight": None, "updated": now} for s in plan["skipped"]]
             self.db["nodes"].insert_all(rows)
         self.audit(plan["id"], None, "created", f"{len(plan['waves'])} wave(s), target {plan['target_driver']}")
 
@@ -83,6 +84,10 @@ class Store:
             self.db["audit"].insert({"ts": time.time(), "rollout": rollout_id, "node": node, "event": state,
                                      "detail": detail})
         self._maybe_crash(state)
+
+    def set_weight(self, rollout_id: str, node: str, weight: int | None) -> None:
+        """The node's scheduling weight before the rollout steered new jobs away from it (None: restored)."""
+        self.db["nodes"].update((rollout_id, node), {"weight": weight})
 
     def audit(self, rollout_id: str, node: str | None, event: str, detail: str) -> None:
         self.db["audit"].insert({"ts": time.time(), "rollout": rollout_id, "node": node, "event": event,

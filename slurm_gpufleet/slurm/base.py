@@ -23,6 +23,7 @@ class NodeInfo:
     gres: str = ""
     partitions: list[str] = field(default_factory=list)
     features: list[str] = field(default_factory=list)
+    weight: int | None = None        # scheduling weight: Slurm prefers lower-weight nodes
 
     @property
     def drained(self) -> bool:
@@ -75,6 +76,8 @@ class SlurmBackend(Protocol):
     def set_field(self, name: str, field: str, value: str) -> None:
         """field: 'comment' or 'extra'."""
         ...
+
+    def set_weight(self, name: str, weight: int) -> None: ...
 
     def nodes(self) -> list[NodeInfo]: ...
 

@@ -70,6 +70,9 @@ class CommandBackend:
             raise ValueError(field)
         self._run("update", f"nodename={name}", f"{field}={value}")
 
+    def set_weight(self, name: str, weight: int) -> None:
+        self._run("update", f"nodename={name}", f"weight={int(weight)}")
+
 
     # -- fleet-wide reads and reservations (maintain) --------------------------------------------
     def nodes(self) -> list[NodeInfo]:
@@ -154,6 +157,7 @@ def parse_node_text(text: str) -> NodeInfo:
                  values.get("Comment", ""), values.get("Extra", ""), values.get("BootTime"), values.get("Gres", ""))
     info.partitions = _list(values.get("Partitions", ""))
     info.features = _list(values.get("AvailableFeatures", ""))
+    info.weight = int(values["Weight"]) if values.get("Weight", "").isdigit() else None
     return info
 
 
@@ -175,8 +179,11 @@ def parse_node_json(text: str, name: str) -> NodeInfo:
     boot = node.get("boot_time")
     if isinstance(boot, dict):  # 23.11+: {"set": true, "number": N}
         boot = boot.get("number")
-    return _info(name, parts, node.get("reason", "") or "", node.get("comment", "") or "",
+    info = _info(name, parts, node.get("reason", "") or "", node.get("comment", "") or "",
                  node.get("extra", "") or "", str(boot) if boot else None, node.get("gres", "") or "")
+    weight = node.get("weight")
+    info.weight = weight if isinstance(weight, int) else None
+    return info
 
 
 # base states as Slurm names them; everything else in a State=A+B+C string is a flag

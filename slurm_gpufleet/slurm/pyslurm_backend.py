@@ -52,6 +52,7 @@ class PyslurmBackend:
         info = _info(name, (n.state or "UNKNOWN").split("+"), n.reason or "", n.comment or "", n.extra or "",
                      boot_str, str(n.configured_gres or ""))
         info.reason_user = n.reason_user
+        info.weight = n.weight
         return info
 
     def _modify(self, name: str, **changes: Any) -> None:
@@ -69,6 +70,9 @@ class PyslurmBackend:
 
     def reboot_asap(self, name: str, reason: str, next_state: str = "RESUME") -> None:
         self._commands.reboot_asap(name, reason, next_state)
+
+    def set_weight(self, name: str, weight: int) -> None:
+        self._modify(name, weight=int(weight))
 
     def set_field(self, name: str, field: str, value: str) -> None:
         if field not in ("comment", "extra"):

@@ -96,6 +96,9 @@ def test_rollout_between_jobs_within_budget_canary_first(mc, tmp_path):
     canary_done = next(b for n, _, b in spans if n == canary[0])
     assert all(a >= canary_done for n, a, _ in spans if n != canary[0])
     assert leftovers(mc) == ("", [])
+    # new jobs were steered away from nodes waiting for their turn, and every weight is back
+    assert mc.maintain_db("select count(*) from audit where event = 'steer'")[0][0] >= 1
+    assert {n: mc.node(n)["Weight"] for n in mc.nodes} == {n: "1" for n in mc.nodes}
     upgraded = (mc.dir / "log" / "upgrades.log").read_text().split()
     assert sorted(upgraded[i + 1] for i in range(0, len(upgraded), 4)) == mc.nodes
     status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
@@ -140,6 +143,7 @@ def test_kill_9_at_each_transition_then_resume_converges(mc, tmp_path, crash_aft
     status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
     assert status["state"] == "done" and status["counts"] == {"done": 3}, status
     assert leftovers(mc) == ("", [])
+    assert {mc.node(n)["Weight"] for n in mc.nodes} == {"1"}  # steering undone after the crash too
     for node in ("n1", "n2", "n3"):
         assert f"<driver_version>{TARGET}</driver_version>" in (mc.gpus / f"{node}.xml").read_text()
 
