@@ -51,6 +51,9 @@ def cli() -> None:
 @click.option("--previous", metavar="FILE", type=click.Path(dir_okay=False),
               help="An earlier JSON snapshot of this node, to judge counter growth.")
 @click.option("--expect-idle", is_flag=True, help="The node runs no job now: leftover processes and memory are faults.")
+@click.option("--perf-baseline", metavar="FILE|slurm",
+              help="Performance baseline per GPU model: a JSON file {MODEL: {\"mem_bw_gbps\": N}}, or `slurm` for "
+                   "the fleet median of what nodes publish (default: the model table's reference).")
 @click.option("--level", type=click.Choice(["quick", "full", "deep"]), default="quick", show_default=True,
               help="Live NVML only: `full` adds the slow InfoROM checksum/validation (~70 ms per GPU each); "
                    "`deep` also measures each GPU (memory bandwidth, bf16 GEMM, host-to-device; <= ~2 s per GPU).")
@@ -58,7 +61,8 @@ def cli() -> None:
               help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def check(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
-          previous: str | None, expect_idle: bool, level: str, timeout: float, as_json: bool) -> None:
+          previous: str | None, expect_idle: bool, perf_baseline: str | None, level: str, timeout: float,
+          as_json: bool) -> None:
     """Judge a node's GPUs: live NVML, or a saved report.
 
     Exit codes: 0 ok or warn, 1 reboot or drain, 2 usage or config error, 3 no readable GPU state.
@@ -87,12 +91,38 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
             timer.cancel()
     if not snap.has_gpu_state():
         _fail("no readable GPU state in the input", exitcodes.NO_STATE)
-    result = evaluate(snap, policy, host=node, previous=prev, expect_idle=expect_idle or None)
+    baseline = _perf_baseline(perf_baseline, policy) if perf_baseline else None
+    result = evaluate(snap, policy, host=node, previous=prev, expect_idle=expect_idle or None,
+                      perf_baseline=baseline)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1))
     else:
         click.echo(format_text(result))
     sys.exit(exitcodes.UNHEALTHY if result.verdict in ("reboot", "drain") else exitcodes.OK)
+
+
+def _perf_baseline(source: str, policy) -> dict[str, dict[str, float]]:
+    """{model: {"mem_bw_gbps": median}} from a JSON file, or from what the fleet publishes to Slurm."""
+    if source == "slurm":
+        from .perf.fleet import from_published
+        from .perf.stats import median
+        from .slurm import SlurmError
+
+        try:
+            samples = from_published(_backend(policy))
+        except SlurmError as exc:
+            _fail(f"--perf-baseline slurm: {exc}", exitcodes.USAGE)
+        by_model: dict[str, list[float]] = {}
+        for _key, model, value in samples:
+            by_model.setdefault(model, []).append(value)
+        return {m: {"mem_bw_gbps": median(v)} for m, v in by_model.items()
+                if len(v) >= policy.slurm.straggler_min_peers}
+    try:
+        with open(source, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return {str(m): {k: float(v) for k, v in d.items()} for m, d in data.items()}
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
+        _fail(f"--perf-baseline {source}: not a JSON object of models: {exc}", exitcodes.USAGE)
 
 
 def _read_or_exit(path: str):

@@ -163,3 +163,20 @@ def test_probe_without_a_gpu_library_says_so():
     snap.performance = [s]
     (f,) = evaluate(snap).findings
     assert (f.check, f.severity, f.message) == ("performance", "ok", "performance not measured")
+
+
+def test_check_judges_against_a_fleet_baseline(tmp_path):
+    snap = read_report_file(str(H200 / "nvidia-smi-q.xml"))
+    snap.performance = [PerfSample(gpu=0, mem_bw_gbps=3900.0, gemm_tflops=760.0)]
+    path = tmp_path / "snap.json"
+    path.write_text(snap.to_json())
+    # 3900 GB/s is within 10 % of the table's 4119: fine by the reference
+    r = run_cli("check", "--snapshot", str(path), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["findings"] == []
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"NVIDIA H200": {"mem_bw_gbps": 4400.0}}))
+    r = run_cli("check", "--snapshot", str(path), "--perf-baseline", str(baseline), "--json")
+    (f,) = json.loads(r.stdout)["findings"]
+    assert (f["check"], f["severity"]) == ("performance", "warn") and "fleet median 4400" in f["detail"]
+    baseline.write_text("[1, 2]")
+    assert run_cli("check", "--snapshot", str(path), "--perf-baseline", str(baseline)).returncode == 2
