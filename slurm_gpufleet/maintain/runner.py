@@ -111,8 +111,9 @@ class Runner:
             raise RolloutError("no rollout to abort")
         rid = r["id"]
         for row in self.store.nodes(rid):
-            if row["state"] == S.RESERVED:
-                self._release(rid, row["node"], "aborted before its upgrade")
+            if row["state"] in (S.PENDING, S.RESERVED):
+                if row["state"] == S.RESERVED:
+                    self._release(rid, row["node"], "aborted before its upgrade")
                 self.store.set_node(rid, row["node"], S.SKIPPED, "aborted before its upgrade")
             elif row["state"] in (S.UPGRADING, S.RETURNING, S.VALIDATING, S.ROLLING_BACK):
                 self._set_reason(row["node"], f"{S.MAINT_REASON} {rid} aborted mid-upgrade: check the node")

@@ -177,3 +177,21 @@ def test_reboot_asap_strategy(mc, tmp_path):
     status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
     assert status["counts"] == {"done": 3}
     assert leftovers(mc) == ("", [])
+
+
+def test_abort_gives_everything_back(mc, tmp_path):
+    mc.wait_published()
+    plan_file, p = plan(mc, tmp_path, nodes="n[1-4]")
+    r = mc.gpufleet("maintain", "apply", str(plan_file), env={"SLURM_GPUFLEET_CRASH_AFTER": "reserved:3"})
+    assert r.returncode == -9
+    r = mc.gpufleet("maintain", "abort", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout)
+    assert out["state"] == "aborted"
+    assert leftovers(mc) == ("", [])
+    assert {mc.node(n)["Weight"] for n in mc.nodes} == {"1"}
+    states = {n["node"]: n["state"] for n in json.loads(mc.gpufleet("maintain", "status", "--json").stdout)["nodes"]}
+    assert sorted(states.values()).count("done") == 2 and set(states.values()) <= {"done", "skipped"}
+    # a new rollout may start once this one is aborted
+    plan_file2, _ = plan(mc, tmp_path, nodes="n[5-6]")
+    assert mc.gpufleet("maintain", "apply", str(plan_file2)).returncode == 0
