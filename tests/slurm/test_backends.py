@@ -12,15 +12,24 @@ from slurm_gpufleet.slurm.pyslurm_backend import PyslurmBackend, pyslurm_usable
 
 
 @pytest.fixture(params=["commands", "pyslurm"])
-def backend(request, mc, monkeypatch):
-    monkeypatch.setenv("SLURM_CONF", mc.env["SLURM_CONF"])
-    scontrol = mc.run("which", "scontrol").stdout.strip()
-    if request.param == "pyslurm":
-        usable, why = pyslurm_usable(scontrol)
-        if not usable:
-            pytest.skip(f"pyslurm backend not usable here: {why}")
-        return PyslurmBackend(scontrol)
-    return CommandBackend(scontrol)
+def backend(request, mc):
+    # the real scontrol (or libslurm) of the mini-cluster: it finds the cluster through SLURM_CONF
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = mc.env["SLURM_CONF"]
+    try:
+        scontrol = mc.run("which", "scontrol").stdout.strip()
+        if request.param == "pyslurm":
+            usable, why = pyslurm_usable(scontrol)
+            if not usable:
+                pytest.skip(f"pyslurm backend not usable here: {why}")
+            yield PyslurmBackend(scontrol)
+        else:
+            yield CommandBackend(scontrol)
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
 
 
 def test_backend_contract(backend, mc):
