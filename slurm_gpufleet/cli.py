@@ -38,6 +38,25 @@ def cli() -> None:
     """GPU health checks for Slurm nodes, and the data behind them."""
 
 
+def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: float, live_kmsg: bool = True):
+    """Read GPU state under the watchdog; one line and exit 3 (nothing readable) or 2 (no such file)."""
+    from . import watchdog
+    from .engine import Source, gather
+
+    if live_kmsg and kmsg is None and not report and os.access("/dev/kmsg", os.R_OK):
+        kmsg = "/dev/kmsg"  # a live check of this node: its own kernel log too
+    timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
+    try:
+        return gather(Source(report=report, kernel_log=kmsg, level=level))
+    except ReportError as exc:
+        _fail(str(exc) if report is None or report in str(exc) else f"{report}: {exc}", exitcodes.NO_STATE)
+    except OSError as exc:
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}", exitcodes.USAGE)
+    finally:
+        if timer:
+            timer.cancel()
+
+
 @cli.command()
 @click.option("--nvidia-smi-q", "report", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
               help="Judge a saved `nvidia-smi -q -x` (XML) or `nvidia-smi -q` (text) report.")
@@ -67,8 +86,7 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
 
     Exit codes: 0 ok or warn, 1 reboot or drain, 2 usage or config error, 3 no readable GPU state.
     """
-    from . import watchdog
-    from .engine import Source, evaluate, format_text, gather
+    from .engine import evaluate, format_text
 
     if report and snapshot_file:
         _fail("give --nvidia-smi-q or --snapshot, not both", exitcodes.USAGE)
@@ -76,19 +94,7 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
     prev = None
     if previous:
         prev = _read_or_exit(previous)
-    if kmsg is None and not (report or snapshot_file) and os.access("/dev/kmsg", os.R_OK):
-        kmsg = "/dev/kmsg"  # a live check of this node: its own kernel log too
-    timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
-    try:
-        snap = gather(Source(report=report or snapshot_file, kernel_log=kmsg, level=level))
-    except ReportError as exc:
-        _fail(f"{report or snapshot_file}: {exc}" if str(exc).find(str(report or snapshot_file)) < 0 else str(exc),
-              exitcodes.NO_STATE)
-    except OSError as exc:
-        _fail(f"{exc.filename or ''}: {exc.strerror or exc}", exitcodes.USAGE)
-    finally:
-        if timer:
-            timer.cancel()
+    snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout)
     if not snap.has_gpu_state():
         _fail("no readable GPU state in the input", exitcodes.NO_STATE)
     baseline = _perf_baseline(perf_baseline, policy) if perf_baseline else None
@@ -147,27 +153,12 @@ def _read_or_exit(path: str):
 @click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS")
 def snapshot(report: str | None, kmsg: str | None, level: str, output: str, timeout: float) -> None:
     """Dump the node's GPU state as JSON (replay it with `check --snapshot`)."""
-    from . import watchdog
-    from .engine import Source, gather
-
-    timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
-    try:
-        snap = gather(Source(report=report, kernel_log=kmsg, level=level))
-    except ReportError as exc:
-        _fail(f"{report}: {exc}", exitcodes.NO_STATE)
-    except OSError as exc:
-        _fail(f"{exc.filename or ''}: {exc.strerror or exc}", exitcodes.USAGE)
-    finally:
-        if timer:
-            timer.cancel()
+    snap = _gather_or_exit(report, kmsg, level, timeout, live_kmsg=False)
     text = snap.to_json()
     if output == "-":
         click.echo(text)
     else:
-        tmp = f"{output}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, output)
+        _write_atomic(output, text + "\n")
     sys.exit(exitcodes.OK if snap.has_gpu_state() else exitcodes.NO_STATE)
 
 
@@ -557,23 +548,11 @@ def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, stra
 def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
             level: str, textfile: str, timeout: float) -> None:
     """Write Prometheus metrics (verdicts, findings, ECC/remap counters, throttle reasons, performance)."""
-    from . import watchdog
-    from .engine import Source, evaluate, gather
+    from .engine import evaluate
     from .metrics import write_textfile
 
     policy = _load_policy(config)
-    if kmsg is None and not (report or snapshot_file) and os.access("/dev/kmsg", os.R_OK):
-        kmsg = "/dev/kmsg"  # a live check of this node: its own kernel log too
-    timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
-    try:
-        snap = gather(Source(report=report or snapshot_file, kernel_log=kmsg, level=level))
-    except ReportError as exc:
-        _fail(str(exc), exitcodes.NO_STATE)
-    except OSError as exc:
-        _fail(f"{exc.filename or ''}: {exc.strerror or exc}", exitcodes.USAGE)
-    finally:
-        if timer:
-            timer.cancel()
+    snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout)
     result = evaluate(snap, policy, host=node)
     try:
         write_textfile(textfile, result, node)
