@@ -248,6 +248,7 @@ class Controller:
     def on_change(self, sim: Simulator) -> None:
         if self.started:
             self._upgrade_empty(sim)
+            self.advance(sim)
 
     def on_tick(self, sim: Simulator, payload: Any) -> None:
         kind, node = payload
@@ -257,6 +258,10 @@ class Controller:
             n.upgraded = True
             self.release(sim, node)
         self._upgrade_empty(sim)
+        self.advance(sim)
+
+    def advance(self, sim: Simulator) -> None:
+        """After any event once the rollout runs: the strategy takes its next nodes."""
 
     def release(self, sim: Simulator, i: int) -> None:
         n = sim.nodes[i]
@@ -329,16 +334,7 @@ class GpufleetController(Controller):
             self.take(sim, i, start)
         self._upgrade_empty(sim)  # nodes already empty start now, not at the next event
 
-    def on_tick(self, sim: Simulator, payload: Any) -> None:
-        super().on_tick(sim, payload)
-        self._check_wave(sim)
-
-    def on_change(self, sim: Simulator) -> None:
-        super().on_change(sim)
-        if self.started:
-            self._check_wave(sim)
-
-    def _check_wave(self, sim: Simulator) -> None:
+    def advance(self, sim: Simulator) -> None:
         if self.finished or self.wave < 0:
             return
         members = self.plan_waves[self.wave]
@@ -357,9 +353,9 @@ class RebootAsapController(Controller):
     def start(self, sim: Simulator) -> None:
         super().start(sim)
         self.todo = sorted(range(len(sim.nodes)), key=lambda i: sim.nodes[i].name)
-        self._fill(sim)
+        self.advance(sim)
 
-    def _fill(self, sim: Simulator) -> None:
+    def advance(self, sim: Simulator) -> None:
         busy = sum(1 for n in sim.nodes if n.out_since is not None and not n.upgraded)
         while self.todo and busy < self.budget:
             self.take(sim, self.todo.pop(0), sim.now)  # drains at once: no new jobs, running ones finish
@@ -367,14 +363,6 @@ class RebootAsapController(Controller):
         if not self.todo and busy == 0:
             self.finished, self.active, self.done_at = True, False, sim.now
 
-    def on_tick(self, sim: Simulator, payload: Any) -> None:
-        super().on_tick(sim, payload)
-        self._fill(sim)
-
-    def on_change(self, sim: Simulator) -> None:
-        super().on_change(sim)
-        if self.started:
-            self._fill(sim)
 
 
 class DrainAllController(Controller):
