@@ -123,7 +123,7 @@ def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
 
 # ---------------------------------------------------------------- acting
 def act(setup: Setup, report: Report, hook: str, job: str | None = None,
-        extra_findings: list[Finding] | None = None, info: NodeInfo | None = None) -> str:
+        extra_findings: list[Finding] | None = None, info: NodeInfo | None = None, backend=None) -> str:
     """Record the run, decide, carry it out through Slurm, publish the summary.  Returns the action."""
     from .history import History, db_path
     from .slurm import SlurmError, get_backend
@@ -138,7 +138,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                        driver=known(s.driver_version), gpus=len(s.gpus), performance=s.performance,
                        models={g.index: known(g.name) for g in s.gpus})
     try:
-        backend = get_backend(setup.settings.backend, setup.settings.scontrol)
+        backend = backend or get_backend(setup.settings.backend, setup.settings.scontrol)
         info = info or backend.node(node)  # the health check read it already: one slurmctld call, not two
     except SlurmError as exc:
         log.error("cannot read node state from Slurm: %s", exc)
@@ -260,17 +260,18 @@ def _healthcheck(argv: list[str] | None = None) -> int:
         if args.nhc:
             print(f"gpufleet: no readable GPU state: {exc}"[:200])
             return 1
-        _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state"[:120])
+        _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state")
         return 1
     finally:
         watchdog.cancel()
-    from .slurm.commands import CommandBackend
+    from .slurm import SlurmError, get_backend
 
-    node_info = None
+    backend = node_info = None
     if not args.nhc:
         try:
-            node_info = CommandBackend(setup.settings.scontrol, timeout=10).node(setup.node)
-        except Exception as exc:
+            backend = get_backend(setup.settings.backend, setup.settings.scontrol)
+            node_info = backend.node(setup.node)
+        except SlurmError as exc:
             log.error("cannot read node state from Slurm: %s", exc)
     # an idle node should have no GPU processes; a busy one is judged on everything else
     idle = bool(node_info and node_info.idle)
@@ -282,7 +283,7 @@ def _healthcheck(argv: list[str] | None = None) -> int:
             print(make_reason(worst(report.findings)))
             return 1
         return 0
-    act(setup, report, "healthcheck", info=node_info)
+    act(setup, report, "healthcheck", info=node_info, backend=backend)
     return 0
 
 

@@ -23,7 +23,8 @@ def apply_failure_texts(text: str, snap: NodeSnapshot) -> None:
         m = pattern.search(text)
         if m and code not in snap.errors:
             snap.errors.append(code)
-            line = text[text.rfind("\n", 0, m.start()) + 1: text.find("\n", m.end()) if "\n" in text[m.end():] else len(text)]
+            end = text.find("\n", m.end())
+            line = text[text.rfind("\n", 0, m.start()) + 1: len(text) if end < 0 else end]
             snap.error_text = snap.error_text or (line.strip()[:300] or NODE_ERRORS[code])
     for m in _LOST.finditer(text):
         pci = m.group("pci")
