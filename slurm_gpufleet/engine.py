@@ -40,11 +40,7 @@ def gather(source: Source) -> NodeSnapshot:
             from .perf.probe import measure
 
             snap.performance = measure([g.index for g in snap.gpus if not g.lost])
-    if source.kernel_log == "/dev/kmsg":
-        from .readers.kernel_log import parse_kernel_log, read_kmsg
-
-        snap.xid_events, snap.boots_seen = parse_kernel_log(read_kmsg())
-    elif source.kernel_log:
+    if source.kernel_log:
         from .readers.kernel_log import read_kernel_log_file
 
         snap.xid_events, snap.boots_seen = read_kernel_log_file(source.kernel_log)

@@ -24,7 +24,7 @@ from . import watchdog
 from .engine import Report, evaluate
 from .findings import Finding, verdict
 from .policy import Policy, PolicyError, SlurmSettings, config_path, load_policy
-from .readers import ReportError, read_report_file
+from .readers import ReportError
 from .slurm.base import NodeInfo
 from .snapshot import NodeSnapshot, known
 
@@ -71,33 +71,23 @@ def _setup(hook: str, config: str | None, node: str | None, job: str | None = No
 
 # ---------------------------------------------------------------- reading the node
 def read_node(settings: SlurmSettings, node: str, level: str = "quick") -> NodeSnapshot:
-    if settings.gpu_state_dir:
-        snap = read_report_file(os.path.join(settings.gpu_state_dir, f"{node}.xml"))
-    else:
-        from .readers.nvml import NvmlReader
+    """The node's GPUs (its simulated state file, or live NVML; `deep` adds the measurements) and,
+    when it can be read, its kernel log."""
+    from .engine import Source, gather
+    from .readers.kernel_log import read_kernel_log_file
 
-        snap = NvmlReader(level=level).read()
+    report = os.path.join(settings.gpu_state_dir, f"{node}.xml") if settings.gpu_state_dir else None
+    snap = gather(Source(report=report, level=level))
     snap.host = node
     kernel = settings.kernel_log
+    if kernel and os.path.isdir(kernel):
+        kernel = os.path.join(kernel, f"{node}.kmsg")
+        kernel = kernel if os.path.exists(kernel) else None
     if kernel:
-        from .readers.kernel_log import parse_kernel_log, read_kmsg
-
-        lines: list[str] | None = None
         try:
-            if os.path.isdir(kernel):
-                candidate = os.path.join(kernel, f"{node}.kmsg")
-                if os.path.exists(candidate):
-                    with open(candidate, "rb") as fh:
-                        lines = fh.read().decode("utf-8", "replace").splitlines()
-            elif kernel == "/dev/kmsg":
-                lines = read_kmsg(kernel)
-            else:
-                with open(kernel, "rb") as fh:
-                    lines = fh.read().decode("utf-8", "replace").splitlines()
-        except OSError as exc:
+            snap.xid_events, snap.boots_seen = read_kernel_log_file(kernel)
+        except OSError as exc:  # a missing log must not hide the GPUs' own state
             log.warning("kernel log %s unreadable: %s", kernel, exc)
-        if lines is not None:
-            snap.xid_events, snap.boots_seen = parse_kernel_log(lines)
     return snap
 
 
@@ -250,11 +240,7 @@ def _healthcheck(argv: list[str] | None = None) -> int:
         return 0 if not args.nhc else 2
     _start_watchdog(setup, 1, None if args.nhc else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
-        snap = read_node(setup.settings, setup.node, "full" if args.level == "deep" else args.level)
-        if args.level == "deep" and not setup.settings.gpu_state_dir and snap.gpus:
-            from .perf.probe import measure
-
-            snap.performance = measure([g.index for g in snap.gpus if not g.lost])
+        snap = read_node(setup.settings, setup.node, args.level)
     except (ReportError, OSError) as exc:
         log.error("no readable GPU state: %s", exc)
         if args.nhc:

@@ -108,6 +108,9 @@ def _timestamp(prefix: str) -> str | None:
 
 
 def read_kernel_log_file(path: str) -> tuple[list[XidEvent], int]:
+    """Xid events from a saved log, or from the live ring buffer when the path is /dev/kmsg."""
+    if path == "/dev/kmsg":
+        return parse_kernel_log(read_kmsg(path))
     with open(path, "rb") as fh:
         data = fh.read()
     return parse_kernel_log(data.decode("utf-8", "replace").splitlines())
