@@ -685,6 +685,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
             _fail("--drain needs drain_stragglers = true in [slurm] (opt-in)", exitcodes.USAGE)
         backend = backend or _backend(policy)
         from .slurm import SlurmError
+        from .slurm.actions import STRAGGLER_PREFIX
 
         for o in found:
             node, _, gpu = o.key.partition("/")
@@ -692,7 +693,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
                 info = backend.node(node)
                 if info.drained or info.down or info.rebooting:
                     continue
-                backend.drain(node, f"gpufleet: performance {gpu} memory bandwidth {o.value:.0f} GB/s, "
+                backend.drain(node, f"{STRAGGLER_PREFIX} {gpu} memory bandwidth {o.value:.0f} GB/s, "
                                     f"-{o.drop_pct:.0f}% vs {o.peers} peers"[:120])
                 drained.append(node)
             except SlurmError as exc:

@@ -33,9 +33,15 @@ def make_reason(finding: Finding, suffix: str = "") -> str:
 MAINTAIN_PREFIX = "gpufleet: maintain"  # a rollout's drains: the rollout gives them back, not the health check
 
 
+# a straggler drain (`fleet stragglers --drain`): the quick health check measures no performance, so a
+# clean run proves nothing about it; an admin (or a deep check's fleet view) decides when it comes back
+STRAGGLER_PREFIX = "gpufleet: performance"
+
+
 def is_ours(reason: str) -> bool:
+    """A drain this health check may update or resume: our prefix, but not a rollout's or a straggler's."""
     reason = reason.strip()
-    return reason.startswith(PREFIX) and not reason.startswith(MAINTAIN_PREFIX)
+    return reason.startswith(PREFIX) and not reason.startswith((MAINTAIN_PREFIX, STRAGGLER_PREFIX))
 
 
 def fault_key(finding: Finding) -> str:
