@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-SHARED := ../shared/fixtures
+DATA   := slurm_gpufleet/data/captures
 
 .PHONY: setup system-deps demo test lint bench clean
 
@@ -28,20 +28,25 @@ system-deps:
 
 demo: setup system-deps
 	@echo "== healthy real H200 (nvidia-smi -q -x), default policy"
-	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(SHARED)/h200-real/nvidia-smi-q.xml
+	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/h200-real/nvidia-smi-q.xml
 	@echo; echo "== real A10 with a pending row remap"
-	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(SHARED)/public/nvidia-smi/remap_pending_a10_1.txt
+	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/public/nvidia-smi/remap_pending_a10_1.txt
 	@echo; echo "== real H100 x8 with HW power brake on one GPU, as JSON (first finding)"
-	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(SHARED)/public/nvidia-smi/hw_power_brake_one_gpu_h100x8_1.txt --json | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print(d["verdict"], json.dumps([f for f in d["findings"] if f["severity"]!="ok"][0]))'
+	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/public/nvidia-smi/hw_power_brake_one_gpu_h100x8_1.txt --json | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print(d["verdict"], json.dumps([f for f in d["findings"] if f["severity"]!="ok"][0]))'
 	@echo; echo "== the H200 against the sample site policy (node gpu001 of group h200)"
-	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(SHARED)/h200-real/nvidia-smi-q.xml --config etc/gpufleet.toml --node gpu001
+	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/h200-real/nvidia-smi-q.xml --config etc/gpufleet.toml --node gpu001
 	@echo; echo "== Xid events in real kernel log lines"
-	cut -f1 $(SHARED)/public/kernel_log_lines.tsv | tail -n +2 | $(VENV)/bin/slurm-gpufleet xid -
+	cut -f1 $(DATA)/public/kernel_log_lines.tsv | tail -n +2 | $(VENV)/bin/slurm-gpufleet xid -
 	@echo; echo "== can R590 run Volta?"
 	-$(VENV)/bin/slurm-gpufleet compat --driver 590.48.01 --arch Volta
-	@echo; echo "== every real capture in ../shared, one verdict each"
-	@for f in $(SHARED)/public/nvidia-smi/*.txt $(SHARED)/public/nvidia-smi/*.xml; do \
+	@echo; echo "== every real capture vendored in $(DATA), one verdict each"
+	@for f in $(DATA)/public/nvidia-smi/*.txt $(DATA)/public/nvidia-smi/*.xml; do \
 	  printf '%-42s ' $$(basename $$f); $(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $$f --json | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print(d["verdict"], "|", "; ".join(f["message"] for f in d["findings"] if f["severity"]!="ok")[:90])'; done
+
+	@echo; echo "== what-if driver rollout on the bundled Helios job history (150 nodes x 8 GPUs, 10% budget)"
+	@mkdir -p out
+	$(VENV)/bin/slurm-gpufleet maintain simulate --nodes 150 --rollout-at 240 --max-unavailable 10% --policy etc/gpufleet.toml --plot out/simulate.html
+	@echo "plot: out/simulate.html"
 
 	@echo; echo "== a real Slurm mini-cluster: a GPU fault drains a node, the fix resumes it"
 	PYTHON=$(CURDIR)/$(PY) bash scripts/cluster_demo.sh

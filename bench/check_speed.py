@@ -17,9 +17,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-SHARED = REPO.parent / "shared" / "fixtures"
 
 from slurm_gpufleet import evaluate  # noqa: E402
+from slurm_gpufleet.datafiles import CAPTURES as SHARED  # noqa: E402
 from slurm_gpufleet.readers import read_report  # noqa: E402
 from slurm_gpufleet.readers.nvml import NvmlReader  # noqa: E402
 from slurm_gpufleet.readers.nvml_replay import NvmlReplay  # noqa: E402

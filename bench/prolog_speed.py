@@ -66,7 +66,7 @@ def main() -> None:
             show("nvidia-smi -q", timed(["nvidia-smi", "-q"], dict(os.environ), args.runs), b)
         else:
             print("nvidia-smi -q                                not on this machine (a real H200 node: 0.10-0.11 s, "
-                  "shared/fixtures/h200-real/README.md)")
+                  "slurm_gpufleet/data/captures/h200-real/README.md)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -16,11 +16,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from slurm_gpufleet.datafiles import HELIOS_SACCT as TRACE  # noqa: E402
+from slurm_gpufleet.datafiles import open_text  # noqa: E402
 from slurm_gpufleet.maintain.sacct import read_sacct  # noqa: E402
 from slurm_gpufleet.maintain.simulate import simulate  # noqa: E402
 from slurm_gpufleet.policy import load_policy  # noqa: E402
-
-TRACE = REPO.parent / "shared" / "traces" / "helios_15k.sacct.txt"
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--rollout-at", type=float, nargs="+", default=[120.0, 240.0, 360.0])
     args = ap.parse_args()
     t = time.perf_counter()
-    with open(TRACE) as fh:
+    with open_text(TRACE) as fh:
         trace = read_sacct(fh)
     print(f"read {trace.lines} lines, {len(trace.jobs)} GPU jobs in {time.perf_counter() - t:.2f} s")
     policy = load_policy(str(REPO / "etc" / "gpufleet.toml"))

@@ -3,7 +3,7 @@
 
 Each GPU's measured memory bandwidth = the H200 reference x unit-to-unit variation x run-to-run noise.
 Run-to-run noise is resampled from the real H200's own repeated measurements
-(shared/fixtures/h200-real/perf_probe.json, copy256MBx10: 4055-4146 GB/s); unit-to-unit variation is
+(slurm_gpufleet/data/captures/h200-real/perf_probe.json, copy256MBx10: 4055-4146 GB/s); unit-to-unit variation is
 an assumption (normal, sd --unit-sd, default 1 %).  Slow GPUs are made 10 % or 20 % slower.
 Prints recall and false-alarm rate; asserts nothing.
 
@@ -22,10 +22,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from slurm_gpufleet.datafiles import H200_REAL  # noqa: E402
 from slurm_gpufleet.perf.stats import outliers  # noqa: E402
-from slurm_gpufleet.policy import SlurmSettings  # noqa: E402
 
-PROBE = REPO.parent / "shared" / "fixtures" / "h200-real" / "perf_probe.json"
+PROBE = H200_REAL / "perf_probe.json"
+from slurm_gpufleet.policy import SlurmSettings  # noqa: E402
 
 
 def main() -> None:

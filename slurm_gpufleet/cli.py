@@ -247,6 +247,38 @@ def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str
         reboot_program=reboot_program), nl=False)
 
 
+@cli.command("install")
+@click.option("--prefix", required=True, metavar="DIR", help="Where to install, e.g. /opt/gpufleet (absolute).")
+@click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
+@click.option("--python", "python", metavar="PATH", help="Interpreter the wrappers run (default: this one).")
+@click.option("--config", metavar="FILE", help="Config the programs read (default: PREFIX/etc/gpufleet.toml).")
+@click.option("--slurm-conf", metavar="FILE", help="Export SLURM_CONF in the wrappers (a slurm.conf outside /etc).")
+@click.option("--interval", type=click.IntRange(1), default=300, show_default=True, help="HealthCheckInterval.")
+@click.option("--reboot-program", metavar="PATH", help="RebootProgram for the slurm.conf lines.")
+def install(prefix: str, dry_run: bool, python: str | None, config: str | None, slurm_conf: str | None,
+            interval: int, reboot_program: str | None) -> None:
+    """Write the three programs slurmd runs (wrappers with an absolute interpreter), a commented config
+    skeleton, the upgrade template sample and the slurm.conf lines for these paths.  Idempotent; an
+    existing config or template is never overwritten."""
+    from .install import apply_install, plan_install
+
+    for label, value in (("--prefix", prefix), ("--python", python), ("--config", config),
+                         ("--slurm-conf", slurm_conf), ("--reboot-program", reboot_program)):
+        if value is not None and not value.startswith("/"):
+            _fail(f"{label} must be an absolute path: slurmd runs these programs with no PATH and another cwd",
+                  exitcodes.USAGE)
+    items = plan_install(prefix, python or sys.executable, config, slurm_conf, interval, reboot_program)
+    try:
+        report = apply_install(items, dry_run)
+    except OSError as exc:
+        _fail(f"{getattr(exc, 'filename', None) or prefix}: {exc.strerror or exc}", exitcodes.USAGE)
+    for what, path in report:
+        click.echo(f"{what:<14} {path}")
+    conf = items[-1]
+    click.echo(f"\nAdd to slurm.conf (also in {conf.path}), then `scontrol reconfigure`:\n")
+    click.echo(conf.text, nl=False)
+
+
 def _backend(policy):
     from .slurm import SlurmError, get_backend
 
@@ -435,8 +467,11 @@ def maintain_status(config: str | None, as_json: bool) -> None:
         return
     click.echo(f"rollout {r['id']}: {r['state']}, driver {r['target']} ({r['strategy']}); "
                + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
-    for n in nodes:
-        click.echo(f"  wave {n['wave']:>2}  {n['node']:<12} {n['state']:<12} {n['error'] or ''}")
+    from .hostlist import grouped
+
+    for (wave, state, error), count, folded in sorted(
+            grouped((n["node"], (n["wave"], n["state"], n["error"] or "")) for n in nodes), key=lambda r: r[0][:2]):
+        click.echo(f"  wave {wave:>2}  {state:<12} {count:>5}  {folded}{'  ' + error if error else ''}")
 
 
 for _name, _help in (("resume", "Continue the unfinished rollout (after a crash, or after a halt once fixed)."),
@@ -464,8 +499,9 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 
 
 @maintain.command("simulate")
-@click.option("--sacct", "sacct_file", required=True, metavar="FILE",
-              help="Job history: sacct --parsable2 -o JobIDRaw,User,Submit,Start,End,Elapsed,NNodes,AllocTRES,State[,Timelimit]")
+@click.option("--sacct", "sacct_file", metavar="FILE",
+              help="Job history: sacct --parsable2 -o JobIDRaw,User,Submit,Start,End,Elapsed,NNodes,AllocTRES,State[,Timelimit]"
+                   " (plain or .gz).  Default: the bundled Helios trace (15,000 real jobs).")
 @click.option("--nodes", "node_count", type=click.IntRange(1, 100_000), default=150, show_default=True)
 @click.option("--gpus-per-node", type=click.IntRange(1, 64), default=8, show_default=True)
 @click.option("--strategy", "strategies", multiple=True, type=click.Choice(["gpufleet", "reboot-asap", "drain-all"]),
@@ -479,7 +515,7 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 @click.option("--upgrade-minutes", type=click.IntRange(1, 1440), default=None, help="Per node (default: the policy's).")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")
 @click.option("--json", "as_json", is_flag=True)
-def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
+def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
                       rollout_at: float, max_unavailable: str | None, policy_file: str | None,
                       time_limit_assumption: str, upgrade_minutes: int | None, plot_file: str | None,
                       as_json: bool) -> None:
@@ -500,8 +536,13 @@ def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, stra
     except (ValueError, TypeError):
         _fail(f"--time-limit-assumption {time_limit_assumption!r}: use runtime-ceil-hour, factor:X or partition:LIMIT",
               exitcodes.USAGE)
+    from .datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
+    from .hostlist import fold
+
+    history_label = sacct_file or HELIOS_LABEL
+    sacct_file = sacct_file or str(HELIOS_SACCT)
     try:
-        with open(sacct_file, encoding="utf-8", errors="replace") as fh:
+        with open_text(sacct_file) as fh:
             trace = read_sacct(fh)
     except OSError as exc:
         _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
@@ -512,6 +553,7 @@ def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, stra
                       max_unavailable=budget, policy=policy, assumption=time_limit_assumption,
                       upgrade_minutes=upgrade_minutes)
     results = result.pop("_results")
+    result["assumptions"]["job_history"] = history_label
     result["gating_jobs"] = next((r.gating_jobs for r in results.values() if r.gating_jobs), [])
     if plot_file:
         from .maintain.plots import simulation_html
@@ -521,6 +563,7 @@ def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, stra
         click.echo(json.dumps(result, indent=1))
         return
     a = result["assumptions"]
+    click.echo(f"job history: {a['job_history']}")
     click.echo(f"{a['fleet']}, rollout at {a['rollout_at_h']:g} h, at most {a['max_unavailable_nodes']} node(s) out, "
                f"{a['upgrade_minutes']:g} min per node; time limits {a['time_limits']}")
     click.echo(f"{'strategy':<12} {'makespan h':>10} {'GPU-h lost':>11} {'killed':>6} {'wait+ mean h':>12} "
@@ -529,7 +572,7 @@ def maintain_simulate(sacct_file: str, node_count: int, gpus_per_node: int, stra
         click.echo(f"{name:<12} {m['makespan_h']:>10.2f} {m['gpu_hours_lost']:>11.1f} {m['jobs_killed']:>6} "
                    f"{m['wait_added_mean_h']:>12.3f} {m['wait_added_p95_h']:>11.3f} {m['peak_nodes_out']:>8}")
     for j in result["gating_jobs"][:3]:
-        click.echo(f"gating job {j['job_id']} on {','.join(j['nodes'])}: runs until +{j['end_h']} h")
+        click.echo(f"gating job {j['job_id']} on {fold(j['nodes'])}: runs until +{j['end_h']} h")
     click.echo(f"jobs used {a['jobs_used']}; lines skipped {a['lines_skipped'] or 'none'}; "
                f"dropped {a['jobs_dropped'] or 'none'}")
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real captures in ../shared and fault injection into them."""
+"""Fixtures: the vendored real captures and fault injection into them."""
 
 from __future__ import annotations
 

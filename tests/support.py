@@ -1,4 +1,4 @@
-"""Helpers shared by the tests: where the real captures are, how to run the CLI."""
+"""Helpers for the tests: where the vendored real captures are, how to run the CLI."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-H200 = SHARED / "fixtures" / "h200-real"
-PUBLIC = SHARED / "fixtures" / "public"
+from slurm_gpufleet.datafiles import H200_REAL as H200
+from slurm_gpufleet.datafiles import PUBLIC
 
-if not H200.is_dir():  # fail loudly: these tests are the proof that real captures parse
-    raise RuntimeError(f"real GPU captures not found at {H200}; ../shared must sit beside the repo")
+REPO = Path(__file__).resolve().parent.parent
+
+if not (H200 / "nvidia-smi-q.xml").is_file():  # fail loudly: these tests are the proof that real captures parse
+    raise RuntimeError(f"real GPU captures not found at {H200}; the vendored data folder is incomplete")
 
 
 def public_index() -> list[dict[str, str]]:

@@ -76,7 +76,7 @@ def test_usage_errors_are_exit_2(tmp_path):
 
 
 def test_xid_json_lines():
-    lines = (REPO.parent / "shared/fixtures/public/kernel_log_lines.tsv").read_text().splitlines()[1:]
+    lines = (PUBLIC / "kernel_log_lines.tsv").read_text().splitlines()[1:]
     text = "\n".join(line.split("\t")[0] for line in lines) + "\n"
     r = run_cli("xid", "-", "--json", stdin=text.encode())
     assert r.returncode == 0

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from support import REPO
+from support import H200, REPO
 
 HEAVY = ("click", "jinja2", "sqlite_utils")
 
@@ -13,7 +13,7 @@ def test_engine_path_imports_nothing_heavy():
             "from slurm_gpufleet.readers import read_report_file; "
             "snap = gather(Source(report=sys.argv[1])); evaluate(snap); "
             "print(','.join(m for m in ('click', 'jinja2', 'sqlite_utils') if m in sys.modules))")
-    r = subprocess.run([sys.executable, "-c", code, str(REPO.parent / "shared/fixtures/h200-real/nvidia-smi-q.xml")],
+    r = subprocess.run([sys.executable, "-c", code, str(H200 / "nvidia-smi-q.xml")],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == ""

@@ -3,13 +3,13 @@
 import json
 
 import pytest
-from support import SHARED, run_cli
+from support import run_cli
 
+from slurm_gpufleet.datafiles import HELIOS_SACCT, open_text
 from slurm_gpufleet.maintain.sacct import SacctError, assume_limit, duration_s, read_sacct
 from slurm_gpufleet.maintain.simulate import SimJob, Simulator, simulate
 from slurm_gpufleet.policy import parse_policy
 
-TRACE = str(SHARED / "traces" / "helios_15k.sacct.txt")
 HEADER = "JobIDRaw|User|Submit|Start|End|Elapsed|NNodes|AllocTRES|State|Timelimit"
 
 
@@ -63,7 +63,7 @@ def test_backfill_respects_time_limits_and_reservations():
 
 
 def test_helios_strategies_side_by_side():
-    with open(TRACE) as fh:
+    with open_text(HELIOS_SACCT) as fh:
         trace = read_sacct(fh)
     assert len(trace.jobs) == 10796 and trace.skipped == {"no GPUs in AllocTRES": 4204}
     policy = parse_policy('[maintain]\nwaves = [1, "2%", "10%", "25%", "100%"]\n')
@@ -83,7 +83,8 @@ def test_helios_strategies_side_by_side():
 
 
 def test_cli_json_contract_and_bad_input(tmp_path):
-    r = run_cli("maintain", "simulate", "--sacct", TRACE, "--nodes", "150", "--gpus-per-node", "8",
+    # no --sacct: the bundled Helios trace, and the output says so
+    r = run_cli("maintain", "simulate", "--nodes", "150", "--gpus-per-node", "8",
                 "--strategy", "gpufleet", "--strategy", "reboot-asap", "--rollout-at", "300",
                 "--max-unavailable", "10%", "--json", "--plot", str(tmp_path / "sim.html"))
     assert r.returncode == 0, r.stderr
@@ -93,8 +94,17 @@ def test_cli_json_contract_and_bad_input(tmp_path):
         assert set(m) == {"makespan_h", "gpu_hours_lost", "jobs_killed", "wait_added_mean_h", "wait_added_p95_h",
                           "peak_nodes_out"}
     assert "time_limits" in out["assumptions"] and out["gating_jobs"]
+    assert out["assumptions"]["job_history"].startswith("bundled Helios trace")
     assert "<svg" in (tmp_path / "sim.html").read_text()
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\x00\x01garbage\n")
     r = run_cli("maintain", "simulate", "--sacct", str(bad))
     assert r.returncode == 2 and b"Traceback" not in r.stderr and r.stderr.count(b"\n") == 1
+
+
+def test_text_output_names_the_bundled_history_and_folds_nodes():
+    r = run_cli("maintain", "simulate", "--nodes", "150", "--strategy", "gpufleet", "--rollout-at", "240")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert out.splitlines()[0].startswith("job history: bundled Helios trace")
+    assert any(line.startswith("gating job") for line in out.splitlines())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from ..hostlist import grouped
 from ..policy import Policy
 from .fleet import FleetState
 
@@ -60,5 +61,6 @@ def inventory_text(inv: dict[str, Any]) -> str:
             lines.append(f"  {label:<9} " + ", ".join(f"{k} x{v}" for k, v in g[label].items()))
         if g["off_standard"]:
             lines.append(f"  off standard: {len(g['off_standard'])}")
-            lines += [f"    {o['node']:<12} {o['why']}" for o in g["off_standard"]]
+            for why, count, nodes in grouped((o["node"], o["why"]) for o in g["off_standard"]):
+                lines.append(f"    {count:>5} {nodes}: {why}")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
+from ..hostlist import fold, fold_short, grouped
 from .planner import INF, Plan
 
 
@@ -38,22 +39,17 @@ def text(plan: Plan, width: int = 100) -> str:
                  f"halt after {b['max_failures'] + 1} failure(s)")
     lines.append(f"  {'wave':<8} {'nodes':>5}  {'reserve at':<12} {'start':<12} {'end':<12}  members")
     for w in plan.waves:
-        members = ",".join(w.nodes)
-        if len(members) > width - 60:
-            members = members[: width - 63] + "..."
+        members = fold_short(w.nodes, width - 60)
         label = f"{w.kind} {w.index}" if w.kind == "wave" else f"canary {w.index}"
         lines.append(f"  {label:<8} {len(w.nodes):>5}  {_t(w.reserve_at):<12} {_t(w.start):<12} {_t(w.end):<12}  {members}")
     if plan.skipped:
-        why = defaultdict(list)
-        for s in plan.skipped:
-            why[s["why"]].append(s["node"])
-        for reason, nodes in why.items():
-            lines.append(f"  skipped {len(nodes)}: {reason}: {','.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}")
+        for reason, count, nodes in grouped((s["node"], s["why"]) for s in plan.skipped):
+            lines.append(f"  skipped {count}: {reason}: {nodes}")
     if plan.waves:
         lines.append(f"  {len(plan.waves)} wave(s); estimated end {_t(plan.waves[-1].end)} "
                      f"(makespan {_dur(plan.makespan_s)})")
     for j in plan.gating_jobs[:3]:
-        lines.append(f"  gated by job {j['job_id']} on {','.join(j['nodes'])} until "
+        lines.append(f"  gated by job {j['job_id']} on {fold(j['nodes'])} until "
                      f"{_t(j['end'] if j['end'] is not None else INF)}")
     return "\n".join(lines)
 
@@ -65,7 +61,7 @@ def html(plan: Plan) -> str:
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("slurm_gpufleet", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
-    return env.get_template("plan.html.j2").render(plan=plan, lanes=_timeline(plan), t=_t, dur=_dur,
+    return env.get_template("plan.html.j2").render(plan=plan, lanes=_timeline(plan), t=_t, dur=_dur, fold=fold,
                                                    version=__version__)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..hostlist import fold
 from ..policy import Policy
 from ..slurm.base import SlurmError
 from . import states as S
@@ -286,7 +287,7 @@ class Runner:
             start = time.time()  # a job without a time limit: reserve now, the node empties when it ends
         minutes = max(60, (self.s.upgrade_timeout_s + self.s.return_timeout_s + self.s.validate_timeout_s) // 60 * 2)
         self.slurm.create_reservation(name, nodes, start, minutes)
-        self.store.audit(rid, None, "reservation", f"{name} on {','.join(nodes)} from "
+        self.store.audit(rid, None, "reservation", f"{name} on {fold(nodes)} from "
                                                    f"{time.strftime('%H:%M:%S', time.localtime(start))}")
 
     def _delete_reservation(self, name: str) -> None:

@@ -1,6 +1,6 @@
 """A recorded NVML session played back as a pynvml-shaped module.
 
-`shared/fixtures/h200-real/nvml_probe.json` records every pynvml call made on a real H200 with its
+`slurm_gpufleet/data/captures/h200-real/nvml_probe.json` records every pynvml call made on a real H200 with its
 value or its NVML error name.  Feeding that record to `NvmlReader(nvml=NvmlReplay(...))` runs the
 live reader's exact code path on a machine without a GPU; faults are injected by editing the record.
 """

@@ -83,7 +83,7 @@ class Cluster:
 
     def healthcheck(self, node: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """One health-check run on `node`, exactly as slurmd starts it (same wrapper, no PATH)."""
-        return subprocess.run([str(self.dir / "bin" / "slurm-gpufleet-healthcheck"), "--node", node],
+        return subprocess.run([str(self.dir / "sbin" / "slurm-gpufleet-healthcheck"), "--node", node],
                               capture_output=True, text=True, env={"SLURMD_NODENAME": node}, timeout=timeout)
 
     # -- GPUs ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 import zlib
 from pathlib import Path
 
-H200_XML = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "h200-real" / "nvidia-smi-q.xml"
+H200_XML = Path(__file__).resolve().parents[2] / "slurm_gpufleet" / "data" / "captures" / "h200-real" / "nvidia-smi-q.xml"
 # PCI bus numbers of an 8-GPU HGX board, in nvidia-smi index order
 BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db", "1b", "2d", "3d", "60", "9d", "ae", "bd", "de"]
 

@@ -110,8 +110,7 @@ SlurmdTimeout=30
 ResumeTimeout=30
 KillWait=5
 MinJobAge=300
-$(sed -n '/^HealthCheckProgram/,$p' "$DIR/etc/gpufleet-slurm.conf")
-RebootProgram=$DIR/bin/fake-reboot
+$(grep -v '^#' "$DIR/etc/slurm.conf.gpufleet")
 NodeName=n[1-$n] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$SLURMD_PORT_BASE-$((SLURMD_PORT_BASE + n - 1)) CPUs=16 RealMemory=64000 Gres=gpu:h200:$GPUS_PER_NODE State=UNKNOWN
 PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE DefaultTime=10 State=UP
 PartitionName=dev Nodes=n[1-$(( (n + 1) / 2 ))] MaxTime=INFINITE DefaultTime=10 State=UP
@@ -121,17 +120,6 @@ EOF
 AutoDetect=off
 NodeName=n[1-$n] Name=gpu Type=h200 File=$DIR/dev/nvidia[0-$((GPUS_PER_NODE - 1))]
 EOF
-
-  # The project's executables, each behind a wrapper that sets what slurmd does not give them.
-  local exe
-  for exe in healthcheck/slurm-gpufleet-healthcheck prolog_epilog/slurm-gpufleet-prolog prolog_epilog/slurm-gpufleet-epilog; do
-    cat > "$DIR/bin/$(basename "$exe")" <<EOF
-#!/bin/sh
-export SLURM_CONF=$CONF SLURM_GPUFLEET_CONFIG=$DIR/etc/gpufleet.toml
-exec $py $REPO/$exe "\$@"
-EOF
-    chmod 755 "$DIR/bin/$(basename "$exe")"
-  done
 
   cat > "$DIR/etc/gpufleet.toml" <<EOF
 # written by tests/slurm/minicluster.sh: simulated GPUs, fast hysteresis
@@ -232,10 +220,13 @@ up() {
   fi
   rm -rf "$DIR/state/ctld" "$DIR/run" "$DIR/spool" "$DIR/state/gpufleet" "$DIR/hooks"
   mkdir -p "$DIR/etc" "$DIR/hooks"
-  # the slurm.conf lines for our executables come from the project's own template
-  local bin=$DIR/bin
-  PYTHONPATH=$REPO "$py" -m slurm_gpufleet.cli slurm-conf --bin-dir "$bin" --interval "$HC_INTERVAL" \
-    > "$DIR/etc/gpufleet-slurm.conf" || die "slurm-gpufleet slurm-conf failed"
+  # The node is wired as a site would wire it: `slurm-gpufleet install` writes the three wrappers slurmd
+  # runs (absolute interpreter, SLURM_CONF and the config exported) and the slurm.conf lines for them;
+  # write_configs then puts this cluster's own config and upgrade template in place.
+  mkdir -p "$DIR/log"
+  "$py" -m slurm_gpufleet.cli install --prefix "$DIR" --python "$py" --config "$DIR/etc/gpufleet.toml" \
+    --slurm-conf "$CONF" --interval "$HC_INTERVAL" --reboot-program "$DIR/bin/fake-reboot" > "$DIR/log/install.log" \
+    || die "slurm-gpufleet install failed (see $DIR/log/install.log)"
   write_configs "$n" "$py" "$auth"
   local nodes=() i
   for i in $(seq 1 "$n"); do nodes+=("n$i"); done

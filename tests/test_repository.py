@@ -1,0 +1,49 @@
+"""A clone is the whole product: nothing in the repository may read a folder beside it."""
+
+import re
+import subprocess
+
+from support import REPO
+
+# `../shared`, `REPO.parent / "shared"`, `parents[2].parent`: every way the code once reached a sibling folder
+SIBLING = re.compile(r"\.\./(?:shared|fixtures|traces)\b|\.parent\s*/\s*[\"'](?:shared|fixtures|traces)\b"
+                     r"|REPO\.parent\b|parents\[\d\]\.parent\b")
+
+
+def tracked_files():
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    return [REPO / f for f in out if f and (REPO / f).is_file() and not f.endswith(".gz")]
+
+
+def test_pattern_catches_the_old_references():
+    for line in ('SHARED := ../shared/fixtures', 'TRACE = REPO.parent / "shared" / "traces"',
+                 'Path(__file__).resolve().parents[2].parent / "shared"'):
+        assert SIBLING.search(line), line
+
+
+def test_no_file_refers_to_a_sibling_folder():
+    offenders = []
+    for path in tracked_files():
+        if path == REPO / "tests" / "test_repository.py":
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if SIBLING.search(line):
+                offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()[:100]}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_vendored_data_has_a_source_for_every_file():
+    data = REPO / "slurm_gpufleet" / "data"
+    readme = (data / "README.md").read_text()
+    index = (data / "captures" / "public" / "nvidia-smi" / "INDEX.tsv").read_text()
+    for path in sorted(data.rglob("*")):
+        if path.is_dir() or path.name == "README.md" or "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(data).as_posix()
+        named = rel in readme or path.name in readme or (path.parent.name == "nvidia-smi" and path.name in index)
+        assert named, f"{rel} is vendored without a row in data/README.md (source, licence, what it shows)"
