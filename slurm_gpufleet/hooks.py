@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from . import watchdog
 from .engine import Report, evaluate
-from .findings import Finding, verdict
+from .findings import RANK, Finding, verdict
 from .policy import Policy, PolicyError, SlurmSettings, config_path, load_policy
 from .readers import ReportError
 from .slurm.base import NodeInfo
@@ -156,7 +156,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                                         f" FAILED: {error}" if error else "")
     else:
         log.info("%s verdict %s: %s", hook, final, action.why)
-    if setup.settings.publish != "none" and s.gpus:
+    # published even with no GPU readable: a rollout validates from it, and "driver unreachable" is news
+    if setup.settings.publish != "none":
         _publish(backend, info, setup.settings.publish, summary(report, final))
     if hook == "healthcheck":
         history.prune()
@@ -170,12 +171,24 @@ def summary(report: Report, final: str) -> dict:
     vbios = sorted({known(g.vbios) for g in s.gpus if known(g.vbios)})
     data = {"gpufleet": 1, "v": final, "drv": known(s.driver_version), "cuda": known(s.cuda_driver_version),
             "gpus": f"{len(s.gpus)}x{'/'.join(names)}", "fw": ",".join(vbios),
-            "t": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())}
+            "t": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "boot": _boot_id()}
+    worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
+    if worst:  # why, for a rollout's validation and for `fleet`
+        data["f"] = max(worst, key=lambda f: RANK[f.severity]).message[:80]
     bw = [p.mem_bw_gbps for p in s.performance if p.mem_bw_gbps]
     if bw:  # the slowest GPU is what stalls a synchronous job: the fleet's straggler view reads this
         data["bw"] = round(min(bw))
         data["bwgpu"] = min((p for p in s.performance if p.mem_bw_gbps), key=lambda p: p.mem_bw_gbps).gpu
     return data
+
+
+def _boot_id() -> str:
+    """Changes at every boot: a summary from before a reboot is never taken for one from after it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()[:8]
+    except OSError:
+        return ""
 
 
 def _publish(backend, info, field: str, data: dict) -> None:

@@ -143,6 +143,10 @@ class MaintainSettings:
     # the site's upgrade command, a jinja2 template; every substituted value is shell-quoted
     upgrade_template: str = "/etc/slurm-gpufleet/upgrade.sh.j2"
     upgrade_timeout_s: int = 1800
+    # upgrade commands run at once, each with its own timeout (0: as many as the budget lets out)
+    max_parallel_upgrades: int = 0
+    # Slurm writes per step of the engine, most urgent first (0: no limit); what is left waits a step
+    max_slurm_writes_per_step: int = 2
     return_timeout_s: int = 900
     validate_timeout_s: int = 600
     # how long to wait between looks at Slurm while a rollout runs
@@ -302,6 +306,8 @@ MAINTAIN_VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "upgrade_held_nodes": _bool,
     "upgrade_template": _abs_path,
     "upgrade_timeout_s": _int(1),
+    "max_parallel_upgrades": _int(0),
+    "max_slurm_writes_per_step": _int(0),
     "return_timeout_s": _int(1),
     "validate_timeout_s": _int(1),
     "poll_s": _number,

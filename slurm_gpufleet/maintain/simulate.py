@@ -56,6 +56,16 @@ class SimNode:
     upgrading_until: float | None = None
     upgraded: bool = False
     weight: int = 1                # Slurm's node Weight: lower is preferred for new jobs
+    # what the engine sees through SimSlurm
+    drained: bool = False
+    reason: str = ""
+    boot: int = 0
+    slurmd_start: float | None = None
+    extra: str = ""
+
+    def out(self, now: float) -> bool:
+        """Out of service for new jobs: drained, inside an active maintenance reservation, or taken."""
+        return self.out_since is not None or self.drained or self.reserved_from <= now
 
 
 @dataclass
@@ -118,8 +128,8 @@ class Simulator:
             elif kind == "rollout":
                 self.controller.start(self)
                 self._schedule()
-            elif kind == "tick":
-                self.controller.on_tick(self, payload)
+            elif kind in ("tick", "upgraded", "slot", "step"):
+                self.controller.on_tick(self, (kind, payload) if kind != "tick" else payload)
                 self._schedule()
             if self.controller and self.controller.finished and not self.queue and not self._running():
                 break
@@ -130,19 +140,22 @@ class Simulator:
     def _advance(self, t: float) -> None:
         dt = t - self.now
         if dt > 0 and self.controller is not None and self.controller.active:
-            out = [n for n in self.nodes if n.out_since is not None]
+            out = [n for n in self.nodes if n.out(self.now)]
             self.lost_gpu_s += dt * sum(n.free for n in out)
             self.peak_out = max(self.peak_out, len(out))
         self.now = max(self.now, t)
 
     def record_capacity(self) -> None:
-        in_service = sum(n.gpus for n in self.nodes if n.out_since is None)
+        in_service = sum(n.gpus for n in self.nodes if not n.out(self.now))
         if not self.capacity or self.capacity[-1][1] != in_service:
             self.capacity.append((self.now, in_service))
 
     # -- scheduling ------------------------------------------------------------------------------
+    def nodes_changed(self) -> None:
+        self.record_capacity()
+
     def _fits(self, node: SimNode, job: SimJob) -> bool:
-        return (node.out_since is None and node.free >= job.gpn
+        return (node.out_since is None and not node.drained and node.free >= job.gpn
                 and self.now + job.limit <= node.reserved_from)
 
     def _place(self, job: SimJob) -> list[int] | None:
@@ -172,7 +185,7 @@ class Simulator:
     def _end(self, job: SimJob) -> None:
         for i in job.placed:
             n = self.nodes[i]
-            if n.upgrading_until is not None:
+            if n.upgrading_until is not None or (self.controller and self.controller.upgrading(n.name)):
                 self.killed += 1  # never expected: upgrades wait for empty nodes
             n.free += job.gpn
             n.running.pop(job.id, None)
@@ -181,7 +194,7 @@ class Simulator:
         """Earliest time the blocked head job could start, from running jobs' time limits (EASY backfill)."""
         times = []
         for n in self.nodes:
-            if n.out_since is not None and n.upgrading_until is None and n.reserved_from <= self.now:
+            if (n.out_since is not None and n.upgrading_until is None and n.reserved_from <= self.now) or n.drained:
                 continue
             need = job.gpn if job.nodes == 1 else n.gpus
             if n.free >= need:
@@ -263,6 +276,9 @@ class Controller:
     def advance(self, sim: Simulator) -> None:
         """After any event once the rollout runs: the strategy takes its next nodes."""
 
+    def upgrading(self, name: str) -> bool:
+        return False
+
     def release(self, sim: Simulator, i: int) -> None:
         n = sim.nodes[i]
         n.out_since = None
@@ -294,16 +310,23 @@ class Controller:
 
 
 class GpufleetController(Controller):
-    """Waves from the planner; each wave's reservation starts when its nodes' jobs end (time limits)."""
+    """`maintain apply` itself: the planner's plan, then the engine's steps against the simulated Slurm
+    (SimSlurm) on the simulated clock.  No rollout decision is made here."""
 
     def __init__(self, budget: int, upgrade_s: float, policy: Policy, target: str = "580.159.04"):
         super().__init__(budget, upgrade_s)
         self.policy = policy
         self.target = target
-        self.plan_waves: list[list[int]] = []
-        self.wave = -1
+        self.same_time_steps = 0
 
     def start(self, sim: Simulator) -> None:
+        import tempfile
+        from dataclasses import replace
+
+        from .engine import Engine
+        from .simslurm import SimExecutor, SimSlurm
+        from .store import Store
+
         super().start(sim)
         fleet = FleetState(
             nodes={n.name: FleetNode(name=n.name, partitions=["gpu"], driver="570.172.08", cuda="12.8",
@@ -311,40 +334,74 @@ class GpufleetController(Controller):
                    for n in sim.nodes},
             jobs=[JobInfo(jid, [n.name], end, "gpu") for n in sim.nodes for jid, end in n.running.items()],
             taken_at=sim.now)
-        index = {n.name: i for i, n in enumerate(sim.nodes)}
         plan = make_plan(fleet, self.target, [n.name for n in sim.nodes], self.policy, now=sim.now, force=True)
-        for n in sim.nodes:  # like `maintain apply`: steer new jobs to nodes already upgraded
-            n.weight = 1 + 1000
-        self.plan_waves = [[index[n] for n in w.nodes] for w in plan.waves]
         self.gating = plan.gating_jobs
-        self._next_wave(sim)
+        self.tmp = tempfile.TemporaryDirectory(prefix="gpufleet-sim-")
+        template = f"{self.tmp.name}/upgrade.j2"
+        with open(template, "w") as fh:
+            fh.write(SimExecutor.TEMPLATE)
+        policy = replace(self.policy, maintain=replace(self.policy.maintain, upgrade_template=template))
+        self.store = Store(f"{self.tmp.name}/maintain.db")
+        self.slurm = SimSlurm(sim)
+        self.executor = SimExecutor(sim, self.upgrade_s)
+        self.engine = Engine(self.store, self.slurm, policy, self.executor, clock=lambda: sim.now)
+        self.plan = plan.to_dict()
+        self.rid = plan.id
+        self.store.create_rollout(self.plan, at=sim.now)
+        self.step(sim)
 
-    def _next_wave(self, sim: Simulator) -> None:
-        self.wave += 1
-        if self.wave >= len(self.plan_waves):
-            self.finished = True
-            self.active = False
+    def upgrading(self, name: str) -> bool:
+        return self.started and name in self.executor.active
+
+    def on_change(self, sim: Simulator) -> None:
+        if self.started and not self.finished:
+            self.step(sim)
+
+    def on_tick(self, sim: Simulator, payload: Any) -> None:
+        kind, data = payload
+        if kind == "upgraded":
+            self.executor.complete(*data)
+        if not self.finished:
+            self.step(sim)
+
+    def step(self, sim: Simulator) -> None:
+        from . import states as S
+
+        state = self.engine.step(self.rid)
+        if state in (S.R_DONE, S.R_HALTED, S.R_ABORTED):
+            self.finished, self.active = state == S.R_DONE or not self.engine.running(), False
             self.done_at = sim.now
+            self.waves = self._waves()
+            self.store.close()
+            self.tmp.cleanup()
             return
-        members = self.plan_waves[self.wave]
-        # like `maintain apply`: the reservation starts when the wave's nodes' running jobs end
-        start = max([sim.now] + [max(sim.nodes[i].running.values(), default=sim.now) for i in members])
-        self.waves.append({"wave": self.wave, "nodes": len(members), "reserve_at": start, "start": None, "end": None})
-        for i in members:
-            self.take(sim, i, start)
-        self._upgrade_empty(sim)  # nodes already empty start now, not at the next event
+        last = self.engine.stats[-1]
+        if last.moves or last.writes:  # what one step changed, the next one reads: step again now
+            self.same_time_steps += 1
+            if self.same_time_steps > 10_000:
+                raise RuntimeError("the engine does not converge")
+            sim.push(sim.now, "step", None)
+        else:
+            self.same_time_steps = 0
 
-    def advance(self, sim: Simulator) -> None:
-        if self.finished or self.wave < 0:
-            return
-        members = self.plan_waves[self.wave]
-        w = self.waves[-1]
-        if w["start"] is None and any(sim.nodes[i].upgrading_until is not None or sim.nodes[i].upgraded
-                                      for i in members):
-            w["start"] = sim.now
-        if all(sim.nodes[i].upgraded for i in members):
-            w["end"] = sim.now
-            self._next_wave(sim)
+    def _waves(self) -> list[dict[str, Any]]:
+        """The plan's waves as they ran: when their nodes' slots began, first upgrade, last validation."""
+        rows = {r["node"]: r for r in self.store.nodes(self.rid)}
+        events: dict[str, dict[str, float]] = {}
+        for e in self.store.db.query("select node, event, ts from audit where rollout = ? and node is not null",
+                                     [self.rid]):
+            events.setdefault(e["node"], {}).setdefault(e["event"], e["ts"])
+        out = []
+        for w in self.plan["waves"]:
+            slots = [rows[n]["slot"] for n in w["nodes"] if rows.get(n) and rows[n]["slot"] is not None]
+            starts = [events.get(n, {}).get("upgrading") for n in w["nodes"]]
+            ends = [events.get(n, {}).get("done") for n in w["nodes"]]
+            starts = [t for t in starts if t is not None]
+            ends = [t for t in ends if t is not None]
+            out.append({"wave": w["index"], "nodes": len(w["nodes"]),
+                        "reserve_at": min(slots) if slots else None, "start": min(starts) if starts else None,
+                        "end": max(ends) if len(ends) == len(w["nodes"]) else None})
+        return out
 
 
 class RebootAsapController(Controller):

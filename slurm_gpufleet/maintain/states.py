@@ -24,7 +24,27 @@ NODE_STATES = (PENDING, RESERVED, UPGRADING, RETURNING, VALIDATING, DONE, FAILED
                ROLLED_BACK)
 FINAL = {DONE, FAILED, SKIPPED, ROLLED_BACK}
 # states in which a node is out of service because of us: they count against the budget
-OUT_OF_SERVICE = {RESERVED, UPGRADING, RETURNING, VALIDATING, FAILED, ROLLING_BACK}
+IN_FLIGHT = {RESERVED, UPGRADING, RETURNING, VALIDATING, ROLLING_BACK}
+OUT_OF_SERVICE = IN_FLIGHT | {FAILED}
+
+# The legal moves, one line per state (the shape of the GPU Operator's upgrade state machine).  The engine
+# refuses any other: a bug shows as an error, never as a node in a state no handler knows.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    PENDING: frozenset({RESERVED, SKIPPED}),
+    RESERVED: frozenset({UPGRADING, SKIPPED, FAILED}),
+    UPGRADING: frozenset({RETURNING, FAILED, ROLLING_BACK}),
+    RETURNING: frozenset({VALIDATING, FAILED, ROLLING_BACK}),
+    VALIDATING: frozenset({DONE, ROLLED_BACK, FAILED, ROLLING_BACK}),
+    DONE: frozenset({ROLLING_BACK}),
+    FAILED: frozenset({ROLLING_BACK}),
+    ROLLING_BACK: frozenset({RETURNING, FAILED}),
+    SKIPPED: frozenset(),
+    ROLLED_BACK: frozenset(),
+}
+
+
+def legal(old: str, new: str) -> bool:
+    return new in TRANSITIONS.get(old, frozenset())
 
 # rollout
 R_RUNNING = "running"

@@ -97,7 +97,11 @@ def test_rollout_between_jobs_within_budget_canary_first(mc, tmp_path):
     assert all(a >= canary_done for n, a, _ in spans if n != canary[0])
     assert leftovers(mc) == ("", [])
     # new jobs were steered away from nodes waiting for their turn, and every weight is back
-    assert mc.maintain_db("select count(*) from audit where event = 'steer'")[0][0] >= 1
+    steer = mc.maintain_db("select detail from audit where event = 'slurm set_weight_nodes'")
+    assert any(d.endswith(" 1001") for (d,) in steer) and any(d.endswith(" 1") for (d,) in steer)
+    # every step read the fleet three times and wrote at most max_slurm_writes_per_step (2) times
+    calls = mc.maintain_db("select detail from audit where event = 'slurm calls'")[-1][0]
+    assert "3 reads" in calls and "writes max 2" in calls, calls
     assert {n: mc.node(n)["Weight"] for n in mc.nodes} == {n: "1" for n in mc.nodes}
     upgraded = (mc.dir / "log" / "upgrades.log").read_text().split()
     assert sorted(upgraded[i + 1] for i in range(0, len(upgraded), 4)) == mc.nodes

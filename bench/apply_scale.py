@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The rollout engine (`maintain apply`'s, unchanged) over an in-memory fleet: Slurm calls, CPU and memory
+per reconcile step.  The fleet is the simulator's Slurm (SimSlurm): N nodes x 8 GPUs and M running jobs
+with limits spread over 8 h; each step advances the clock 10 minutes, ends the jobs due, completes the
+upgrades due.  Prints; asserts nothing.  Target (issue #10): at 12,500 nodes and 50,000 jobs at most 5
+Slurm calls per step and under 1 s CPU per step.
+
+    python bench/apply_scale.py --nodes 12500 --jobs 50000 [--steps 60] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from slurm_gpufleet.maintain.engine import Engine  # noqa: E402
+from slurm_gpufleet.maintain.fleet import FleetNode, FleetState  # noqa: E402
+from slurm_gpufleet.maintain.planner import make_plan  # noqa: E402
+from slurm_gpufleet.maintain.simslurm import SimExecutor, SimSlurm  # noqa: E402
+from slurm_gpufleet.maintain.simulate import Simulator  # noqa: E402
+from slurm_gpufleet.maintain.store import Store  # noqa: E402
+from slurm_gpufleet.policy import parse_policy  # noqa: E402
+from slurm_gpufleet.slurm.base import JobInfo  # noqa: E402
+
+POLICY = parse_policy("""
+[maintain]
+waves = [1, "2%", "10%", "25%", "100%"]
+max_unavailable = "10%"
+max_unavailable_per_partition = "100%"
+upgrade_minutes = 20
+""")
+
+
+class Clocked:
+    """The Simulator's event queue stands in for time here: events are applied as the clock passes."""
+
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+
+    def advance(self, to: float, executor: SimExecutor) -> None:
+        import heapq
+
+        while self.sim.events and self.sim.events[0][0] <= to:
+            t, _, kind, payload = heapq.heappop(self.sim.events)
+            self.sim.now = max(self.sim.now, t)
+            if kind == "upgraded":
+                executor.complete(*payload)
+        self.sim.now = to
+        for n in self.sim.nodes:  # jobs end at their limits
+            for jid, end in list(n.running.items()):
+                if end <= to:
+                    del n.running[jid]
+                    n.free += 2
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=12500)
+    ap.add_argument("--jobs", type=int, default=50000)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rng = random.Random(1)
+    sim = Simulator([], args.nodes, 8)
+    t0 = 1_800_000_000.0
+    sim.now = t0
+    for j in range(args.jobs):  # 2 GPUs each, up to 4 per node
+        n = sim.nodes[j % args.nodes]
+        if n.free >= 2:
+            n.free -= 2
+            n.running[str(j)] = t0 + rng.uniform(600, 8 * 3600)
+    fleet = FleetState({n.name: FleetNode(name=n.name, partitions=["gpu"], driver="570.172.08",
+                                          gpus="8xNVIDIA H200", firmware="96.00.A5.00.1A", verdict="ok")
+                        for n in sim.nodes},
+                       [JobInfo(jid, [n.name], end, "gpu") for n in sim.nodes for jid, end in n.running.items()],
+                       [], t0)
+    plan = make_plan(fleet, "580.159.04", [n.name for n in sim.nodes], POLICY, now=t0, force=True).to_dict()
+    with tempfile.TemporaryDirectory() as tmp:
+        template = f"{tmp}/upgrade.j2"
+        Path(template).write_text(SimExecutor.TEMPLATE)
+        policy = replace(POLICY, maintain=replace(POLICY.maintain, upgrade_template=template))
+        store = Store(f"{tmp}/maintain.db")
+        store.create_rollout(plan, at=t0)
+        slurm = SimSlurm(sim)
+        executor = SimExecutor(sim, 20 * 60)
+        engine = Engine(store, slurm, policy, executor, clock=lambda: sim.now)
+        clock = Clocked(sim)
+        per_step = []
+        state = ""
+        wall = time.perf_counter()
+        for _ in range(args.steps):
+            before = dict(slurm.calls)
+            state = engine.step(plan["id"])
+            stats = engine.stats[-1]
+            per_step.append({"reads": slurm.calls["read"] - before.get("read", 0),
+                             "writes": slurm.calls["write"] - before.get("write", 0), "cpu_s": stats.cpu_s,
+                             "moves": stats.moves})
+            if state in ("done", "halted"):
+                break
+            clock.advance(sim.now + 600, executor)
+        wall = time.perf_counter() - wall
+        counts = store.counts(plan["id"])
+    out = {"nodes": args.nodes, "jobs": args.jobs, "steps": len(per_step),
+           "slurm_reads_per_step": max(s["reads"] for s in per_step),
+           "slurm_writes_per_step": max(s["writes"] for s in per_step),
+           "slurm_calls_per_step_mean": round(sum(s["reads"] + s["writes"] for s in per_step) / len(per_step), 2),
+           "cpu_s_per_step": round(max(s["cpu_s"] for s in per_step), 3),
+           "cpu_s_per_step_mean": round(sum(s["cpu_s"] for s in per_step) / len(per_step), 3),
+           "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+           "moves": sum(s["moves"] for s in per_step), "state": state, "node_states": counts,
+           "wall_s": round(wall, 1)}
+    if args.json:
+        print(json.dumps(out))
+        return
+    for k, v in out.items():
+        print(f"{k:<26} {v}")
+    print(f"target: <= 5 Slurm calls per step: {'met' if out['slurm_reads_per_step'] + out['slurm_writes_per_step'] <= 5 else 'NOT met'} "
+          f"(reads {out['slurm_reads_per_step']} + writes {out['slurm_writes_per_step']} at the worst step); "
+          f"< 1 s CPU per step: {'met' if out['cpu_s_per_step'] < 1 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""The simulator's Slurm: the backend interface over the simulated nodes, plus an upgrade executor on the
+simulated clock.  It holds no rollout logic: the engine that runs `maintain apply` drives it.
+
+What it models is what the engine depends on: a drain stops new jobs and lets running ones finish; a
+MAINT reservation keeps jobs that would run past its start off its nodes; Weight steers new jobs; an
+upgrade takes `upgrade_s`, after which the node's slurmd registers again and its health check publishes
+the new driver.  Every call is counted, so a benchmark can print Slurm calls per step.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..slurm.base import JobInfo, NodeInfo, Reservation
+from .upgrade import Result
+
+INF = float("inf")
+
+
+@dataclass
+class SimReservation:
+    nodes: set[str]
+    start: float
+    end: float
+
+
+@dataclass
+class SimSlurm:
+    sim: Any                                   # the Simulator: .now, .nodes (SimNode), .by_id
+    calls: Counter = field(default_factory=Counter)
+    reservations_: dict[str, SimReservation] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.index = {n.name: n for n in self.sim.nodes}
+
+    # -- reads: one call each, whatever the fleet size --------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        self.calls["read"] += 1
+        out = []
+        now = self.sim.now
+        for n in self.sim.nodes:
+            flags = set()
+            if n.drained:
+                flags.add("DRAIN")
+            if n.reserved_from <= now:
+                flags |= {"MAINTENANCE", "RESERVED"}
+            state = "IDLE" if n.free == n.gpus else ("ALLOCATED" if n.free == 0 else "MIXED")
+            out.append(NodeInfo(name=n.name, state=state, flags=flags, reason=n.reason, extra=n.extra,
+                                boot_time=str(n.boot), partitions=["gpu"], weight=n.weight,
+                                slurmd_start=n.slurmd_start))
+        return out
+
+    def running_jobs(self) -> list[JobInfo]:
+        self.calls["read"] += 1
+        jobs: dict[str, list[str]] = {}
+        ends: dict[str, float] = {}
+        for n in self.sim.nodes:
+            for jid, end in n.running.items():
+                jobs.setdefault(jid, []).append(n.name)
+                ends[jid] = end
+        return [JobInfo(jid, names, ends[jid], "gpu") for jid, names in jobs.items()]
+
+    def reservations(self) -> list[Reservation]:
+        self.calls["read"] += 1
+        return [Reservation(name, sorted(r.nodes), r.start, r.end, {"MAINT", "IGNORE_JOBS"},
+                            "ACTIVE" if r.start <= self.sim.now else "INACTIVE")
+                for name, r in self.reservations_.items()]
+
+    def node(self, name: str) -> NodeInfo:
+        return next(i for i in self.nodes() if i.name == name)
+
+    # -- writes: one call over a host list --------------------------------------------------------
+    def _each(self, names: list[str]):
+        self.calls["write"] += 1
+        for name in names:
+            yield self.index[name]
+
+    def drain_nodes(self, names: list[str], reason: str) -> None:
+        for n in self._each(names):
+            n.drained, n.reason = True, reason
+        self.sim.nodes_changed()
+
+    def resume_nodes(self, names: list[str]) -> None:
+        for n in self._each(names):
+            n.drained, n.reason = False, ""
+        self.sim.nodes_changed()
+
+    def set_reason_nodes(self, names: list[str], reason: str) -> None:
+        for n in self._each(names):
+            n.reason = reason
+
+    def set_weight_nodes(self, names: list[str], weight: int) -> None:
+        for n in self._each(names):
+            n.weight = weight
+
+    def reboot_asap_nodes(self, names: list[str], reason: str, next_state: str = "RESUME") -> None:
+        raise NotImplementedError("the simulator runs the reservation strategy")
+
+    def create_reservation(self, name: str, nodes: list[str], start: float | None, minutes: int) -> None:
+        self.calls["write"] += 1
+        start = self.sim.now if start is None else max(start, self.sim.now)
+        self.reservations_[name] = SimReservation(set(nodes), start, start + 60 * minutes)
+        self._reserve(nodes)
+
+    def update_reservation(self, name: str, nodes: list[str]) -> None:
+        self.calls["write"] += 1
+        r = self.reservations_[name]
+        gone = r.nodes - set(nodes)
+        r.nodes = set(nodes)
+        self._reserve(list(gone | r.nodes))
+
+    def delete_reservation(self, name: str) -> None:
+        self.calls["write"] += 1
+        r = self.reservations_.pop(name)
+        self._reserve(list(r.nodes))
+
+    def _reserve(self, names: list[str]) -> None:
+        for name in names:
+            n = self.index[name]
+            n.reserved_from = min((r.start for r in self.reservations_.values() if name in r.nodes), default=INF)
+            if n.reserved_from > self.sim.now:
+                self.sim.push(n.reserved_from, "slot", name)
+        self.sim.nodes_changed()
+
+
+class SimExecutor:
+    """Upgrade commands on the simulated clock.  The simulated site's template renders to
+    `NODE DRIVER ACTION`; when the command ends the node's slurmd registers again and its health check
+    publishes that driver (what a real node does after the reboot that loads the new module)."""
+
+    TEMPLATE = "{{ node }} {{ target_driver }} {{ action }}\n"
+
+    def __init__(self, sim: Any, upgrade_s: float):
+        self.sim = sim
+        self.upgrade_s = upgrade_s
+        self.active: dict[str, float] = {}
+        self.done: dict[str, Result] = {}
+
+    def start(self, node: str, script: str, timeout_s: float) -> None:
+        name, driver, _ = shlex.split(script)
+        self.active[name] = self.sim.now + self.upgrade_s
+        self.sim.push(self.active[name], "upgraded", (name, driver))
+
+    def complete(self, name: str, driver: str) -> None:
+        n = next(x for x in self.sim.nodes if x.name == name)
+        del self.active[name]
+        n.boot += 1
+        n.slurmd_start = self.sim.now
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sim.now))
+        n.extra = (f'{{"gpufleet":1,"v":"ok","drv":"{driver}","gpus":"{n.gpus}xNVIDIA H200",'
+                   f'"t":"{stamp}"}}')
+        n.upgraded = True
+        self.done[name] = Result(True, 0, "")
+
+    def running(self) -> set[str]:
+        return set(self.active)
+
+    def finished(self) -> dict[str, Result]:
+        out, self.done = self.done, {}
+        return out
