@@ -23,13 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from slurm_gpufleet.maintain.engine import Engine  # noqa: E402
-from slurm_gpufleet.maintain.fleet import FleetNode, FleetState  # noqa: E402
 from slurm_gpufleet.maintain.planner import make_plan  # noqa: E402
-from slurm_gpufleet.maintain.simslurm import SimExecutor, SimSlurm  # noqa: E402
-from slurm_gpufleet.maintain.simulate import Simulator  # noqa: E402
+from slurm_gpufleet.maintain.simslurm import SimExecutor, SimFleet  # noqa: E402
 from slurm_gpufleet.maintain.store import Store  # noqa: E402
 from slurm_gpufleet.policy import parse_policy  # noqa: E402
-from slurm_gpufleet.slurm.base import JobInfo  # noqa: E402
 
 POLICY = parse_policy("""
 [maintain]
@@ -40,28 +37,6 @@ upgrade_minutes = 20
 """)
 
 
-class Clocked:
-    """The Simulator's event queue stands in for time here: events are applied as the clock passes."""
-
-    def __init__(self, sim: Simulator):
-        self.sim = sim
-
-    def advance(self, to: float, executor: SimExecutor) -> None:
-        import heapq
-
-        while self.sim.events and self.sim.events[0][0] <= to:
-            t, _, kind, payload = heapq.heappop(self.sim.events)
-            self.sim.now = max(self.sim.now, t)
-            if kind == "upgraded":
-                executor.complete(*payload)
-        self.sim.now = to
-        for n in self.sim.nodes:  # jobs end at their limits
-            for jid, end in list(n.running.items()):
-                if end <= to:
-                    del n.running[jid]
-                    n.free += 2
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=12500)
@@ -70,30 +45,23 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rng = random.Random(1)
-    sim = Simulator([], args.nodes, 8)
     t0 = 1_800_000_000.0
-    sim.now = t0
+    fleet = SimFleet(args.nodes, 8, t0)
     for j in range(args.jobs):  # 2 GPUs each, up to 4 per node
-        n = sim.nodes[j % args.nodes]
-        if n.free >= 2:
-            n.free -= 2
-            n.running[str(j)] = t0 + rng.uniform(600, 8 * 3600)
-    fleet = FleetState({n.name: FleetNode(name=n.name, partitions=["gpu"], driver="570.172.08",
-                                          gpus="8xNVIDIA H200", firmware="96.00.A5.00.1A", verdict="ok")
-                        for n in sim.nodes},
-                       [JobInfo(jid, [n.name], end, "gpu") for n in sim.nodes for jid, end in n.running.items()],
-                       [], t0)
-    plan = make_plan(fleet, "580.159.04", [n.name for n in sim.nodes], POLICY, now=t0, force=True).to_dict()
+        node = j % args.nodes
+        if fleet.sim.nodes[node].free >= 2:
+            fleet.add_job(str(j), node, 2, t0 + rng.uniform(600, 8 * 3600))
+    sim = fleet.sim
+    plan = make_plan(fleet.fleet_state(), "580.159.04", [n.name for n in sim.nodes], POLICY, now=t0, force=True).to_dict()
     with tempfile.TemporaryDirectory() as tmp:
         template = f"{tmp}/upgrade.j2"
         Path(template).write_text(SimExecutor.TEMPLATE)
         policy = replace(POLICY, maintain=replace(POLICY.maintain, upgrade_template=template))
         store = Store(f"{tmp}/maintain.db")
         store.create_rollout(plan, at=t0)
-        slurm = SimSlurm(sim)
+        slurm = fleet.slurm
         executor = SimExecutor(sim, 20 * 60)
         engine = Engine(store, slurm, policy, executor, clock=lambda: sim.now)
-        clock = Clocked(sim)
         per_step = []
         state = ""
         wall = time.perf_counter()
@@ -106,7 +74,7 @@ def main() -> None:
                              "moves": stats.moves})
             if state in ("done", "halted"):
                 break
-            clock.advance(sim.now + 600, executor)
+            fleet.advance(sim.now + 600, executor)
         wall = time.perf_counter() - wall
         counts = store.counts(plan["id"])
     out = {"nodes": args.nodes, "jobs": args.jobs, "steps": len(per_step),

@@ -134,9 +134,13 @@ class SimExecutor:
 
     TEMPLATE = "{{ node }} {{ target_driver }} {{ action }}\n"
 
-    def __init__(self, sim: Any, upgrade_s: float):
+    def __init__(self, sim: Any, upgrade_s: float, *, ok: bool = True, reboots: bool = True,
+                 publishes: str | None = "target"):
+        """ok: the command's exit status; reboots: the node comes back rebooted (or merely up);
+        publishes: "target" (the driver installed), another version (a bad install), or None (no check)."""
         self.sim = sim
         self.upgrade_s = upgrade_s
+        self.ok, self.reboots, self.publishes = ok, reboots, publishes
         self.active: dict[str, float] = {}
         self.done: dict[str, Result] = {}
 
@@ -147,14 +151,17 @@ class SimExecutor:
 
     def complete(self, name: str, driver: str) -> None:
         n = next(x for x in self.sim.nodes if x.name == name)
-        del self.active[name]
-        n.boot += 1
-        n.slurmd_start = self.sim.now
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sim.now))
-        n.extra = (f'{{"gpufleet":1,"v":"ok","drv":"{driver}","gpus":"{n.gpus}xNVIDIA H200",'
-                   f'"t":"{stamp}"}}')
+        if self.active.pop(name, None) is None:
+            return  # a command lost with a crashed `apply`: its process ended with it
+        if self.reboots:
+            n.boot += 1
+            n.slurmd_start = self.sim.now
+        if self.publishes is not None:
+            drv = driver if self.publishes == "target" else self.publishes
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sim.now))
+            n.extra = f'{{"gpufleet":1,"v":"ok","drv":"{drv}","gpus":"{n.gpus}xNVIDIA H200","t":"{stamp}"}}'
         n.upgraded = True
-        self.done[name] = Result(True, 0, "")
+        self.done[name] = Result(self.ok, 0 if self.ok else 1, "")
 
     def running(self) -> set[str]:
         return set(self.active)
@@ -162,3 +169,49 @@ class SimExecutor:
     def finished(self) -> dict[str, Result]:
         out, self.done = self.done, {}
         return out
+
+
+class SimFleet:
+    """The engine alone on an in-memory fleet: nodes, running jobs that end at their limits, upgrades that
+    take `upgrade_s`, a clock moved by hand.  For benchmarks and tests of the engine at any fleet size
+    (the job scheduler of `maintain simulate` is left out: no new jobs arrive)."""
+
+    def __init__(self, nodes: int, gpus: int = 8, now: float = 1_800_000_000.0):
+        from .simulate import Simulator
+
+        self.sim = Simulator([], nodes, gpus)
+        self.sim.now = now
+        self.slurm = SimSlurm(self.sim)
+        self.gpn: dict[str, int] = {}
+
+    def add_job(self, job_id: str, node: int, gpus: int, end: float) -> None:
+        n = self.sim.nodes[node]
+        n.free -= gpus
+        n.running[job_id] = end
+        self.gpn[job_id] = gpus
+
+    def fleet_state(self, driver: str = "570.172.08"):
+        from ..slurm.base import JobInfo
+        from .fleet import FleetNode, FleetState
+
+        nodes = {n.name: FleetNode(name=n.name, partitions=["gpu"], driver=driver, gpus=f"{n.gpus}xNVIDIA H200",
+                                   firmware="96.00.A5.00.1A", verdict="ok") for n in self.sim.nodes}
+        jobs = [JobInfo(jid, [n.name], end, "gpu") for n in self.sim.nodes for jid, end in n.running.items()]
+        return FleetState(nodes, jobs, [], self.sim.now)
+
+    def advance(self, to: float, executor: SimExecutor) -> None:
+        """Move the clock: upgrades due complete, jobs due end."""
+        import heapq
+
+        events = self.sim.events
+        while events and events[0][0] <= to:
+            t, _, kind, payload = heapq.heappop(events)
+            self.sim.now = max(self.sim.now, t)
+            if kind == "upgraded":
+                executor.complete(*payload)
+        self.sim.now = to
+        for n in self.sim.nodes:
+            for jid, end in list(n.running.items()):
+                if end <= to:
+                    del n.running[jid]
+                    n.free += self.gpn.get(jid, 0)

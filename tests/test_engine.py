@@ -1,0 +1,177 @@
+"""The rollout engine on an in-memory fleet (the simulator's Slurm, a clock moved by hand): each protection
+of issue #10 has a test that fails when it is taken out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from slurm_gpufleet.maintain import states as S
+from slurm_gpufleet.maintain.engine import Engine, slot_times
+from slurm_gpufleet.maintain.planner import make_plan
+from slurm_gpufleet.maintain.simslurm import SimExecutor, SimFleet
+from slurm_gpufleet.maintain.store import Store
+from slurm_gpufleet.policy import parse_policy
+
+T0 = 1_800_000_000.0
+TARGET = "580.159.04"
+
+
+def rollout(tmp_path, fleet: SimFleet, config: str = "", **executor_opts):
+    policy = parse_policy('[maintain]\nwaves = [1, 2, "100%"]\nmax_unavailable = 4\n'
+                          'max_unavailable_per_partition = "100%"\nupgrade_minutes = 20\n' + config)
+    template = tmp_path / "upgrade.j2"
+    template.write_text(SimExecutor.TEMPLATE)
+    policy = replace(policy, maintain=replace(policy.maintain, upgrade_template=str(template)))
+    plan = make_plan(fleet.fleet_state(), TARGET, [n.name for n in fleet.sim.nodes], policy, now=fleet.sim.now,
+                     force=True).to_dict()
+    store = Store(str(tmp_path / "maintain.db"))
+    store.create_rollout(plan, at=fleet.sim.now)
+    executor = SimExecutor(fleet.sim, 20 * 60, **executor_opts)
+    engine = Engine(store, fleet.slurm, policy, executor, clock=lambda: fleet.sim.now)
+    return engine, store, plan, executor
+
+
+def drive(fleet, engine, plan, executor, dt=300.0, max_steps=2000, on_step=None):
+    state = ""
+    for _ in range(max_steps):
+        before = dict(fleet.slurm.calls)
+        state = engine.step(plan["id"])
+        if on_step:
+            on_step(before)
+        if state in S.ROLLOUT_FINAL or (state == S.R_HALTED and engine.in_flight(plan["id"]) == 0):
+            return state
+        fleet.advance(fleet.sim.now + dt, executor)
+    return state
+
+
+def done_at(store, rid) -> dict[str, float]:
+    return {r["node"]: r["ts"] for r in store.db.query(
+        "select node, ts from audit where rollout = ? and event = 'done'", [rid])}
+
+
+def test_whole_rollout_three_reads_capped_writes_everything_given_back(tmp_path):
+    fleet = SimFleet(40)
+    for i in range(40):
+        fleet.add_job(f"j{i}", i, 4, T0 + 600 * (i % 7 + 1))
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    per_step = []
+
+    def count(before):
+        per_step.append((fleet.slurm.calls["read"] - before.get("read", 0),
+                         fleet.slurm.calls["write"] - before.get("write", 0)))
+
+    assert drive(fleet, engine, plan, executor, on_step=count) == S.R_DONE
+    assert store.counts(plan["id"]) == {S.DONE: 40}
+    assert {r for r, _ in per_step} == {3}  # one read of nodes, jobs, reservations per step
+    assert max(w for _, w in per_step) <= 2  # max_slurm_writes_per_step
+    # given back as found: nothing drained, no reservation, every weight back to 1, all on the target
+    assert not any(n.drained for n in fleet.sim.nodes)
+    assert fleet.slurm.reservations_ == {}
+    assert {n.weight for n in fleet.sim.nodes} == {1}
+    assert all(json.loads(n.extra)["drv"] == TARGET for n in fleet.sim.nodes)
+    assert fleet.sim.killed == 0
+
+
+def test_a_slow_node_does_not_hold_the_rest_and_its_slot_is_reserved(tmp_path):
+    fleet = SimFleet(20)
+    fleet.add_job("long", 5, 8, T0 + 100 * 3600)  # node00006: busy for 100 h
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    engine.step(plan["id"])
+    engine.step(plan["id"])
+    # its maintenance slot is a MAINT reservation from when its job ends: no new long job can land there
+    slot = [r for r in fleet.slurm.reservations_.values() if "node00006" in r.nodes]
+    assert slot and slot[0].start <= T0 + 100 * 3600 + 300
+    assert drive(fleet, engine, plan, executor) == S.R_DONE
+    finished = done_at(store, plan["id"])
+    others = [t for n, t in finished.items() if n != "node00006"]
+    # 19 nodes, at most 4 at once, 20 minutes each plus 5-minute steps: hours, not after the 100-hour job
+    assert max(others) - T0 < 6 * 3600
+    assert finished["node00006"] >= T0 + 100 * 3600
+
+
+def test_waves_are_gates_canary_first_then_the_window_widens(tmp_path):
+    fleet = SimFleet(12)
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    assert drive(fleet, engine, plan, executor) == S.R_DONE
+    starts = {r["node"]: r["ts"] for r in store.db.query(
+        "select node, min(ts) as ts from audit where event = 'reserved' group by node")}
+    finished = done_at(store, plan["id"])
+    canary = plan["waves"][0]["nodes"][0]
+    assert all(t >= finished[canary] for n, t in starts.items() if n != canary)
+    # waves [1, 2, rest]: after the canary 1 node, then 2 more once it is done, then up to the budget (4)
+    order = sorted(starts.values())
+    assert len([t for t in order if t == order[1]]) == 1
+    peak = max(sum(1 for n in starts if starts[n] <= t < finished[n]) for t in starts.values())
+    assert peak == 4
+
+
+def test_failures_that_fill_the_budget_halt_never_done(tmp_path):
+    fleet = SimFleet(10)
+    engine, store, plan, executor = rollout(tmp_path, fleet, "max_failures = 10\n", ok=False)
+    state = drive(fleet, engine, plan, executor)
+    counts = store.counts(plan["id"])
+    assert state == S.R_HALTED and counts[S.PENDING] > 0 and counts[S.FAILED] == 4
+    assert "filled by 4 failed node(s)" in store.log(plan["id"], 200)[0]["detail"] or any(
+        "filled by" in e["detail"] for e in store.log(plan["id"], 200))
+    failed = [n for n in fleet.sim.nodes if n.drained]
+    assert len(failed) == 4 and all("failed: upgrade command failed" in n.reason for n in failed)
+
+
+def test_a_node_that_never_reboots_fails_with_that_reason(tmp_path):
+    fleet = SimFleet(3)
+    engine, store, plan, executor = rollout(tmp_path, fleet, "return_timeout_s = 600\n", reboots=False)
+    assert drive(fleet, engine, plan, executor) == S.R_HALTED
+    canary = plan["waves"][0]["nodes"][0]
+    row = store.node(plan["id"], canary)
+    assert row["state"] == S.FAILED and row["error"].startswith("never rebooted within 600 s")
+
+
+@pytest.mark.parametrize("publishes,error", [(None, "no health check published within"),
+                                             ("575.57.08", "driver 575.57.08 != 580.159.04")])
+def test_validation_needs_a_fresh_check_with_the_target(tmp_path, publishes, error):
+    fleet = SimFleet(3)
+    for n in fleet.sim.nodes:  # a summary from before the upgrade, already naming the target
+        n.extra = '{"gpufleet":1,"v":"ok","drv":"580.159.04","t":"2020-01-01T00:00:00Z"}'
+    engine, store, plan, executor = rollout(tmp_path, fleet, "validate_timeout_s = 600\n", publishes=publishes)
+    assert drive(fleet, engine, plan, executor) == S.R_HALTED
+    row = store.node(plan["id"], plan["waves"][0]["nodes"][0])
+    assert row["state"] == S.FAILED and error in row["error"]
+
+
+def test_a_crash_at_every_step_still_converges(tmp_path):
+    """A new engine and executor each step, as after kill -9 and `maintain resume`: commands under way are
+    lost with the process and run again."""
+    fleet = SimFleet(12)
+    for i in range(12):
+        fleet.add_job(f"j{i}", i, 8, T0 + 900 * (i % 3 + 1))
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    state = ""
+    for _ in range(500):
+        state = engine.step(plan["id"])
+        if state == S.R_DONE:
+            break
+        executor.active.clear()  # the crash: commands in flight die with `apply`
+        engine = Engine(Store(str(tmp_path / "maintain.db")), fleet.slurm, engine.policy, executor,
+                        clock=lambda: fleet.sim.now)
+        engine.step(plan["id"])
+        fleet.advance(fleet.sim.now + 1500, executor)
+    assert state == S.R_DONE and store.counts(plan["id"]) == {S.DONE: 12}
+    assert fleet.slurm.reservations_ == {} and not any(n.drained for n in fleet.sim.nodes)
+
+
+def test_only_declared_transitions():
+    assert S.legal(S.PENDING, S.RESERVED) and S.legal(S.VALIDATING, S.DONE)
+    assert not S.legal(S.PENDING, S.DONE) and not S.legal(S.DONE, S.PENDING)
+    assert set(S.TRANSITIONS) == set(S.NODE_STATES)
+
+
+def test_slots_follow_free_times_window_and_gates():
+    free = {"a": T0, "b": T0 + 3600, "c": T0, "d": T0, "e": T0 + 10 * 3600}
+    slots = slot_times(free, ["a"], ["b", "c", "d", "e"], T0, budget=2, stages=[1, 10], upgrade_s=600, bucket_s=1)
+    assert slots["a"] == T0                       # canary now
+    assert slots["c"] == T0 + 600                 # after the canary validated; stage 1 is one node
+    assert slots["d"] == T0 + 1200                # stage 2 opens when c is done
+    assert slots["b"] == T0 + 3600 and slots["e"] == T0 + 10 * 3600  # when their jobs end
