@@ -45,7 +45,7 @@ demo: setup system-deps
 
 	@echo; echo "== what-if driver rollout on the bundled Helios job history (150 nodes x 8 GPUs, 10% budget)"
 	@mkdir -p out
-	$(VENV)/bin/slurm-gpufleet maintain simulate --nodes 150 --rollout-at 240 --max-unavailable 10% --policy etc/gpufleet.toml --plot out/simulate.html
+	$(VENV)/bin/slurm-gpufleet maintain simulate --nodes 150 --rollout-at 240 --max-unavailable 10% --config etc/gpufleet.toml --plot out/simulate.html
 	@echo "plot: out/simulate.html"
 
 	@echo; echo "== a real Slurm mini-cluster: a GPU fault drains a node, the fix resumes it"

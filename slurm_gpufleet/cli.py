@@ -338,8 +338,8 @@ def _maintain_policy(policy_file: str | None, config: str | None):
 @click.option("--nodes", "nodeset", required=True, metavar="NODESET", help="Slurm host list, e.g. gpu[001-128].")
 @click.option("--strategy", type=click.Choice(["reservation", "reboot-asap"]), default="reservation", show_default=True,
               help="reservation: MAINT reservations placed when the nodes' jobs end; reboot-asap: scontrol reboot ASAP.")
-@click.option("--policy", "policy_file", metavar="FILE", help="Config with [maintain] and node groups (default: --config).")
-@click.option("--config", metavar="FILE", hidden=True)
+@click.option("--config", metavar="FILE", help="Config with [maintain] and node groups (as for apply, status...).")
+@click.option("--policy", "policy_file", metavar="FILE", hidden=True, help="Old name of --config.")
 @click.option("--fleet", "fleet_file", metavar="FILE", help="Plan against a saved fleet (JSON) instead of Slurm.")
 @click.option("--out", metavar="PLAN.json", help="Write the plan for `maintain apply`.")
 @click.option("--html", "html_out", metavar="FILE", help="Write an HTML report with a timeline per node group.")
@@ -509,7 +509,8 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 @click.option("--rollout-at", type=float, default=240.0, show_default=True, metavar="HOURS",
               help="When the rollout starts, in hours from the first submission.")
 @click.option("--max-unavailable", default=None, metavar="N|P%", help="Budget (default: the policy's).")
-@click.option("--policy", "policy_file", metavar="FILE", help="Config whose [maintain] table shapes the waves.")
+@click.option("--config", "policy_file", metavar="FILE", help="Config whose [maintain] table shapes the waves.")
+@click.option("--policy", "policy_file", metavar="FILE", hidden=True, help="Old name of --config.")
 @click.option("--time-limit-assumption", default="runtime-ceil-hour", show_default=True,
               help="For histories without Timelimit: runtime-ceil-hour, factor:X, or partition:D-HH:MM:SS.")
 @click.option("--upgrade-minutes", type=click.IntRange(1, 1440), default=None, help="Per node (default: the policy's).")
@@ -728,13 +729,13 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
             _fail("--drain needs drain_stragglers = true in [slurm] (opt-in)", exitcodes.USAGE)
         backend = backend or _backend(policy)
         from .slurm import SlurmError
-        from .slurm.actions import STRAGGLER_PREFIX
+        from .slurm.ownership import STRAGGLER, STRAGGLER_PREFIX, may_drain
 
         for o in found:
             node, _, gpu = o.key.partition("/")
             try:
                 info = backend.node(node)
-                if info.drained or info.down or info.rebooting:
+                if not may_drain(info, STRAGGLER):
                     continue
                 backend.drain(node, f"{STRAGGLER_PREFIX} {gpu} memory bandwidth {o.value:.0f} GB/s, "
                                     f"-{o.drop_pct:.0f}% vs {o.peers} peers"[:120])

@@ -100,12 +100,13 @@ def _start_watchdog(setup: Setup, code: int, on_timeout) -> object:
 
 def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
     from .slurm.commands import CommandBackend
+    from .slurm.ownership import HEALTH, may_drain
 
     backend = CommandBackend(settings.scontrol, timeout=5)
     try:
         info = backend.node(node)
-        if (info.drained or info.down or info.rebooting) and not info.reason.startswith("gpufleet:"):
-            return
+        if not may_drain(info, HEALTH):
+            return  # a rollout's, a straggler drain, an admin's: their reason stays
         backend.drain(node, reason)
     except Exception as exc:  # the watchdog must exit whatever happens here
         sys.stderr.write(f"slurm-gpufleet: could not drain {node}: {exc}\n")
@@ -358,7 +359,7 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
     if setup is None:
         return 0
     from .slurm import SlurmError, get_backend
-    from .slurm.actions import SLURM_HOOK_REASONS
+    from .slurm.ownership import HEALTH, SLURM_HOOK_REASONS, owner_of_reason
 
     if not os.access(setup.settings.scontrol, os.X_OK):
         log.error("%s not found: cannot put the reason on the node", setup.settings.scontrol)
@@ -377,8 +378,8 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
                 history.record_action(node, "prolog", "set_reason", reason, f"was '{info.reason}'", True)
                 history.close()
                 return 0
-            if info.drained and info.reason and not info.reason.startswith("gpufleet:"):
-                return 0  # someone else's reason: never replaced
+            if info.drained and info.reason and owner_of_reason(info.reason) != HEALTH:
+                return 0  # someone else's reason (an admin's, a rollout's): never replaced
         except SlurmError as exc:
             log.warning("waiting for the prolog drain: %s", exc)
         time.sleep(0.5)

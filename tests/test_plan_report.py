@@ -16,7 +16,7 @@ NODES = "gpu[001-032],a100-[01-08]"
 
 def test_plan_on_the_sample_fleet_fits_one_screen(tmp_path):
     r = run_cli("maintain", "plan", "--target-driver", "580.159.04", "--nodes", NODES, "--fleet", FLEET,
-                "--policy", POLICY, "--out", str(tmp_path / "plan.json"))
+                "--config", POLICY, "--out", str(tmp_path / "plan.json"))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.decode().splitlines()
     assert len(lines) <= 40 and max(len(line) for line in lines) <= 120
@@ -36,6 +36,16 @@ def test_plan_on_the_sample_fleet_fits_one_screen(tmp_path):
     assert plan["gating_jobs"][0]["job_id"] == "999"
 
 
+def test_plan_takes_config_like_apply_and_the_old_policy_name(tmp_path):
+    config = tmp_path / "site.toml"
+    config.write_text("[maintain]\nmax_unavailable = 3\n")
+    for flag in ("--config", "--policy"):
+        r = run_cli("maintain", "plan", "--target-driver", "580.159.04", "--nodes", NODES, "--fleet", FLEET,
+                    flag, str(config), "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["budget"]["max_unavailable"] == 3
+
+
 def test_gate_refuses_volta_past_r580(tmp_path):
     fleet = json.loads(open(FLEET).read())
     for n in fleet["nodes"]:
@@ -44,13 +54,13 @@ def test_gate_refuses_volta_past_r580(tmp_path):
     path = tmp_path / "fleet.json"
     path.write_text(json.dumps(fleet))
     r = run_cli("maintain", "plan", "--target-driver", "590.48.01", "--nodes", NODES, "--fleet", str(path),
-                "--policy", POLICY, "--json")
+                "--config", POLICY, "--json")
     assert r.returncode == 1
     plan = json.loads(r.stdout)
     assert plan["refused"] and not plan["gate"]["a100-legacy"]["ok"] and plan["gate"]["h200"]["ok"]
     assert "Volta is not supported after the R580 branch" in plan["gate"]["a100-legacy"]["problems"][0]
     r = run_cli("maintain", "plan", "--target-driver", "590.48.01", "--nodes", NODES, "--fleet", str(path),
-                "--policy", POLICY, "--force")
+                "--config", POLICY, "--force")
     assert r.returncode == 0 and b"FORCED" in r.stdout
 
 
@@ -70,7 +80,7 @@ def test_html_report_renders_in_chromium(tmp_path):
         pytest.skip("chromium is not installed (make test installs it when run as root)")
     html = tmp_path / "plan.html"
     r = run_cli("maintain", "plan", "--target-driver", "580.159.04", "--nodes", NODES, "--fleet", FLEET,
-                "--policy", POLICY, "--html", str(html))
+                "--config", POLICY, "--html", str(html))
     assert r.returncode == 0
     base = [browser, *CHROMIUM, f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([*base, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120).stdout

@@ -111,3 +111,50 @@ def test_history_counts_clean_runs_and_reboots(tmp_path):
     assert h.node_history("n1").reboot_boots == {"memory:1:reset_gpu": ["B1"]}
     assert h.db.journal_mode == "wal"
     assert [r["verdict"] for r in h.runs(2)] == ["reboot", "drain"]
+
+
+@pytest.mark.parametrize("flags,state,reason,owner", [
+    (set(), "IDLE", "", "free"),
+    ({"DRAIN"}, "IDLE", "gpufleet: memory gpu3 row remap pending", "health"),
+    ({"DRAIN"}, "IDLE", "gpufleet: maintain 0abc upgrading to 580.95.05", "maintain"),
+    ({"DRAIN"}, "IDLE", "gpufleet: performance gpu1 memory bandwidth", "straggler"),
+    ({"DRAIN"}, "IDLE", "Prolog error", "hook"),
+    ({"DRAIN"}, "IDLE", "admin: PSU swap", "other"),
+    (set(), "DOWN", "gpufleet: NVML timeout", "other"),
+])
+def test_one_answer_to_whose_node_it_is(flags, state, reason, owner):
+    from slurm_gpufleet.slurm import ownership as O
+
+    info = NodeInfo("n1", state, flags, reason)
+    assert O.owner(info) == owner
+    # every actor may take a free node; each may only touch its own drains after that
+    for actor in (O.HEALTH, O.MAINTAIN, O.STRAGGLER):
+        assert O.may_drain(info, actor) == (owner in ("free", actor))
+        assert O.owns(info, actor) == (owner == actor)
+
+
+def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(monkeypatch):
+    """The watchdog drains through ownership: a rollout's drain keeps its reason (it used to be replaced)."""
+    from slurm_gpufleet import hooks
+    from slurm_gpufleet.policy import SlurmSettings
+    from slurm_gpufleet.slurm import commands
+
+    calls = []
+
+    class Backend:
+        def __init__(self, *a, **k):
+            pass
+
+        def node(self, name):
+            return NodeInfo(name, "IDLE", {"DRAIN"}, self.reason)
+
+        def drain(self, name, reason):
+            calls.append((name, reason))
+
+    for reason, drained in (("gpufleet: maintain 0abc upgrading to 580.95.05", False), ("admin: fan", False),
+                            ("gpufleet: memory gpu1 remap", True)):
+        Backend.reason = reason
+        calls.clear()
+        monkeypatch.setattr(commands, "CommandBackend", Backend)
+        hooks._drain_if_free(SlurmSettings(), "n1", hooks.TIMEOUT_REASON)
+        assert bool(calls) == drained, reason

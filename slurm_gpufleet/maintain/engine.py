@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from ..hostlist import fold
 from ..policy import Policy
 from ..slurm.base import NodeInfo, Reservation, SlurmError
+from ..slurm.ownership import MAINTAIN, may_drain, owns
 from . import states as S
 from .planner import RESERVATION_PREFIX
 from .store import Store
@@ -385,8 +386,8 @@ class _Step:
         return node in self.world.free_at
 
     def ours(self, info: NodeInfo) -> bool:
-        """Drained by this rollout (not by an admin, nor by another rollout)."""
-        return info.drained and info.reason.startswith(S.MAINT_REASON)
+        """Drained by a rollout (ours: only one runs at a time), not by an admin or the health check."""
+        return info.drained and owns(info, MAINTAIN)
 
     def fail(self, row: dict[str, Any], why: str) -> None:
         self.move(row, S.FAILED, why, error=why)
@@ -634,8 +635,7 @@ class _Step:
                   for n in r.nodes}
         prior = {"state": info.state, "flags": sorted(info.flags), "reason": info.reason,
                  "reason_user": info.reason_user, "reservation": others.get(row["node"]), "boot": info.boot_time}
-        held = (info.drained or info.down or info.rebooting or row["node"] in others) and not \
-            info.reason.startswith(S.MAINT_REASON)
+        held = not may_drain(info, MAINTAIN) or row["node"] in others
         if held and not self.s.upgrade_held_nodes:
             self.move(row, S.SKIPPED, f"held by someone else: {info.reason or prior['reservation']}")
             return False
@@ -664,7 +664,7 @@ def on_reserved(ctx: _Step, row: dict[str, Any]) -> None:
         if rebooted(info, row["boot"], row["started"] or 0) and responding(info) and not ctx.busy(row["node"]):
             ctx.move(row, S.UPGRADING, f"to {target} (rebooted empty)", started=None)
         return
-    if ctx.ours(info) and not ctx.busy(row["node"]):
+    if info.drained and not ctx.busy(row["node"]):  # by us, or by an admin (upgrade_held_nodes)
         ctx.move(row, S.UPGRADING, f"to {target}", started=None)
         on_upgrading(ctx, row)
 
@@ -680,7 +680,7 @@ def _command(ctx: _Step, row: dict[str, Any], driver: str, action: str, next_sta
         if not result.ok:
             return ctx.fail(row, f"{action} command failed (rc {result.rc})")
         return ctx.move(row, next_state, "waiting for the reboot")
-    if node in ctx.e.running() or info is None or not ctx.ours(info) or ctx.busy(node):
+    if node in ctx.e.running() or info is None or not info.drained or ctx.busy(node):
         return  # running; or not drained yet; or a job slipped in before the drain (it finishes, never killed)
     values = {"node": node, "target_driver": driver, "previous_driver": row["previous_driver"], "action": action,
               "rollout": ctx.rid, "reservation": next((r for r, res in ctx.world.ours.items() if node in res.nodes), "")}

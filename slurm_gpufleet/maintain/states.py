@@ -57,4 +57,4 @@ ROLLOUT_STATES = (R_RUNNING, R_HALTED, R_DONE, R_ABORTED, R_ROLLING_BACK, R_ROLL
 ROLLOUT_FINAL = {R_DONE, R_ABORTED, R_ROLLED_BACK}
 
 # prefix of every reason a rollout sets; the health check leaves these alone
-from ..slurm.actions import MAINTAIN_PREFIX as MAINT_REASON  # noqa: E402,F401
+from ..slurm.ownership import MAINTAIN_PREFIX as MAINT_REASON  # noqa: E402,F401

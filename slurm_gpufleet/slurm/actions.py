@@ -15,10 +15,16 @@ from dataclasses import dataclass, field
 
 from ..findings import RANK, Finding
 from .base import NodeInfo
+from .ownership import (  # noqa: F401  (re-exported: one place names them)
+    HEALTH,
+    MAINTAIN_PREFIX,
+    PREFIX,
+    SLURM_HOOK_REASONS,
+    STRAGGLER_PREFIX,
+    owner_of_reason,
+)
 
-PREFIX = "gpufleet:"
 MAX_REASON = 120  # scontrol has no real limit, but sinfo -R and dashboards cut long reasons
-SLURM_HOOK_REASONS = ("Prolog error", "Epilog error")
 
 
 def make_reason(finding: Finding, suffix: str = "") -> str:
@@ -30,18 +36,9 @@ def make_reason(finding: Finding, suffix: str = "") -> str:
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3].rstrip() + "..."
 
 
-MAINTAIN_PREFIX = "gpufleet: maintain"  # a rollout's drains: the rollout gives them back, not the health check
-
-
-# a straggler drain (`fleet stragglers --drain`): the quick health check measures no performance, so a
-# clean run proves nothing about it; an admin (or a deep check's fleet view) decides when it comes back
-STRAGGLER_PREFIX = "gpufleet: performance"
-
-
 def is_ours(reason: str) -> bool:
     """A drain this health check may update or resume: our prefix, but not a rollout's or a straggler's."""
-    reason = reason.strip()
-    return reason.startswith(PREFIX) and not reason.startswith((MAINTAIN_PREFIX, STRAGGLER_PREFIX))
+    return owner_of_reason(reason) == HEALTH
 
 
 def fault_key(finding: Finding) -> str:

@@ -129,28 +129,34 @@ def _query(path: Path, sql: str, params: tuple) -> list[tuple]:
         raise
 
 
-@pytest.fixture(scope="session")
-def cluster():
+def start_cluster(name: str, nodes: int, ctld_port: int, slurmd_port_base: int, **settings: str):
+    """A mini-cluster of `nodes` slurmd under /tmp, its own ports; a generator: stopped by pid at the end."""
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
         pytest.fail("neither Slurm nor apt-get is available: the Slurm tests need Debian's slurm packages")
-    base = Path(os.environ.get("GPUFLEET_TEST_DIR", f"/tmp/gpufleet-test-{os.getpid()}"))
+    base = Path(os.environ.get("GPUFLEET_TEST_DIR", f"/tmp/gpufleet-test-{os.getpid()}")) / name
     env = {**os.environ, "MINICLUSTER_DIR": str(base), "GPUFLEET_STATE_DIR": str(base / "gpus"),
            "HC_INTERVAL": str(HC_INTERVAL), "PYTHON": sys.executable, "CLEAN_RUNS": "2", "READ_TIMEOUT": "4",
-           "CTLD_PORT": "26817", "SLURMD_PORT_BASE": "27001"}
-    up = subprocess.run(["bash", str(SCRIPT), "up", str(NODES)], capture_output=True, text=True, env=env, timeout=300)
+           "CTLD_PORT": str(ctld_port), "SLURMD_PORT_BASE": str(slurmd_port_base), **settings}
+    up = subprocess.run(["bash", str(SCRIPT), "up", str(nodes)], capture_output=True, text=True, env=env,
+                        timeout=600)
     if up.returncode != 0:
         subprocess.run(["bash", str(SCRIPT), "down"], env=env, capture_output=True)
         pytest.fail(f"minicluster up failed:\n{up.stdout}\n{up.stderr}")
-    settings = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
-    env.update(SLURM_CONF=settings["SLURM_CONF"])
-    c = Cluster(dir=base, gpus=Path(settings["GPUFLEET_STATE_DIR"]), env=env,
-                nodes=[f"n{i}" for i in range(1, NODES + 1)], hc_interval=HC_INTERVAL)
+    values = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
+    env.update(SLURM_CONF=values["SLURM_CONF"])
+    c = Cluster(dir=base, gpus=Path(values["GPUFLEET_STATE_DIR"]), env=env,
+                nodes=[f"n{i}" for i in range(1, nodes + 1)], hc_interval=int(env["HC_INTERVAL"]))
     try:
         yield c
     finally:
         subprocess.run(["bash", str(SCRIPT), "down"], env=env, capture_output=True, timeout=120)
         if not os.environ.get("GPUFLEET_KEEP"):
             shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    yield from start_cluster("main", NODES, 26817, 27001)
 
 
 @pytest.fixture

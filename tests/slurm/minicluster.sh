@@ -143,6 +143,7 @@ less_critical_partitions = ["dev"]
 critical_partitions = ["prod"]
 waves = [1, "25%", "50%", "100%"]
 max_unavailable = ${MAX_UNAVAILABLE:-2}
+max_parallel_upgrades = ${MAX_PARALLEL_UPGRADES:-0}
 max_unavailable_per_partition = "50%"
 poll_s = 0.5
 upgrade_timeout_s = 60
@@ -165,6 +166,7 @@ else
   PYTHONPATH=$REPO $py $HERE/gpustate.py seed "$GPUDIR" "\$node" --gpus $GPUS_PER_NODE --driver "\$driver"
 fi
 echo "\$(date -Is) \$node \$driver {{ action }}" >> "$DIR/log/upgrades.log"
+sleep ${UPGRADE_SLEEP:-0}  # how long the site's install takes (the 32-node test shows upgrades overlapping)
 pid=\$(cat "$DIR/run/slurmd-\$node.pid" 2>/dev/null || true)
 if [ -n "\$pid" ]; then
   kill "\$pid" 2>/dev/null || true

@@ -121,6 +121,20 @@ def test_stuck_reader_returns_within_timeout_and_drains(mc):
     mc.heal("n3")
 
 
+def test_nvml_timeout_leaves_a_rollouts_drain_and_reason_alone(mc):
+    rollout_reason = "gpufleet: maintain 0abc1234 upgrading to 580.95.05"
+    mc.run("scontrol", "update", "nodename=n4", "state=drain", f"reason={rollout_reason}")
+    path = mc.gpu_file("n4")
+    os.unlink(path)
+    os.mkfifo(path)
+    run = mc.healthcheck("n4", timeout=30)
+    assert run.returncode == 1 and "timed out after 4 s" in run.stderr
+    info = mc.node("n4")
+    assert "DRAIN" in info["State"] and info["Reason"].startswith(rollout_reason), info["Reason"]
+    mc.heal("n4")
+    mc.run("scontrol", "update", "nodename=n4", "state=resume")
+
+
 def test_fault_that_survives_reboots_becomes_a_drain(mc):
     # reboots_before_drain = 2: remap pending asks for a reboot; the reset does not fix it (no
     # after-reboot file); after the second reboot the node is drained for hardware inspection

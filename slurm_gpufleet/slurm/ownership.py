@@ -1,0 +1,57 @@
+"""Whose is a node?  One answer for everything that drains, resumes or sets a reason: the health check,
+the prolog and epilog, the NVML-timeout watchdog, `fleet stragglers --drain` and a rollout.
+
+A node's owner is read from its Slurm state and reason:
+
+    free        not drained, down or rebooting
+    health      drained by our health check, prolog or epilog ("gpufleet: <check> ...")
+    maintain    drained by a rollout ("gpufleet: maintain <id> ...")
+    straggler   drained by `fleet stragglers --drain` ("gpufleet: performance ...")
+    hook        Slurm's own "Prolog error"/"Epilog error" drain (ours only when our hook failed)
+    other       anyone else: an admin, another tool, a down node; never touched, reason never replaced
+
+Each actor may drain a free node, and may update or give back only what it owns itself.
+"""
+
+from __future__ import annotations
+
+from .base import NodeInfo
+
+PREFIX = "gpufleet:"
+MAINTAIN_PREFIX = "gpufleet: maintain"   # a rollout's drains: the rollout gives them back, not the health check
+# a straggler drain: the quick health check measures no performance, so a clean run proves nothing about it
+STRAGGLER_PREFIX = "gpufleet: performance"
+SLURM_HOOK_REASONS = ("Prolog error", "Epilog error")
+
+FREE, HEALTH, MAINTAIN, STRAGGLER, HOOK, OTHER = "free", "health", "maintain", "straggler", "hook", "other"
+
+
+def owner_of_reason(reason: str) -> str:
+    reason = reason.strip()
+    if reason.startswith(MAINTAIN_PREFIX):
+        return MAINTAIN
+    if reason.startswith(STRAGGLER_PREFIX):
+        return STRAGGLER
+    if reason.startswith(PREFIX):
+        return HEALTH
+    if reason in SLURM_HOOK_REASONS:
+        return HOOK
+    return OTHER
+
+
+def owner(info: NodeInfo) -> str:
+    if not (info.drained or info.down or info.rebooting):
+        return FREE
+    if info.down and not info.drained:
+        return OTHER  # down: Slurm's or an admin's, whatever its reason says
+    return owner_of_reason(info.reason)
+
+
+def may_drain(info: NodeInfo, actor: str) -> bool:
+    """Drain a free node, or update the reason of a node the actor drained itself."""
+    return owner(info) in (FREE, actor)
+
+
+def owns(info: NodeInfo, actor: str) -> bool:
+    """The actor drained this node: it may give it back (resume) or change its reason."""
+    return owner(info) == actor
