@@ -41,7 +41,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=12500)
     ap.add_argument("--jobs", type=int, default=50000)
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rng = random.Random(1)

@@ -35,12 +35,26 @@ class History:
         conn = sqlite3.connect(path, timeout=15)
         conn.execute("PRAGMA busy_timeout = 15000")
         self.db = sqlite_utils.Database(conn)
+        # A fresh node's health check, prolog and epilog may all open the file at once: switching to WAL
+        # and creating the schema can meet "database is locked" even with a busy timeout (SQLite does not
+        # wait on a journal-mode change), so both are retried until the deadline.
+        _retry_locked(self._setup, deadline=time.monotonic() + 15)
+
+    def _setup(self) -> None:
         if self.db.journal_mode != "wal":
             self.db.enable_wal()
-        self._schema()
+        with self.db.conn:
+            self.db.execute("begin immediate")  # one writer creates the schema, the others wait for it
+            self._schema()
 
     def _schema(self) -> None:
         db = self.db
+        if "performance" not in db.table_names():
+            # always there, so that pruning and the fleet view never meet "no such table"
+            db["performance"].create({"run_id": int, "ts": float, "node": str, "gpu": int, "model": str,
+                                      "library": str, "mem_bw_gbps": float, "gemm_tflops": float,
+                                      "h2d_gbps": float, "sm_clock_mhz": float, "power_w": float,
+                                      "temperature_c": float, "reasons": str, "error": str}, if_not_exists=True)
         if "runs" not in db.table_names():
             db["runs"].create({"id": int, "ts": float, "time": str, "node": str, "hook": str, "job_id": str,
                                "verdict": str, "duration_s": float, "driver": str, "gpus": int, "error": str},
@@ -123,6 +137,18 @@ class History:
 
     def close(self) -> None:
         self.db.conn.close()
+
+
+def _retry_locked(fn, deadline: float) -> None:
+    delay = 0.01
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
 
 def _iso(ts: float) -> str:

@@ -66,7 +66,26 @@ def _setup(hook: str, config: str | None, node: str | None, job: str | None = No
     except PolicyError as exc:
         log.error("config error, no action taken: %s", exc)
         return None
+    global _ERROR_LOG
+    _ERROR_LOG = os.path.join(policy.slurm.state_dir, ERROR_LOG_NAME)
     return Setup(node, policy, policy.slurm)
+
+
+# slurmd discards what a health check prints, so an internal error is also kept on the node, one line each
+ERROR_LOG_NAME = "internal-errors.log"
+_ERROR_LOG: str | None = None
+
+
+def _keep_error(line: str) -> None:
+    if not _ERROR_LOG:
+        return
+    try:
+        os.makedirs(os.path.dirname(_ERROR_LOG), mode=0o700, exist_ok=True)
+        fd = os.open(_ERROR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}")
+    except OSError:
+        pass
 
 
 # ---------------------------------------------------------------- reading the node
@@ -221,7 +240,9 @@ def _guarded(hook: str, fn, *args) -> int:
     except Exception as exc:
         if os.environ.get("SLURM_GPUFLEET_DEBUG"):
             raise
-        sys.stderr.write(f"slurm-gpufleet-{hook}: internal error, no action taken: {type(exc).__name__}: {exc}\n")
+        line = f"slurm-gpufleet-{hook}: internal error, no action taken: {type(exc).__name__}: {exc}\n"
+        sys.stderr.write(line)
+        _keep_error(line)
         return 0
 
 

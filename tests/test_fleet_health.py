@@ -180,3 +180,25 @@ def test_check_judges_against_a_fleet_baseline(tmp_path):
     assert (f["check"], f["severity"]) == ("performance", "warn") and "fleet median 4400" in f["detail"]
     baseline.write_text("[1, 2]")
     assert run_cli("check", "--snapshot", str(path), "--perf-baseline", str(baseline)).returncode == 2
+
+
+def test_history_on_a_fresh_node_survives_concurrent_hooks_and_prunes(tmp_path):
+    """Six hooks open a fresh node's history at the same moment, three times over: no "database is
+    locked", no run lost, and pruning works on a node where the deep check never ran."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from slurm_gpufleet.history import History; h = History(sys.argv[1]); "
+            "h.record_run('n1', sys.argv[2], 'ok', []); h.prune(); h.close()")
+    for attempt in range(3):
+        path = tmp_path / f"fresh{attempt}.db"
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(path), hook], stderr=subprocess.PIPE, text=True)
+                 for hook in ("healthcheck", "prolog", "epilog", "healthcheck", "prolog", "epilog")]
+        errors = [p.communicate(timeout=60)[1] for p in procs]
+        assert all(p.returncode == 0 for p in procs), errors
+        from slurm_gpufleet.history import History
+
+        h = History(str(path))
+        assert len(h.runs(limit=100)) == 6
+        assert "performance" in h.db.table_names()
+        h.close()

@@ -273,12 +273,10 @@ class Engine:
         ctx = _Step(self, rid, r, json.loads(r["plan"]), world, self.store.nodes(rid),
                     self.executor.finished() if self.executor else {})
         ctx.run()
-        self.store.apply(rid, ctx.changes, world.now)
+        self.store.apply(rid, ctx.changes, world.now, ctx.audits)
         writes = ctx.writes.flush(self.slurm, self.s.max_slurm_writes_per_step or None)
-        for method, detail in ctx.writes.made:
-            self.store.audit(rid, None, f"slurm {method}", detail, world.now)
-        for error in ctx.writes.errors:
-            self.store.audit(rid, None, "slurm call failed (retried next step)", error, world.now)
+        self.store.apply(rid, [], world.now, [(None, f"slurm {method}", detail) for method, detail in ctx.writes.made]
+                         + [(None, "slurm call failed (retried next step)", e) for e in ctx.writes.errors])
         for node, script, timeout in ctx.launch:
             if self.executor is None:
                 raise RuntimeError("an upgrade to start, and no executor to run it")
@@ -360,6 +358,7 @@ class _Step:
         self.writes = Writes()
         self.launch: list[tuple[str, str, float]] = []
         self.events: list[tuple[str | None, str]] = []
+        self.audits: list[tuple[str | None, str, str]] = []  # (node, event, detail) beside the moves
         self.state: dict[str, str] = {r["node"]: r["state"] for r in rows}
         self.rolling_back = rollout["state"] == S.R_ROLLING_BACK
         self.reason_prefix = f"{S.MAINT_REASON} {rid}"
@@ -676,7 +675,7 @@ def _command(ctx: _Step, row: dict[str, Any], driver: str, action: str, next_sta
     info = ctx.info(row)
     result = ctx.results.pop(node, None)
     if result is not None:
-        ctx.e.store.audit(ctx.rid, node, f"{action} command rc={result.rc}", result.output, ctx.world.now)
+        ctx.audits.append((node, f"{action} command rc={result.rc}", result.output))
         if not result.ok:
             return ctx.fail(row, f"{action} command failed (rc {result.rc})")
         return ctx.move(row, next_state, "waiting for the reboot")

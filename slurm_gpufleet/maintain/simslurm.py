@@ -143,6 +143,7 @@ class SimExecutor:
         self.ok, self.reboots, self.publishes = ok, reboots, publishes
         self.active: dict[str, float] = {}
         self.done: dict[str, Result] = {}
+        self.index = {x.name: x for x in sim.nodes}
 
     def start(self, node: str, script: str, timeout_s: float) -> None:
         name, driver, _ = shlex.split(script)
@@ -150,7 +151,7 @@ class SimExecutor:
         self.sim.push(self.active[name], "upgraded", (name, driver))
 
     def complete(self, name: str, driver: str) -> None:
-        n = next(x for x in self.sim.nodes if x.name == name)
+        n = self.index[name]
         if self.active.pop(name, None) is None:
             return  # a command lost with a crashed `apply`: its process ended with it
         if self.reboots:

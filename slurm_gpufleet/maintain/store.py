@@ -75,7 +75,9 @@ class Store:
 
     # -- nodes -----------------------------------------------------------------------------------
     def nodes(self, rollout_id: str) -> list[dict[str, Any]]:
-        return list(self.db.query("select * from nodes where rollout = ? order by wave, node", [rollout_id]))
+        cur = self.db.conn.execute("select * from nodes where rollout = ? order by wave, node", [rollout_id])
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur]
 
     def node(self, rollout_id: str, node: str) -> dict[str, Any]:
         return self.db["nodes"].get((rollout_id, node))
@@ -91,14 +93,15 @@ class Store:
 
     COLUMNS = frozenset({"state", "updated", "prior", "boot", "error", "weight", "started", "slot"})
 
-    def apply(self, rollout_id: str, changes: list[tuple[str, str | None, str, dict[str, Any]]], at: float) -> None:
+    def apply(self, rollout_id: str, changes: list[tuple[str, str | None, str, dict[str, Any]]], at: float,
+              audits: list[tuple[str | None, str, str]] = ()) -> None:
         """Many nodes' transitions (node, new state or None, detail, fields) in one transaction, written
         before the Slurm calls of the step that makes them: a crash finds each node in its new state.
         Plain executemany per shape of change: a step over 12,500 nodes costs tens of milliseconds."""
-        if not changes:
+        if not changes and not audits:
             return
         by_shape: dict[tuple[str, ...], list[list[Any]]] = {}
-        audit = []
+        audit = [(at, rollout_id, node, event, detail[:2000]) for node, event, detail in audits]
         for node, state, detail, fields in changes:
             row = dict(fields)
             if state is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -19,13 +20,21 @@ def render(template_path: str, **values: object) -> str:
             source = fh.read()
     except OSError as exc:
         raise UpgradeError(f"{template_path}: cannot read the upgrade template: {exc.strerror or exc}") from None
+    try:
+        return _compile(source).render(**values)
+    except jinja2.TemplateError as exc:
+        raise UpgradeError(f"{template_path}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(source: str):
+    """Compiled once per template text (a 12,500-node rollout renders it 12,500 times)."""
+    import jinja2
+
     # finalize quotes every {{ value }}: a node name or version can never become shell syntax
     env = jinja2.Environment(finalize=lambda v: shlex.quote("" if v is None else str(v)),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    try:
-        return env.from_string(source).render(**values)
-    except jinja2.TemplateError as exc:
-        raise UpgradeError(f"{template_path}: {exc}") from None
+    return env.from_string(source)
 
 
 @dataclass

@@ -102,8 +102,10 @@ class Cluster:
     def gpufleet(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
         """The slurm-gpufleet command with the cluster's config, as an admin runs it."""
         full = {**self.env, "SLURM_GPUFLEET_CONFIG": str(self.dir / "etc" / "gpufleet.toml"), **(env or {})}
-        return subprocess.run([sys.executable, "-m", "slurm_gpufleet.cli", *args], capture_output=True, text=True,
-                              env=full, timeout=timeout, cwd=REPO)
+        r = subprocess.run([sys.executable, "-m", "slurm_gpufleet.cli", *args], capture_output=True, text=True,
+                           env=full, timeout=timeout, cwd=REPO)
+        assert "internal error" not in r.stderr, r.stderr
+        return r
 
     def wait_published(self, driver: str = "580.159.04") -> None:
         """Until every node's health check has published its GPU summary with this driver."""
@@ -161,10 +163,19 @@ def cluster():
 
 @pytest.fixture
 def mc(cluster):
-    """The cluster with every node healthy, idle, undrained and without history."""
+    """The cluster with every node healthy, idle, undrained and without history.  Any internal error our
+    programs kept on a node (slurmd discards what they print) fails the test."""
     _reset(cluster)
     yield cluster
+    errors = internal_errors(cluster)
     _reset(cluster)
+    if errors:
+        pytest.fail(f"our programs printed internal errors during the test:\n{errors}")
+
+
+def internal_errors(c: Cluster) -> str:
+    path = c.dir / "state" / "gpufleet" / "internal-errors.log"
+    return path.read_text() if path.exists() else ""
 
 
 def _reset(c: Cluster) -> None:
@@ -188,6 +199,7 @@ def _reset(c: Cluster) -> None:
         db.unlink(missing_ok=True)
     for db in (c.dir / "state" / "gpufleet").glob("*.db*"):
         db.unlink(missing_ok=True)
+    (c.dir / "state" / "gpufleet" / "internal-errors.log").unlink(missing_ok=True)
     for node in c.nodes:
         state = c.state(node)
         if "REBOOT" in state:

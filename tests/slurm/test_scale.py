@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from conftest import start_cluster
+from conftest import internal_errors, start_cluster
 from test_maintain import intervals, leftovers, max_concurrent
 
 NODES = 32
@@ -69,6 +69,7 @@ def test_rollout_over_32_nodes_parallel_within_budget(big, tmp_path):
     calls = big.maintain_db("select detail from audit where event = 'slurm calls'")[-1][0]
     assert "3 reads" in calls and "writes max 2" in calls
     assert leftovers(big) == ("", [])
+    assert internal_errors(big) == ""
     print(f"\n32-node rollout: {wall:.1f} s wall, up to {parallel} upgrades at once, peak out (sinfo) "
           f"{max(samples)}; {calls}")
     status = json.loads(big.gpufleet("maintain", "status", "--json").stdout)
