@@ -200,6 +200,9 @@ class Gpu:
     # set when the GPU answered nothing useful ("GPU is lost", NVML_ERROR_GPU_IS_LOST)
     lost: bool = False
     errors: list[str] = field(default_factory=list)
+    # fields the GPU answered with "Unknown Error" (nvidia-smi) or NVML_ERROR_UNKNOWN: a GPU that answers
+    # some calls but fails others in this way is in a bad state, unlike one that says "not supported"
+    unknown_errors: list[str] = field(default_factory=list)
 
 
 @dataclass

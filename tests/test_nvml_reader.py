@@ -99,3 +99,12 @@ def test_real_pynvml_without_a_driver_is_a_node_error():
 ])
 def test_kernel_module_version(text, version):
     assert parse_module_version(text) == version
+
+
+def test_nvml_unknown_error_on_ecc_mode_is_a_reboot(probe):
+    probe["devices"][0]["ecc_mode"] = {"error": "NVMLError_Unknown"}
+    snap = read(probe)
+    assert snap.gpus[0].unknown_errors == ["nvmlDeviceGetEccMode"]
+    report = evaluate(snap)
+    assert report.verdict == "reboot"
+    assert [f.check for f in report.findings if f.severity == "reboot"] == ["unknown_error"]

@@ -28,6 +28,7 @@ from . import (
     processes,
     recovery,
     thermal,
+    unknown,
     xid,
 )
 
@@ -52,7 +53,7 @@ CheckFn = Callable[[Context], list[Finding]]
 CHECKS: dict[str, CheckFn] = {
     m.NAME: m.check
     for m in (inventory, driver, compatibility, firmware, memory, xid, thermal, clocks, pcie, nvlink,
-              modes, processes, recovery, performance)
+              modes, processes, recovery, unknown, performance)
 }
 
 

@@ -44,22 +44,43 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
         if not line.strip():
             continue
         mono = _monotonic(line)
-        if _BOOT_MARK.search(line) or (mono is not None and last_mono is not None and mono < last_mono):
+        banner = bool(_BOOT_MARK.search(line))
+        # time going backwards without a banner (two boots' logs joined, a boot whose banner was cut):
+        # a new boot starts here, and this line is still read for its Xid
+        if banner or (mono is not None and last_mono is not None and mono < last_mono):
             if content_since_mark:
                 boot += 1
             content_since_mark = False
-            last_mono = mono
-            seen_any = True
-            continue
         if mono is not None:
             last_mono = mono
         seen_any = True
+        if banner:
+            continue
         content_since_mark = True
-        event = parse_xid_line(line, number)
+        event = parse_xid_line(line, number) or _fallen_off(line, number, events, boot)
         if event is not None:
             event.boot = boot
             events.append(event)
     return events, (boot + 1 if seen_any else 0)
+
+
+# The kernel's own "GPU has fallen off the bus" line, without an Xid header: the event behind Xid 79.
+#   NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.
+#   NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.
+_FELL = re.compile(r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
+                   r"[^\n]*?fallen off the bus", re.I)
+
+
+def _fallen_off(line: str, number: int, events: list[XidEvent], boot: int) -> XidEvent | None:
+    m = _FELL.search(line)
+    if not m or "SXid" in line:
+        return None
+    pci = normalize_pci(m.group("pci"))
+    # the driver usually prints it right after its own Xid 79 for the same GPU: one event, not two
+    if any(e.xid == 79 and e.pci == pci and e.boot == boot for e in events[-8:]):
+        return None
+    return XidEvent(line=number, xid=79, pci=pci, message="GPU has fallen off the bus (kernel line, no Xid header)",
+                    pid=None, process=None, timestamp=_timestamp(line[: m.start()]), raw=line[:1000])
 
 
 def parse_xid_line(line: str, number: int = 1) -> XidEvent | None:

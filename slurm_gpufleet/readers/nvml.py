@@ -38,6 +38,7 @@ _LIBRARY_NOT_FOUND = 12
 _GPU_IS_LOST = 15
 _LIB_RM_VERSION_MISMATCH = 18
 _FUNCTION_NOT_FOUND = 13
+_UNKNOWN = 999
 
 
 class _Lost(Exception):
@@ -52,6 +53,7 @@ class NvmlReader:
     """Reads a NodeSnapshot from NVML. `level` "quick" skips the slow InfoROM calls (~70 ms each)."""
 
     def __init__(self, nvml: Any | None = None, level: str = "quick", module_version_path: str | None = None):
+        self.unknown: list[str] = []  # calls of the GPU being read that failed with NVML_ERROR_UNKNOWN
         self._nvml = nvml
         self.level = level
         self.module_version_path = module_version_path
@@ -116,6 +118,8 @@ class NvmlReader:
                 raise _Lost(str(exc)) from None
             if code in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND):
                 return UNSUPPORTED
+            if code == _UNKNOWN:
+                self.unknown.append(getattr(fn, "__name__", "?"))
             return None
         if isinstance(value, bytes):
             value = value.decode("utf-8", "replace")
@@ -129,8 +133,10 @@ class NvmlReader:
             g.lost = _code(exc) == _GPU_IS_LOST
             g.errors.append(f"nvmlDeviceGetHandleByIndex({index}): {exc}"[:200])
             return g
+        self.unknown = []
         try:
             self._fill(n, handle, g)
+            g.unknown_errors = sorted(set(self.unknown))
         except _Lost as exc:
             g.lost = True
             g.errors.append(f"GPU is lost: {exc}"[:200])

@@ -47,7 +47,7 @@ class NvmlReplay:
     def _value(self, entry: Any) -> Any:
         self.calls += 1
         if not isinstance(entry, dict):
-            raise ReplayError(999, "not recorded")
+            raise ReplayError(6, "not recorded")  # NVML_ERROR_NOT_FOUND: not NVML_ERROR_UNKNOWN, a GPU fault
         if "error" in entry:
             raise ReplayError(_ERROR_CODES.get(entry["error"], 999), entry["error"])
         return entry.get("value")

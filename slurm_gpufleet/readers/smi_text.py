@@ -120,7 +120,21 @@ def _read_query(text: str, snap: NodeSnapshot) -> None:
             snap.gpus.append(_gpu_from_tree(0, None, top))
         return
     for index, (pci, body) in enumerate(blocks):
-        snap.gpus.append(_gpu_from_tree(index, pci, _tree(body)))
+        tree = _tree(body)
+        gpu = _gpu_from_tree(index, pci, tree)
+        gpu.unknown_errors = _unknown_errors(tree)
+        snap.gpus.append(gpu)
+
+
+def _unknown_errors(node: _Node, path: str = "") -> list[str]:
+    """Every field of the GPU that reads "Unknown Error", as a path of section names."""
+    out = []
+    for c in node.children:
+        here = f"{path}/{c.key}" if path else c.key
+        if v.is_unknown_error(c.value):
+            out.append(here)
+        out += _unknown_errors(c, here)
+    return out
 
 
 def _gpu_from_tree(index: int, pci: str | None, t: _Node) -> Gpu:

@@ -15,6 +15,13 @@ _TRUE = {"enabled", "yes", "active", "true", "on", "1"}
 _FALSE = {"disabled", "no", "not active", "false", "off", "0"}
 
 
+UNKNOWN_ERROR = {"unknown error", "[unknown error]"}
+
+
+def is_unknown_error(text: str | None) -> bool:
+    return text is not None and text.strip().lower() in UNKNOWN_ERROR
+
+
 def is_na(text: str | None) -> bool:
     return text is not None and text.strip().lower() in _NOT_AVAILABLE
 
@@ -48,6 +55,9 @@ def to_float(text: str | None) -> float | _Unsupported | None:
     return float(match.group(1)) if match else None
 
 
+_FIRST_WORDS = re.compile(r"^(not active|[a-z0-9/\[\]]+)(?=$|[\s,;(#<-])")
+
+
 def to_bool(text: str | None) -> bool | _Unsupported | None:
     if text is None or not text.strip():
         return None
@@ -58,6 +68,10 @@ def to_bool(text: str | None) -> bool | _Unsupported | None:
         return False
     if is_na(low):
         return UNSUPPORTED
+    # "Yes   <-- replaced in ticket 123": a value followed by someone's note on the same line
+    m = _FIRST_WORDS.match(low)
+    if m and m.group(1) != low:
+        return to_bool(m.group(1))
     return None
 
 
