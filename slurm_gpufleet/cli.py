@@ -247,6 +247,46 @@ def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str
         reboot_program=reboot_program), nl=False)
 
 
+@cli.group()
+def breaker() -> None:
+    """The fleet-wide drain circuit breaker: `status`, and `reset` once the cause is understood."""
+
+
+@breaker.command("status")
+@click.option("--config", metavar="FILE")
+@click.option("--json", "as_json", is_flag=True)
+def breaker_status(config: str | None, as_json: bool) -> None:
+    """Exit 0 when closed, 1 when open (no node is drained by the health check until reset)."""
+    from .slurm import breaker as brk
+
+    settings = _load_policy(config).slurm
+    record = brk.state(settings.breaker_path)
+    out = {"open": record is not None, "file": settings.breaker_path,
+           "threshold": settings.breaker_threshold, "window_s": settings.breaker_window_s, **(record or {})}
+    if as_json:
+        click.echo(json.dumps(out))
+    elif record:
+        click.echo(f"OPEN since {record.get('opened_at', '?')} (tripped by {record.get('node', '?')}): "
+                   f"{record.get('why', '')}; `slurm-gpufleet breaker reset` closes it")
+    else:
+        click.echo(f"closed (threshold {settings.breaker_threshold} within {settings.breaker_window_s:g} s)")
+    sys.exit(exitcodes.UNHEALTHY if record else exitcodes.OK)
+
+
+@breaker.command("reset")
+@click.option("--config", metavar="FILE")
+def breaker_reset(config: str | None) -> None:
+    """Close the breaker: the health check may drain again."""
+    from .slurm import breaker as brk
+
+    path = _load_policy(config).slurm.breaker_path
+    try:
+        was_open = brk.reset(path)
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
+    click.echo(f"breaker closed ({path} removed)" if was_open else "breaker was already closed")
+
+
 @cli.command("install")
 @click.option("--prefix", required=True, metavar="DIR", help="Where to install, e.g. /opt/gpufleet (absolute).")
 @click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
@@ -598,8 +638,10 @@ def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, con
     policy = _load_policy(config)
     snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout)
     result = evaluate(snap, policy, host=node)
+    from .slurm import breaker as brk
+
     try:
-        write_textfile(textfile, result, node)
+        write_textfile(textfile, result, node, brk.state(policy.slurm.breaker_path) is not None)
     except OSError as exc:
         _fail(f"{textfile}: {exc.strerror or exc}", exitcodes.USAGE)
 

@@ -126,7 +126,10 @@ def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
         info = backend.node(node)
         if not may_drain(info, HEALTH):
             return  # a rollout's, a straggler drain, an admin's: their reason stays
-        backend.drain(node, reason)
+        if info.drained:
+            backend.drain(node, reason)  # our own drain: only the reason changes
+        elif breaker_drain(settings, backend, node, reason):
+            sys.stderr.write(f"slurm-gpufleet: {node} not drained: the drain breaker is open\n")
     except Exception as exc:  # the watchdog must exit whatever happens here
         sys.stderr.write(f"slurm-gpufleet: could not drain {node}: {exc}\n")
 
@@ -156,10 +159,14 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         return "error"
     action = decide(info, final, findings, history.node_history(node),
                     setup.settings.clean_runs_to_resume, setup.settings.reboots_before_drain)
+    blocked = None
     ok, error = True, None
     try:
         if action.kind == "drain":
-            backend.drain(node, action.reason)
+            blocked = breaker_drain(setup.settings, backend, node, action.reason)
+            if blocked:
+                history.record_action(node, hook, "breaker", action.reason, blocked, True)
+                action = type(action)("none", why=f"not drained, breaker open: {blocked}")
         elif action.kind == "set_reason":
             backend.set_reason(node, action.reason)
         elif action.kind == "resume":
@@ -178,11 +185,52 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         log.info("%s verdict %s: %s", hook, final, action.why)
     # published even with no GPU readable: a rollout validates from it, and "driver unreachable" is news
     if setup.settings.publish != "none":
-        _publish(backend, info, setup.settings.publish, summary(report, final))
+        data = summary(report, final)
+        if blocked:
+            data["f"] = f"breaker open: {data.get('f', '')}"[:80]
+            data["brk"] = 1
+        _publish(backend, info, setup.settings.publish, data)
     if hook == "healthcheck":
         history.prune()
     history.close()
     return action.kind if ok else "error"
+
+
+def breaker_drain(settings: SlurmSettings, backend, node: str, reason: str) -> str | None:
+    """Drain the node unless the fleet-wide breaker stops it; returns why it stopped it, or None."""
+    from .slurm import breaker
+
+    with breaker.counting_lock(settings.breaker_path):
+        blocked = breaker_blocks(settings, backend, node)
+        if not blocked:
+            backend.drain(node, reason)
+    return blocked
+
+
+def breaker_blocks(settings: SlurmSettings, backend, node: str) -> str | None:
+    """Why the fleet-wide breaker stops this drain, or None.  Costs one fleet read, on drains only."""
+    from .slurm import SlurmError, breaker
+
+    path = settings.breaker_path
+    record = breaker.state(path)
+    if record is None:
+        try:
+            fleet = backend.nodes()
+        except SlurmError as exc:  # cannot count: drain as before (a blind breaker must not hide faults)
+            log.warning("breaker: cannot read the fleet, not judged: %s", exc)
+            return None
+        trip = breaker.would_trip(fleet, node, settings.breaker_threshold, settings.breaker_window_s)
+        if trip is None:
+            return None
+        why = trip.text(settings.breaker_window_s)
+        try:
+            breaker.open_(path, node, why)
+        except OSError as exc:
+            log.error("breaker: cannot record the open state in %s: %s", path, exc)
+        record = breaker.state(path) or {"why": why}
+        log.critical("ALERT gpufleet drain breaker OPEN: %s; no node is drained until "
+                     "`slurm-gpufleet breaker reset`", why)
+    return str(record.get("why", "open"))
 
 
 def summary(report: Report, final: str) -> dict:
@@ -330,6 +378,8 @@ def _prolog(argv: list[str] | None = None) -> int:
     except (ReportError, OSError) as exc:
         watchdog.cancel()
         reason = "gpufleet: inventory node no readable GPU state"
+        if _breaker_open_for_prolog(setup, reason):
+            return 0
         print(f"{reason}: {exc}"[:200])
         _async_reason(setup, reason)
         return 1
@@ -348,11 +398,29 @@ def _prolog(argv: list[str] | None = None) -> int:
         history.record_run(setup.node, "prolog", report.verdict, report.findings, job_id=job,
                            duration_s=report.duration_s, driver=known(snap.driver_version), gpus=len(snap.gpus))
         history.close()
+        if _breaker_open_for_prolog(setup, reason):
+            return 0
         log.error("prolog failed, job %s will be requeued: %s", job, reason)
         print(reason)  # slurmd logs it: "prolog failed: rc:1 output:<this>"
         _async_reason(setup, reason)
         return 1
     return 0
+
+
+def _breaker_open_for_prolog(setup: Setup, reason: str) -> bool:
+    """A failed prolog drains the node: the breaker is asked first (failure path only)."""
+    from .slurm import get_backend
+
+    try:
+        blocked = breaker_blocks(setup.settings, get_backend(setup.settings.backend, setup.settings.scontrol),
+                                 setup.node)
+    except Exception as exc:  # the breaker must never turn a fault into an internal error
+        log.warning("breaker not judged: %s", exc)
+        return False
+    if blocked:
+        log.error("prolog: %s, but the drain breaker is open (%s): the job runs, the node is not drained",
+                  reason, blocked)
+    return bool(blocked)
 
 
 def _prolog_timeout(setup: Setup) -> None:

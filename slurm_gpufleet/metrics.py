@@ -10,7 +10,7 @@ from .findings import RANK
 from .snapshot import CLOCK_EVENT_REASONS, known
 
 
-def registry_for(report: Report, node: str | None = None) -> Any:
+def registry_for(report: Report, node: str | None = None, breaker_open: bool | None = None) -> Any:
     from prometheus_client import CollectorRegistry, Gauge
 
     reg = CollectorRegistry()
@@ -31,6 +31,9 @@ def registry_for(report: Report, node: str | None = None) -> Any:
     perf = Gauge("gpufleet_perf", "Last performance measurement", ["node", "gpu", "measure"], registry=reg)
     last = Gauge("gpufleet_last_check_timestamp_seconds", "When the check ran", ["node"], registry=reg)
     duration = Gauge("gpufleet_check_duration_seconds", "How long the checks took", ["node"], registry=reg)
+    if breaker_open is not None:
+        Gauge("gpufleet_drain_breaker_open", "1 while the fleet-wide drain breaker is open (reset by an admin)",
+              ["node"], registry=reg).labels(host).set(int(breaker_open))
 
     worst: dict[int | None, int] = {}
     counts: dict[tuple[str, str], int] = {}
@@ -71,7 +74,7 @@ def registry_for(report: Report, node: str | None = None) -> Any:
     return reg
 
 
-def write_textfile(path: str, report: Report, node: str | None = None) -> None:
+def write_textfile(path: str, report: Report, node: str | None = None, breaker_open: bool | None = None) -> None:
     from prometheus_client import write_to_textfile
 
-    write_to_textfile(path, registry_for(report, node))  # writes a temp file and renames it
+    write_to_textfile(path, registry_for(report, node, breaker_open))  # writes a temp file and renames it

@@ -115,6 +115,18 @@ class SlurmSettings:
     straggler_min_drop_pct: float = 5.0
     # opt-in: `fleet stragglers --drain` may drain the slow nodes (never nodes held by someone else)
     drain_stragglers: bool = False
+    # fleet-wide drain circuit breaker: a drain that would make more than this many nodes (or this share
+    # of the fleet or of a partition) drained by our health check within the window opens it instead
+    breaker_threshold: int | str = "10%"
+    breaker_window_s: float = 300.0
+    # where an open breaker is recorded (default <state_dir>/breaker.json; shared storage: one reset)
+    breaker_file: str | None = None
+
+    @property
+    def breaker_path(self) -> str:
+        import os
+
+        return self.breaker_file or os.path.join(self.state_dir, "breaker.json")
 
 
 @dataclass(frozen=True)
@@ -330,6 +342,9 @@ SLURM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "straggler_z": _number,
     "straggler_min_drop_pct": _number,
     "drain_stragglers": _bool,
+    "breaker_threshold": _count_or_pct,
+    "breaker_window_s": _number,
+    "breaker_file": _abs_path,
 }
 assert set(SLURM_VALIDATORS) == {f.name for f in fields(SlurmSettings)}
 

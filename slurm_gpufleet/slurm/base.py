@@ -17,6 +17,7 @@ class NodeInfo:
     flags: set[str] = field(default_factory=set)  # DRAIN, REBOOT_REQUESTED, REBOOT_ISSUED, MAINTENANCE, ...
     reason: str = ""                 # without Slurm's " [user@time]" suffix
     reason_user: str | None = None
+    reason_time: float | None = None  # when the reason was set (epoch s), from Slurm's "[user@time]"
     comment: str = ""
     extra: str = ""
     boot_time: str | None = None

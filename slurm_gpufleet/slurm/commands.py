@@ -16,7 +16,7 @@ from .base import JobInfo, NodeInfo, Reservation, SlurmError
 
 # In the multi-line `scontrol show node` text these keys take the rest of their line (values with spaces).
 _WHOLE_LINE = ("OS=", "Reason=", "Comment=", "Extra=")
-_REASON_SUFFIX = re.compile(r"\s*\[(?P<user>[^@\]]+)@[^\]]*\]\s*$")
+_REASON_SUFFIX = re.compile(r"\s*\[(?P<user>[^@\]]+)@(?P<time>[^\]]*)\]\s*$")
 
 
 class CommandBackend:
@@ -204,6 +204,11 @@ def parse_node_json(text: str, name: str) -> NodeInfo:
                  node.get("extra", "") or "", str(boot) if boot else None, node.get("gres", "") or "")
     weight = node.get("weight")
     info.weight = weight if isinstance(weight, int) else None
+    changed = node.get("reason_changed_at")
+    if isinstance(changed, dict):
+        changed = changed.get("number")
+    if isinstance(changed, int | float) and changed:
+        info.reason_time = float(changed)
     started = node.get("slurmd_start_time")
     if isinstance(started, dict):
         started = started.get("number")
@@ -222,9 +227,11 @@ def _info(name: str, parts: list[str], reason: str, comment: str, extra: str, bo
     if "DRAINED" in flags or "DRAINING" in flags:
         flags.add("DRAIN")
     user = None
+    when = None
     m = _REASON_SUFFIX.search(reason)
     if m:
         user = m.group("user")
+        when = slurm_time(m.group("time"))
         reason = reason[: m.start()]
     if boot in ("None", "(null)", "Unknown"):
         boot = None
@@ -235,4 +242,4 @@ def _info(name: str, parts: list[str], reason: str, comment: str, extra: str, bo
     if extra == "(null)":
         extra = ""
     return NodeInfo(name=name, state="ALLOCATED" if base == "ALLOC" else base, flags=flags, reason=reason.strip(),
-                    reason_user=user, comment=comment, extra=extra, boot_time=boot, gres=gres)
+                    reason_user=user, reason_time=when, comment=comment, extra=extra, boot_time=boot, gres=gres)

@@ -200,6 +200,7 @@ def _reset(c: Cluster) -> None:
     for db in (c.dir / "state" / "gpufleet").glob("*.db*"):
         db.unlink(missing_ok=True)
     (c.dir / "state" / "gpufleet" / "internal-errors.log").unlink(missing_ok=True)
+    (c.dir / "state" / "gpufleet" / "breaker.json").unlink(missing_ok=True)
     for node in c.nodes:
         state = c.state(node)
         if "REBOOT" in state:

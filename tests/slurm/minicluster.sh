@@ -129,6 +129,7 @@ require_persistence = true
 
 [slurm]
 clean_runs_to_resume = ${CLEAN_RUNS:-2}
+breaker_threshold = ${BREAKER_THRESHOLD:-4}  # nodes drained by us within breaker_window_s
 reboots_before_drain = ${REBOOTS_BEFORE_DRAIN:-2}
 read_timeout_s = ${READ_TIMEOUT:-5}
 scontrol = "$(command -v scontrol)"

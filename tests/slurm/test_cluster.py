@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+import re
 import time
 
 import gpustate
@@ -148,3 +150,37 @@ def test_fault_that_survives_reboots_becomes_a_drain(mc):
     time.sleep(mc.hc_interval + 1)
     assert reboots.read_text().split().count("n3") == 2, "no third reboot"
     assert mc.history("n3", "select count(*) from reboots") == [(2,)]
+
+
+def test_drain_breaker_stops_a_fleet_wide_drain_and_holds_until_reset(mc):
+    """Five nodes turn drain-worthy at once; with a threshold of 2 nodes, two are drained, the breaker
+    opens, the other three stay in service publishing "breaker open", and it holds until reset."""
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    config.write_text(re.sub(r"(?m)^breaker_threshold = .*$", "breaker_threshold = 2", original))
+    try:
+        victims = ["n2", "n3", "n4", "n5", "n6"]
+        for node in victims:
+            mc.set_gpu(node, 5, "remapped_rows/remapped_row_failure", "Yes")
+        breaker_file = mc.dir / "state" / "gpufleet" / "breaker.json"
+        mc.wait(lambda: breaker_file.exists() and all(
+            '"brk":1' in mc.node(n).get("Extra", "") for n in victims if "DRAIN" not in mc.state(n)),
+            6 * mc.hc_interval, "breaker open and the rest publishing it")
+        time.sleep(2 * mc.hc_interval)  # more runs: still no third drain
+        drained = [n for n in victims if "DRAIN" in mc.state(n)]
+        assert len(drained) == 2, [(n, mc.state(n)) for n in victims]
+        for n in set(victims) - set(drained):
+            extra = json.loads(mc.node(n)["Extra"])
+            assert extra["v"] == "drain" and extra["f"].startswith("breaker open")
+        assert "limit 2" in json.loads(breaker_file.read_text())["why"]
+        status = mc.gpufleet("breaker", "status", "--json")
+        assert status.returncode == 1 and json.loads(status.stdout)["open"]
+        for n in victims:  # the cause is fixed, then an admin closes the breaker
+            mc.heal(n)
+        mc.wait(lambda: all('"v":"ok"' in mc.node(n).get("Extra", "") for n in victims), 4 * mc.hc_interval,
+                "victims healthy again")
+        assert mc.gpufleet("breaker", "reset").returncode == 0
+        assert not breaker_file.exists()
+        assert mc.gpufleet("breaker", "status").returncode == 0
+    finally:
+        config.write_text(original)
