@@ -1,17 +1,33 @@
-"""Readers never crash: any input is a snapshot or a ReportError."""
+"""Parsers never crash: any input is a value or the parser's own one-line error.  Each property runs at
+150 examples in the quick suite and at 10,000 in the slow-marked run (`pytest -m slow`; `make test`
+runs both, as CI does)."""
 
+import json
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import H200, PUBLIC
 
 from slurm_gpufleet import evaluate
+from slurm_gpufleet.maintain.engine import published, published_at
+from slurm_gpufleet.maintain.sacct import SacctError, read_sacct
+from slurm_gpufleet.policy import PolicyError, parse_policy
 from slurm_gpufleet.readers import ReportError, read_report
 from slurm_gpufleet.readers.kernel_log import parse_kernel_log
+from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
+from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text
 
 TEXT = (H200 / "nvidia-smi-q.txt").read_text()
 XML = (H200 / "nvidia-smi-q.xml").read_text()
 TABLE = (PUBLIC / "nvidia-smi" / "fan_err_geforce_table_1.txt").read_text()
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SACCT = ("JobIDRaw|User|Submit|Start|End|Elapsed|NNodes|AllocTRES|State|Timelimit\n"
+         "1|u|2020-09-01T00:00:00|2020-09-01T00:00:00|2020-09-01T01:00:00|01:00:00|1|gres/gpu=2|COMPLETED|02:00:00\n")
+NODE = ("NodeName=n2 Arch=x86_64 CoresPerSocket=1\n   State=IDLE+DRAIN ThreadsPerCore=1 Weight=1\n"
+        "   Reason=gpufleet: memory gpu5 row remapping failed [root@2026-11-30T10:04:11]\n"
+        '   Extra={"gpufleet":1,"v":"ok","drv":"580.159.04","t":"2026-11-30T10:04:11Z"}\n')
+QUICK = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SLOW = settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def _read(data):
@@ -22,33 +38,96 @@ def _read(data):
     evaluate(snap)  # the checks must take whatever a reader produced
 
 
-@SETTINGS
-@given(st.binary(max_size=2000))
-def test_random_bytes(data):
+def _splice(base, start, length, junk):
+    start %= len(base)
+    return base[:start] + junk + base[start + length:]
+
+
+def random_bytes(data):
     _read(data)
 
 
-@SETTINGS
-@given(st.sampled_from([TEXT, XML, TABLE]), st.integers(0, 20000), st.integers(0, 400), st.text(max_size=40))
-def test_cut_and_garbled_reports(base, start, length, junk):
-    start %= len(base)
-    _read(base[:start] + junk + base[start + length:])
+def cut_and_garbled_reports(base, start, length, junk):
+    _read(_splice(base, start, length, junk))
 
 
-@SETTINGS
-@given(st.sampled_from([TEXT, XML]), st.integers(0, 30000))
-def test_truncated_reports(base, cut):
+def truncated_reports(base, cut):
     _read(base[: cut % len(base)])
 
 
-@SETTINGS
-@given(st.lists(st.text(max_size=200), max_size=30))
-def test_kernel_log_lines(lines):
+def kernel_log_lines(lines):
     events, boots = parse_kernel_log(lines)
     assert all(e.xid >= 0 for e in events) and boots >= 0
 
 
-@SETTINGS
-@given(st.text(alphabet="0123456789abcdef:.", max_size=12), st.integers(0, 10**6), st.text(max_size=60))
-def test_xid_lines_with_odd_fields(pci, number, rest):
-    parse_kernel_log([f"NVRM: Xid (PCI:{pci}): {number}, {rest}"])
+def xid_lines_with_odd_fields(pci, number, rest):
+    parse_kernel_log([f"NVRM: Xid (PCI:{pci}): {number}, {rest}", f"NVRM: GPU {pci}: {rest} fallen off the bus"])
+
+
+def sacct_histories(start, length, junk):
+    try:
+        read_sacct(_splice(SACCT, start, length, junk).splitlines())
+    except SacctError:
+        pass
+
+
+def policies(text):
+    try:
+        parse_policy(text)
+    except PolicyError:
+        pass
+
+
+def scontrol_node_text(start, length, junk):
+    try:
+        parse_node_text(_splice(NODE, start, length, junk))
+    except SlurmError:
+        pass
+
+
+def scontrol_node_json(value):
+    try:
+        parse_node_json(json.dumps({"nodes": [value]}), "n1")
+    except SlurmError:
+        pass
+
+
+def published_summaries(text):
+    data = published(NodeInfo("n1", "IDLE", extra=text))
+    if data is not None:
+        published_at(data)
+
+
+SCALAR = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+# the shapes scontrol --json uses: scalars, lists of words, and 23.11's {"set": ..., "number": ...}
+JSONISH = SCALAR | st.lists(st.text(max_size=12), max_size=4) | st.fixed_dictionaries(
+    {"set": st.booleans(), "number": st.integers() | st.floats(allow_nan=False)})
+PROPERTIES = {
+    "random_bytes": (random_bytes, (st.binary(max_size=2000),)),
+    "cut_and_garbled_reports": (cut_and_garbled_reports, (st.sampled_from([TEXT, XML, TABLE]), st.integers(0, 20000),
+                                                          st.integers(0, 400), st.text(max_size=40))),
+    "truncated_reports": (truncated_reports, (st.sampled_from([TEXT, XML]), st.integers(0, 30000))),
+    "kernel_log_lines": (kernel_log_lines, (st.lists(st.text(max_size=200), max_size=30),)),
+    "xid_lines_with_odd_fields": (xid_lines_with_odd_fields, (st.text(alphabet="0123456789abcdef:.", max_size=12),
+                                                              st.integers(0, 10**6), st.text(max_size=60))),
+    "sacct_histories": (sacct_histories, (st.integers(0, 400), st.integers(0, 60), st.text(max_size=40))),
+    "policies": (policies, (st.text(max_size=300),)),
+    "scontrol_node_text": (scontrol_node_text, (st.integers(0, 400), st.integers(0, 60), st.text(max_size=40))),
+    "scontrol_node_json": (scontrol_node_json, (st.dictionaries(
+        st.sampled_from(["name", "state", "state_flags", "reason", "boot_time", "weight", "extra",
+                         "slurmd_start_time", "reason_changed_at", "comment", "gres"]), JSONISH, max_size=8),)),
+    "published_summaries": (published_summaries, (st.one_of(st.text(max_size=200), JSONISH.map(json.dumps)),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROPERTIES))
+def test_quick(name):
+    fn, strategies = PROPERTIES[name]
+    QUICK(given(*strategies)(fn))()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PROPERTIES))
+def test_10000_cases(name):
+    fn, strategies = PROPERTIES[name]
+    SLOW(given(*strategies)(fn))()

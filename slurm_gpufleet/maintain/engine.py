@@ -129,13 +129,13 @@ class Writes:
     errors: list[str] = field(default_factory=list)
 
     def calls(self) -> list[tuple[str, tuple[Any, ...]]]:
-        """(backend method, arguments), most urgent first: stop new jobs on nodes we take, then give
-        capacity back, then the rest."""
+        """(backend method, arguments), most urgent first: give capacity back, stop new jobs on nodes we
+        take, then the rest."""
         out: list[tuple[str, tuple[Any, ...]]] = []
+        if self.resume:  # capacity back first: a node done and one taken are never both out for long
+            out.append(("resume_nodes", (sorted(self.resume),)))
         out += [("drain_nodes", (sorted(n), r)) for r, n in self.drain.items()]
         out += [("reboot_asap_nodes", (sorted(n), r, "RESUME")) for r, n in self.reboot.items()]
-        if self.resume:
-            out.append(("resume_nodes", (sorted(self.resume),)))
         out += [("update_reservation", (name, sorted(n))) for name, n in sorted(self.update.items())]
         out += [("delete_reservation", (name,)) for name in sorted(self.delete)]
         out += [("set_reason_nodes", (sorted(n), r)) for r, n in self.reason.items()]
@@ -567,9 +567,19 @@ class _Step:
         for st in self.state.values():
             counts[st] += 1
         failed = counts[S.FAILED]
-        if failed > self.s.max_failures:
-            return
-        out = sum(counts[s] for s in S.IN_FLIGHT)
+        if failed > self.s.max_failures or failed >= budget["max_unavailable"]:
+            return  # the rollout halts at the end of this step
+        # out of service as Slurm shows it: nodes under way, nodes done but not yet given back, and nodes
+        # idle in a slot that has begun
+        now = self.world.now
+        in_slot = {n for name, r in self.world.ours.items() if name.startswith(f"{RESERVATION_PREFIX}{self.rid}_")
+                   and r.start is not None and r.start <= now for n in r.nodes}
+        out = 0
+        for n, st in self.state.items():
+            info = self.world.nodes.get(n)
+            if st in S.IN_FLIGHT or (st == S.PENDING and n in in_slot) or (
+                    st in (S.DONE, S.SKIPPED) and info is not None and self.ours(info)):
+                out += 1
         room = budget["max_unavailable"] - out - failed
         waves = self.plan["waves"]
         canary = set(waves[0]["nodes"]) if waves and waves[0]["kind"] == "canary" else set()
@@ -592,8 +602,11 @@ class _Step:
             limit = cum + width
             started = sum(1 for n in planned if self.state[n] != S.PENDING)
             pool = [n for n in planned if self.state[n] == S.PENDING]
-        allowed = min(room, width - out, limit - started)
-        if allowed <= 0 or not pool:
+        # the stage bounds our work under way; the budget bounds what Slurm shows out of service (a node
+        # already idle in its slot is out either way, so taking it costs the budget nothing)
+        under_way = sum(counts[s] for s in S.IN_FLIGHT)
+        stage_room = min(width - under_way, limit - started)
+        if stage_room <= 0 or not pool:
             return
         per_part = budget.get("per_partition", {})
         part_out: dict[str, int] = defaultdict(int)
@@ -610,17 +623,21 @@ class _Step:
             return (0 if reboot_asap or not self.busy(n) else 1, self.world.free_at.get(n, 0.0), order.get(n, 0))
 
         rows = {r["node"]: r for r in self.rows}
-        for n in sorted(pool, key=key):
-            if allowed <= 0:
+        for n in sorted(pool, key=lambda n: (n not in in_slot, *key(n))):
+            if stage_room <= 0:
                 break
             if not reboot_asap and self.busy(n):
-                break  # it is taken when it empties, at its slot at the latest
+                continue  # it is taken when it empties, at its slot at the latest
+            if room <= 0 and n not in in_slot:
+                continue
             info = self.world.nodes.get(n)
             parts = info.partitions if info else []
             if any(p in per_part and part_out[p] >= per_part[p] for p in parts):
                 continue
             if self.take(rows[n]):
-                allowed -= 1
+                stage_room -= 1
+                if n not in in_slot:
+                    room -= 1
                 for p in parts:
                     part_out[p] += 1
 

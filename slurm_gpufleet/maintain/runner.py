@@ -70,13 +70,23 @@ class Runner:
         existing = self.store.rollout(plan["id"])
         active = self.store.active()
         if active and active["id"] != plan["id"]:
-            raise RolloutError(f"rollout {active['id']} is {active['state']}: finish it first "
-                               "(maintain resume, rollback or abort)")
+            raise RolloutError(self._held(active, plan))
         if existing is None:
             self.store.create_rollout(plan)
         elif existing["state"] in S.ROLLOUT_FINAL:
             return existing["state"]
         return self.resume(plan["id"])
+
+    def _held(self, active: dict[str, Any], plan: dict[str, Any]) -> str:
+        from ..hostlist import fold
+
+        theirs = {r["node"] for r in self.store.nodes(active["id"]) if r["state"] not in S.FINAL}
+        mine = {n for w in plan["waves"] for n in w["nodes"]}
+        both = theirs & mine
+        who = f", applied by {active['holder']}" if active.get("holder") else ""
+        what = f"nodes {fold(both)} are held by" if both else "one rollout at a time:"
+        return (f"{what} rollout {active['id']} ({active['state']}{who}): "
+                "finish it first (maintain resume, rollback or abort)")
 
     def resume(self, rollout_id: str | None = None) -> str:
         r = self.store.rollout(rollout_id) if rollout_id else self.store.active()
@@ -103,12 +113,26 @@ class Runner:
         return self._drive(r["id"])
 
     def _drive(self, rid: str) -> str:
+        import socket
+
+        holder = f"{socket.gethostname()}:{os.getpid()}"
+        stale_s = max(60.0, 10 * self.s.poll_s)
+        other = self.store.acquire(rid, holder, time.time(), stale_s)
+        if other:
+            raise RolloutError(f"rollout {rid} is being applied by {other}: wait for it, or stop it first")
+        try:
+            return self._steps(rid, holder)
+        finally:
+            self.store.release(rid, holder)
+
+    def _steps(self, rid: str, holder: str) -> str:
         if self.engine.executor is None:
             budget = json.loads(self.store.rollout(rid)["plan"])["budget"]["max_unavailable"]
             self.engine.executor = PoolExecutor(self.s.max_parallel_upgrades or budget)
         try:
             while True:
                 state = self.engine.step(rid)
+                self.store.heartbeat(rid, holder, time.time())
                 if state in S.ROLLOUT_FINAL:
                     break
                 # halted: no new node is taken; what is under way finishes (or fails) first

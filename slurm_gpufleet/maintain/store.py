@@ -38,6 +38,10 @@ class Store:
         for column in ("started", "slot"):
             if column not in self.db["nodes"].columns_dict:
                 self.db["nodes"].add_column(column, float)
+        # who is applying the rollout now (host:pid) and when it last stepped: one driver at a time
+        if "holder" not in self.db["rollouts"].columns_dict:
+            self.db["rollouts"].add_column("holder", str)
+            self.db["rollouts"].add_column("heartbeat", float)
         self._crash_counts: dict[str, int] = {}
 
     # -- rollouts --------------------------------------------------------------------------------
@@ -72,6 +76,27 @@ class Store:
         assert state in S.ROLLOUT_STATES, state
         self.db["rollouts"].update(rollout_id, {"state": state, "updated": time.time() if at is None else at})
         self.audit(rollout_id, None, f"rollout {state}", detail, at)
+
+    # -- one driver at a time ----------------------------------------------------------------------
+    def acquire(self, rollout_id: str, holder: str, now: float, stale_s: float) -> str | None:
+        """Take the rollout for this process; returns who holds it instead, if someone alive does."""
+        with self.db.conn:
+            self.db.execute("begin immediate")
+            row = self.rollout(rollout_id)
+            current = row.get("holder") if row else None
+            if current and current != holder and _alive(current, row.get("heartbeat") or 0, now, stale_s):
+                since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.get("heartbeat") or 0))
+                return f"{current} (last step {since})"
+            self.db["rollouts"].update(rollout_id, {"holder": holder, "heartbeat": now})
+        return None
+
+    def heartbeat(self, rollout_id: str, holder: str, now: float) -> None:
+        self.db.execute("update rollouts set heartbeat = ? where id = ? and holder = ?", [now, rollout_id, holder])
+        self.db.conn.commit()
+
+    def release(self, rollout_id: str, holder: str) -> None:
+        self.db.execute("update rollouts set holder = null where id = ? and holder = ?", [rollout_id, holder])
+        self.db.conn.commit()
 
     # -- nodes -----------------------------------------------------------------------------------
     def nodes(self, rollout_id: str) -> list[dict[str, Any]]:
@@ -153,3 +178,19 @@ class Store:
 
     def close(self) -> None:
         self.db.conn.close()
+
+
+def _alive(holder: str, heartbeat: float, now: float, stale_s: float) -> bool:
+    """On this host: is the process there?  Elsewhere: has it stepped recently?"""
+    import socket
+
+    host, _, pid = holder.rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    return now - heartbeat < stale_s
