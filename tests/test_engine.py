@@ -3,7 +3,10 @@ of issue #10 has a test that fails when it is taken out."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import socket
 from dataclasses import replace
 
 import pytest
@@ -175,3 +178,36 @@ def test_slots_follow_free_times_window_and_gates():
     assert slots["c"] == T0 + 600                 # after the canary validated; stage 1 is one node
     assert slots["d"] == T0 + 1200                # stage 2 opens when c is done
     assert slots["b"] == T0 + 3600 and slots["e"] == T0 + 10 * 3600  # when their jobs end
+
+
+def test_one_driver_per_rollout_and_overlapping_plans_are_refused(tmp_path):
+    from slurm_gpufleet.maintain.runner import Progress, RolloutError, Runner
+
+    fleet = SimFleet(6)
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    refusals = []
+
+    def between_steps(_seconds):
+        if not refusals:  # while this apply runs: the same plan again, and a plan over the same nodes
+            second = Runner(Store(str(tmp_path / "maintain.db")), fleet.slurm, engine.policy, Progress(io.StringIO()),
+                            executor=executor, clock=lambda: fleet.sim.now)
+            for p in (plan, {**plan, "id": "other123"}):
+                with pytest.raises(RolloutError) as exc:
+                    second.apply(p)
+                refusals.append(str(exc.value))
+        fleet.advance(fleet.sim.now + 300, executor)
+
+    runner = Runner(store, fleet.slurm, engine.policy, Progress(io.StringIO()), sleep=between_steps,
+                    executor=executor, clock=lambda: fleet.sim.now)
+    assert runner.apply(plan) == S.R_DONE
+    me = f"{socket.gethostname()}:{os.getpid()}#"
+    assert refusals[0].startswith(f"rollout {plan['id']} is being applied by {me}")
+    assert refusals[1].startswith("nodes node[00001-00006] are held by rollout") and me in refusals[1]
+    assert store.rollout(plan["id"])["holder"] is None  # released at the end
+
+
+def test_a_dead_holder_does_not_block_resume(tmp_path):
+    fleet = SimFleet(2)
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    store.acquire(plan["id"], f"{socket.gethostname()}:999999999", fleet.sim.now, 60)  # a killed apply
+    assert store.acquire(plan["id"], "me:1", fleet.sim.now, 60) is None

@@ -114,8 +114,9 @@ class Runner:
 
     def _drive(self, rid: str) -> str:
         import socket
+        import uuid
 
-        holder = f"{socket.gethostname()}:{os.getpid()}"
+        holder = f"{socket.gethostname()}:{os.getpid()}#{uuid.uuid4().hex[:6]}"  # this run, of this process
         stale_s = max(60.0, 10 * self.s.poll_s)
         other = self.store.acquire(rid, holder, time.time(), stale_s)
         if other:

@@ -184,7 +184,7 @@ def _alive(holder: str, heartbeat: float, now: float, stale_s: float) -> bool:
     """On this host: is the process there?  Elsewhere: has it stepped recently?"""
     import socket
 
-    host, _, pid = holder.rpartition(":")
+    host, _, pid = holder.split("#")[0].rpartition(":")
     if host == socket.gethostname() and pid.isdigit():
         try:
             os.kill(int(pid), 0)

@@ -30,7 +30,11 @@ MAX_REASON = 120  # scontrol has no real limit, but sinfo -R and dashboards cut 
 def make_reason(finding: Finding, suffix: str = "") -> str:
     """'gpufleet: <check> <gpu> <short message>', one line, no quotes, at most MAX_REASON chars."""
     gpu = f"gpu{finding.gpu}" if finding.gpu is not None else "node"
-    text = f"{PREFIX} {finding.check} {gpu} {finding.message}{suffix}"
+    return one_line(f"{PREFIX} {finding.check} {gpu} {finding.message}{suffix}")
+
+
+def one_line(text: str) -> str:
+    """Any reason on its way to Slurm: one line, no control characters or quotes, at most MAX_REASON."""
     text = re.sub(r"[\x00-\x1f\x7f\"'`\\]+", " ", text)
     text = re.sub(r"\s+", " ", text).strip()
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3].rstrip() + "..."

@@ -12,6 +12,7 @@ import re
 import subprocess
 
 from ..hostlist import fold
+from .actions import one_line
 from .base import JobInfo, NodeInfo, Reservation, SlurmError
 
 # In the multi-line `scontrol show node` text these keys take the rest of their line (values with spaces).
@@ -68,19 +69,19 @@ class CommandBackend:
 
     # -- batched: one scontrol call over a host list (about 10 ms for 6,000 nodes, against 3.4 ms a node)
     def drain_nodes(self, names: list[str], reason: str) -> None:
-        self._run("update", f"nodename={fold(names)}", "state=drain", f"reason={reason}")
+        self._run("update", f"nodename={fold(names)}", "state=drain", f"reason={one_line(reason)}")
 
     def resume_nodes(self, names: list[str]) -> None:
         self._run("update", f"nodename={fold(names)}", "state=resume")
 
     def set_reason_nodes(self, names: list[str], reason: str) -> None:
-        self._run("update", f"nodename={fold(names)}", f"reason={reason}")
+        self._run("update", f"nodename={fold(names)}", f"reason={one_line(reason)}")
 
     def set_weight_nodes(self, names: list[str], weight: int) -> None:
         self._run("update", f"nodename={fold(names)}", f"weight={int(weight)}")
 
     def reboot_asap_nodes(self, names: list[str], reason: str, next_state: str = "RESUME") -> None:
-        self._run("reboot", "ASAP", f"nextstate={next_state}", f"reason={reason}", fold(names))
+        self._run("reboot", "ASAP", f"nextstate={next_state}", f"reason={one_line(reason)}", fold(names))
 
     def set_field(self, name: str, field: str, value: str) -> None:
         if field not in ("comment", "extra"):

@@ -11,6 +11,7 @@ import datetime as dt
 import subprocess
 from typing import Any
 
+from .actions import one_line
 from .base import NodeInfo, SlurmError
 from .commands import CommandBackend, _info
 
@@ -60,13 +61,13 @@ class PyslurmBackend:
         self._call(node.modify, self._p.Node(**changes))
 
     def drain(self, name: str, reason: str) -> None:
-        self._modify(name, state="DRAIN", reason=reason)
+        self._modify(name, state="DRAIN", reason=one_line(reason))
 
     def resume(self, name: str) -> None:
         self._modify(name, state="RESUME")
 
     def set_reason(self, name: str, reason: str) -> None:
-        self._modify(name, reason=reason)
+        self._modify(name, reason=one_line(reason))
 
     def reboot_asap(self, name: str, reason: str, next_state: str = "RESUME") -> None:
         self._commands.reboot_asap(name, reason, next_state)
