@@ -163,6 +163,8 @@ class MaintainSettings:
     validate_timeout_s: int = 600
     # how long to wait between looks at Slurm while a rollout runs
     poll_s: float = 5.0
+    # Slurm unreachable this long (slurmctld restarting, failing over) ends `apply`; `resume` continues
+    slurm_outage_s: float = 600.0
     # the rollout's state (SQLite, created 0600)
     db: str = "/var/lib/slurm-gpufleet/maintain.db"
 
@@ -323,6 +325,7 @@ MAINTAIN_VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "return_timeout_s": _int(1),
     "validate_timeout_s": _int(1),
     "poll_s": _number,
+    "slurm_outage_s": _number,
     "db": _abs_path,
 }
 assert set(MAINTAIN_VALIDATORS) == {f.name for f in fields(MaintainSettings)}

@@ -211,3 +211,36 @@ def test_a_dead_holder_does_not_block_resume(tmp_path):
     engine, store, plan, executor = rollout(tmp_path, fleet)
     store.acquire(plan["id"], f"{socket.gethostname()}:999999999", fleet.sim.now, 60)  # a killed apply
     assert store.acquire(plan["id"], "me:1", fleet.sim.now, 60) is None
+
+
+def test_apply_rides_out_a_slurm_outage(tmp_path):
+    """slurmctld away for a few steps (a restart, a failover): apply waits and goes on; too long ends it."""
+    from slurm_gpufleet.maintain.runner import Progress, Runner
+    from slurm_gpufleet.slurm.base import SlurmError
+
+    fleet = SimFleet(4)
+    engine, store, plan, executor = rollout(tmp_path, fleet, "slurm_outage_s = 3600\n")
+    real_nodes = fleet.slurm.nodes
+    outage = {"left": 0, "seen": 0}
+
+    def nodes():
+        if outage["left"]:
+            outage["left"] -= 1
+            outage["seen"] += 1
+            raise SlurmError("scontrol show nodes: Unable to contact slurm controller (connect failure)")
+        return real_nodes()
+
+    fleet.slurm.nodes = nodes
+    steps = {"n": 0}
+
+    def between(_seconds):
+        steps["n"] += 1
+        if steps["n"] == 3:
+            outage["left"] = 4
+        fleet.advance(fleet.sim.now + 300, executor)
+
+    runner = Runner(store, fleet.slurm, engine.policy, Progress(io.StringIO()), sleep=between, executor=executor,
+                    clock=lambda: fleet.sim.now)
+    assert runner.apply(plan) == S.R_DONE and outage["seen"] == 4
+    retried = [e for e in store.log(plan["id"], 500) if e["event"] == "slurm unreachable, retrying"]
+    assert len(retried) == 4 and "Unable to contact" in retried[0]["detail"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..policy import Policy
+from ..slurm.base import SlurmError
 from . import states as S
 from .engine import Engine, Executor, PoolExecutor
 from .store import Store
@@ -130,9 +131,22 @@ class Runner:
         if self.engine.executor is None:
             budget = json.loads(self.store.rollout(rid)["plan"])["budget"]["max_unavailable"]
             self.engine.executor = PoolExecutor(self.s.max_parallel_upgrades or budget)
+        outage_since: float | None = None
         try:
             while True:
-                state = self.engine.step(rid)
+                try:
+                    state = self.engine.step(rid)
+                except SlurmError as exc:
+                    # slurmctld restarting, a failover, a network blip: the state is in the store, every
+                    # step is repeatable; wait and step again, up to slurm_outage_s
+                    now = time.monotonic()
+                    outage_since = outage_since or now
+                    self.store.audit(rid, None, "slurm unreachable, retrying", str(exc))
+                    if now - outage_since > self.s.slurm_outage_s:
+                        raise
+                    self.sleep(self.s.poll_s)
+                    continue
+                outage_since = None
                 self.store.heartbeat(rid, holder, time.time())
                 if state in S.ROLLOUT_FINAL:
                     break
