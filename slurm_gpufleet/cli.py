@@ -78,10 +78,13 @@ def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: f
                    "`deep` also measures each GPU (memory bandwidth, bf16 GEMM, host-to-device; <= ~2 s per GPU).")
 @click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
+@click.option("--host-root", metavar="DIR", type=click.Path(file_okay=False, exists=True),
+              help="Judge the kernels and NVIDIA modules under DIR (a mounted node image) instead of this host's; "
+                   "a live check reads this host's.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def check(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
           previous: str | None, expect_idle: bool, perf_baseline: str | None, level: str, timeout: float,
-          as_json: bool) -> None:
+          host_root: str | None, as_json: bool) -> None:
     """Judge a node's GPUs: live NVML, or a saved report.
 
     Exit codes: 0 ok or warn, 1 reboot or drain, 2 usage or config error, 3 no readable GPU state.
@@ -97,6 +100,10 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
     snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout)
     if not snap.has_gpu_state():
         _fail("no readable GPU state in the input", exitcodes.NO_STATE)
+    if host_root or not (report or snapshot_file):
+        from .readers.host import read_host
+
+        snap.host_facts = read_host(host_root or "/")
     baseline = _perf_baseline(perf_baseline, policy) if perf_baseline else None
     result = evaluate(snap, policy, host=node, previous=prev, expect_idle=expect_idle or None,
                       perf_baseline=baseline)

@@ -110,6 +110,16 @@ def read_node(settings: SlurmSettings, node: str, level: str = "quick") -> NodeS
     return snap
 
 
+def _host_facts(settings: SlurmSettings):
+    from .readers.host import read_host
+
+    try:
+        return read_host(settings.host_root)
+    except OSError as exc:  # what cannot be read is not judged
+        log.warning("host facts under %s unreadable: %s", settings.host_root, exc)
+        return None
+
+
 def _start_watchdog(setup: Setup, code: int, on_timeout) -> object:
     """A hard limit on reading GPU state: on expiry `on_timeout` runs (drain, or hand the reason over)
     and the process exits with `code`, whatever the stuck call is doing."""
@@ -172,8 +182,18 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         elif action.kind == "resume":
             backend.resume(node)
         elif action.kind == "reboot":
-            backend.reboot_asap(node, action.reason)
-            history.record_reboot(node, action.fault or "", info.boot_time)
+            # look before rebooting: a reboot into a kernel without a module for this driver loses the GPUs
+            from .checks.kernel import reboot_problem
+            from .slurm.actions import one_line
+
+            problem = reboot_problem(s.host_facts or _host_facts(setup.settings), known(s.driver_version))
+            if problem:
+                reason = one_line(f"gpufleet: {problem}")
+                action = type(action)("drain", reason=reason, why=f"not rebooted ({action.reason}): {problem}")
+                blocked = breaker_drain(setup.settings, backend, node, reason)
+            else:
+                backend.reboot_asap(node, action.reason)
+                history.record_reboot(node, action.fault or "", info.boot_time)
     except SlurmError as exc:
         ok, error = False, str(exc)
     if action.kind != "none" or not ok:
@@ -324,6 +344,7 @@ def _healthcheck(argv: list[str] | None = None) -> int:
     _start_watchdog(setup, 1, None if args.nhc else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
         snap = read_node(setup.settings, setup.node, args.level)
+        snap.host_facts = _host_facts(setup.settings)
     except (ReportError, OSError) as exc:
         log.error("no readable GPU state: %s", exc)
         if args.nhc:

@@ -109,6 +109,8 @@ class SlurmSettings:
     gpu_state_dir: str | None = None
     # the kernel log to read Xids from: /dev/kmsg, a file, or a directory holding <node>.kmsg
     kernel_log: str | None = "/dev/kmsg"
+    # where the node's /boot, /lib/modules and /etc are (the kernel check; looking before a reboot)
+    host_root: str = "/"
     # `fleet stragglers`: judged per GPU model against at least this many peers, robust z and drop
     straggler_min_peers: int = 8
     straggler_z: float = 4.0
@@ -341,6 +343,7 @@ SLURM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "state_dir": _abs_path,
     "gpu_state_dir": _abs_path,
     "kernel_log": _abs_path,
+    "host_root": _abs_path,
     "straggler_min_peers": _int(2),
     "straggler_z": _number,
     "straggler_min_drop_pct": _number,

@@ -237,6 +237,36 @@ class XidEvent:
 
 
 @dataclass
+class KernelModule:
+    """The NVIDIA kernel module installed for one kernel, as its .modinfo and signature say."""
+
+    path: str
+    version: str | None = None
+    flavour: str | None = None     # "open" (Dual MIT/GPL) or "proprietary" (NVIDIA)
+    source: str | None = None      # "dkms" or "precompiled"
+    signed: bool | None = None
+
+
+@dataclass
+class KernelFacts:
+    release: str
+    module: KernelModule | None = None
+    note: str | None = None        # e.g. a DKMS build that left no module
+
+
+@dataclass
+class HostFacts:
+    """What decides whether a reboot brings the GPUs back: the kernel that boots next and its module."""
+
+    running: KernelFacts | None = None
+    next_boot: KernelFacts | None = None
+    next_boot_from: str | None = None   # "grubenv", "/etc/default/grub", "newest in /boot", "running"
+    secure_boot: bool | None = None
+    auto_updates: list[str] = field(default_factory=list)   # "unattended-upgrades", "dnf-automatic"
+    root: str = "/"
+
+
+@dataclass
 class NodeSnapshot:
     host: str | None = None
     kernel_release: str | None = None
@@ -259,6 +289,8 @@ class NodeSnapshot:
     boots_seen: int = 0
     # `check --level deep` only: per-GPU performance measurements
     performance: list[PerfSample] = field(default_factory=list)
+    # the host's kernels and NVIDIA modules (readers/host.py), when read
+    host_facts: HostFacts | None = None
 
     def gpu_by_pci(self, pci: str | None) -> Gpu | None:
         if not pci:

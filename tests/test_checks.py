@@ -7,7 +7,15 @@ import pytest
 from slurm_gpufleet import evaluate
 from slurm_gpufleet.checks import CHECKS
 from slurm_gpufleet.policy import parse_policy
-from slurm_gpufleet.snapshot import NvLink, PerfSample, Process, XidEvent
+from slurm_gpufleet.snapshot import (
+    HostFacts,
+    KernelFacts,
+    KernelModule,
+    NvLink,
+    PerfSample,
+    Process,
+    XidEvent,
+)
 
 
 def g0(s):
@@ -115,6 +123,10 @@ FAULTS = [
      "4000 MiB in use"),
     ("recovery-reset", set_("recovery_action", "gpu_reset"), "", "recovery", "reboot", "recovery action gpu_reset"),
     ("recovery-drain-p2p", set_("recovery_action", "drain_p2p"), "", "recovery", "drain", "drain_p2p"),
+    ("kernel-no-module", lambda s: setattr(s, "host_facts", HostFacts(
+        running=KernelFacts("6.1.0-28-amd64", KernelModule("/lib/modules/x/nvidia.ko", "580.159.04")),
+        next_boot=KernelFacts("6.1.0-31-amd64"), next_boot_from="newest in /boot")), "", "kernel", "warn",
+     "next boot kernel 6.1.0-31-amd64 has no nvidia 580.159.04 module"),
     ("unknown-error-ecc", set_("unknown_errors", ["ecc_mode/current_ecc"]), "", "unknown_error", "reboot",
      "Unknown Error reading ecc_mode/current_ecc"),
     ("unknown-error-fan", set_("unknown_errors", ["fan_speed"]), "", "unknown_error", "warn",

@@ -20,6 +20,7 @@ from . import (
     driver,
     firmware,
     inventory,
+    kernel,
     memory,
     modes,
     nvlink,
@@ -52,7 +53,7 @@ CheckFn = Callable[[Context], list[Finding]]
 # Order is the order findings are reported in: what the node is, then what is wrong with it.
 CHECKS: dict[str, CheckFn] = {
     m.NAME: m.check
-    for m in (inventory, driver, compatibility, firmware, memory, xid, thermal, clocks, pcie, nvlink,
+    for m in (inventory, driver, compatibility, firmware, kernel, memory, xid, thermal, clocks, pcie, nvlink,
               modes, processes, recovery, unknown, performance)
 }
 

@@ -121,6 +121,15 @@ AutoDetect=off
 NodeName=n[1-$n] Name=gpu Type=h200 File=$DIR/dev/nvidia[0-$((GPUS_PER_NODE - 1))]
 EOF
 
+  # The nodes' simulated host: the running kernel with the NVIDIA module of the driver the GPUs run
+  # (what the kernel check and the look-before-reboot read); tests add a kernel without one.
+  rm -rf "$DIR/host"
+  mkdir -p "$DIR/host/proc/sys/kernel" "$DIR/host/boot" "$DIR/host/lib/modules/6.1.0-28-amd64/updates/dkms"
+  echo 6.1.0-28-amd64 > "$DIR/host/proc/sys/kernel/osrelease"
+  echo kernel > "$DIR/host/boot/vmlinuz-6.1.0-28-amd64"
+  printf 'ELF\0version=580.159.04\0license=Dual MIT/GPL\0~Module signature appended~\n' \
+    > "$DIR/host/lib/modules/6.1.0-28-amd64/updates/dkms/nvidia.ko"
+
   cat > "$DIR/etc/gpufleet.toml" <<EOF
 # written by tests/slurm/minicluster.sh: simulated GPUs, fast hysteresis
 [defaults]
@@ -135,6 +144,7 @@ read_timeout_s = ${READ_TIMEOUT:-5}
 scontrol = "$(command -v scontrol)"
 state_dir = "$DIR/state/gpufleet"
 gpu_state_dir = "$GPUDIR"
+host_root = "$DIR/host"
 kernel_log = "$GPUDIR"
 
 [maintain]

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import time
 
 import gpustate
@@ -184,3 +185,23 @@ def test_drain_breaker_stops_a_fleet_wide_drain_and_holds_until_reset(mc):
         assert mc.gpufleet("breaker", "status").returncode == 0
     finally:
         config.write_text(original)
+
+
+def test_a_reboot_into_a_kernel_without_the_module_becomes_a_drain(mc):
+    """unattended-upgrades installed 6.1.0-31 and DKMS built nothing for it: the reset-fixable fault
+    would ask for a reboot, which would come back without GPUs, so the node is drained instead."""
+    host = mc.dir / "host"
+    (host / "boot" / "vmlinuz-6.1.0-31-amd64").write_text("kernel")
+    (host / "lib" / "modules" / "6.1.0-31-amd64" / "kernel").mkdir(parents=True, exist_ok=True)
+    try:
+        mc.set_gpu("n3", 2, "remapped_rows/remapped_row_pending", "Yes")  # reset-fixable: a reboot normally
+        mc.wait(lambda: "DRAIN" in mc.state("n3"), 4 * mc.hc_interval, "n3 drained")
+        assert mc.node("n3")["Reason"].startswith(
+            "gpufleet: next boot kernel 6.1.0-31-amd64 has no nvidia 580.159.04 module")
+        time.sleep(mc.hc_interval)
+        reboots = mc.dir / "log" / "reboots.log"
+        assert not reboots.exists() or "n3" not in reboots.read_text()
+        assert "REBOOT" not in mc.state("n3")
+    finally:
+        (host / "boot" / "vmlinuz-6.1.0-31-amd64").unlink()
+        shutil.rmtree(host / "lib" / "modules" / "6.1.0-31-amd64")
