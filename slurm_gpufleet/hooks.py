@@ -203,6 +203,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                                         f" FAILED: {error}" if error else "")
     else:
         log.info("%s verdict %s: %s", hook, final, action.why)
+    if setup.settings.feature_prefix and hook != "prolog":
+        _features(backend, info, setup.settings.feature_prefix, known(s.driver_version), known(s.cuda_driver_version))
     # published even with no GPU readable: a rollout validates from it, and "driver unreachable" is news
     if setup.settings.publish != "none":
         data = summary(report, final)
@@ -268,6 +270,34 @@ def summary(report: Report, final: str) -> dict:
         data["bw"] = round(min(bw))
         data["bwgpu"] = min((p for p in s.performance if p.mem_bw_gbps), key=lambda p: p.mem_bw_gbps).gpu
     return data
+
+
+def driver_features(prefix: str, driver: str | None, cuda: str | None) -> list[str]:
+    """gpufleet_drv580, gpufleet_drv580.159.04, gpufleet_cuda13.0: what a job can --constraint on."""
+    out = []
+    if driver:
+        out += [f"{prefix}drv{driver.split('.')[0]}", f"{prefix}drv{driver}"]
+    if cuda:
+        out.append(f"{prefix}cuda{cuda}")
+    return out
+
+
+def _features(backend, info, prefix: str, driver: str | None, cuda: str | None) -> None:
+    """Keep our features current; every feature without our prefix stays as the site set it."""
+    from .slurm import SlurmError
+
+    want = driver_features(prefix, driver, cuda)
+    if not want:
+        return  # nothing readable: keep what the node had rather than pretend it has no driver
+    if sorted(f for f in info.features if f.startswith(prefix)) == sorted(want) and \
+            sorted(f for f in info.active_features if f.startswith(prefix)) == sorted(want):
+        return
+    available = [f for f in info.features if not f.startswith(prefix)] + want
+    active = [f for f in info.active_features if not f.startswith(prefix)] + want
+    try:
+        backend.set_features(info.name, available, active)
+    except SlurmError as exc:
+        log.warning("could not set the driver features: %s", exc)
 
 
 def _boot_id() -> str:

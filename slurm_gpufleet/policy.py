@@ -49,6 +49,10 @@ class NodePolicy:
     min_cuda: str | None = None
     require_cuda: list[str] = field(default_factory=list)
     eol_branch_severity: str = "ok"
+    # driver branch types the group accepts ("LTSB", "PB", "NFB"; empty: any).  Production partitions
+    # usually refuse New Feature Branches: ["LTSB", "PB"].  From data/compat.toml's branch table.
+    allowed_branch_types: list[str] = field(default_factory=list)
+    branch_type_severity: str = "warn"
     # a node off its group's pinned driver or firmware; warn by default so that changing the target
     # in the config before a rollout never drains the fleet
     driver_mismatch_severity: str = "warn"
@@ -123,6 +127,9 @@ class SlurmSettings:
     breaker_window_s: float = 300.0
     # where an open breaker is recorded (default <state_dir>/breaker.json; shared storage: one reset)
     breaker_file: str | None = None
+    # driver and CUDA as node features (gpufleet_drv580, gpufleet_drv580.159.04, gpufleet_cuda13.0), so
+    # jobs can --constraint during a rollout; "" turns it off.  Features without the prefix are never touched
+    feature_prefix: str = "gpufleet_"
 
     @property
     def breaker_path(self) -> str:
@@ -206,6 +213,12 @@ def _str_list(v: Any) -> Any:
     return [x.strip() for x in v]
 
 
+def _branch_types(v: Any) -> Any:
+    if not isinstance(v, list) or any(x not in ("LTSB", "PB", "NFB") for x in v):
+        raise ValueError('must be a list of branch types, e.g. ["LTSB", "PB"] (LTSB, PB, NFB)')
+    return list(v)
+
+
 def _version_list(v: Any) -> Any:
     return [_version(x) for x in _str_list(v)]
 
@@ -239,6 +252,8 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "min_cuda": _version,
     "require_cuda": _version_list,
     "eol_branch_severity": _choice(*SEVERITY_CHOICES),
+    "allowed_branch_types": _branch_types,
+    "branch_type_severity": _choice(*SEVERITY_CHOICES),
     "driver_mismatch_severity": _choice(*SEVERITY_CHOICES),
     "firmware_mismatch_severity": _choice(*SEVERITY_CHOICES),
     "vbios": _str_list,
@@ -351,6 +366,7 @@ SLURM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "breaker_threshold": _count_or_pct,
     "breaker_window_s": _number,
     "breaker_file": _abs_path,
+    "feature_prefix": _str,
 }
 assert set(SLURM_VALIDATORS) == {f.name for f in fields(SlurmSettings)}
 

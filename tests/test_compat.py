@@ -41,3 +41,27 @@ def test_max_cuda():
     assert max_cuda_for_driver("580.159.04") == "13.0"
     assert max_cuda_for_driver("550.54.14") == "12.4"
     assert max_cuda_for_driver("400.1") is None
+
+
+def test_branch_policy_refuses_new_feature_branches_in_check_and_gate(h200, tmp_path):
+    import json as _json
+
+    from support import REPO, run_cli
+
+    from slurm_gpufleet import evaluate
+    from slurm_gpufleet.policy import parse_policy
+
+    prod = parse_policy('[defaults]\nallowed_branch_types = ["LTSB", "PB"]\n')
+    assert [f for f in evaluate(h200, prod).findings if f.check == "compatibility"] == []  # R580 is LTSB
+    h200.driver_version = "575.57.08"  # R575: a New Feature Branch
+    found = [f for f in evaluate(h200, prod).findings if "NFB" in f.message]
+    assert found and found[0].severity == "warn" and found[0].message.startswith("R575 is a NFB branch")
+    config = tmp_path / "site.toml"
+    config.write_text('[defaults]\nallowed_branch_types = ["LTSB", "PB"]\n')
+    r = run_cli("maintain", "plan", "--target-driver", "575.57.08", "--nodes", "gpu[001-032],a100-[01-08]",
+                "--fleet", str(REPO / "etc" / "sample-fleet.json"), "--config", str(config), "--json")
+    assert r.returncode == 1
+    gate = _json.loads(r.stdout)["gate"]
+    assert all(any("NFB branch" in p for p in g["problems"]) for g in gate.values())
+    assert run_cli("maintain", "plan", "--target-driver", "580.159.04", "--nodes", "gpu[001-032]",
+                   "--fleet", str(REPO / "etc" / "sample-fleet.json"), "--config", str(config)).returncode == 0

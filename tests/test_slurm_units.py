@@ -158,3 +158,27 @@ def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(monkeypatch):
         monkeypatch.setattr(commands, "CommandBackend", Backend)
         hooks._drain_if_free(SlurmSettings(), "n1", hooks.TIMEOUT_REASON)
         assert bool(calls) == drained, reason
+
+
+def test_driver_features_are_ours_alone_to_change():
+    from slurm_gpufleet.hooks import _features, driver_features
+
+    assert driver_features("gpufleet_", "580.159.04", "13.0") == [
+        "gpufleet_drv580", "gpufleet_drv580.159.04", "gpufleet_cuda13.0"]
+    calls = []
+
+    class Backend:
+        def set_features(self, name, available, active):
+            calls.append((name, available, active))
+
+    node = NodeInfo("n5", "IDLE", set(), "", features=["ib", "h200", "gpufleet_drv570", "gpufleet_drv570.172.08"],
+                    active_features=["ib", "gpufleet_drv570", "gpufleet_drv570.172.08"])
+    _features(Backend(), node, "gpufleet_", "580.159.04", "13.0")
+    (name, available, active), = calls
+    assert available == ["ib", "h200", "gpufleet_drv580", "gpufleet_drv580.159.04", "gpufleet_cuda13.0"]
+    assert active == ["ib", "gpufleet_drv580", "gpufleet_drv580.159.04", "gpufleet_cuda13.0"]
+    calls.clear()
+    node.features, node.active_features = available, active
+    _features(Backend(), node, "gpufleet_", "580.159.04", "13.0")  # unchanged: no Slurm call
+    _features(Backend(), node, "gpufleet_", None, None)  # unreadable driver: keep what the node had
+    assert calls == []

@@ -16,6 +16,17 @@ if TYPE_CHECKING:
 NAME = "compatibility"
 
 
+def branch_refused(info: compat.BranchInfo, allowed: list[str]) -> str | None:
+    """The group's branch policy: why this branch is not one it accepts, or None."""
+    if not allowed:
+        return None
+    if info.type is None:
+        return f"R{info.branch} branch type unknown (group accepts {'/'.join(allowed)})"
+    if info.type not in allowed:
+        return f"R{info.branch} is a {info.type} branch (group accepts {'/'.join(allowed)})"
+    return None
+
+
 def check(ctx: Context) -> list[Finding]:
     snap, pol = ctx.snapshot, ctx.policy
     driver = known(snap.driver_version)
@@ -44,6 +55,10 @@ def check(ctx: Context) -> list[Finding]:
                                f"{result.architecture or key} unsupported by R{result.branch}",
                                "; ".join(result.problems)))
     info = compat.branch_info(compat.branch_of(driver))
+    refused = branch_refused(info, pol.allowed_branch_types)
+    if refused:
+        out.append(Finding(NAME, pol.branch_type_severity, "fix_config", None, refused[:80],
+                           f"the node group accepts {', '.join(pol.allowed_branch_types)} branches only"))
     if info.ended(ctx.today):
         out.append(Finding(NAME, pol.eol_branch_severity, "watch", None, f"driver branch R{info.branch} end of life",
                            f"R{info.branch} ({info.type}) support ended ({info.eol}); plan an upgrade"))

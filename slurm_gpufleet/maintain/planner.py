@@ -17,6 +17,7 @@ from typing import Any
 
 from .. import compat
 from ..catalog import find_model
+from ..checks.compatibility import branch_refused
 from ..policy import MaintainSettings, Policy
 from .fleet import FleetState
 
@@ -129,6 +130,9 @@ def gate(fleet: FleetState, names: list[str], target: str, policy: Policy, today
             res = compat.evaluate(target, cuda=need, today=today)
             if not res.compatible:
                 problems += res.problems
+        refused = branch_refused(branch, node_policy.allowed_branch_types)
+        if refused:
+            problems.append(refused)
         if branch.ended(today):
             problems.append(f"R{branch.branch} ({branch.type}) is past end of life ({branch.eol})")
         elif branch.type is None:

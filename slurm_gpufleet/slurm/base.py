@@ -23,7 +23,8 @@ class NodeInfo:
     boot_time: str | None = None
     gres: str = ""
     partitions: list[str] = field(default_factory=list)
-    features: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)          # AvailableFeatures
+    active_features: list[str] = field(default_factory=list)   # ActiveFeatures
     weight: int | None = None        # scheduling weight: Slurm prefers lower-weight nodes
     slurmd_start: float | None = None  # when this node's slurmd last registered (epoch s): a restart moves it
 
@@ -80,6 +81,8 @@ class SlurmBackend(Protocol):
         ...
 
     def set_weight(self, name: str, weight: int) -> None: ...
+
+    def set_features(self, name: str, available: list[str], active: list[str]) -> None: ...
 
     def nodes(self) -> list[NodeInfo]: ...
 

@@ -91,6 +91,10 @@ class CommandBackend:
     def set_weight(self, name: str, weight: int) -> None:
         self.set_weight_nodes([name], weight)
 
+    def set_features(self, name: str, available: list[str], active: list[str]) -> None:
+        self._run("update", f"nodename={name}", f"availablefeatures={','.join(available)}",
+                  f"activefeatures={','.join(active)}")
+
 
     # -- fleet-wide reads and reservations (maintain) --------------------------------------------
     def nodes(self) -> list[NodeInfo]:
@@ -178,6 +182,7 @@ def parse_node_text(text: str) -> NodeInfo:
                  values.get("Comment", ""), values.get("Extra", ""), values.get("BootTime"), values.get("Gres", ""))
     info.partitions = _list(values.get("Partitions", ""))
     info.features = _list(values.get("AvailableFeatures", ""))
+    info.active_features = _list(values.get("ActiveFeatures", ""))
     info.weight = int(values["Weight"]) if values.get("Weight", "").isdigit() else None
     info.slurmd_start = slurm_time(values.get("SlurmdStartTime", ""))
     return info
@@ -205,6 +210,12 @@ def parse_node_json(text: str, name: str) -> NodeInfo:
                  node.get("extra", "") or "", str(boot) if boot else None, node.get("gres", "") or "")
     weight = node.get("weight")
     info.weight = weight if isinstance(weight, int) else None
+    for key, attr in (("features", "features"), ("active_features", "active_features")):
+        value = node.get(key)
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, list):
+            setattr(info, attr, [str(v) for v in value if v])
     changed = node.get("reason_changed_at")
     if isinstance(changed, dict):
         changed = changed.get("number")

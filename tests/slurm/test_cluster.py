@@ -205,3 +205,26 @@ def test_a_reboot_into_a_kernel_without_the_module_becomes_a_drain(mc):
     finally:
         (host / "boot" / "vmlinuz-6.1.0-31-amd64").unlink()
         shutil.rmtree(host / "lib" / "modules" / "6.1.0-31-amd64")
+
+
+def test_driver_features_let_jobs_pick_the_driver(mc):
+    """During a mixed-driver period a job constrained to one driver runs only where it is installed; the
+    site's own features stay."""
+    import gpustate
+
+    mc.run("scontrol", "update", "nodename=n5", "availablefeatures=ib", "activefeatures=ib")
+    gpustate.write_atomic(gpustate.healthy_report(8, "n5", "570.172.08"), mc.gpu_file("n5"))
+    mc.wait(lambda: "gpufleet_drv570.172.08" in mc.node("n5").get("ActiveFeatures", ""), 3 * mc.hc_interval,
+            "n5's driver feature")
+    mc.wait(lambda: all("gpufleet_drv580.159.04" in mc.node(n).get("ActiveFeatures", "")
+                        for n in mc.nodes if n != "n5"), 3 * mc.hc_interval, "the others' driver feature")
+    features = mc.node("n5")["ActiveFeatures"].split(",")
+    assert "ib" in features and "gpufleet_drv570" in features and "gpufleet_cuda13.0" in features
+    assert "gpufleet_drv580.159.04" not in features
+    ran_on = []
+    for _ in range(3):
+        job = mc.sbatch("--constraint=gpufleet_drv570.172.08", "--gres=gpu:1", "--time=1", "--wrap", "true")
+        mc.wait(lambda j=job: mc.job(j).get("JobState") == "COMPLETED", 60, f"job {job} completed")
+        ran_on.append(mc.job(job)["NodeList"])
+    assert ran_on == ["n5", "n5", "n5"]
+    mc.run("scontrol", "update", "nodename=n5", "availablefeatures=", "activefeatures=", check=False)
