@@ -262,6 +262,15 @@ def summary(report: Report, final: str) -> dict:
     data = {"gpufleet": 1, "v": final, "drv": known(s.driver_version), "cuda": known(s.cuda_driver_version),
             "gpus": f"{len(s.gpus)}x{'/'.join(names)}", "fw": ",".join(vbios),
             "t": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "boot": _boot_id()}
+    # what a rollout compares against its canary after each upgrade
+    gsp = sorted({known(g.gsp_firmware) for g in s.gpus if known(g.gsp_firmware)})
+    if gsp:
+        data["gsp"] = ",".join(gsp)
+    host = s.host_facts
+    if host is not None and host.running is not None:
+        data["kern"] = host.running.release
+        if host.running.module is not None and host.running.module.flavour:
+            data["modf"] = host.running.module.flavour
     worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
     if worst:  # why, for a rollout's validation and for `fleet`
         data["f"] = max(worst, key=lambda f: RANK[f.severity]).message[:80]

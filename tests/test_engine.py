@@ -244,3 +244,21 @@ def test_apply_rides_out_a_slurm_outage(tmp_path):
     assert runner.apply(plan) == S.R_DONE and outage["seen"] == 4
     retried = [e for e in store.log(plan["id"], 500) if e["event"] == "slurm unreachable, retrying"]
     assert len(retried) == 4 and "Unable to contact" in retried[0]["detail"]
+
+
+def test_a_node_that_comes_back_unlike_the_canary_fails_with_the_difference(tmp_path):
+    fleet = SimFleet(4)
+    odd = "node00003"
+
+    def fields(name):  # node00003 booted another kernel with the proprietary module
+        return {"kern": "6.1.0-31-amd64" if name == odd else "6.1.0-28-amd64",
+                "modf": "proprietary" if name == odd else "open", "gsp": "580.159.04"}
+
+    engine, store, plan, executor = rollout(tmp_path, fleet, "max_failures = 1\n", fields=fields)
+    assert plan["waves"][0]["nodes"] != [odd]
+    drive(fleet, engine, plan, executor)
+    row = store.node(plan["id"], odd)
+    assert row["state"] == S.FAILED
+    assert row["error"] == ("validation failed: kernel 6.1.0-31-amd64 != canary's 6.1.0-28-amd64; "
+                            "module flavour proprietary != canary's open")
+    assert json.loads(store.node(plan["id"], plan["waves"][0]["nodes"][0])["validated"])["kern"] == "6.1.0-28-amd64"

@@ -391,6 +391,19 @@ class _Step:
     def fail(self, row: dict[str, Any], why: str) -> None:
         self.move(row, S.FAILED, why, error=why)
 
+    def differs_from_canary(self, node: str, seen: dict[str, Any]) -> str | None:
+        """How this node's post-upgrade state differs from the first validated canary's, or None."""
+        waves = self.plan.get("waves", [])
+        canary = waves[0]["nodes"] if waves and waves[0]["kind"] == "canary" else []
+        if node in canary:
+            return None
+        ref = next((json.loads(r["validated"]) for r in self.rows if r["node"] in canary and r.get("validated")), None)
+        if not ref:
+            return None
+        diffs = [f"{label} {seen.get(key, 'unknown')} != canary's {ref[key]}"
+                 for key, label in COMPARED.items() if key in ref and seen.get(key) != ref[key]]
+        return "; ".join(diffs) or None
+
     # -- the step ----------------------------------------------------------------------------------
     def run(self) -> None:
         for row in self.rows:
@@ -744,12 +757,22 @@ def on_validating(ctx: _Step, row: dict[str, Any]) -> None:
         if data.get("v") not in ("ok", "warn"):
             return ctx.fail(row, f"validation failed: verdict {data.get('v')}"
                                  + (f": {data['f']}" if data.get("f") else ""))
+        seen = {k: data[k] for k in COMPARED if data.get(k) is not None}
+        if not ctx.rolling_back:
+            differs = ctx.differs_from_canary(row["node"], seen)
+            if differs:
+                return ctx.fail(row, f"validation failed: {differs}")
         done = S.ROLLED_BACK if ctx.rolling_back else S.DONE
-        return ctx.move(row, done, f"driver {driver}, verdict {data.get('v')} at {data.get('t')}")
+        return ctx.move(row, done, f"driver {driver}, verdict {data.get('v')} at {data.get('t')}",
+                        validated=json.dumps(seen, sort_keys=True))
     if ctx.world.now - (row["updated"] or ctx.world.now) > ctx.s.validate_timeout_s:
         ctx.fail(row, f"validation failed: no health check published within {ctx.s.validate_timeout_s} s "
                       "of the reboot")
 
+
+# What every upgraded node must share with the canary: the kernel it booted, the module flavour (open or
+# proprietary), the GSP firmware, GB200's CDMM mode where the driver reports it
+COMPARED = {"kern": "kernel", "modf": "module flavour", "gsp": "GSP firmware", "cdmm": "CDMM mode"}
 
 HANDLERS: dict[str, Callable[[_Step, dict[str, Any]], None]] = {
     S.RESERVED: on_reserved,

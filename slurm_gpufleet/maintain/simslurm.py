@@ -9,6 +9,7 @@ the new driver.  Every call is counted, so a benchmark can print Slurm calls per
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from collections import Counter
@@ -135,12 +136,13 @@ class SimExecutor:
     TEMPLATE = "{{ node }} {{ target_driver }} {{ action }}\n"
 
     def __init__(self, sim: Any, upgrade_s: float, *, ok: bool = True, reboots: bool = True,
-                 publishes: str | None = "target"):
+                 publishes: str | None = "target", fields: Any = None):
         """ok: the command's exit status; reboots: the node comes back rebooted (or merely up);
         publishes: "target" (the driver installed), another version (a bad install), or None (no check)."""
         self.sim = sim
         self.upgrade_s = upgrade_s
         self.ok, self.reboots, self.publishes = ok, reboots, publishes
+        self.fields = fields  # node -> extra summary keys (kern, modf, gsp) its health check publishes
         self.active: dict[str, float] = {}
         self.done: dict[str, Result] = {}
         self.index = {x.name: x for x in sim.nodes}
@@ -160,7 +162,9 @@ class SimExecutor:
         if self.publishes is not None:
             drv = driver if self.publishes == "target" else self.publishes
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sim.now))
-            n.extra = f'{{"gpufleet":1,"v":"ok","drv":"{drv}","gpus":"{n.gpus}xNVIDIA H200","t":"{stamp}"}}'
+            summary = {"gpufleet": 1, "v": "ok", "drv": drv, "gpus": f"{n.gpus}xNVIDIA H200", "t": stamp,
+                       **(self.fields(name) if self.fields else {})}
+            n.extra = json.dumps(summary, separators=(",", ":"))
         n.upgraded = True
         self.done[name] = Result(self.ok, 0 if self.ok else 1, "")
 

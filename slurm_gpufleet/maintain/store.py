@@ -38,6 +38,8 @@ class Store:
         for column in ("started", "slot"):
             if column not in self.db["nodes"].columns_dict:
                 self.db["nodes"].add_column(column, float)
+        if "validated" not in self.db["nodes"].columns_dict:  # what the node published when it validated
+            self.db["nodes"].add_column("validated", str)
         # who is applying the rollout now (host:pid) and when it last stepped: one driver at a time
         if "holder" not in self.db["rollouts"].columns_dict:
             self.db["rollouts"].add_column("holder", str)
@@ -116,7 +118,7 @@ class Store:
                                      "detail": detail})
         self._maybe_crash(state)
 
-    COLUMNS = frozenset({"state", "updated", "prior", "boot", "error", "weight", "started", "slot"})
+    COLUMNS = frozenset({"state", "updated", "prior", "boot", "error", "weight", "started", "slot", "validated"})
 
     def apply(self, rollout_id: str, changes: list[tuple[str, str | None, str, dict[str, Any]]], at: float,
               audits: list[tuple[str | None, str, str]] = ()) -> None:
