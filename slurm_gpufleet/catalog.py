@@ -49,6 +49,10 @@ def compat_data() -> dict[str, Any]:
     return _load("compat.toml")
 
 
+def security_data() -> dict[str, Any]:
+    return _load("security.toml")
+
+
 @dataclass(frozen=True)
 class GpuModel:
     name: str

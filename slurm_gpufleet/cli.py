@@ -229,6 +229,12 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
             click.echo(f"  INCOMPATIBLE: {p}")
         for n in result.notes:
             click.echo(f"  note: {n}")
+        if result.cves:
+            worst = max(result.cves, key=lambda c: c["cvss"] or 0)
+            safe = compat_mod.safe_version(driver)
+            click.echo(f"  exposed to {len(result.cves)} CVE(s) of NVIDIA's bulletins, worst {worst['id']} "
+                       f"({worst['severity']} {worst['cvss']}); "
+                       + (f"first safe on R{result.branch}: {safe}" if safe else f"R{result.branch} has no fix"))
         click.echo("compatible" if result.compatible else "not compatible")
     sys.exit(exitcodes.OK if result.compatible else exitcodes.UNHEALTHY)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from .catalog import compat_data
+from .catalog import compat_data, security_data
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -73,6 +73,37 @@ def cuda_min_driver(cuda: str) -> tuple[str | None, str | None]:
     return release, family
 
 
+def cves_for(driver: str) -> list[dict]:
+    """The CVEs of NVIDIA's bulletins (data/security.toml) this Linux data-center driver is exposed to:
+    its branch has a fix and it is older, or its branch was affected and got none ("fixed_in": None).
+    A branch newer than every branch a bulletin names came after the fix and is not exposed."""
+    version = parse_version(driver)
+    branch = str(version[0])
+    out = []
+    for row in security_data().get("cve", []):
+        fixed = row.get("fixed_in", {})
+        if branch in fixed:
+            if version < parse_version(fixed[branch]):
+                out.append(_cve(row, fixed[branch]))
+        elif branch in row.get("unfixed", []) or (fixed and int(branch) < max(int(b) for b in fixed)):
+            out.append(_cve(row, None))
+    return out
+
+
+def _cve(row: dict, fixed_in: str | None) -> dict:
+    return {"id": row["id"], "bulletin": row["bulletin"], "severity": row["severity"], "cvss": row["cvss"],
+            "fixed_in": fixed_in, "source": row["source"]}
+
+
+def safe_version(driver: str) -> str | None:
+    """The lowest version on this driver's branch that no listed CVE reaches, or None if the branch has
+    an unfixed one."""
+    exposed = cves_for(driver)
+    if any(c["fixed_in"] is None for c in exposed):
+        return None
+    return max((c["fixed_in"] for c in exposed), key=parse_version, default=driver)
+
+
 @dataclass
 class CompatResult:
     driver: str
@@ -86,6 +117,7 @@ class CompatResult:
     notes: list[str] = field(default_factory=list)
     architecture: str | None = None
     cuda: str | None = None
+    cves: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -98,7 +130,8 @@ def evaluate(driver: str, *, arch: str | None = None, cc: str | None = None, cud
     branch = branch_of(driver)
     info = branch_info(branch)
     result = CompatResult(driver=driver, branch=branch, branch_type=info.type, branch_eol=info.eol,
-                          branch_ended=info.ended(today), max_cuda=max_cuda_for_driver(driver), cuda=cuda)
+                          branch_ended=info.ended(today), max_cuda=max_cuda_for_driver(driver), cuda=cuda,
+                          cves=cves_for(driver))
     if info.type is None:
         result.notes.append(f"branch R{branch} is not in the branch table (type and end of life unknown)")
     elif result.branch_ended:

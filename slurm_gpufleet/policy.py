@@ -53,6 +53,10 @@ class NodePolicy:
     # usually refuse New Feature Branches: ["LTSB", "PB"].  From data/compat.toml's branch table.
     allowed_branch_types: list[str] = field(default_factory=list)
     branch_type_severity: str = "warn"
+    # a driver exposed to CVEs of NVIDIA's security bulletins (data/security.toml): a note by default;
+    # critical ones (CVSS >= 9) may be set to warn or drain by a site
+    cve_severity: str = "ok"
+    cve_critical_severity: str = "ok"
     # a node off its group's pinned driver or firmware; warn by default so that changing the target
     # in the config before a rollout never drains the fleet
     driver_mismatch_severity: str = "warn"
@@ -254,6 +258,8 @@ VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "eol_branch_severity": _choice(*SEVERITY_CHOICES),
     "allowed_branch_types": _branch_types,
     "branch_type_severity": _choice(*SEVERITY_CHOICES),
+    "cve_severity": _choice(*SEVERITY_CHOICES),
+    "cve_critical_severity": _choice(*SEVERITY_CHOICES),
     "driver_mismatch_severity": _choice(*SEVERITY_CHOICES),
     "firmware_mismatch_severity": _choice(*SEVERITY_CHOICES),
     "vbios": _str_list,

@@ -65,3 +65,52 @@ def test_branch_policy_refuses_new_feature_branches_in_check_and_gate(h200, tmp_
     assert all(any("NFB branch" in p for p in g["problems"]) for g in gate.values())
     assert run_cli("maintain", "plan", "--target-driver", "580.159.04", "--nodes", "gpu[001-032]",
                    "--fleet", str(REPO / "etc" / "sample-fleet.json"), "--config", str(config)).returncode == 0
+
+
+def test_cve_exposure_from_the_bulletin_data():
+    from slurm_gpufleet.catalog import security_data
+    from slurm_gpufleet.compat import cves_for, safe_version
+
+    rows = security_data()["cve"]
+    assert len(rows) >= 40 and all(r["source"].startswith("github.com/NVIDIA/product-security@") for r in rows)
+    # R580 got the May 2026 fixes in 580.159.03: the real H200's 580.159.04 is clean, 580.95.05 is not
+    assert cves_for("580.159.04") == []
+    exposed = cves_for("580.95.05")
+    assert exposed and {c["fixed_in"] for c in exposed} <= {"580.126.09", "580.159.03"}
+    assert safe_version("580.95.05") == "580.159.03"
+    # R570 stopped getting fixes: the later CVEs come back with fixed_in None
+    r570 = cves_for("570.172.08")
+    assert any(c["fixed_in"] is None for c in r570) and safe_version("570.172.08") is None
+    # a branch newer than every branch a bulletin names came after its fix
+    assert cves_for("610.10") == []
+
+
+def test_compat_json_lists_cves_and_check_notes_them(h200):
+    import json as _json
+
+    from support import run_cli
+
+    from slurm_gpufleet import evaluate
+    from slurm_gpufleet.policy import parse_policy
+
+    out = _json.loads(run_cli("compat", "--driver", "570.172.08", "--json").stdout)
+    assert out["cves"] and set(out["cves"][0]) >= {"id", "bulletin", "severity", "fixed_in"}
+    h200.driver_version = "580.95.05"
+    note = [f for f in evaluate(h200).findings if "CVE" in f.message]
+    assert note and note[0].severity == "ok" and "fixed from 580.159.03" in note[0].detail
+    site = parse_policy('[defaults]\ncve_severity = "warn"\n')
+    assert [f.severity for f in evaluate(h200, site).findings if "CVE" in f.message] == ["warn"]
+
+
+def test_plan_refuses_an_exposed_target_unless_forced(tmp_path):
+    import json as _json
+
+    from support import REPO, run_cli
+
+    args = ("maintain", "plan", "--target-driver", "580.95.05", "--nodes", "gpu[001-032]", "--fleet",
+            str(REPO / "etc" / "sample-fleet.json"))
+    r = run_cli(*args, "--json")
+    assert r.returncode == 1
+    problems = [p for g in _json.loads(r.stdout)["gate"].values() for p in g["problems"]]
+    assert any("580.95.05 is itself exposed to" in p and "fixed from 580.159.03" in p for p in problems)
+    assert run_cli(*args, "--force").returncode == 0

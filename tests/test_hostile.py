@@ -28,9 +28,11 @@ def test_template_values_are_data_never_shell(tmp_path_factory, node, target, pr
     template.write_text("printf '%s\\0' {{ node }} {{ target_driver }} {{ previous_driver }}\n")
     script = render(str(template), node=node.replace("\x00", ""), target_driver=target.replace("\x00", ""),
                     previous_driver=previous.replace("\x00", ""))
-    out = subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, cwd=work, timeout=10)
+    out = subprocess.run(["/bin/bash", "-c", script], capture_output=True, cwd=work, timeout=10)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\0")[:-1] == [v.replace("\x00", "") for v in (node, target, previous)]
+    # bytes, not text: text mode would turn a value's "\r" into "\n"
+    got = out.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+    assert got == [v.replace("\x00", "") for v in (node, target, previous)]
     assert not (work / "PWNED").exists()
 
 

@@ -53,13 +53,13 @@ def test_gate_refuses_volta_past_r580(tmp_path):
             n["gpus"] = "8xTesla V100-SXM2-32GB"
     path = tmp_path / "fleet.json"
     path.write_text(json.dumps(fleet))
-    r = run_cli("maintain", "plan", "--target-driver", "590.48.01", "--nodes", NODES, "--fleet", str(path),
+    r = run_cli("maintain", "plan", "--target-driver", "595.71.05", "--nodes", NODES, "--fleet", str(path),
                 "--config", POLICY, "--json")
     assert r.returncode == 1
     plan = json.loads(r.stdout)
     assert plan["refused"] and not plan["gate"]["a100-legacy"]["ok"] and plan["gate"]["h200"]["ok"]
     assert "Volta is not supported after the R580 branch" in plan["gate"]["a100-legacy"]["problems"][0]
-    r = run_cli("maintain", "plan", "--target-driver", "590.48.01", "--nodes", NODES, "--fleet", str(path),
+    r = run_cli("maintain", "plan", "--target-driver", "595.71.05", "--nodes", NODES, "--fleet", str(path),
                 "--config", POLICY, "--force")
     assert r.returncode == 0 and b"FORCED" in r.stdout
 

@@ -54,6 +54,19 @@ def check(ctx: Context) -> list[Finding]:
             out.append(Finding(NAME, "drain", "fix_config", g.index,
                                f"{result.architecture or key} unsupported by R{result.branch}",
                                "; ".join(result.problems)))
+    cves = compat.cves_for(driver)
+    if cves:
+        critical = [c for c in cves if (c["cvss"] or 0) >= 9.0]
+        worst = max(cves, key=lambda c: c["cvss"] or 0)
+        safe = compat.safe_version(driver)
+        severity = max(pol.cve_severity, pol.cve_critical_severity if critical else "ok",
+                       key=lambda s: ("ok", "warn", "reboot", "drain").index(s))
+        out.append(Finding(NAME, severity, "fix_config" if severity != "ok" else "watch", None,
+                           f"driver exposed to {len(cves)} CVE(s), worst {worst['severity']} {worst['cvss']}",
+                           f"worst {worst['id']} (bulletin {worst['bulletin']}); "
+                           + (f"fixed from {safe} on R{compat.branch_of(driver)}" if safe
+                              else f"R{compat.branch_of(driver)} gets no fix: change branch"),
+                           extra={"cves": [c["id"] for c in cves]}))
     info = compat.branch_info(compat.branch_of(driver))
     refused = branch_refused(info, pol.allowed_branch_types)
     if refused:

@@ -133,6 +133,11 @@ def gate(fleet: FleetState, names: list[str], target: str, policy: Policy, today
         refused = branch_refused(branch, node_policy.allowed_branch_types)
         if refused:
             problems.append(refused)
+        exposed = compat.cves_for(target)
+        if exposed:
+            safe = compat.safe_version(target)
+            problems.append(f"{target} is itself exposed to {len(exposed)} CVE(s) ("
+                            + (f"fixed from {safe})" if safe else f"no fix on R{branch.branch})"))
         if branch.ended(today):
             problems.append(f"R{branch.branch} ({branch.type}) is past end of life ({branch.eol})")
         elif branch.type is None:

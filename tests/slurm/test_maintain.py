@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-TARGET = "580.95.05"
+TARGET = "595.71.05"
 OLD = "580.159.04"
 
 

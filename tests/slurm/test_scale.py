@@ -14,7 +14,7 @@ from conftest import internal_errors, start_cluster
 from test_maintain import intervals, leftovers, max_concurrent
 
 NODES = 32
-TARGET = "580.95.05"
+TARGET = "595.71.05"
 
 
 @pytest.fixture(scope="module")
