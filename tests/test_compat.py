@@ -114,3 +114,17 @@ def test_plan_refuses_an_exposed_target_unless_forced(tmp_path):
     problems = [p for g in _json.loads(r.stdout)["gate"].values() for p in g["problems"]]
     assert any("580.95.05 is itself exposed to" in p and "fixed from 580.159.03" in p for p in problems)
     assert run_cli(*args, "--force").returncode == 0
+
+
+def test_fleet_shows_exposed_nodes_per_group_with_the_safe_version():
+    import json as _json
+
+    from support import REPO, run_cli
+
+    r = run_cli("fleet", "--fleet", str(REPO / "etc" / "sample-fleet.json"), "--config",
+                str(REPO / "etc" / "gpufleet.toml"), "--json")
+    exposed = _json.loads(r.stdout)["groups"]["h200"]["exposed"]
+    assert [(e["driver"], len(e["nodes"]), e["safe_version"]) for e in exposed] == [("570.172.08", 31, None)]
+    text = run_cli("fleet", "--fleet", str(REPO / "etc" / "sample-fleet.json"), "--config",
+                   str(REPO / "etc" / "gpufleet.toml")).stdout.decode()
+    assert "exposed   570.172.08 on 31 gpu[001-011,013-032]" in text and "change branch" in text

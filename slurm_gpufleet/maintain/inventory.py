@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..hostlist import grouped
+from ..hostlist import fold, grouped
 from ..policy import Policy
 from .fleet import FleetState
 
@@ -48,7 +48,31 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
             "verdicts": dict(Counter(n.verdict or "unknown" for n, _ in members).most_common()),
             "states": dict(Counter("+".join([n.state, *n.flags]) for n, _ in members).most_common()),
             "off_standard": off,
+            "exposed": _exposure(members),
         }
+    return out
+
+
+def _exposure(members) -> list[dict[str, Any]]:
+    """Per driver the group runs: the nodes exposed to CVEs of NVIDIA's bulletins, and the first safe
+    version on that branch (None: the branch gets no fix)."""
+    from .. import compat
+
+    by_driver: dict[str, list[str]] = defaultdict(list)
+    for node, _ in members:
+        if node.driver:
+            by_driver[node.driver].append(node.name)
+    out = []
+    for driver, nodes in sorted(by_driver.items()):
+        try:
+            cves = compat.cves_for(driver)
+        except ValueError:
+            continue  # not a version number: nothing to look up
+        if cves:
+            worst = max(cves, key=lambda c: c["cvss"] or 0)
+            out.append({"driver": driver, "nodes": nodes, "cves": [c["id"] for c in cves],
+                        "worst": f"{worst['id']} {worst['severity']} {worst['cvss']}",
+                        "safe_version": compat.safe_version(driver)})
     return out
 
 
@@ -59,6 +83,10 @@ def inventory_text(inv: dict[str, Any]) -> str:
                      f"{' (pinned)' if g['pinned'] else ' (most common)'}")
         for label in ("drivers", "models", "firmware", "verdicts", "states"):
             lines.append(f"  {label:<9} " + ", ".join(f"{k} x{v}" for k, v in g[label].items()))
+        for e in g.get("exposed", []):
+            fix = f"safe from {e['safe_version']}" if e["safe_version"] else "no fix on this branch: change branch"
+            lines.append(f"  exposed   {e['driver']} on {len(e['nodes'])} {fold(e['nodes'])}: {len(e['cves'])} CVE(s), "
+                         f"worst {e['worst']}; {fix}")
         if g["off_standard"]:
             lines.append(f"  off standard: {len(g['off_standard'])}")
             for why, count, nodes in grouped((o["node"], o["why"]) for o in g["off_standard"]):
