@@ -690,8 +690,11 @@ def on_reserved(ctx: _Step, row: dict[str, Any]) -> None:
         return ctx.fail(row, "not in Slurm any more")
     target = ctx.plan["target_driver"]
     if ctx.plan.get("strategy") == "reboot-asap":
-        if rebooted(info, row["boot"], row["started"] or 0) and responding(info) and not ctx.busy(row["node"]):
+        back = rebooted(info, row["boot"], row["started"] or 0)
+        if back and responding(info) and not ctx.busy(row["node"]):
             ctx.move(row, S.UPGRADING, f"to {target} (rebooted empty)", started=None)
+        elif back and info.down and ctx.world.now - (info.slurmd_start or ctx.world.now) > ctx.s.return_timeout_s:
+            ctx.fail(row, f"down after its reboot: {info.reason or info.state}")
         return
     if info.drained and not ctx.busy(row["node"]):  # by us, or by an admin (upgrade_held_nodes)
         ctx.move(row, S.UPGRADING, f"to {target}", started=None)

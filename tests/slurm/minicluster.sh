@@ -200,7 +200,9 @@ done
 [ -n "\$node" ] || exit 1
 [ -e "$DIR/hooks/reboot_noop" ] && exit 0
 setsid bash -c '
-  sleep 0.5
+  # a real reboot takes minutes; this one waits past the second the reboot was asked in, or slurmctld
+  # sees a boot time no newer than its request and times the reboot out (DOWN, "reboot timed out")
+  sleep 1.2
   kill '\$pid' 2>/dev/null
   for i in \$(seq 1 50); do [ -d /proc/'\$pid' ] && ! grep -q "^State:.*Z" /proc/'\$pid'/status 2>/dev/null || break; sleep 0.1; done
   [ -f "$GPUDIR/'\$node'.after-reboot.xml" ] && mv -f "$GPUDIR/'\$node'.after-reboot.xml" "$GPUDIR/'\$node'.xml"
