@@ -178,6 +178,15 @@ def internal_errors(c: Cluster) -> str:
     return path.read_text() if path.exists() else ""
 
 
+def _empty_history(path: Path) -> None:
+    """Every row out, the file kept: deleting a node's database while its health check (every few seconds)
+    writes to it gives that check a "disk I/O error", which no real node ever sees."""
+    with sqlite3.connect(path, timeout=30) as conn:
+        for (table,) in conn.execute("select name from sqlite_master where type = 'table' "
+                                     "and name not like 'sqlite_%'").fetchall():
+            conn.execute(f"delete from [{table}]")
+
+
 def _reset(c: Cluster) -> None:
     c.run("scancel", "--user=root", check=False)
     c.wait(lambda: c.run("squeue", "-h", "-t", "all", "-o", "%T", check=False).stdout.strip() in ("",)
@@ -197,8 +206,8 @@ def _reset(c: Cluster) -> None:
             c.run("scontrol", "delete", "reservation=" + line.split()[0].split("=", 1)[1], check=False)
     for db in (c.dir / "state").glob("maintain.db*"):
         db.unlink(missing_ok=True)
-    for db in (c.dir / "state" / "gpufleet").glob("*.db*"):
-        db.unlink(missing_ok=True)
+    for db in (c.dir / "state" / "gpufleet").glob("*.db"):
+        _empty_history(db)
     (c.dir / "state" / "gpufleet" / "internal-errors.log").unlink(missing_ok=True)
     (c.dir / "state" / "gpufleet" / "breaker.json").unlink(missing_ok=True)
     for node in c.nodes:
