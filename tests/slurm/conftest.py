@@ -154,6 +154,10 @@ def start_cluster(name: str, nodes: int, ctld_port: int, slurmd_port_base: int, 
         subprocess.run(["bash", str(SCRIPT), "down"], env=env, capture_output=True, timeout=120)
         if not os.environ.get("GPUFLEET_KEEP"):
             shutil.rmtree(base, ignore_errors=True)
+            try:
+                base.parent.rmdir()  # the run's folder, once its last cluster is gone
+            except OSError:
+                pass
 
 
 @pytest.fixture(scope="session")
