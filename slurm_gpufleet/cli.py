@@ -582,7 +582,7 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     budget = policy.maintain.max_unavailable
     if max_unavailable is not None:
         try:
-            budget = _count_or_pct(int(max_unavailable) if max_unavailable.isdigit() else max_unavailable)
+            budget = _count_or_pct(int(max_unavailable) if max_unavailable.isdecimal() else max_unavailable)
         except ValueError as exc:
             _fail(f"--max-unavailable {exc}", exitcodes.USAGE)
     try:

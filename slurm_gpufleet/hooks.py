@@ -418,7 +418,7 @@ def _healthcheck(argv: list[str] | None = None) -> int:
 
 def _job_gpus() -> frozenset[int] | None:
     raw = os.environ.get("SLURM_JOB_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES") or ""
-    ids = {int(x) for x in raw.split(",") if x.strip().isdigit()}
+    ids = {int(x) for x in raw.split(",") if x.strip().isdecimal()}
     return frozenset(ids) if ids else None
 
 

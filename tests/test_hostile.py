@@ -17,7 +17,7 @@ NASTY = st.one_of(
     st.sampled_from(["a;b", "$(touch PWNED)", "`touch PWNED`", "x' ; touch PWNED ; '", 'q"q', "l1\nl2",
                      "$HOME", "a\\b", "*", "-rf /", "n[1-3];id", "x" * 5000, "ümlaut", "\x00nul"]),
     st.text(max_size=80))
-FEW = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+FEW = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
 @FEW
@@ -45,7 +45,7 @@ def _fake_scontrol(tmp_path):
     return CommandBackend(str(exe)), log
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(names=st.lists(NASTY.filter(lambda s: s and "\x00" not in s), min_size=1, max_size=4), reason=NASTY)
 def test_slurm_gets_one_argument_per_field_and_a_one_line_reason(tmp_path_factory, names, reason):
     tmp = tmp_path_factory.mktemp("sc")

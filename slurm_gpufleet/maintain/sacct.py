@@ -58,11 +58,11 @@ def duration_s(text: str) -> float | None:
     days = 0
     if "-" in text:
         d, _, text = text.partition("-")
-        if not d.isdigit():
+        if not d.isdecimal():
             raise ValueError(text)
         days = int(d)
     parts = text.split(":")
-    if not all(p.replace(".", "", 1).isdigit() for p in parts) or len(parts) > 3:
+    if not all(p.replace(".", "", 1).isdecimal() for p in parts) or len(parts) > 3:
         raise ValueError(text)
     nums = [float(p) for p in parts]
     if len(nums) == 1:  # sacct prints plain minutes for limits, seconds never appear alone

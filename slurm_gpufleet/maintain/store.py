@@ -187,7 +187,7 @@ def _alive(holder: str, heartbeat: float, now: float, stale_s: float) -> bool:
     import socket
 
     host, _, pid = holder.split("#")[0].rpartition(":")
-    if host == socket.gethostname() and pid.isdigit():
+    if host == socket.gethostname() and pid.isdecimal():
         try:
             os.kill(int(pid), 0)
             return True

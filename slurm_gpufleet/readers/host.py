@@ -109,7 +109,7 @@ def installed_kernels(base: Path) -> list[str]:
 
 
 def _version_key(release: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.\-+]", release))
+    return tuple(int(x) if x.isdecimal() else x for x in re.split(r"[.\-+]", release))
 
 
 def secure_boot(base: Path) -> bool | None:

@@ -92,7 +92,7 @@ def parse_xid_line(line: str, number: int = 1) -> XidEvent | None:
     process: str | None = None
     pm = _PID.match(rest)
     if pm:
-        pid = int(pm.group("pid")) if pm.group("pid").isdigit() else None
+        pid = int(pm.group("pid")) if pm.group("pid").isdecimal() else None
         rest = rest[pm.end():]
         nm = _NAME.match(rest)
         if nm:
@@ -144,11 +144,11 @@ def event_epoch(event: XidEvent, boot_epoch: float | None = None, year: int | No
     ts = event.timestamp
     if not ts:
         return None
-    if ts.endswith("s") and ts[:-1].replace(".", "", 1).isdigit():
+    if ts.endswith("s") and ts[:-1].replace(".", "", 1).isdecimal():
         return boot_epoch + float(ts[:-1]) if boot_epoch is not None else None
     text = ts.replace(",", ".")
     try:
-        if text[:4].isdigit():
+        if text[:4].isdecimal():
             parsed = dt.datetime.fromisoformat(text.replace(" ", "T"))
             return parsed.timestamp()
         if text[:3].isalpha() and text[4:7].isalpha():  # ctime: "Sun Feb 23 16:24:18 2025"

@@ -183,7 +183,7 @@ def parse_node_text(text: str) -> NodeInfo:
     info.partitions = _list(values.get("Partitions", ""))
     info.features = _list(values.get("AvailableFeatures", ""))
     info.active_features = _list(values.get("ActiveFeatures", ""))
-    info.weight = int(values["Weight"]) if values.get("Weight", "").isdigit() else None
+    info.weight = int(values["Weight"]) if values.get("Weight", "").isdecimal() else None
     info.slurmd_start = slurm_time(values.get("SlurmdStartTime", ""))
     return info
 
