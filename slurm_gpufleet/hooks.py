@@ -155,7 +155,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     findings = report.findings + (extra_findings or [])
     final = verdict(findings)
     node = setup.node
-    history = History(db_path(setup.settings.state_dir, node))
+    history = KeptHistory(History, db_path(setup.settings.state_dir, node))
     s = report.snapshot
     history.record_run(node, hook, final, findings, job_id=job, duration_s=report.duration_s,
                        driver=known(s.driver_version), gpus=len(s.gpus), performance=s.performance,
@@ -216,6 +216,44 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         history.prune()
     history.close()
     return action.kind if ok else "error"
+
+
+class KeptHistory:
+    """The node's history, or its absence: a full disk, a read-only or broken database must not stop a
+    drain.  Every call that fails is logged once and answers what an empty history would (no clean runs:
+    nothing is resumed; no reboots recorded)."""
+
+    def __init__(self, cls, path: str):
+        self.path = path
+        self.failed = False
+        import sqlite3
+
+        self._errors = (sqlite3.Error, OSError)  # what a full, read-only or broken disk raises
+        try:
+            self._h = cls(path)
+        except self._errors as exc:
+            self._h = None
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.failed:
+            log.error("history %s unavailable, acting without it: %s: %s", self.path, type(exc).__name__, exc)
+        self.failed = True
+
+    def __getattr__(self, name: str):
+        from .slurm.actions import NodeHistory
+
+        empty = {"node_history": NodeHistory(), "record_run": 0}
+
+        def call(*args, **kwargs):
+            if self._h is None:
+                return empty.get(name)
+            try:
+                return getattr(self._h, name)(*args, **kwargs)
+            except self._errors as exc:
+                self._fail(exc)
+                return empty.get(name)
+        return call
 
 
 def breaker_drain(settings: SlurmSettings, backend, node: str, reason: str) -> str | None:
@@ -454,7 +492,7 @@ def _prolog(argv: list[str] | None = None) -> int:
         reason = make_reason(worst(report.findings))
         from .history import History, db_path
 
-        history = History(db_path(setup.settings.state_dir, setup.node))
+        history = KeptHistory(History, db_path(setup.settings.state_dir, setup.node))
         history.record_run(setup.node, "prolog", report.verdict, report.findings, job_id=job,
                            duration_s=report.duration_s, driver=known(snap.driver_version), gpus=len(snap.gpus))
         history.close()
@@ -523,7 +561,7 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
                 log.info("replaced '%s' with '%s'", info.reason, reason)
                 from .history import History, db_path
 
-                history = History(db_path(setup.settings.state_dir, node))
+                history = KeptHistory(History, db_path(setup.settings.state_dir, node))
                 history.record_action(node, "prolog", "set_reason", reason, f"was '{info.reason}'", True)
                 history.close()
                 return 0

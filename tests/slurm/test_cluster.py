@@ -228,3 +228,20 @@ def test_driver_features_let_jobs_pick_the_driver(mc):
         ran_on.append(mc.job(job)["NodeList"])
     assert ran_on == ["n5", "n5", "n5"]
     mc.run("scontrol", "update", "nodename=n5", "availablefeatures=", "activefeatures=", check=False)
+
+
+def test_a_broken_history_never_stops_a_drain(mc):
+    """The node's history cannot be opened (full disk, broken file; here a directory in its place): the
+    health check still drains the faulty node, says why in its log, and raises no internal error."""
+    db = mc.dir / "state" / "gpufleet" / "n6.db"
+    for leftover in (db, db.with_name("n6.db-wal"), db.with_name("n6.db-shm")):
+        leftover.unlink(missing_ok=True)
+    db.mkdir()
+    try:
+        mc.set_gpu("n6", 1, "remapped_rows/remapped_row_failure", "Yes")
+        mc.wait(lambda: "DRAIN" in mc.state("n6"), 4 * mc.hc_interval, "n6 drained without its history")
+        assert mc.node("n6")["Reason"].startswith("gpufleet: memory gpu1")
+        run = mc.healthcheck("n6")
+        assert run.returncode == 0 and "history" in run.stderr and "unavailable" in run.stderr, run.stderr
+    finally:
+        db.rmdir()
