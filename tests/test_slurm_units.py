@@ -133,31 +133,31 @@ def test_one_answer_to_whose_node_it_is(flags, state, reason, owner):
         assert O.owns(info, actor) == (owner == actor)
 
 
-def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(monkeypatch):
-    """The watchdog drains through ownership: a rollout's drain keeps its reason (it used to be replaced)."""
+def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(tmp_path):
+    """The watchdog drains through ownership: a rollout's drain keeps its reason (it used to be replaced).
+    A stand-in scontrol at the library boundary shows the node drained with `reason` and logs updates."""
+    import json as _json
+    import stat
+
     from slurm_gpufleet import hooks
     from slurm_gpufleet.policy import SlurmSettings
-    from slurm_gpufleet.slurm import commands
 
-    calls = []
-
-    class Backend:
-        def __init__(self, *a, **k):
-            pass
-
-        def node(self, name):
-            return NodeInfo(name, "IDLE", {"DRAIN"}, self.reason)
-
-        def drain(self, name, reason):
-            calls.append((name, reason))
-
+    log = tmp_path / "updates.jsonl"
+    exe = tmp_path / "scontrol"
     for reason, drained in (("gpufleet: maintain 0abc upgrading to 580.95.05", False), ("admin: fan", False),
                             ("gpufleet: memory gpu1 remap", True)):
-        Backend.reason = reason
-        calls.clear()
-        monkeypatch.setattr(commands, "CommandBackend", Backend)
-        hooks._drain_if_free(SlurmSettings(), "n1", hooks.TIMEOUT_REASON)
-        assert bool(calls) == drained, reason
+        exe.write_text("#!/usr/bin/env python3\nimport json, sys\na = sys.argv[1:]\n"
+                       "if a == ['--version']: print('slurm 22.05.8')\n"
+                       f"elif a[:1] == ['show']: print('NodeName=n1 Arch=x86_64\\n   State=IDLE+DRAIN Weight=1\\n"
+                       f"   Reason={reason} [root@2026-11-30T10:00:00]')\n"
+                       f"else: open({str(log)!r}, 'a').write(json.dumps(a) + '\\n')\n")
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+        log.unlink(missing_ok=True)
+        hooks._drain_if_free(SlurmSettings(scontrol=str(exe), state_dir=str(tmp_path)), "n1", hooks.TIMEOUT_REASON)
+        updates = [_json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        assert bool(updates) == drained, (reason, updates)
+        if drained:
+            assert updates == [["update", "nodename=n1", "state=drain", "reason=gpufleet: NVML timeout"]]
 
 
 def test_driver_features_are_ours_alone_to_change():
