@@ -6,7 +6,8 @@ from pathlib import Path
 
 from support import REPO
 
-# `../shared`, `REPO.parent / "shared"`, `parents[2].parent`: every way the code once reached a sibling folder
+# every way the code once reached a sibling folder: a relative "../" path to it, REPO.parent / "<folder>",
+# parents[2].parent (the sample lines below are assembled, so this file never reads as one itself)
 SIBLING = re.compile(r"\.\./(?:shared|fixtures|traces)\b|\.parent\s*/\s*[\"'](?:shared|fixtures|traces)\b"
                      r"|REPO\.parent\b|parents\[\d\]\.parent\b")
 
@@ -24,8 +25,9 @@ def tracked_files():
 
 
 def test_pattern_catches_the_old_references():
-    for line in ('SHARED := ../shared/fixtures', 'TRACE = REPO.parent / "shared" / "traces"',
-                 'Path(__file__).resolve().parents[2].parent / "shared"'):
+    sibling = "shared"
+    for line in (f"SHARED := ../{sibling}/fixtures", f'TRACE = REPO.parent / "{sibling}" / "traces"',
+                 f'Path(__file__).resolve().parents[2].parent / "{sibling}"'):
         assert SIBLING.search(line), line
 
 
