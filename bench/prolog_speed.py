@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Wall time of the prolog's success path on an 8-GPU node (simulated from the real H200 capture),
+"""Wall time of the prolog's success path on an 8-GPU node (the real H200 NVML capture replayed through a
+pynvml-compatible module, so the live NVML reader runs),
 beside a bare `python3 -c pass` run the same way.  Live on a GPU node, pass --live to read NVML and
 to time `nvidia-smi -q` side by side.  Prints figures; asserts nothing.
 
@@ -52,15 +53,18 @@ def main() -> None:
             import gpustate
 
             (tmp / "gpus").mkdir()
-            gpustate.write_atomic(gpustate.healthy_report(8, "bench"), str(tmp / "gpus" / "bench.xml"))
-            lines += [f'gpu_state_dir = "{tmp}/gpus"', f'kernel_log = "{tmp}/gpus"']
+            gpustate.write_atomic(gpustate.healthy_state(8, "bench"), str(tmp / "gpus" / "bench.json"))
+            lines += [f'kernel_log = "{tmp}/gpus"']
         cfg.write_text("\n".join(lines) + "\n")
         env = {"SLURMD_NODENAME": "bench", "SLURM_JOB_ID": "1", "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7",
                "SLURM_GPUFLEET_CONFIG": str(cfg)}
+        if not args.live:  # the recorded-NVML pynvml answers for the node, as on the mini-cluster
+            env |= {"PYTHONPATH": f"{REPO / 'tests' / 'fake_pynvml' / 'recorded'}:{REPO}",
+                    "GPUFLEET_FAKE_NVML_DIR": str(tmp / "gpus")}
         base = timed([sys.executable, "-c", "pass"], env, args.runs)
         b = statistics.median(base)
         show("python -c pass", base, b)
-        show(f"slurm-gpufleet-prolog, 8 GPUs ({'live NVML' if args.live else 'simulated H200 x8'})",
+        show(f"slurm-gpufleet-prolog, 8 GPUs ({'live NVML' if args.live else 'recorded NVML, H200 x8'})",
              timed([sys.executable, str(REPO / "prolog_epilog" / "slurm-gpufleet-prolog")], env, args.runs), b)
         if shutil.which("nvidia-smi"):
             show("nvidia-smi -q", timed(["nvidia-smi", "-q"], dict(os.environ), args.runs), b)

@@ -19,7 +19,7 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
 echo "== 3 nodes, 8 simulated H200 each (from the real capture); health check every ${HC_INTERVAL}s"
 show sinfo -N -p gpu -o '%N %T %E'
 echo "== GPU 5 of n2 reports a row-remapping failure (an RMA criterion)"
-show "$PY" "$REPO/tests/slurm/gpustate.py" set "$GPUFLEET_STATE_DIR/n2.xml" 5 remapped_rows/remapped_row_failure Yes
+show "$PY" "$REPO/tests/slurm/gpustate.py" fault "$GPUFLEET_STATE_DIR/n2.json" 5 row_remap_failure
 t0=$(date +%s.%N)
 wait_for 30 "n2 drained" bash -c 'scontrol show node n2 | grep -q "State=.*DRAIN"'
 awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "drained %.1f s after the fault\n\n", b - a }'

@@ -90,13 +90,12 @@ def _keep_error(line: str) -> None:
 
 # ---------------------------------------------------------------- reading the node
 def read_node(settings: SlurmSettings, node: str, level: str = "quick") -> NodeSnapshot:
-    """The node's GPUs (its simulated state file, or live NVML; `deep` adds the measurements) and,
-    when it can be read, its kernel log."""
+    """The node's GPUs through live NVML (`deep` adds the measurements) and, when it can be read, its
+    kernel log."""
     from .engine import Source, gather
     from .readers.kernel_log import read_kernel_log_file
 
-    report = os.path.join(settings.gpu_state_dir, f"{node}.xml") if settings.gpu_state_dir else None
-    snap = gather(Source(report=report, level=level))
+    snap = gather(Source(level=level))
     snap.host = node
     kernel = settings.kernel_log
     if kernel and os.path.isdir(kernel):

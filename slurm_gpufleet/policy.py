@@ -113,8 +113,6 @@ class SlurmSettings:
     scontrol: str = "/usr/bin/scontrol"
     # per-node history (SQLite) and job windows live here
     state_dir: str = "/var/lib/slurm-gpufleet"
-    # simulated or replayed GPUs: read <dir>/<node>.xml (nvidia-smi -q -x) instead of NVML
-    gpu_state_dir: str | None = None
     # the kernel log to read Xids from: /dev/kmsg, a file, or a directory holding <node>.kmsg
     kernel_log: str | None = "/dev/kmsg"
     # where the node's /boot, /lib/modules and /etc are (the kernel check; looking before a reboot)
@@ -362,7 +360,6 @@ SLURM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "backend": _choice("auto", "commands", "pyslurm"),
     "scontrol": _abs_path,
     "state_dir": _abs_path,
-    "gpu_state_dir": _abs_path,
     "kernel_log": _abs_path,
     "host_root": _abs_path,
     "straggler_min_peers": _int(2),

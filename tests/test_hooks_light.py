@@ -20,20 +20,27 @@ print(json.dumps({"rc": rc, "s": time.perf_counter() - t,
 """
 
 
+# the node's GPUs: pynvml on the path is the recorded-NVML one (tests/fake_pynvml/recorded)
+FAKE_NVML = str(REPO / "tests" / "fake_pynvml" / "recorded")
+
+
 def _config(tmp_path, gpus_dir, extra=""):
     cfg = tmp_path / "gpufleet.toml"
     cfg.write_text(f"""[slurm]
 scontrol = "/nonexistent/scontrol"
 state_dir = "{tmp_path}/state"
-gpu_state_dir = "{gpus_dir}"
 kernel_log = "{gpus_dir}"
 {extra}""")
     return cfg
 
 
+def _node_env(gpus_dir, **extra):
+    return {"SLURMD_NODENAME": "n9", "PYTHONPATH": f"{FAKE_NVML}:{REPO}", "GPUFLEET_FAKE_NVML_DIR": str(gpus_dir),
+            **extra}
+
+
 def _run_prolog(tmp_path, cfg, job_gpus="0,1"):
-    env = {"SLURMD_NODENAME": "n9", "SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": job_gpus,
-           "SLURM_GPUFLEET_CONFIG": str(cfg), "PYTHONPATH": str(REPO)}
+    env = _node_env(tmp_path / "gpus", SLURM_JOB_ID="42", SLURM_JOB_GPUS=job_gpus, SLURM_GPUFLEET_CONFIG=str(cfg))
     return subprocess.run([sys.executable, "-c", "import json\n" + PROBE], capture_output=True, text=True, env=env,
                           timeout=60)
 
@@ -41,7 +48,7 @@ def _run_prolog(tmp_path, cfg, job_gpus="0,1"):
 def test_prolog_success_path_is_light(tmp_path):
     gpus = tmp_path / "gpus"
     gpus.mkdir()
-    gpustate.write_atomic(gpustate.healthy_report(8, "n9"), str(gpus / "n9.xml"))
+    gpustate.write_atomic(gpustate.healthy_state(8, "n9"), str(gpus / "n9.json"))
     r = _run_prolog(tmp_path, _config(tmp_path, gpus))
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["rc"] == 0 and out["heavy"] == [], r.stderr
@@ -54,8 +61,8 @@ def test_prolog_success_path_is_light(tmp_path):
 def test_prolog_fails_on_a_fault_in_the_jobs_gpus(tmp_path):
     gpus = tmp_path / "gpus"
     gpus.mkdir()
-    gpustate.write_atomic(gpustate.healthy_report(8, "n9"), str(gpus / "n9.xml"))
-    gpustate.add_process(str(gpus / "n9.xml"), 1, pid=99)
+    gpustate.write_atomic(gpustate.healthy_state(8, "n9"), str(gpus / "n9.json"))
+    gpustate.add_process(str(gpus / "n9.json"), 1, pid=99)
     r = _run_prolog(tmp_path, _config(tmp_path, gpus), job_gpus="0,1")
     assert "gpufleet: processes gpu1 1 leftover GPU process" in r.stdout
     assert json.loads(r.stdout.strip().splitlines()[-1])["rc"] == 1
@@ -75,12 +82,12 @@ def test_broken_config_never_fails_the_prolog(tmp_path):
 def test_nhc_mode_judges_only(tmp_path):
     gpus = tmp_path / "gpus"
     gpus.mkdir()
-    gpustate.write_atomic(gpustate.healthy_report(2, "n9"), str(gpus / "n9.xml"))
+    gpustate.write_atomic(gpustate.healthy_state(2, "n9"), str(gpus / "n9.json"))
     cfg = _config(tmp_path, gpus)
-    env = {"SLURM_GPUFLEET_CONFIG": str(cfg)}
+    env = _node_env(gpus, SLURM_GPUFLEET_CONFIG=str(cfg))
     exe = [sys.executable, str(REPO / "healthcheck" / "slurm-gpufleet-healthcheck"), "--nhc", "--node", "n9"]
     assert subprocess.run(exe, env=env, capture_output=True, timeout=60).returncode == 0
-    gpustate.set_value(str(gpus / "n9.xml"), 1, "remapped_rows/remapped_row_failure", "Yes")
+    gpustate.fault(str(gpus / "n9.json"), 1, "row_remap_failure")
     r = subprocess.run(exe, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and r.stdout.strip() == "gpufleet: memory gpu1 row remapping failed"
     assert not os.path.exists(tmp_path / "state" / "n9.db")

@@ -108,3 +108,21 @@ def test_nvml_unknown_error_on_ecc_mode_is_a_reboot(probe):
     report = evaluate(snap)
     assert report.verdict == "reboot"
     assert [f.check for f in report.findings if f.severity == "reboot"] == ["unknown_error"]
+
+
+def test_v1_memory_used_counts_the_driver_reserve_so_it_is_not_judged(probe):
+    # the recording holds v1 only: 615 MiB "used" on an idle H200 is the driver's reserve, not a leak
+    assert probe["devices"][0]["memory"]["value"]["used"] >> 20 == 615
+    snap = read(probe)
+    assert snap.gpus[0].memory_used_mib is None and snap.gpus[0].memory_total_mib == 143771
+    assert evaluate(snap).verdict == "ok"
+
+
+def test_v2_memory_used_is_what_nvidia_smi_calls_used(probe):
+    mib = 1 << 20
+    probe["devices"][0]["memory_v2"] = {"value": {"version": 0x02000028, "total": 143771 * mib,
+                                                  "reserved": 616 * mib, "free": 143155 * mib, "used": 0}}
+    assert read(probe).gpus[0].memory_used_mib == 0
+    probe["devices"][0]["memory_v2"]["value"]["used"] = 2048 * mib
+    report = evaluate(read(probe), expect_idle=True)  # between jobs (epilog, health check on an idle node)
+    assert report.verdict == "warn" and report.findings[0].message == "2048 MiB in use with no process"

@@ -174,16 +174,21 @@ class NvmlReader:
         gsp = c(getattr(n, "nvmlDeviceGetGspFirmwareVersion", None), h)
         g.gsp_firmware = gsp if gsp else (UNSUPPORTED if gsp == "" else gsp)
 
-        # v2 reports driver-reserved memory apart, so "used" means what nvidia-smi calls used
+        # v2 reports driver-reserved memory apart, so "used" means what nvidia-smi calls used.  v1's
+        # "used" includes that reserve (616 MiB on an idle H200, captures/h200-real): it cannot tell a
+        # leak from the driver's own share, so it gives the total only.
         mem = None
         v2 = getattr(n, "nvmlMemory_v2", None)
         if v2 is not None:
             mem = c(n.nvmlDeviceGetMemoryInfo, h, v2)
+            if mem is not None and mem is not UNSUPPORTED:
+                g.memory_total_mib = int(mem.total) // (1 << 20)
+                g.memory_used_mib = int(mem.used) // (1 << 20)
+                mem = True
         if mem is None or mem is UNSUPPORTED:
             mem = c(n.nvmlDeviceGetMemoryInfo, h)
-        if mem is not None and mem is not UNSUPPORTED:
-            g.memory_total_mib = int(mem.total) // (1 << 20)
-            g.memory_used_mib = int(mem.used) // (1 << 20)
+            if mem is not None and mem is not UNSUPPORTED:
+                g.memory_total_mib = int(mem.total) // (1 << 20)
 
         t = g.temperature
         t.gpu_c = c(n.nvmlDeviceGetTemperature, h, 0)

@@ -129,7 +129,14 @@ class NvmlReplay:
     def nvmlDeviceGetGspFirmwareVersion(self, h: int) -> str:
         return self._dev(h, "gsp_firmware_version")
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+    nvmlMemory_v2 = 0x02000028  # nvml.h's version tag of nvmlMemory_v2_t
+
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> Any:
+        if version:  # v2 (driver-reserved memory apart) answers only where the session recorded it
+            if "memory_v2" not in self.probe["devices"][h]:
+                self.calls += 1
+                raise ReplayError(13, "NVMLError_FunctionNotFound")
+            return SimpleNamespace(**self._dev(h, "memory_v2"))
         return SimpleNamespace(**self._dev(h, "memory"))
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:

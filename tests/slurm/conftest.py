@@ -88,16 +88,21 @@ class Cluster:
 
     # -- GPUs ------------------------------------------------------------------------------------
     def gpu_file(self, node: str) -> str:
-        return str(self.gpus / f"{node}.xml")
+        """The node's recorded NVML session, which its pynvml answers from (tests/fake_pynvml/recorded)."""
+        return str(self.gpus / f"{node}.json")
 
-    def set_gpu(self, node: str, gpu: int, element: str, value: str) -> None:
-        gpustate.set_value(self.gpu_file(node), gpu, element, value)
+    def fault(self, node: str, gpu: int, name: str) -> None:
+        gpustate.fault(self.gpu_file(node), gpu, name)
+
+    def driver(self, node: str) -> str | None:
+        """The driver version the node's NVML reports."""
+        return gpustate.driver_of(self.gpu_file(node))
 
     def heal(self, node: str) -> None:
         path = self.gpu_file(node)
         if os.path.exists(path) and not os.path.isfile(path):
             os.unlink(path)  # a FIFO left by the stuck-reader test
-        gpustate.write_atomic(gpustate.healthy_report(8, node), path)
+        gpustate.write_atomic(gpustate.healthy_state(8, node), path)
 
     def gpufleet(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
         """The slurm-gpufleet command with the cluster's config, as an admin runs it."""
@@ -199,7 +204,7 @@ def _reset(c: Cluster) -> None:
     for node in c.nodes:
         c.heal(node)
         Path(c.gpus / f"{node}.kmsg").write_text("")
-        for leftover in (c.gpus / f"{node}.after-reboot.xml",):
+        for leftover in (c.gpus / f"{node}.after-reboot.json",):
             leftover.unlink(missing_ok=True)
     (c.dir / "log" / "reboots.log").unlink(missing_ok=True)
     (c.dir / "log" / "upgrades.log").unlink(missing_ok=True)

@@ -1,71 +1,123 @@
 #!/usr/bin/env python3
-"""Simulated GPUs for the mini-cluster: one `nvidia-smi -q -x` file per node, built from the real H200
-capture, and faults written into it the way a failing GPU would report them.
+"""Simulated GPUs for the mini-cluster: one recorded NVML session per node, built from the real H200
+capture (`nvml_probe.json`, every pynvml call made on a real H200 with its value), with faults written
+into it the way a failing GPU reports them through NVML.
 
-    gpustate.py seed DIR NODE [NODE ...] --gpus 8      write DIR/NODE.xml with 8 healthy H200s
-    gpustate.py set DIR/NODE.xml GPU PATH VALUE         e.g. 3 remapped_rows/remapped_row_pending Yes
+The node's own code reads it through `tests/fake_pynvml/recorded/pynvml.py`, a pynvml-compatible module
+the mini-cluster puts on the node interpreter's PYTHONPATH: the health check, prolog and epilog run the
+live NVML reader, exactly as on a real node.
+
+    gpustate.py seed DIR NODE [NODE ...] --gpus 8 [--driver V]   DIR/NODE.json: 8 healthy H200s
+    gpustate.py fault DIR/NODE.json GPU FAULT                     e.g. 5 row_remap_failure
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import sys
 import xml.etree.ElementTree as ET
 import zlib
 from pathlib import Path
+from typing import Any
 
-H200_XML = Path(__file__).resolve().parents[2] / "slurm_gpufleet" / "data" / "captures" / "h200-real" / "nvidia-smi-q.xml"
-# PCI bus numbers of an 8-GPU HGX board, in nvidia-smi index order
+PROBE = Path(__file__).resolve().parents[2] / "slurm_gpufleet" / "data" / "captures" / "h200-real" / "nvml_probe.json"
+# PCI bus numbers of an 8-GPU HGX board, in NVML index order
 BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db", "1b", "2d", "3d", "60", "9d", "ae", "bd", "de"]
 
+# what a failing GPU answers, as (call recorded in the probe, value)
+FAULTS: dict[str, tuple[str, Any]] = {
+    # nvmlDeviceGetRemappedRows -> (corrected, uncorrected, pending, failure)
+    "row_remap_pending": ("remapped_rows", [0, 1, 1, 0]),
+    "row_remap_failure": ("remapped_rows", [0, 9, 0, 1]),
+    "retired_pages_pending": ("retired_pages_pending", 1),
+    "ecc_uncorrected_volatile": ("ecc_uncorrected_volatile_dram", 2),
+}
 
-def healthy_report(gpus: int, node: str, driver: str | None = None) -> ET.ElementTree:
-    tree = ET.parse(H200_XML)
-    root = tree.getroot()
+
+def _v(value: Any) -> dict[str, Any]:
+    return {"value": value}
+
+
+def _memory_v2(probe: dict[str, Any]) -> dict[str, Any]:
+    """nvmlDeviceGetMemoryInfo_v2 as this H200 answers it.  The probe recorded only v1, whose "used"
+    includes the driver's reserve; the same capture's `nvidia-smi -q -x` (which reads v2) shows that
+    reserve apart: 616 MiB reserved, 0 MiB used."""
+    fb = ET.parse(PROBE.with_name("nvidia-smi-q.xml")).getroot().find("gpu/fb_memory_usage")
+    mib = {tag: int(fb.find(tag).text.split()[0]) << 20 for tag in ("reserved", "used")}
+    v1 = probe["devices"][0]["memory"]["value"]
+    return _v({"version": 0x02000028, "total": v1["total"], "reserved": mib["reserved"],
+               "free": v1["total"] - mib["reserved"] - mib["used"], "used": mib["used"]})
+
+
+def healthy_state(gpus: int, node: str, driver: str | None = None) -> dict[str, Any]:
+    probe = json.loads(PROBE.read_text())
+    probe["devices"][0]["memory_v2"] = _memory_v2(probe)
     if driver:  # a node on another driver: the library, and the GSP firmware that ships with it
-        root.find("driver_version").text = driver
-        root.find("gpu/gsp_firmware_version").text = driver
-    template = root.find("gpu")
-    root.remove(template)
+        probe["system"]["driver_version"] = _v(driver)
+        probe["system"]["nvml_version"] = _v(f"13.{driver}")
+        probe["devices"][0]["gsp_firmware_version"] = _v(driver)
+    template = probe["devices"][0]
+    devices = []
     for i in range(gpus):
-        gpu = copy.deepcopy(template)
-        bus = f"00000000:{BUSES[i % len(BUSES)].upper()}:00.0"
-        gpu.set("id", bus)
-        gpu.find("minor_number").text = str(i)
-        gpu.find("uuid").text = f"GPU-{zlib.crc32(f'{node}-{i}'.encode()):08x}-0202-2257-9594-5337ca94eab8"
-        gpu.find("serial").text = f"16537240{zlib.crc32(f'{node}-{i}-s'.encode()) % 10**5:05d}"
-        gpu.find("pci/pci_bus_id").text = bus
-        gpu.find("pci/pci_bus").text = BUSES[i % len(BUSES)].upper()
-        root.append(gpu)
-    root.find("attached_gpus").text = str(gpus)
-    return tree
+        dev = copy.deepcopy(template)
+        bus = BUSES[i % len(BUSES)]
+        dev["uuid"] = _v(f"GPU-{zlib.crc32(f'{node}-{i}'.encode()):08x}-0202-2257-9594-5337ca94eab8")
+        dev["serial"] = _v(f"16537240{zlib.crc32(f'{node}-{i}-s'.encode()) % 10**5:05d}")
+        dev["minor_number"] = _v(i)
+        pci = dict(template["pci"]["value"], bus=int(bus, 16), device=0,
+                   busId=f"00000000:{bus.upper()}:00.0", busIdLegacy=f"0000:{bus.upper()}:00.0")
+        dev["pci"] = _v(pci)
+        devices.append(dev)
+    probe["devices"] = devices
+    probe["system"]["device_count"] = _v(gpus)
+    return probe
 
 
-def write_atomic(tree: ET.ElementTree, path: str) -> None:
+def driver_mismatch(driver: str) -> dict[str, Any]:
+    """What a node whose new library meets the old kernel module answers: nvmlInit fails."""
+    return {"init": {"error": "NVMLError_LibRmVersionMismatch"}, "system": {"driver_version": _v(driver)},
+            "devices": []}
+
+
+def driver_of(path: str) -> str | None:
+    state = json.loads(Path(path).read_text())
+    return (state.get("system", {}).get("driver_version") or {}).get("value")
+
+
+def write_atomic(state: dict[str, Any], path: str) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
-    tree.write(tmp, encoding="unicode", xml_declaration=True)
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(state, fh)
     os.replace(tmp, path)
 
 
-def set_value(path: str, gpu: int, element: str, value: str) -> None:
-    tree = ET.parse(path)
-    gpus = tree.getroot().findall("gpu")
-    el = gpus[gpu].find(element)
-    if el is None:
-        raise SystemExit(f"{path}: GPU {gpu} has no element {element}")
-    el.text = value
-    write_atomic(tree, path)
+def _edit(path: str, gpu: int, change) -> None:
+    state = json.loads(Path(path).read_text())
+    change(state["devices"][gpu])
+    write_atomic(state, path)
 
 
-def add_process(path: str, gpu: int, pid: int, name: str = "python3", used_mib: int = 4096) -> None:
-    tree = ET.parse(path)
-    procs = tree.getroot().findall("gpu")[gpu].find("processes")
-    info = ET.SubElement(procs, "process_info")
-    for tag, text in (("pid", str(pid)), ("type", "C"), ("process_name", name), ("used_memory", f"{used_mib} MiB")):
-        ET.SubElement(info, tag).text = text
-    write_atomic(tree, path)
+def fault(path: str, gpu: int, name: str) -> None:
+    key, value = FAULTS[name]
+    _edit(path, gpu, lambda dev: dev.__setitem__(key, _v(value)))
+
+
+def set_value(path: str, gpu: int, key: str, value: Any) -> None:
+    _edit(path, gpu, lambda dev: dev.__setitem__(key, _v(value)))
+
+
+def add_process(path: str, gpu: int, pid: int, used_mib: int = 4096) -> None:
+    def change(dev: dict[str, Any]) -> None:
+        procs = list((dev.get("compute_processes") or {}).get("value") or [])
+        procs.append({"pid": pid, "usedGpuMemory": used_mib << 20})
+        dev["compute_processes"] = _v(procs)
+        mem = dev["memory_v2"]["value"]
+        mem["used"] += used_mib << 20
+        mem["free"] -= used_mib << 20
+    _edit(path, gpu, change)
 
 
 def main() -> None:
@@ -76,18 +128,22 @@ def main() -> None:
     seed.add_argument("nodes", nargs="+")
     seed.add_argument("--gpus", type=int, default=8)
     seed.add_argument("--driver", help="driver version the node reports (default: the capture's)")
-    st = sub.add_parser("set")
-    st.add_argument("file")
-    st.add_argument("gpu", type=int)
-    st.add_argument("element")
-    st.add_argument("value")
+    mm = sub.add_parser("mismatch", help="the node's NVML fails to start: library/kernel module mismatch")
+    mm.add_argument("file")
+    mm.add_argument("driver")
+    ft = sub.add_parser("fault")
+    ft.add_argument("file")
+    ft.add_argument("gpu", type=int)
+    ft.add_argument("fault", choices=sorted(FAULTS))
     args = ap.parse_args()
     if args.cmd == "seed":
         os.makedirs(args.dir, exist_ok=True)
         for node in args.nodes:
-            write_atomic(healthy_report(args.gpus, node, args.driver), os.path.join(args.dir, f"{node}.xml"))
+            write_atomic(healthy_state(args.gpus, node, args.driver), os.path.join(args.dir, f"{node}.json"))
+    elif args.cmd == "mismatch":
+        write_atomic(driver_mismatch(args.driver), args.file)
     else:
-        set_value(args.file, args.gpu, args.element, args.value)
+        fault(args.file, args.gpu, args.fault)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A real Slurm on one machine: one slurmctld and N slurmd (Debian's packages, 22.05 or 24.11), each
-# node with Gres=gpu:h200:8 backed by fake device files and simulated GPUs read from
-# $GPUFLEET_STATE_DIR/<node>.xml.  slurm.conf points at this project's own health check, prolog,
-# epilog, and a fake RebootProgram that restarts the node's slurmd.
+# node with Gres=gpu:h200:8 backed by fake device files.  The node's interpreter ($DIR/bin/node-python)
+# finds tests/fake_pynvml/recorded first on its path: a pynvml that answers from the node's recorded
+# NVML session $GPUFLEET_STATE_DIR/<node>.json, so our code reads "live NVML" as on a real node.
+# slurm.conf points at this project's own health check, prolog, epilog, and a fake RebootProgram that
+# restarts the node's slurmd.
 #
 #   minicluster.sh up N     install what is missing, write the configs, start, wait until idle
 #   minicluster.sh down     stop every daemon this script started (by pid), remove nothing else
@@ -10,7 +12,7 @@
 #
 # Environment (all optional):
 #   MINICLUSTER_DIR     where everything lives (default /tmp/gpufleet-minicluster)
-#   GPUFLEET_STATE_DIR  simulated GPU files (default $MINICLUSTER_DIR/gpus)
+#   GPUFLEET_STATE_DIR  the nodes' recorded NVML sessions (default $MINICLUSTER_DIR/gpus)
 #   HC_INTERVAL         HealthCheckInterval seconds (default 10)
 #   GPUS_PER_NODE       default 8
 #   CTLD_PORT / SLURMD_PORT_BASE   default 16817 / 17001
@@ -143,7 +145,6 @@ reboots_before_drain = ${REBOOTS_BEFORE_DRAIN:-2}
 read_timeout_s = ${READ_TIMEOUT:-5}
 scontrol = "$(command -v scontrol)"
 state_dir = "$DIR/state/gpufleet"
-gpu_state_dir = "$GPUDIR"
 host_root = "$DIR/host"
 kernel_log = "$GPUDIR"
 
@@ -171,8 +172,7 @@ set -euo pipefail
 node={{ node }}
 driver={{ target_driver }}
 if [ "\$(cat "$GPUDIR/\$node.bad-driver" 2>/dev/null)" = "\$driver" ]; then
-  printf 'Failed to initialize NVML: Driver/library version mismatch\nNVML library version: %s\n' "\$driver" > "$GPUDIR/\$node.xml.tmp"
-  mv -f "$GPUDIR/\$node.xml.tmp" "$GPUDIR/\$node.xml"
+  PYTHONPATH=$REPO $py $HERE/gpustate.py mismatch "$GPUDIR/\$node.json" "\$driver"
 else
   PYTHONPATH=$REPO $py $HERE/gpustate.py seed "$GPUDIR" "\$node" --gpus $GPUS_PER_NODE --driver "\$driver"
 fi
@@ -205,7 +205,7 @@ setsid bash -c '
   sleep 1.2
   kill '\$pid' 2>/dev/null
   for i in \$(seq 1 50); do [ -d /proc/'\$pid' ] && ! grep -q "^State:.*Z" /proc/'\$pid'/status 2>/dev/null || break; sleep 0.1; done
-  [ -f "$GPUDIR/'\$node'.after-reboot.xml" ] && mv -f "$GPUDIR/'\$node'.after-reboot.xml" "$GPUDIR/'\$node'.xml"
+  [ -f "$GPUDIR/'\$node'.after-reboot.json" ] && mv -f "$GPUDIR/'\$node'.after-reboot.json" "$GPUDIR/'\$node'.json"
   [ -f "$GPUDIR/'\$node'.kmsg" ] && echo "-- Boot \$(date +%s%N) --" >> "$GPUDIR/'\$node'.kmsg"
   echo "\$(date -Is) '\$node'" >> "$DIR/log/reboots.log"
   exec slurmd -f $CONF -b -N '\$node'
@@ -238,8 +238,16 @@ up() {
   # The node is wired as a site would wire it: `slurm-gpufleet install` writes the three wrappers slurmd
   # runs (absolute interpreter, SLURM_CONF and the config exported) and the slurm.conf lines for them;
   # write_configs then puts this cluster's own config and upgrade template in place.
-  mkdir -p "$DIR/log"
-  "$py" -m slurm_gpufleet.cli install --prefix "$DIR" --python "$py" --config "$DIR/etc/gpufleet.toml" \
+  mkdir -p "$DIR/log" "$DIR/bin"
+  # The node's interpreter: the project's, with the recorded-NVML pynvml in front of nvidia-ml-py.
+  cat > "$DIR/bin/node-python" <<EOF
+#!/bin/sh
+# written by tests/slurm/minicluster.sh: this machine has no GPUs; pynvml answers from $GPUDIR/<node>.json
+export PYTHONPATH=$REPO/tests/fake_pynvml/recorded:$REPO GPUFLEET_FAKE_NVML_DIR=$GPUDIR
+exec $py "\$@"
+EOF
+  chmod 755 "$DIR/bin/node-python"
+  "$py" -m slurm_gpufleet.cli install --prefix "$DIR" --python "$DIR/bin/node-python" --config "$DIR/etc/gpufleet.toml" \
     --slurm-conf "$CONF" --interval "$HC_INTERVAL" --reboot-program "$DIR/bin/fake-reboot" > "$DIR/log/install.log" \
     || die "slurm-gpufleet install failed (see $DIR/log/install.log)"
   write_configs "$n" "$py" "$auth"

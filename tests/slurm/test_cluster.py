@@ -26,7 +26,7 @@ def test_healthy_node_stays_idle_and_is_never_drained(mc):
 
 
 def test_fault_drains_within_one_interval_and_fix_resumes_after_hysteresis(mc):
-    mc.set_gpu("n2", 5, "remapped_rows/remapped_row_failure", "Yes")
+    mc.fault("n2", 5, "row_remap_failure")
     injected = time.monotonic()
     mc.wait(lambda: "DRAIN" in mc.state("n2"), mc.hc_interval + 3, "n2 drained")
     assert time.monotonic() - injected <= mc.hc_interval + 3
@@ -47,7 +47,7 @@ def test_fault_drains_within_one_interval_and_fix_resumes_after_hysteresis(mc):
 
 def test_admin_drain_is_never_touched(mc):
     mc.run("scontrol", "update", "nodename=n3", "state=drain", "reason=admin: fan replaced tomorrow")
-    mc.set_gpu("n3", 0, "remapped_rows/remapped_row_failure", "Yes")
+    mc.fault("n3", 0, "row_remap_failure")
     for _ in range(2):
         run = mc.healthcheck("n3")
         assert run.returncode == 0, run.stderr
@@ -64,9 +64,9 @@ def test_admin_drain_is_never_touched(mc):
 
 def test_row_remap_pending_gets_one_reboot_between_jobs(mc):
     job = mc.start_job("n4", 2, 6)
-    mc.set_gpu("n4", 1, "remapped_rows/remapped_row_pending", "Yes")
+    mc.fault("n4", 1, "row_remap_pending")
     # what a GPU reset does: the pending remap is applied, the node comes back healthy
-    gpustate.write_atomic(gpustate.healthy_report(8, "n4"), str(mc.gpus / "n4.after-reboot.xml"))
+    gpustate.write_atomic(gpustate.healthy_state(8, "n4"), str(mc.gpus / "n4.after-reboot.json"))
     mc.wait(lambda: "REBOOT_REQUESTED" in mc.state("n4"), mc.hc_interval + 3, "reboot requested")
     assert mc.job(job)["JobState"] == "RUNNING", f"the running job must not be touched: {mc.job(job)}"
     assert mc.node("n4")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
@@ -82,7 +82,7 @@ def test_row_remap_pending_gets_one_reboot_between_jobs(mc):
 def test_prolog_failure_requeues_the_job_and_drains_with_our_reason(mc):
     # a leftover process on GPU 4 of n1: only the prolog of a job that gets GPU 4 looks there while n1 is busy
     first = mc.start_job("n1", 4, 20)
-    gpustate.add_process(mc.gpu_file("n1"), 4, pid=4242, name="/usr/bin/python3")
+    gpustate.add_process(mc.gpu_file("n1"), 4, pid=4242)
     second = mc.sbatch("-w", "n1", "--gres=gpu:4", "--time=2", "--wrap", "true")
     mc.wait(lambda: mc.job(second).get("Restarts") == "1" and mc.job(second).get("JobState") == "PENDING", 30,
             "second job requeued")
@@ -141,7 +141,7 @@ def test_nvml_timeout_leaves_a_rollouts_drain_and_reason_alone(mc):
 def test_fault_that_survives_reboots_becomes_a_drain(mc):
     # reboots_before_drain = 2: remap pending asks for a reboot; the reset does not fix it (no
     # after-reboot file); after the second reboot the node is drained for hardware inspection
-    mc.set_gpu("n3", 6, "remapped_rows/remapped_row_pending", "Yes")
+    mc.fault("n3", 6, "row_remap_pending")
     reboots = mc.dir / "log" / "reboots.log"
     mc.wait(lambda: reboots.exists() and reboots.read_text().split().count("n3") >= 2, 6 * mc.hc_interval + 30,
             "two reboots of n3")
@@ -162,7 +162,7 @@ def test_drain_breaker_stops_a_fleet_wide_drain_and_holds_until_reset(mc):
     try:
         victims = ["n2", "n3", "n4", "n5", "n6"]
         for node in victims:
-            mc.set_gpu(node, 5, "remapped_rows/remapped_row_failure", "Yes")
+            mc.fault(node, 5, "row_remap_failure")
         breaker_file = mc.dir / "state" / "gpufleet" / "breaker.json"
         mc.wait(lambda: breaker_file.exists() and all(
             '"brk":1' in mc.node(n).get("Extra", "") for n in victims if "DRAIN" not in mc.state(n)),
@@ -194,7 +194,7 @@ def test_a_reboot_into_a_kernel_without_the_module_becomes_a_drain(mc):
     (host / "boot" / "vmlinuz-6.1.0-31-amd64").write_text("kernel")
     (host / "lib" / "modules" / "6.1.0-31-amd64" / "kernel").mkdir(parents=True, exist_ok=True)
     try:
-        mc.set_gpu("n3", 2, "remapped_rows/remapped_row_pending", "Yes")  # reset-fixable: a reboot normally
+        mc.fault("n3", 2, "row_remap_pending")  # reset-fixable: a reboot normally
         mc.wait(lambda: "DRAIN" in mc.state("n3"), 4 * mc.hc_interval, "n3 drained")
         assert mc.node("n3")["Reason"].startswith(
             "gpufleet: next boot kernel 6.1.0-31-amd64 has no nvidia 580.159.04 module")
@@ -213,7 +213,7 @@ def test_driver_features_let_jobs_pick_the_driver(mc):
     import gpustate
 
     mc.run("scontrol", "update", "nodename=n5", "availablefeatures=ib", "activefeatures=ib")
-    gpustate.write_atomic(gpustate.healthy_report(8, "n5", "570.172.08"), mc.gpu_file("n5"))
+    gpustate.write_atomic(gpustate.healthy_state(8, "n5", "570.172.08"), mc.gpu_file("n5"))
     mc.wait(lambda: "gpufleet_drv570.172.08" in mc.node("n5").get("ActiveFeatures", ""), 3 * mc.hc_interval,
             "n5's driver feature")
     mc.wait(lambda: all("gpufleet_drv580.159.04" in mc.node(n).get("ActiveFeatures", "")
@@ -238,7 +238,7 @@ def test_a_broken_history_never_stops_a_drain(mc):
         leftover.unlink(missing_ok=True)
     db.mkdir()
     try:
-        mc.set_gpu("n6", 1, "remapped_rows/remapped_row_failure", "Yes")
+        mc.fault("n6", 1, "row_remap_failure")
         mc.wait(lambda: "DRAIN" in mc.state("n6"), 4 * mc.hc_interval, "n6 drained without its history")
         assert mc.node("n6")["Reason"].startswith("gpufleet: memory gpu1")
         run = mc.healthcheck("n6")

@@ -132,7 +132,7 @@ def test_bad_driver_fails_validation_halts_and_rollback_restores(mc, tmp_path):
     for n in status["nodes"]:
         assert n["state"] in ("rolled_back", "skipped"), n
     for node in ("n1", "n2", "n3", "n4"):
-        assert f"<driver_version>{OLD}</driver_version>" in (mc.gpus / f"{node}.xml").read_text()
+        assert mc.driver(node) == OLD
     assert leftovers(mc) == ("", [])
 
 
@@ -149,14 +149,14 @@ def test_kill_9_at_each_transition_then_resume_converges(mc, tmp_path, crash_aft
     assert leftovers(mc) == ("", [])
     assert {mc.node(n)["Weight"] for n in mc.nodes} == {"1"}  # steering undone after the crash too
     for node in ("n1", "n2", "n3"):
-        assert f"<driver_version>{TARGET}</driver_version>" in (mc.gpus / f"{node}.xml").read_text()
+        assert mc.driver(node) == TARGET
 
 
 def test_fleet_inventory_reads_what_nodes_publish(mc):
     import gpustate
 
     mc.wait_published()
-    gpustate.write_atomic(gpustate.healthy_report(8, "n5", "570.172.08"), mc.gpu_file("n5"))
+    gpustate.write_atomic(gpustate.healthy_state(8, "n5", "570.172.08"), mc.gpu_file("n5"))
     mc.wait(lambda: '"drv":"570.172.08"' in mc.node("n5").get("Extra", ""), 3 * mc.hc_interval, "n5 publishing")
     r = mc.gpufleet("fleet", "--json")
     assert r.returncode == 0, r.stderr

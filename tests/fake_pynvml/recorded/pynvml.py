@@ -1,0 +1,56 @@
+"""A pynvml-compatible NVML for nodes without GPUs: the mini-cluster puts this directory on the node
+interpreter's PYTHONPATH, so `import pynvml` in the health check, prolog and epilog finds it instead of
+nvidia-ml-py, and the live NVML reader runs unchanged.
+
+Each node answers from its own recorded NVML session, `$GPUFLEET_FAKE_NVML_DIR/<node>.json` (built by
+tests/slurm/gpustate.py from the real H200 capture; faults are edits to it).  The node is
+SLURMD_NODENAME, which slurmd sets for every program it runs, else the host name.  The file is read at
+nvmlInit, as a real driver's state is read at init: a fault written between two runs is seen by the
+next.  A node without a file has no driver (NVML_ERROR_DRIVER_NOT_LOADED); a file that cannot be read
+(a FIFO nobody writes) blocks in nvmlInit like a wedged driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+from slurm_gpufleet.readers.nvml_replay import NvmlReplay, ReplayError
+
+NVMLError = ReplayError
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_UNINITIALIZED = 1
+
+_session: NvmlReplay | None = None
+
+
+def _state_path() -> str:
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return os.path.join(os.environ.get("GPUFLEET_FAKE_NVML_DIR", "/nonexistent"), f"{node}.json")
+
+
+def nvmlInit() -> None:
+    global _session
+    try:
+        with open(_state_path(), encoding="utf-8") as fh:
+            probe: dict[str, Any] = json.load(fh)
+    except FileNotFoundError:
+        raise ReplayError(NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded") from None
+    session = NvmlReplay(probe)
+    session.nvmlInit()
+    _session = session
+
+
+def nvmlShutdown() -> None:
+    global _session
+    _session = None
+
+
+def __getattr__(name: str) -> Any:
+    if not name.startswith("nvml"):
+        raise AttributeError(name)
+    if _session is None:
+        raise ReplayError(NVML_ERROR_UNINITIALIZED, "Uninitialized")
+    return getattr(_session, name)
