@@ -172,6 +172,11 @@ class MaintainSettings:
     max_slurm_writes_per_step: int = 2
     return_timeout_s: int = 900
     validate_timeout_s: int = 600
+    # optional: a batch job run on each upgraded node before it is released (for example the deep
+    # performance check).  The node leaves the drain but stays in its maintenance reservation, so only
+    # this job can start there; it must exit 0.  A shell command line, run by sbatch --wrap.
+    validation_job: str = ""
+    validation_job_timeout_s: int = 1800
     # how long to wait between looks at Slurm while a rollout runs
     poll_s: float = 5.0
     # Slurm unreachable this long (slurmctld restarting, failing over) ends `apply`; `resume` continues
@@ -345,6 +350,8 @@ MAINTAIN_VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "max_slurm_writes_per_step": _int(0),
     "return_timeout_s": _int(1),
     "validate_timeout_s": _int(1),
+    "validation_job": lambda v: v.strip() if isinstance(v, str) else _str(v),
+    "validation_job_timeout_s": _int(60),
     "poll_s": _number,
     "slurm_outage_s": _number,
     "db": _abs_path,

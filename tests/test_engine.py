@@ -262,3 +262,70 @@ def test_a_node_that_comes_back_unlike_the_canary_fails_with_the_difference(tmp_
     assert row["error"] == ("validation failed: kernel 6.1.0-31-amd64 != canary's 6.1.0-28-amd64; "
                             "module flavour proprietary != canary's open")
     assert json.loads(store.node(plan["id"], plan["waves"][0]["nodes"][0])["validated"])["kern"] == "6.1.0-28-amd64"
+
+
+def test_validation_job_runs_undrained_inside_the_reservation_and_gates_release(tmp_path):
+    fleet = SimFleet(8)
+    fleet.slurm.validation_fails = {"node00005"}
+    engine, store, plan, executor = rollout(tmp_path, fleet, 'validation_job = "/usr/sbin/deep-check"\n'
+                                                             'max_failures = 1\n')
+    seen = []  # every step, each node whose validation job is out: (node, drained?, held by a begun reservation?)
+
+    def watch(before):
+        for row in store.nodes(plan["id"]):
+            if row["state"] == S.TESTING and row["job"]:
+                n = fleet.slurm.index[row["node"]]
+                seen.append((row["node"], n.drained, n.reserved_from <= fleet.sim.now))
+
+    assert drive(fleet, engine, plan, executor, on_step=watch) == S.R_DONE
+    rows = {r["node"]: r for r in store.nodes(plan["id"])}
+    assert rows["node00005"]["state"] == S.FAILED
+    assert rows["node00005"]["error"] == f"validation job {rows['node00005']['job']} ended FAILED"
+    assert {n for n, r in rows.items() if r["state"] == S.DONE} == set(rows) - {"node00005"}
+    # the job ran on a node out of the drain, in a reservation that had begun: only it could start there
+    assert {n for n, _, _ in seen} == set(rows) and all(not d and held for _, d, held in seen)
+    assert sorted(node for _, node, _, _ in fleet.slurm.jobs_.values()) == sorted(rows)  # one job a node
+    assert fleet.slurm.index["node00005"].drained and not fleet.slurm.index["node00001"].drained
+    assert fleet.slurm.reservations_ == {}
+
+
+def test_a_validation_job_submitted_just_before_a_crash_is_found_not_resubmitted(tmp_path):
+    fleet = SimFleet(3)
+    engine, store, plan, executor = rollout(tmp_path, fleet, 'validation_job = "/usr/sbin/deep-check"\n')
+    for _ in range(200):
+        engine.step(plan["id"])
+        testing = [r for r in store.nodes(plan["id"]) if r["state"] == S.TESTING and r["job"]]
+        if testing:
+            break
+        fleet.advance(fleet.sim.now + 60, executor)
+    node, job = testing[0]["node"], testing[0]["job"]
+    # the crash: sbatch returned, the job id never reached the store
+    store.db.execute("update nodes set job = null where node = ?", [node])
+    store.db.conn.commit()
+    engine.step(plan["id"])
+    assert store.node(plan["id"], node)["job"] == job
+    assert [j for j, (_, n, _, _) in fleet.slurm.jobs_.items() if n == node] == [job]
+    assert drive(fleet, engine, plan, executor) == S.R_DONE
+
+
+def test_a_node_leaves_the_drain_for_its_validation_job_only_once_a_reservation_holds_it(tmp_path):
+    fleet = SimFleet(2)
+    engine, store, plan, executor = rollout(tmp_path, fleet, 'validation_job = "/usr/sbin/deep-check"\n'
+                                                             "max_slurm_writes_per_step = 1\n")
+    exposed = []  # (node) out of the drain while no reservation of ours held it: any job could land there
+    state = ""
+    for _ in range(400):
+        rows = store.nodes(plan["id"])
+        if any(r["state"] == S.VALIDATING for r in rows):
+            for name in list(fleet.slurm.reservations_):  # someone deletes our reservations meanwhile
+                fleet.slurm.delete_reservation(name)
+        state = engine.step(plan["id"])
+        for row in store.nodes(plan["id"]):
+            n = fleet.slurm.index[row["node"]]
+            if row["state"] == S.TESTING and not n.drained and n.reserved_from > fleet.sim.now:
+                exposed.append(row["node"])
+        if state in S.ROLLOUT_FINAL:
+            break
+        fleet.advance(fleet.sim.now + 60, executor)
+    assert state == S.R_DONE and store.counts(plan["id"]) == {S.DONE: 2}
+    assert exposed == []

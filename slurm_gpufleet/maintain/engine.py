@@ -94,20 +94,33 @@ class World:
     nodes: dict[str, NodeInfo]
     free_at: dict[str, float]               # node -> when its running jobs end by their limits (inf: no limit)
     reservations: dict[str, Reservation]
+    # node -> (job id, state) of its newest validation job; read only while a node is in `testing`
+    validation: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def ours(self) -> dict[str, Reservation]:
         return {k: r for k, r in self.reservations.items() if k.startswith(RESERVATION_PREFIX)}
 
 
-def read_world(slurm: Any, now: float) -> World:
+def read_world(slurm: Any, now: float, validation_job: str | None = None) -> World:
+    """Three reads whatever the fleet size, and a fourth (the validation jobs) while any run."""
     nodes = {n.name: n for n in slurm.nodes()}
     free_at: dict[str, float] = {}
     for job in slurm.running_jobs():
         end = job.end_time if job.end_time is not None else INF
         for n in job.nodes:
             free_at[n] = max(free_at.get(n, 0.0), end)
-    return World(now, nodes, free_at, {r.name: r for r in slurm.reservations()})
+    world = World(now, nodes, free_at, {r.name: r for r in slurm.reservations()})
+    if validation_job:
+        for job_id, state, comment in slurm.jobs_named(validation_job):
+            node = comment.rsplit(" ", 1)[-1]
+            if node not in world.validation or int(job_id) > int(world.validation[node][0]):
+                world.validation[node] = (job_id, state)
+    return world
+
+
+def validation_job_name(rid: str) -> str:
+    return f"gpufleet-validate-{rid}"
 
 
 # ----------------------------------------------------------------------------- batched writes
@@ -269,14 +282,17 @@ class Engine:
             raise KeyError(rid)
         if r["state"] in S.ROLLOUT_FINAL:
             return r["state"]
-        world = read_world(self.slurm, self.clock())
-        ctx = _Step(self, rid, r, json.loads(r["plan"]), world, self.store.nodes(rid),
+        rows = self.store.nodes(rid)
+        testing = any(row["state"] == S.TESTING for row in rows)
+        world = read_world(self.slurm, self.clock(), validation_job_name(rid) if testing else None)
+        ctx = _Step(self, rid, r, json.loads(r["plan"]), world, rows,
                     self.executor.finished() if self.executor else {})
         ctx.run()
         self.store.apply(rid, ctx.changes, world.now, ctx.audits)
         writes = ctx.writes.flush(self.slurm, self.s.max_slurm_writes_per_step or None)
         self.store.apply(rid, [], world.now, [(None, f"slurm {method}", detail) for method, detail in ctx.writes.made]
                          + [(None, "slurm call failed (retried next step)", e) for e in ctx.writes.errors])
+        writes += self.submit_validation(rid, ctx.submit, world.now)
         for node, script, timeout in ctx.launch:
             if self.executor is None:
                 raise RuntimeError("an upgrade to start, and no executor to run it")
@@ -286,8 +302,23 @@ class Engine:
             counts = self.store.counts(rid)
             for node, text in ctx.events:
                 self.on_event(rid, node, text, counts)
-        self.stats.append(StepStats(3, writes, time.process_time() - t_cpu, ctx.moves))
+        self.stats.append(StepStats(3 + testing, writes, time.process_time() - t_cpu, ctx.moves))
         return state
+
+    def submit_validation(self, rid: str, submit: list[tuple[str, str, str]], now: float) -> int:
+        """One sbatch per node (Slurm has no host-list form of "one job on each of these nodes"); the job
+        id is stored at once, and a job submitted just before a crash is found again by its comment."""
+        for node, reservation, partition in submit:
+            minutes = -(-self.s.validation_job_timeout_s // 60)
+            try:
+                job_id = self.slurm.submit_job(validation_job_name(rid), node, reservation, partition,
+                                               self.s.validation_job, minutes, f"gpufleet validation of {node}")
+            except SlurmError as exc:
+                self.store.audit(rid, node, "validation job not submitted (retried next step)", str(exc), now)
+                continue
+            self.store.apply(rid, [(node, None, "", {"job": job_id})], now,
+                             [(node, "validation job submitted", f"job {job_id} in {reservation}")])
+        return len(submit)
 
     # -- admin actions: one pass of moves, then the same cleanup as the end of a rollout ------------
     def abort(self, rid: str) -> str:
@@ -298,7 +329,7 @@ class Engine:
                 ctx.move(row, S.SKIPPED, "aborted before its upgrade")
             elif row["state"] == S.RESERVED:
                 ctx.move(row, S.SKIPPED, "aborted before its upgrade")
-            elif row["state"] in (S.UPGRADING, S.RETURNING, S.VALIDATING, S.ROLLING_BACK):
+            elif row["state"] in (S.UPGRADING, S.RETURNING, S.VALIDATING, S.TESTING, S.ROLLING_BACK):
                 ctx.move(row, S.FAILED, "aborted mid-upgrade: check the node", error="aborted mid-upgrade")
         ctx.ensure_all()
         self.store.apply(rid, ctx.changes, world.now)
@@ -315,7 +346,7 @@ class Engine:
         for row in ctx.rows:
             if row["state"] in (S.PENDING, S.RESERVED):
                 ctx.move(row, S.SKIPPED, "rolled back before its upgrade")
-            elif row["state"] in (S.DONE, S.FAILED, S.UPGRADING, S.RETURNING, S.VALIDATING):
+            elif row["state"] in (S.DONE, S.FAILED, S.UPGRADING, S.RETURNING, S.VALIDATING, S.TESTING):
                 if not row["previous_driver"]:
                     if row["state"] not in S.FINAL:
                         ctx.move(row, S.FAILED, "no previous driver recorded", error="no previous driver recorded")
@@ -357,6 +388,7 @@ class _Step:
         self.moves = 0
         self.writes = Writes()
         self.launch: list[tuple[str, str, float]] = []
+        self.submit: list[tuple[str, str, str]] = []  # validation jobs: node, reservation, partition
         self.events: list[tuple[str | None, str]] = []
         self.audits: list[tuple[str | None, str, str]] = []  # (node, event, detail) beside the moves
         self.state: dict[str, str] = {r["node"]: r["state"] for r in rows}
@@ -471,6 +503,12 @@ class _Step:
                 if not self.rolling_back:
                     self.steer(row, info)
                 continue
+            if st == S.TESTING:  # out of the drain only once Slurm shows it held by a reservation of ours
+                if self.holding(node) is None:
+                    self.hold(info)
+                elif self.ours(info):
+                    self.writes.resume.add(node)
+                continue
             if st in (S.RESERVED, S.UPGRADING, S.RETURNING, S.VALIDATING, S.ROLLING_BACK):
                 if st == S.RESERVED and self.plan.get("strategy") == "reboot-asap":
                     self.reboot_asap(row, info)
@@ -530,12 +568,24 @@ class _Step:
         else:
             self.writes.weight[row["weight"]].add(info.name)
 
+    def holding(self, node: str) -> str | None:
+        """A reservation of this rollout that holds `node` now (begun, not ended)."""
+        now = self.world.now
+        return next((name for name, r in sorted(self.world.ours.items())
+                     if name.startswith(f"{RESERVATION_PREFIX}{self.rid}_") and node in r.nodes
+                     and (r.start is None or r.start <= now) and (r.end is None or r.end > now)), None)
+
+    def hold(self, info: NodeInfo, minutes: int = 24 * 60) -> None:
+        """Held in a reservation of ours from now (MAINT reservations may overlap the node's slot)."""
+        if self.holding(info.name) is None:
+            name = f"{RESERVATION_PREFIX}{self.rid}_h{int(self.world.now)}"
+            nodes, start, minutes = self.writes.create.get(name, ([], self.world.now, minutes))
+            self.writes.create[name] = (nodes + [info.name], start, minutes)
+
     def reboot_asap(self, row: dict[str, Any], info: NodeInfo) -> None:
         """reboot-asap: held in a reservation from now, emptied by `scontrol reboot ASAP`."""
         if not any(info.name in r.nodes for r in self.world.ours.values()):
-            name = f"{RESERVATION_PREFIX}{self.rid}_h{int(self.world.now)}"
-            nodes, start, minutes = self.writes.create.get(name, ([], self.world.now, 24 * 60))
-            self.writes.create[name] = (nodes + [info.name], start, minutes)
+            self.hold(info)
         if not info.rebooting and not rebooted(info, row["boot"], row["started"] or 0):
             self.writes.reboot[f"{self.reason_prefix} emptying for {self.plan['target_driver']}"].add(info.name)
 
@@ -765,13 +815,51 @@ def on_validating(ctx: _Step, row: dict[str, Any]) -> None:
             differs = ctx.differs_from_canary(row["node"], seen)
             if differs:
                 return ctx.fail(row, f"validation failed: {differs}")
-        done = S.ROLLED_BACK if ctx.rolling_back else S.DONE
-        return ctx.move(row, done, f"driver {driver}, verdict {data.get('v')} at {data.get('t')}",
-                        validated=json.dumps(seen, sort_keys=True))
+        validated = json.dumps(seen, sort_keys=True)
+        checked_text = f"driver {driver}, verdict {data.get('v')} at {data.get('t')}"
+        if ctx.rolling_back:
+            return ctx.move(row, S.ROLLED_BACK, checked_text, validated=validated)
+        prior = json.loads(row["prior"] or "{}")
+        held = "DRAIN" in prior.get("flags", []) or prior.get("state") == "DOWN"
+        if ctx.s.validation_job and not held:  # a node someone else held goes back to them untested
+            return ctx.move(row, S.TESTING, f"{checked_text}; validation job next", validated=validated, job=None)
+        return ctx.move(row, S.DONE, checked_text, validated=validated)
     if ctx.world.now - (row["updated"] or ctx.world.now) > ctx.s.validate_timeout_s:
         ctx.fail(row, f"validation failed: no health check published within {ctx.s.validate_timeout_s} s "
                       "of the reboot")
 
+
+def on_testing(ctx: _Step, row: dict[str, Any]) -> None:
+    """The validation job, submitted once Slurm shows the node out of the drain and held by a reservation
+    of ours; its end state decides."""
+    node = row["node"]
+    info = ctx.info(row)
+    if info is None:
+        return ctx.fail(row, "not in Slurm any more")
+    seen = ctx.world.validation.get(node)
+    if row["job"] is None and seen is not None:
+        ctx.note(row, job=seen[0])  # submitted just before a crash: found again, not submitted twice
+    if row["job"] is None:
+        reservation = ctx.holding(node)
+        if reservation and not info.drained and not ctx.busy(node):
+            partition = info.partitions[0] if info.partitions else ""
+            ctx.submit.append((node, reservation, partition))
+    else:
+        state = seen[1] if seen and seen[0] == row["job"] else None
+        if state == "COMPLETED":
+            return ctx.move(row, S.DONE, f"validation job {row['job']} completed")
+        if state in JOB_ENDED_BADLY:
+            return ctx.fail(row, f"validation job {row['job']} ended {state}")
+        if state is None:
+            return ctx.fail(row, f"validation job {row['job']} is gone from Slurm with no result")
+    limit = ctx.s.validation_job_timeout_s + ctx.s.validate_timeout_s
+    if ctx.world.now - (row["updated"] or ctx.world.now) > limit:
+        ctx.fail(row, f"validation job did not finish within {limit} s")
+
+
+# job states that are a failed validation (squeue's long names)
+JOB_ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "PREEMPTED",
+                   "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
 
 # What every upgraded node must share with the canary: the kernel it booted, the module flavour (open or
 # proprietary), the GSP firmware, GB200's CDMM mode where the driver reports it
@@ -783,4 +871,5 @@ HANDLERS: dict[str, Callable[[_Step, dict[str, Any]], None]] = {
     S.ROLLING_BACK: on_rolling_back,
     S.RETURNING: on_returning,
     S.VALIDATING: on_validating,
+    S.TESTING: on_testing,
 }

@@ -34,6 +34,11 @@ class SimSlurm:
     sim: Any                                   # the Simulator: .now, .nodes (SimNode), .by_id
     calls: Counter = field(default_factory=Counter)
     reservations_: dict[str, SimReservation] = field(default_factory=dict)
+    # validation jobs: each runs `validation_s` on its node and ends COMPLETED, or FAILED on a node in
+    # `validation_fails`
+    validation_s: float = 300.0
+    validation_fails: set[str] = field(default_factory=set)
+    jobs_: dict[str, tuple[str, str, float, str]] = field(default_factory=dict)  # id -> name, node, end, comment
 
     def __post_init__(self) -> None:
         self.index = {n.name: n for n in self.sim.nodes}
@@ -118,6 +123,29 @@ class SimSlurm:
         self.calls["write"] += 1
         r = self.reservations_.pop(name)
         self._reserve(list(r.nodes))
+
+    def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,
+                   comment: str) -> str:
+        self.calls["write"] += 1
+        r = self.reservations_.get(reservation)
+        if r is None or node not in r.nodes or r.start > self.sim.now:
+            from ..slurm.base import SlurmError
+
+            raise SlurmError(f"sbatch: Requested reservation {reservation} is invalid for {node}")
+        job_id = str(9_000_000 + len(self.jobs_))
+        end = self.sim.now + self.validation_s
+        self.jobs_[job_id] = (name, node, end, comment)
+        self.sim.push(end, "validation", job_id)
+        return job_id
+
+    def jobs_named(self, name: str) -> list[tuple[str, str, str]]:
+        self.calls["read"] += 1
+        out = []
+        for job_id, (jname, node, end, comment) in self.jobs_.items():
+            if jname == name:
+                state = "RUNNING" if self.sim.now < end else ("FAILED" if node in self.validation_fails else "COMPLETED")
+                out.append((job_id, state, comment))
+        return out
 
     def _reserve(self, names: list[str]) -> None:
         for name in names:

@@ -128,7 +128,7 @@ class Simulator:
             elif kind == "rollout":
                 self.controller.start(self)
                 self._schedule()
-            elif kind in ("tick", "upgraded", "slot", "step"):
+            elif kind in ("tick", "upgraded", "slot", "step", "validation"):
                 self.controller.on_tick(self, (kind, payload) if kind != "tick" else payload)
                 self._schedule()
             if self.controller and self.controller.finished and not self.queue and not self._running():

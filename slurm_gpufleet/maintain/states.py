@@ -1,7 +1,8 @@
 """Every state a node and a rollout can be in, in one place.
 
-A node moves  pending -> reserved -> upgrading -> returning -> validating -> done
-and on failure to `failed` (it stays drained with our reason); `rollback` takes upgraded nodes through
+A node moves  pending -> reserved -> upgrading -> returning -> validating [-> testing] -> done
+(testing: where a validation job is configured, the node leaves the drain but stays in its maintenance
+reservation while that job runs on it), and on failure to `failed` (it stays drained with our reason); `rollback` takes upgraded nodes through
 rolling_back -> returning -> validating -> rolled_back.  `skipped` nodes were never touched.
 Each state is written to the SQLite store before the work it names starts, so a crashed `apply` finds
 every node where it was and `resume` repeats that state's work (every step is idempotent).
@@ -14,17 +15,18 @@ RESERVED = "reserved"          # maintenance reservation made (or reboot ASAP as
 UPGRADING = "upgrading"        # drained by us, the site's upgrade command runs
 RETURNING = "returning"        # waiting for the node's slurmd to come back
 VALIDATING = "validating"      # health check: driver == target, verdict ok
+TESTING = "testing"            # undrained inside its maintenance reservation; the validation job runs there
 DONE = "done"                  # validated and released
 FAILED = "failed"              # upgrade or validation failed; stays drained with our reason
 SKIPPED = "skipped"            # not ours to touch (held by someone else) or already at target
 ROLLING_BACK = "rolling_back"  # the upgrade command with the previous driver
 ROLLED_BACK = "rolled_back"    # back on the previous driver, validated, released
 
-NODE_STATES = (PENDING, RESERVED, UPGRADING, RETURNING, VALIDATING, DONE, FAILED, SKIPPED, ROLLING_BACK,
+NODE_STATES = (PENDING, RESERVED, UPGRADING, RETURNING, VALIDATING, TESTING, DONE, FAILED, SKIPPED, ROLLING_BACK,
                ROLLED_BACK)
 FINAL = {DONE, FAILED, SKIPPED, ROLLED_BACK}
 # states in which a node is out of service because of us: they count against the budget
-IN_FLIGHT = {RESERVED, UPGRADING, RETURNING, VALIDATING, ROLLING_BACK}
+IN_FLIGHT = {RESERVED, UPGRADING, RETURNING, VALIDATING, TESTING, ROLLING_BACK}
 OUT_OF_SERVICE = IN_FLIGHT | {FAILED}
 
 # The legal moves, one line per state (the shape of the GPU Operator's upgrade state machine).  The engine
@@ -34,7 +36,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     RESERVED: frozenset({UPGRADING, SKIPPED, FAILED}),
     UPGRADING: frozenset({RETURNING, FAILED, ROLLING_BACK}),
     RETURNING: frozenset({VALIDATING, FAILED, ROLLING_BACK}),
-    VALIDATING: frozenset({DONE, ROLLED_BACK, FAILED, ROLLING_BACK}),
+    VALIDATING: frozenset({DONE, TESTING, ROLLED_BACK, FAILED, ROLLING_BACK}),
+    TESTING: frozenset({DONE, FAILED, ROLLING_BACK}),
     DONE: frozenset({ROLLING_BACK}),
     FAILED: frozenset({ROLLING_BACK}),
     ROLLING_BACK: frozenset({RETURNING, FAILED}),

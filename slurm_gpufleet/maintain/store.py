@@ -40,6 +40,8 @@ class Store:
                 self.db["nodes"].add_column(column, float)
         if "validated" not in self.db["nodes"].columns_dict:  # what the node published when it validated
             self.db["nodes"].add_column("validated", str)
+        if "job" not in self.db["nodes"].columns_dict:  # the validation job's id while it runs (testing)
+            self.db["nodes"].add_column("job", str)
         # who is applying the rollout now (host:pid) and when it last stepped: one driver at a time
         if "holder" not in self.db["rollouts"].columns_dict:
             self.db["rollouts"].add_column("holder", str)
@@ -118,7 +120,8 @@ class Store:
                                      "detail": detail})
         self._maybe_crash(state)
 
-    COLUMNS = frozenset({"state", "updated", "prior", "boot", "error", "weight", "started", "slot", "validated"})
+    COLUMNS = frozenset({"state", "updated", "prior", "boot", "error", "weight", "started", "slot", "validated",
+                         "job"})
 
     def apply(self, rollout_id: str, changes: list[tuple[str, str | None, str, dict[str, Any]]], at: float,
               audits: list[tuple[str | None, str, str]] = ()) -> None:

@@ -26,21 +26,23 @@ class CommandBackend:
     def __init__(self, scontrol: str = "/usr/bin/scontrol", timeout: float = 10.0):
         self.scontrol = scontrol
         self.squeue = os.path.join(os.path.dirname(scontrol), "squeue")
+        self.sbatch = os.path.join(os.path.dirname(scontrol), "sbatch")
         self.timeout = timeout
         self._json: bool | None = None
 
     def _run(self, *args: str, exe: str | None = None) -> str:
         argv = [exe or self.scontrol, *args]
+        command = os.path.basename(argv[0])
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
                                   stdin=subprocess.DEVNULL)
         except FileNotFoundError:
-            raise SlurmError(f"{self.scontrol} not found") from None
+            raise SlurmError(f"{argv[0]} not found") from None
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"scontrol {' '.join(args[:2])} timed out after {self.timeout:g} s") from None
+            raise SlurmError(f"{command} {' '.join(args[:2])} timed out after {self.timeout:g} s") from None
         if proc.returncode != 0:
             msg = (proc.stderr or proc.stdout).strip().splitlines()
-            raise SlurmError(f"scontrol {' '.join(args[:3])}: {msg[-1] if msg else 'exit ' + str(proc.returncode)}")
+            raise SlurmError(f"{command} {' '.join(args[:3])}: {msg[-1] if msg else 'exit ' + str(proc.returncode)}")
         return proc.stdout
 
     def has_json(self) -> bool:
@@ -134,6 +136,22 @@ class CommandBackend:
 
     def delete_reservation(self, name: str) -> None:
         self._run("delete", f"reservation={name}")
+
+    # -- validation jobs (maintain's optional check of each upgraded node, inside its reservation) -----
+    def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,
+                   comment: str) -> str:
+        argv = ["--parsable", f"--job-name={name}", f"--nodelist={node}", "--nodes=1", "--exclusive",
+                f"--reservation={reservation}", f"--time={int(minutes)}", f"--comment={one_line(comment)}",
+                "--output=/dev/null", "--export=NONE", f"--wrap={command}"]
+        if partition:
+            argv.append(f"--partition={partition}")
+        return self._run(*argv, exe=self.sbatch).strip().split(";")[0]
+
+    def jobs_named(self, name: str) -> list[tuple[str, str, str]]:
+        """(job id, state, comment) of every job with this name that squeue still shows, finished ones
+        included (for MinJobAge after they end)."""
+        out = self._run("-h", "-t", "all", f"--name={name}", "-o", "%i|%T|%k", exe=self.squeue)
+        return [tuple(line.split("|", 2)) for line in out.splitlines() if line.count("|") >= 2]  # type: ignore[misc]
 
 
 def time_now() -> float:

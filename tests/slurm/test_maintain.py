@@ -199,3 +199,42 @@ def test_abort_gives_everything_back(mc, tmp_path):
     # a new rollout may start once this one is aborted
     plan_file2, _ = plan(mc, tmp_path, nodes="n[5-6]")
     assert mc.gpufleet("maintain", "apply", str(plan_file2)).returncode == 0
+
+
+def test_validation_job_runs_in_the_nodes_reservation_and_gates_release(mc, tmp_path):
+    """validation_job: each upgraded node leaves the drain inside its maintenance reservation, and a real
+    batch job (our own full check, through the node's NVML) runs there; a failing job fails the node."""
+    mc.wait_published()
+    config = tmp_path / "gpufleet.toml"
+    failing = mc.dir / "hooks" / "validation-fails"
+    job = (f"[ ! -e {failing}.$SLURMD_NODENAME ] && exec {mc.dir}/bin/node-python -m slurm_gpufleet.cli "
+           f"check --level full --config {mc.dir}/etc/gpufleet.toml")
+    text = (mc.dir / "etc" / "gpufleet.toml").read_text()
+    config.write_text(text.replace("[maintain]\n", f"[maintain]\nvalidation_job = {json.dumps(job)}\n"
+                                   "validation_job_timeout_s = 120\nmax_failures = 1\n", 1))
+    env = {"SLURM_GPUFLEET_CONFIG": str(config)}
+    plan_file = tmp_path / "plan.json"
+    r = mc.gpufleet("maintain", "plan", "--target-driver", TARGET, "--nodes", "n[1-3]", "--out", str(plan_file),
+                    env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    order = [n for w in json.loads(plan_file.read_text())["waves"] for n in w["nodes"]]
+    victim = order[-1]
+    (failing.parent / f"{failing.name}.{victim}").touch()
+    r = mc.gpufleet("maintain", "apply", str(plan_file), env=env)
+    assert r.returncode == 1 and "done (done 2, failed 1)" in r.stdout, r.stdout + r.stderr  # 1: a node failed
+    rows = {node: (state, job, error) for node, state, job, error in
+            mc.maintain_db("select node, state, job, error from nodes")}
+    assert {n: s for n, (s, _, _) in rows.items()} == {order[0]: "done", order[1]: "done", victim: "failed"}
+    submitted = dict(mc.maintain_db("select node, detail from audit where event = 'validation job submitted'"))
+    for node, (state, job_id, _) in rows.items():
+        # sbatch took it into a reservation of the rollout (Slurm refuses a reservation that does not hold
+        # the node), and Slurm ran it there, on that node: a drained node starts no job
+        assert submitted[node].startswith(f"job {job_id} in gpufleet_"), submitted
+        info = mc.job(job_id)
+        assert info["NodeList"] == node and info["JobName"].startswith("gpufleet-validate-"), info
+        assert info["JobState"] == ("COMPLETED" if state == "done" else "FAILED"), info
+    assert rows[victim][2] == f"validation job {rows[victim][1]} ended FAILED"
+    reason = mc.node(victim)["Reason"]
+    assert "DRAIN" in mc.state(victim) and "validation job" in reason, reason
+    assert leftovers(mc) == ("", [victim])
+    mc.run("scontrol", "update", f"nodename={victim}", "state=resume")
