@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -441,8 +442,28 @@ def _runner(config: str | None):
     from .maintain.store import Store
 
     policy = _load_policy(config)
-    store = Store(policy.maintain.db)
+    with _rollout_errors(policy.maintain.db):
+        store = Store(policy.maintain.db)
     return Runner(store, _backend(policy), policy, Progress(sys.stderr)), store
+
+
+@contextlib.contextmanager
+def _rollout_errors(db: str):
+    """What ends `apply`, `resume`, `abort` and `rollback` early, each as one line with its exit code."""
+    import sqlite3
+
+    from .maintain.runner import RolloutError
+    from .slurm import SlurmError
+
+    try:
+        yield
+    except RolloutError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    except SlurmError as exc:
+        _fail(f"{exc}; the rollout's state is saved: `maintain resume` continues it", exitcodes.UNHEALTHY)
+    except sqlite3.Error as exc:  # a full disk, an I/O error, a read-only file system
+        _fail(f"the rollout's state cannot be written to {db} ({exc}); it stays as last saved and every step "
+              "is repeatable: fix that, then `maintain resume`", exitcodes.UNHEALTHY)
 
 
 def _require_rights(config: str | None) -> None:
@@ -472,7 +493,6 @@ def _finish(state: str, as_json: bool, store, runner) -> None:
 def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
     """Run a plan in the foreground until the rollout ends; exit 0 only when every node is done."""
     from .maintain.planner import Plan, PlanError
-    from .maintain.runner import RolloutError
 
     try:
         with open(plan_file, encoding="utf-8") as fh:
@@ -485,14 +505,8 @@ def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
               exitcodes.USAGE)
     _require_rights(config)
     runner, store = _runner(config)
-    from .slurm import SlurmError
-
-    try:
+    with _rollout_errors(runner.s.db):
         state = runner.apply(plan.to_dict())
-    except RolloutError as exc:
-        _fail(str(exc), exitcodes.USAGE)
-    except SlurmError as exc:
-        _fail(f"{exc}; the rollout's state is saved: `maintain resume` continues it", exitcodes.UNHEALTHY)
     _finish(state, as_json, store, runner)
 
 
@@ -534,17 +548,10 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
         @click.option("--config", metavar="FILE")
         @click.option("--json", "as_json", is_flag=True)
         def command(config: str | None, as_json: bool) -> None:
-            from .maintain.runner import RolloutError
-            from .slurm import SlurmError
-
             _require_rights(config)
             runner, store = _runner(config)
-            try:
+            with _rollout_errors(runner.s.db):
                 state = getattr(runner, name)()
-            except RolloutError as exc:
-                _fail(str(exc), exitcodes.USAGE)
-            except SlurmError as exc:
-                _fail(f"{exc}; the rollout's state is saved: `maintain resume` continues it", exitcodes.UNHEALTHY)
             _finish(state, as_json, store, runner)
         return command
 

@@ -355,6 +355,21 @@ def _boot_id() -> str:
         return ""
 
 
+def _older_than_slurmd(summary: dict, info) -> bool:
+    """Published before this slurmd started: the first check after a restart or a reboot always
+    publishes, even unchanged (an upgrade repeated after a crash installs the same driver again, and a
+    rollout validates only from a summary newer than its command)."""
+    if info.slurmd_start is None:
+        return False
+    try:
+        import calendar
+
+        published = calendar.timegm(time.strptime(str(summary.get("t", "")), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return True
+    return published < info.slurmd_start
+
+
 def _publish(backend, info, field: str, data: dict) -> None:
     from .slurm import SlurmError
 
@@ -366,8 +381,9 @@ def _publish(backend, info, field: str, data: dict) -> None:
             return  # someone else's text: never overwrite it
         if not isinstance(old, dict) or "gpufleet" not in old:
             return
-        if {k: v for k, v in old.items() if k != "t"} == {k: v for k, v in data.items() if k != "t"}:
-            return
+        same = {k: v for k, v in old.items() if k != "t"} == {k: v for k, v in data.items() if k != "t"}
+        if same and not _older_than_slurmd(old, info):
+            return  # nothing new since this slurmd started: no write
     try:
         backend.set_field(info.name, field, json.dumps(data, separators=(",", ":")))
     except SlurmError as exc:

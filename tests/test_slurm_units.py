@@ -1,5 +1,6 @@
 """The Slurm layer's pure parts: parsing scontrol output, reasons, the decision table, history."""
 
+import calendar
 import json
 
 import pytest
@@ -188,3 +189,28 @@ def test_numbers_that_only_look_like_digits_are_not_numbers():
     """Found by the 10,000-case fuzz: "¹" passes str.isdigit() but not int()."""
     info = parse_node_text("NodeName=n2 Arch=x86_64\n   State=IDLE Weight=\u00b91\n")
     assert info.weight is None
+
+
+def test_an_unchanged_summary_is_published_again_once_slurmd_restarted():
+    """An upgrade repeated after a crash installs the same driver again: the first check after the node's
+    slurmd restarts must still publish, or a rollout waiting for a summary newer than its command waits
+    in vain (found by the kill -9 chaos test on real Slurm)."""
+    from slurm_gpufleet.hooks import _publish
+    from slurm_gpufleet.slurm.base import NodeInfo
+
+    class Recorder:
+        def __init__(self):
+            self.writes = []
+
+        def set_field(self, name, field, value):
+            self.writes.append((name, field, json.loads(value)["t"]))
+
+    summary = {"gpufleet": 1, "v": "ok", "drv": "595.71.05"}
+    old = json.dumps({**summary, "t": "2026-11-30T13:16:41Z"})
+    started = calendar.timegm((2026, 11, 30, 13, 17, 0, 0, 0, 0))
+    new = {**summary, "t": "2026-11-30T13:17:02Z"}
+    b = Recorder()
+    _publish(b, NodeInfo("n1", "IDLE", extra=old, slurmd_start=started - 60), "extra", new)
+    assert b.writes == []  # same content, already published by this slurmd: no write
+    _publish(b, NodeInfo("n1", "IDLE", extra=old, slurmd_start=started), "extra", new)
+    assert b.writes == [("n1", "extra", "2026-11-30T13:17:02Z")]

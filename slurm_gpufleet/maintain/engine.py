@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -61,12 +62,15 @@ class Executor(Protocol):
 class PoolExecutor:
     """A bounded thread pool, each command in its own process group with its own timeout."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, run_dir: str | None = None):
+        """run_dir: where each running command's process group is named (`<node>.pgid`)."""
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="gpufleet-upgrade")
         self.futures: dict[str, Future] = {}
+        self.run_dir = run_dir
 
     def start(self, node: str, script: str, timeout_s: float) -> None:
-        self.futures[node] = self.pool.submit(run, script, timeout_s)
+        pid_file = os.path.join(self.run_dir, f"{node}.pgid") if self.run_dir else None
+        self.futures[node] = self.pool.submit(run, script, timeout_s, pid_file)
 
     def running(self) -> set[str]:
         return set(self.futures)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -125,12 +126,16 @@ class Runner:
         try:
             return self._steps(rid, holder)
         finally:
-            self.store.release(rid, holder)
+            try:
+                self.store.release(rid, holder)
+            except sqlite3.Error:  # a full disk: the lease lapses by itself (this pid is gone)
+                pass
 
     def _steps(self, rid: str, holder: str) -> str:
         if self.engine.executor is None:
             budget = json.loads(self.store.rollout(rid)["plan"])["budget"]["max_unavailable"]
-            self.engine.executor = PoolExecutor(self.s.max_parallel_upgrades or budget)
+            run_dir = os.path.join(os.path.dirname(os.path.abspath(self.s.db)), "upgrades-running")
+            self.engine.executor = PoolExecutor(self.s.max_parallel_upgrades or budget, run_dir)
         outage_since: float | None = None
         try:
             while True:
@@ -160,7 +165,8 @@ class Runner:
                 self.engine.executor.shutdown()  # waits for commands under way: their processes are ours
         stats = self.engine.stats
         if stats:
-            self.store.audit(rid, None, "slurm calls", f"{len(stats)} step(s); per step: 3 reads, writes max "
+            self.store.audit(rid, None, "slurm calls", f"{len(stats)} step(s); per step: "
+                                                       f"{max(s.reads for s in stats)} reads, writes max "
                                                        f"{max(s.writes for s in stats)}, mean "
                                                        f"{sum(s.writes for s in stats) / len(stats):.2f}")
         return state

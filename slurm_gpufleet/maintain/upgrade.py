@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import os
 import shlex
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 
 
@@ -44,11 +47,63 @@ class Result:
     output: str
 
 
-def run(script: str, timeout_s: float) -> Result:
+def run(script: str, timeout_s: float, pid_file: str | None = None) -> Result:
+    """The command in its own process group, killed whole at the timeout.  `pid_file` names that group
+    while it runs: a command left running by an `apply` killed with -9 is waited for by the next run,
+    never started a second time beside itself."""
+    deadline = time.monotonic() + timeout_s
+    if pid_file:
+        while _group_alive(pid_file):
+            if time.monotonic() > deadline:
+                return Result(False, -1, f"an earlier upgrade command ({pid_file}) still runs after {timeout_s:g} s")
+            time.sleep(0.5)
+    proc = subprocess.Popen(["/bin/bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, stdin=subprocess.DEVNULL, start_new_session=True)
+    if pid_file:
+        _write_pid(pid_file, proc.pid)
     try:
-        proc = subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL, start_new_session=True)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or "") if isinstance(exc.stdout, str) else ""
-        return Result(False, -1, f"timed out after {timeout_s:g} s\n{out[-2000:]}")
-    return Result(proc.returncode == 0, proc.returncode, (proc.stdout + proc.stderr)[-4000:])
+        out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        out, _ = proc.communicate()
+        return Result(False, -1, f"timed out after {timeout_s:g} s\n{(out or '')[-2000:]}")
+    finally:
+        if pid_file and proc.returncode is not None:
+            _remove(pid_file)
+    return Result(proc.returncode == 0, proc.returncode, (out or "")[-4000:])
+
+
+def _group_alive(pid_file: str) -> bool:
+    try:
+        with open(pid_file, encoding="ascii") as fh:
+            pgid = int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    try:
+        os.killpg(pgid, 0)  # a daemon the command started (setsid) has left the group: it does not count
+    except ProcessLookupError:
+        _remove(pid_file)
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write_pid(path: str, pid: int) -> None:
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    with open(path, "w", encoding="ascii") as fh:
+        fh.write(f"{pid}\n")
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

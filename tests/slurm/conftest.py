@@ -208,7 +208,8 @@ def _reset(c: Cluster) -> None:
             leftover.unlink(missing_ok=True)
     (c.dir / "log" / "reboots.log").unlink(missing_ok=True)
     (c.dir / "log" / "upgrades.log").unlink(missing_ok=True)
-    for marker in c.gpus.glob("*.bad-driver"):
+    (c.dir / "log" / "upgrade-overlaps.log").unlink(missing_ok=True)
+    for marker in [*c.gpus.glob("*.bad-driver"), *(c.dir / "hooks").glob("*")]:
         marker.unlink()
     for line in c.run("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines():
         if line.startswith("ReservationName="):
