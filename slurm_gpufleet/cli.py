@@ -150,6 +150,43 @@ def _read_or_exit(path: str):
         _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
 
 
+@cli.command("reboot-check")
+@click.option("--driver", required=True, metavar="VERSION", help="The driver the node must come back with.")
+@click.option("--host-root", metavar="DIR", type=click.Path(file_okay=False, exists=True), default="/",
+              show_default=True, help="Where the node's /boot, /lib/modules, /etc and /proc are (a mounted image).")
+@click.option("--json", "as_json", is_flag=True)
+def reboot_check(driver: str, host_root: str, as_json: bool) -> None:
+    """Will a reboot now bring the GPUs back on DRIVER?  The kernel that boots next must have an nvidia
+    module of that version (and a signed one under Secure Boot).  For the upgrade template, between the
+    install and the reboot: a failure stops the script, and the node fails with this line, not rebooted.
+
+    Exit codes: 0 yes, 1 no (one line says why), 2 usage error.
+    """
+    from .checks.kernel import reboot_problem
+    from .readers.host import read_host
+
+    try:
+        facts = read_host(host_root)
+    except OSError as exc:
+        _fail(f"{host_root}: cannot read the host: {exc.strerror or exc}", exitcodes.USAGE)
+    problem = reboot_problem(facts, driver)
+    nxt = facts.next_boot
+    module = nxt.module if nxt else None
+    if nxt is None and problem is None:
+        problem = f"the kernel that boots next cannot be told under {host_root}"
+    if as_json:
+        click.echo(json.dumps({"ok": problem is None, "driver": driver, "next_boot_kernel": nxt.release if nxt else None,
+                               "next_boot_from": facts.next_boot_from,
+                               "module_version": module.version if module else None,
+                               "module_flavour": module.flavour if module else None, "problem": problem}))
+    elif problem:
+        click.echo(problem)
+    else:
+        click.echo(f"next boot kernel {nxt.release} has nvidia {module.version if module else '?'}"
+                   f"{' (' + module.flavour + ')' if module and module.flavour else ''}: a reboot brings {driver} back")
+    sys.exit(exitcodes.UNHEALTHY if problem else exitcodes.OK)
+
+
 @cli.command()
 @click.option("--nvidia-smi-q", "report", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
               help="Convert a saved nvidia-smi report instead of reading live NVML.")

@@ -308,6 +308,8 @@ def summary(report: Report, final: str) -> dict:
         data["kern"] = host.running.release
         if host.running.module is not None and host.running.module.flavour:
             data["modf"] = host.running.module.flavour
+    if host is not None and host.cdmm is not None:
+        data["cdmm"] = host.cdmm
     worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
     if worst:  # why, for a rollout's validation and for `fleet`
         data["f"] = max(worst, key=lambda f: RANK[f.severity]).message[:80]

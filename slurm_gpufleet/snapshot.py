@@ -245,6 +245,7 @@ class KernelModule:
     flavour: str | None = None     # "open" (Dual MIT/GPL) or "proprietary" (NVIDIA)
     source: str | None = None      # "dkms" or "precompiled"
     signed: bool | None = None
+    signer: str | None = None      # the signing key's name (CN), as modinfo's "signer:" shows it
 
 
 @dataclass
@@ -263,6 +264,11 @@ class HostFacts:
     next_boot_from: str | None = None   # "grubenv", "/etc/default/grub", "newest in /boot", "running"
     secure_boot: bool | None = None
     auto_updates: list[str] = field(default_factory=list)   # "unattended-upgrades", "dnf-automatic"
+    # GB200/GH200 coherent memory: the loaded driver's NVreg_CoherentGPUMemoryMode ("driver" = CDMM, "numa",
+    # "default" when unset); None where the driver does not report the parameter
+    cdmm: str | None = None
+    # names (CN) of the keys the running kernel trusts for modules (/proc/keys); None where unreadable
+    trusted_keys: list[str] | None = None
     root: str = "/"
 
 

@@ -329,3 +329,15 @@ def test_a_node_leaves_the_drain_for_its_validation_job_only_once_a_reservation_
         fleet.advance(fleet.sim.now + 60, executor)
     assert state == S.R_DONE and store.counts(plan["id"]) == {S.DONE: 2}
     assert exposed == []
+
+
+def test_a_node_whose_cdmm_mode_differs_from_the_canarys_fails(tmp_path):
+    fleet = SimFleet(3)
+    odd = "node00003"
+
+    def fields(name):  # GB200: the canary came back in CDMM (driver-managed memory), node00003 as NUMA nodes
+        return {"kern": "6.1.0-28-amd64", "cdmm": "numa" if name == odd else "driver"}
+
+    engine, store, plan, executor = rollout(tmp_path, fleet, "max_failures = 1\n", fields=fields)
+    drive(fleet, engine, plan, executor)
+    assert store.node(plan["id"], odd)["error"] == "validation failed: CDMM mode numa != canary's driver"

@@ -139,3 +139,83 @@ def test_cli_host_root_and_json(tmp_path):
 @pytest.mark.parametrize("bad", ["relative/dir"])
 def test_host_root_must_exist(bad):
     assert run_cli("check", "--nvidia-smi-q", str(H200 / "nvidia-smi-q.xml"), "--host-root", bad).returncode == 2
+
+
+def test_reboot_check_before_the_upgrades_reboot(tmp_path):
+    """`slurm-gpufleet reboot-check --driver V`: what the upgrade template runs between install and reboot."""
+    ok = tree(tmp_path / "ok", kernels=(RUNNING, NEW),
+              modules={RUNNING: ("updates/dkms/nvidia.ko", module_bytes()), NEW: ("updates/dkms/nvidia.ko", module_bytes())})
+    r = run_cli("reboot-check", "--driver", DRIVER, "--host-root", str(ok))
+    assert r.returncode == 0 and r.stdout.decode().strip() == (
+        f"next boot kernel {NEW} has nvidia {DRIVER} (open): a reboot brings {DRIVER} back")
+    # the newer kernel from automatic updates has no module: no
+    missing = tree(tmp_path / "missing", kernels=(RUNNING, NEW))
+    r = run_cli("reboot-check", "--driver", DRIVER, "--host-root", str(missing))
+    assert r.returncode == 1 and r.stdout.decode().strip() == f"next boot kernel {NEW} has no nvidia {DRIVER} module"
+    # the install left the old version for the next kernel: no, and --json says which
+    r = run_cli("reboot-check", "--driver", "595.71.05", "--host-root", str(ok), "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 1 and out["ok"] is False and out["module_version"] == DRIVER
+    assert out["problem"] == f"next boot kernel {NEW} has nvidia {DRIVER}, not 595.71.05"
+    # unsigned under Secure Boot: no
+    unsigned = tree(tmp_path / "unsigned", secure_boot=True,
+                    modules={RUNNING: ("updates/dkms/nvidia.ko", module_bytes(signed=False))})
+    r = run_cli("reboot-check", "--driver", DRIVER, "--host-root", str(unsigned))
+    assert r.returncode == 1 and b"unsigned under Secure Boot" in r.stdout
+    assert run_cli("reboot-check", "--driver", DRIVER, "--host-root", str(tmp_path / "nope")).returncode == 2
+
+
+@pytest.mark.parametrize("line,mode", [('CoherentGPUMemoryMode: "driver"', "driver"),
+                                       ('CoherentGPUMemoryMode: "numa"', "numa"),
+                                       ('CoherentGPUMemoryMode: ""', "default"),  # what an x86 R580 host shows
+                                       ("EnableMSI: 1", None)])                    # a driver without the parameter
+def test_cdmm_mode_read_from_the_loaded_drivers_params(tmp_path, line, mode):
+    root = tree(tmp_path)
+    (root / "proc/driver/nvidia").mkdir(parents=True)
+    (root / "proc/driver/nvidia/params").write_text(f"CreateImexChannel0: 0\n{line}\nDeviceFileGID: 0\n")
+    assert read_host(str(root)).cdmm == mode
+    assert read_host(str(tree(tmp_path / "none"))).cdmm is None  # no driver loaded: not reported
+
+
+def signed_module(signer: str, version=DRIVER) -> bytes:
+    """A module as the kernel's sign-file leaves it: the code, a PKCS#7 signature whose only name is the
+    signing key's issuer CN, struct module_signature (id_type 2, sig_len big-endian), then the magic."""
+    cn = signer.encode()
+    name = b"\x31" + bytes([11 + len(cn)]) + b"\x30" + bytes([9 + len(cn)]) + b"\x06\x03\x55\x04\x03\x0c" + \
+        bytes([len(cn)]) + cn
+    pkcs7 = b"\x30\x82\x01\x00" + b"\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x07\x02" + b"\x30" + bytes([len(name)]) + name \
+        + b"\x02\x10" + b"\x11" * 16 + b"\x04\x20" + b"\x22" * 32
+    struct = bytes([0, 0, 2, 0, 0, 0, 0, 0]) + len(pkcs7).to_bytes(4, "big")
+    return module_bytes(version=version, signed=False) + pkcs7 + struct + SIGNATURE_MAGIC
+
+
+def _keys(root, *names):
+    (root / "proc/keys").write_text("".join(
+        f"{i:08x} I------     1 perm 1f030000     0     0 asymmetri {n}: {i:040x}: X509.rsa {i:08x} []\n"
+        for i, n in enumerate(names, 1)) + "0a0b0c0d I------     1 perm 1f0b0000     0     0 keyring   "
+                                           ".builtin_trusted_keys: 2\n")
+
+
+def test_module_signer_is_read_and_a_foreign_one_under_secure_boot_blocks_the_reboot(tmp_path):
+    root = tree(tmp_path, kernels=(RUNNING, NEW), secure_boot=True,
+                modules={RUNNING: ("updates/dkms/nvidia.ko", signed_module("DKMS module signing key")),
+                         NEW: ("updates/dkms/nvidia.ko", signed_module("Someone Else's Key"))})
+    _keys(root, "Debian Secure Boot CA", "DKMS module signing key")
+    facts = read_host(str(root))
+    assert facts.running.module.signer == "DKMS module signing key" and facts.running.module.signed
+    assert facts.trusted_keys == ["Debian Secure Boot CA", "DKMS module signing key"]
+    assert reboot_problem(facts, DRIVER) == (f"next boot kernel {NEW}: nvidia module signed by "
+                                             "Someone Else's Key, a key the kernel does not trust")
+    # the same module signed by an enrolled key is fine; without Secure Boot the signer does not matter
+    _keys(root, "Debian Secure Boot CA", "DKMS module signing key", "Someone Else's Key")
+    assert reboot_problem(read_host(str(root)), DRIVER) is None
+    (root / "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c").write_bytes(b"\x06\0\0\0\0")
+    _keys(root, "Debian Secure Boot CA")
+    assert reboot_problem(read_host(str(root)), DRIVER) is None
+
+
+def test_unreadable_keyrings_do_not_judge_the_signer(tmp_path):
+    root = tree(tmp_path, secure_boot=True, modules={RUNNING: ("updates/dkms/nvidia.ko", signed_module("Any Key"))})
+    facts = read_host(str(root))  # no /proc/keys (not root): the signer is read, not judged
+    assert facts.trusted_keys is None and facts.running.module.signer == "Any Key"
+    assert reboot_problem(facts, DRIVER) is None

@@ -29,6 +29,8 @@ def reboot_problem(facts: HostFacts | None, driver: str | None) -> str | None:
         return f"next boot kernel {nxt.release} has nvidia {mod.version}, not {driver}"
     if facts.secure_boot and mod.signed is False:
         return f"next boot kernel {nxt.release}: nvidia module unsigned under Secure Boot"
+    if facts.secure_boot and mod.signer and facts.trusted_keys is not None and mod.signer not in facts.trusted_keys:
+        return f"next boot kernel {nxt.release}: nvidia module signed by {mod.signer}, a key the kernel does not trust"
     return None
 
 

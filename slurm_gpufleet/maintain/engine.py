@@ -763,8 +763,12 @@ def _command(ctx: _Step, row: dict[str, Any], driver: str, action: str, next_sta
     result = ctx.results.pop(node, None)
     if result is not None:
         ctx.audits.append((node, f"{action} command rc={result.rc}", result.output))
-        if not result.ok:
-            return ctx.fail(row, f"{action} command failed (rc {result.rc})")
+        if not result.ok:  # its last line says why (e.g. `slurm-gpufleet reboot-check` before the reboot)
+            last = next((line.strip() for line in reversed(result.output.splitlines()) if line.strip()), "")
+            if not last:
+                return ctx.fail(row, f"{action} command failed (rc {result.rc})")
+            # the Slurm reason carries the why (`next boot kernel ... has no nvidia ... module`); the audit both
+            return ctx.move(row, S.FAILED, f"{action} command failed (rc {result.rc}): {last[:200]}", error=last[:200])
         return ctx.move(row, next_state, "waiting for the reboot")
     if node in ctx.e.running() or info is None or not info.drained or ctx.busy(node):
         return  # running; or not drained yet; or a job slipped in before the drain (it finishes, never killed)

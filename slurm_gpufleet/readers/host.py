@@ -33,7 +33,32 @@ def read_host(root: str = "/") -> HostFacts:
         facts.next_boot_from = how
     facts.secure_boot = secure_boot(base)
     facts.auto_updates = auto_updates(base)
+    facts.cdmm = coherent_memory_mode(base)
+    facts.trusted_keys = trusted_keys(base)
     return facts
+
+
+def trusted_keys(base: Path) -> list[str] | None:
+    """The X.509 keys the kernel holds (built-in, secondary, MOK), by name: /proc/keys lines such as
+    `... asymmetri Debian Secure Boot CA: 6ccece7e...: X509.rsa 00b8a2a8 []`.  None where unreadable or
+    where it lists none (not root: the keyrings are not visible)."""
+    text = _text(base / "proc/keys")
+    names = []
+    for line in (text or "").splitlines():
+        parts = line.split(None, 8)
+        if len(parts) == 9 and parts[7] == "asymmetri" and ": X509." in parts[8]:
+            names.append(parts[8].rsplit(": X509.", 1)[0].rsplit(": ", 1)[0].strip())
+    return names or None
+
+
+def coherent_memory_mode(base: Path) -> str | None:
+    """`CoherentGPUMemoryMode: "driver"` in the loaded driver's /proc/driver/nvidia/params (R580 on)."""
+    params = _text(base / "proc/driver/nvidia/params")
+    for line in (params or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "CoherentGPUMemoryMode":
+            return value.strip().strip('"') or "default"
+    return None
 
 
 def kernel_facts(base: Path, release: str) -> KernelFacts:
@@ -65,7 +90,28 @@ def read_module(path: Path, base: Path) -> KernelModule:
     license_ = info.get(b"license", b"").decode("ascii", "replace")
     mod.flavour = "open" if "MIT" in license_ or "GPL" in license_ else ("proprietary" if license_ else None)
     mod.signed = data.endswith(SIGNATURE_MAGIC)
+    if mod.signed:
+        mod.signer = module_signer(data)
     return mod
+
+
+_CN = re.compile(rb"\x06\x03\x55\x04\x03[\x0c\x13\x14\x16](.)", re.S)  # OID 2.5.4.3 (commonName), a string
+
+
+def module_signer(data: bytes) -> str | None:
+    """The signer modinfo shows: the issuer CN in the PKCS#7 signature the kernel's sign-file appends
+    (struct module_signature, 12 bytes, then the magic; the kernel signs without certificates, so the
+    only name in it is the signing key's issuer)."""
+    end = len(data) - len(SIGNATURE_MAGIC)
+    if end < 12:
+        return None
+    info = data[end - 12:end]
+    id_type, sig_len = info[2], int.from_bytes(info[8:12], "big")
+    if id_type != 2 or not 0 < sig_len <= end - 12:  # 2: PKEY_ID_PKCS7
+        return None
+    blob = data[end - 12 - sig_len:end - 12]
+    names = [blob[m.end():m.end() + m.group(1)[0]] for m in _CN.finditer(blob) if m.group(1)[0] < 0x80]
+    return names[-1].decode("utf-8", "replace") if names else None
 
 
 def _module_bytes(path: Path) -> bytes | None:

@@ -211,6 +211,7 @@ def _reset(c: Cluster) -> None:
     (c.dir / "log" / "upgrade-overlaps.log").unlink(missing_ok=True)
     for marker in [*c.gpus.glob("*.bad-driver"), *(c.dir / "hooks").glob("*")]:
         marker.unlink()
+    shutil.rmtree(c.dir / "hosts", ignore_errors=True)  # per-node host trees a test gave its nodes
     for line in c.run("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines():
         if line.startswith("ReservationName="):
             c.run("scontrol", "delete", "reservation=" + line.split()[0].split("=", 1)[1], check=False)

@@ -128,6 +128,8 @@ EOF
   rm -rf "$DIR/host"
   mkdir -p "$DIR/host/proc/sys/kernel" "$DIR/host/boot" "$DIR/host/lib/modules/6.1.0-28-amd64/updates/dkms"
   echo 6.1.0-28-amd64 > "$DIR/host/proc/sys/kernel/osrelease"
+  mkdir -p "$DIR/host/proc/driver/nvidia"  # the loaded driver's parameters, as an x86 R580 host shows them
+  printf 'CoherentGPUMemoryMode: ""\nEnableMSI: 1\n' > "$DIR/host/proc/driver/nvidia/params"
   echo kernel > "$DIR/host/boot/vmlinuz-6.1.0-28-amd64"
   printf 'ELF\0version=580.159.04\0license=Dual MIT/GPL\0~Module signature appended~\n' \
     > "$DIR/host/lib/modules/6.1.0-28-amd64/updates/dkms/nvidia.ko"
@@ -174,14 +176,19 @@ driver={{ target_driver }}
 # two upgrades of one node at once would be a bug (a killed apply's command still running): recorded
 exec 9>"$DIR/run/upgrade-\$node.lock"
 flock -n 9 || echo "\$(date -Is) \$node" >> "$DIR/log/upgrade-overlaps.log"
+echo "\$(date -Is) \$node \$driver {{ action }}" >> "$DIR/log/upgrades.log"
+# how long the site's install takes (the 32-node test shows upgrades overlapping; a test may write hooks/upgrade-sleep)
+sleep "\$(cat "$DIR/hooks/upgrade-sleep" 2>/dev/null || echo ${UPGRADE_SLEEP:-0})"
+# look before rebooting, as the sample template does, where a test gave the node its own host tree
+if [ -d "$DIR/hosts/\$node" ]; then
+  $DIR/bin/node-python -m slurm_gpufleet.cli reboot-check --driver "\$driver" --host-root "$DIR/hosts/\$node"
+fi
+# the "reboot": the node's NVML reports the new driver (or, a bad one, fails to start), its slurmd restarts
 if [ "\$(cat "$GPUDIR/\$node.bad-driver" 2>/dev/null)" = "\$driver" ]; then
   PYTHONPATH=$REPO $py $HERE/gpustate.py mismatch "$GPUDIR/\$node.json" "\$driver"
 else
   PYTHONPATH=$REPO $py $HERE/gpustate.py seed "$GPUDIR" "\$node" --gpus $GPUS_PER_NODE --driver "\$driver"
 fi
-echo "\$(date -Is) \$node \$driver {{ action }}" >> "$DIR/log/upgrades.log"
-# how long the site's install takes (the 32-node test shows upgrades overlapping; a test may write hooks/upgrade-sleep)
-sleep "\$(cat "$DIR/hooks/upgrade-sleep" 2>/dev/null || echo ${UPGRADE_SLEEP:-0})"
 pid=\$(cat "$DIR/run/slurmd-\$node.pid" 2>/dev/null || true)
 if [ -n "\$pid" ]; then
   kill "\$pid" 2>/dev/null || true

@@ -23,6 +23,10 @@ def test_healthy_node_stays_idle_and_is_never_drained(mc):
         assert mc.history(node, "select count(*) from runs where verdict != 'ok'") == [(0,)]
         assert mc.history(node, "select count(*) from actions") == [(0,)]
         assert '"v":"ok"' in info.get("Extra", "") and '"gpus":"8xNVIDIA H200"' in info["Extra"]
+        # what a rollout compares with its canary: kernel, module flavour, GSP firmware, CDMM mode
+        summary = json.loads(info["Extra"])
+        assert {k: summary.get(k) for k in ("kern", "modf", "gsp", "cdmm")} == {
+            "kern": "6.1.0-28-amd64", "modf": "open", "gsp": "580.159.04", "cdmm": "default"}, summary
 
 
 def test_fault_drains_within_one_interval_and_fix_resumes_after_hysteresis(mc):

@@ -238,3 +238,43 @@ def test_validation_job_runs_in_the_nodes_reservation_and_gates_release(mc, tmp_
     assert "DRAIN" in mc.state(victim) and "validation job" in reason, reason
     assert leftovers(mc) == ("", [victim])
     mc.run("scontrol", "update", f"nodename={victim}", "state=resume")
+
+
+def _host_tree(root, kernels: dict[str, str | None], running: str) -> None:
+    """A node's /boot, /lib/modules and /proc: each kernel with an nvidia module of that version (None: none)."""
+    (root / "proc" / "sys" / "kernel").mkdir(parents=True)
+    (root / "proc" / "sys" / "kernel" / "osrelease").write_text(running + "\n")
+    (root / "boot").mkdir()
+    for release, version in kernels.items():
+        (root / "boot" / f"vmlinuz-{release}").write_text("kernel")
+        mod = root / "lib" / "modules" / release / "updates" / "dkms"
+        mod.mkdir(parents=True)
+        if version:
+            (mod / "nvidia.ko").write_bytes(f"ELF\0version={version}\0license=Dual MIT/GPL\0".encode())
+
+
+def test_a_rollout_node_whose_next_kernel_lacks_the_module_fails_before_its_reboot(mc, tmp_path):
+    """The install left the target's module for the running kernel, but the kernel that boots next (newer,
+    from automatic updates) has none: the template's `slurm-gpufleet reboot-check` stops it before the
+    reboot, and the node fails with that line, drained, never rebooted.  The other node passes the same look."""
+    mc.wait_published()
+    plan_file, p = plan(mc, tmp_path, nodes="n[1-2]")
+    canary, victim = p["waves"][0]["nodes"][0], p["waves"][1]["nodes"][0]
+    _host_tree(mc.dir / "hosts" / canary, {"6.1.0-28-amd64": TARGET}, "6.1.0-28-amd64")
+    _host_tree(mc.dir / "hosts" / victim, {"6.1.0-28-amd64": TARGET, "6.1.0-31-amd64": None}, "6.1.0-28-amd64")
+    slurmd_before = int((mc.dir / "run" / f"slurmd-{victim}.pid").read_text())
+    r = mc.gpufleet("maintain", "apply", str(plan_file))
+    assert r.returncode == 1, r.stdout + r.stderr
+    states = dict(mc.maintain_db("select node, state from nodes"))
+    assert states == {canary: "done", victim: "failed"}, states
+    why = f"next boot kernel 6.1.0-31-amd64 has no nvidia {TARGET} module"
+    error = mc.maintain_db("select error from nodes where node = ?", (victim,))[0][0]
+    assert error == why, error
+    assert mc.maintain_db("select count(*) from audit where node = ? and detail = ?",
+                          (victim, f"upgrade command failed (rc 1): {why}")) == [(1,)]
+    info = mc.node(victim)
+    assert "DRAIN" in info["State"] and why in info["Reason"], info
+    # never rebooted: the same slurmd, and its NVML still reports the old driver
+    assert int((mc.dir / "run" / f"slurmd-{victim}.pid").read_text()) == slurmd_before
+    assert mc.driver(victim) == OLD and mc.driver(canary) == TARGET
+    mc.run("scontrol", "update", f"nodename={victim}", "state=resume")
