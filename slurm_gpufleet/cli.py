@@ -283,19 +283,17 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
 @click.option("--interval", type=int, default=300, show_default=True, help="HealthCheckInterval in seconds.")
 @click.option("--node-state", default="ANY", show_default=True, help="HealthCheckNodeState.")
 @click.option("--reboot-program", metavar="PATH", help="RebootProgram (printed as a hint when not given).")
-def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str | None) -> None:
+@click.option("--slurm-version", metavar="X.Y", help="The Slurm release that reads the lines (default: this "
+                                                     "machine's `scontrol --version`).")
+def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str | None,
+               slurm_version: str | None) -> None:
     """Print the slurm.conf lines that wire slurm-gpufleet into Slurm."""
-    import jinja2
-
-    from . import __version__
+    from .install import detect_slurm_version, slurm_conf_lines
 
     if not bin_dir.startswith("/"):
         _fail("--bin-dir must be absolute: slurmd runs these programs with no PATH", exitcodes.USAGE)
-    env = jinja2.Environment(loader=jinja2.PackageLoader("slurm_gpufleet", "templates"),
-                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    click.echo(env.get_template("slurm.conf.j2").render(
-        version=__version__, bin_dir=bin_dir.rstrip("/"), interval=interval, node_state=node_state,
-        reboot_program=reboot_program), nl=False)
+    click.echo(slurm_conf_lines(bin_dir, interval, node_state, reboot_program,
+                                slurm_version or detect_slurm_version()), nl=False)
 
 
 @cli.group()
@@ -346,19 +344,22 @@ def breaker_reset(config: str | None) -> None:
 @click.option("--slurm-conf", metavar="FILE", help="Export SLURM_CONF in the wrappers (a slurm.conf outside /etc).")
 @click.option("--interval", type=click.IntRange(1), default=300, show_default=True, help="HealthCheckInterval.")
 @click.option("--reboot-program", metavar="PATH", help="RebootProgram for the slurm.conf lines.")
+@click.option("--slurm-version", metavar="X.Y", help="The Slurm release that reads the slurm.conf lines "
+                                                     "(default: this machine's `scontrol --version`).")
 def install(prefix: str, dry_run: bool, python: str | None, config: str | None, slurm_conf: str | None,
-            interval: int, reboot_program: str | None) -> None:
+            interval: int, reboot_program: str | None, slurm_version: str | None) -> None:
     """Write the three programs slurmd runs (wrappers with an absolute interpreter), a commented config
     skeleton, the upgrade template sample and the slurm.conf lines for these paths.  Idempotent; an
     existing config or template is never overwritten."""
-    from .install import apply_install, plan_install
+    from .install import apply_install, detect_slurm_version, plan_install
 
     for label, value in (("--prefix", prefix), ("--python", python), ("--config", config),
                          ("--slurm-conf", slurm_conf), ("--reboot-program", reboot_program)):
         if value is not None and not value.startswith("/"):
             _fail(f"{label} must be an absolute path: slurmd runs these programs with no PATH and another cwd",
                   exitcodes.USAGE)
-    items = plan_install(prefix, python or sys.executable, config, slurm_conf, interval, reboot_program)
+    items = plan_install(prefix, python or sys.executable, config, slurm_conf, interval, reboot_program,
+                         slurm_version or detect_slurm_version())
     try:
         report = apply_install(items, dry_run)
     except OSError as exc:

@@ -49,10 +49,48 @@ def config_skeleton(sample: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf: str | None = None,
-                 interval: int = 300, reboot_program: str | None = None) -> list[Item]:
+# HealthCheckTimeout arrived in Slurm 26.05 (24.11 has none; 22.05 refuses unknown keys in slurm.conf)
+HEALTH_CHECK_TIMEOUT_SINCE = (26, 5)
+
+
+def detect_slurm_version(scontrol: str | None = None) -> str | None:
+    """`scontrol --version` of this machine's Slurm ("26.05.5"), or None where there is none."""
+    import shutil
+    import subprocess
+
+    exe = scontrol or shutil.which("scontrol") or "/usr/bin/scontrol"
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    words = out.split()
+    return words[-1] if words and words[-1][:1].isdecimal() else None
+
+
+def slurm_conf_lines(bin_dir: str, interval: int, node_state: str = "ANY", reboot_program: str | None = None,
+                     slurm_version: str | None = None) -> str:
+    """The slurm.conf lines that wire us in, for the Slurm release that will read them."""
     import jinja2
 
+    from . import __version__
+
+    timeout = None
+    try:
+        release = tuple(int(x) for x in (slurm_version or "").split(".")[:2])
+    except ValueError:
+        release = ()
+    if len(release) == 2 and release >= HEALTH_CHECK_TIMEOUT_SINCE and interval <= 60:
+        timeout = max(1, interval - 1)  # only where the default (60 s) would not stay under the interval
+    env = jinja2.Environment(loader=jinja2.PackageLoader("slurm_gpufleet", "templates"),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return env.get_template("slurm.conf.j2").render(
+        version=__version__, bin_dir=bin_dir.rstrip("/"), interval=interval, node_state=node_state,
+        reboot_program=reboot_program, health_check_timeout=timeout, slurm_version=slurm_version)
+
+
+def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf: str | None = None,
+                 interval: int = 300, reboot_program: str | None = None,
+                 slurm_version: str | None = None) -> list[Item]:
     from . import __version__
 
     root = Path(prefix)
@@ -64,10 +102,7 @@ def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf
     items.append(Item(config_path, config_skeleton(templates.joinpath("gpufleet.toml.sample").read_text()),
                       0o644, True))
     items.append(Item(etc / "upgrade.sh.j2", templates.joinpath("upgrade.sh.j2").read_text(), 0o644, True))
-    env = jinja2.Environment(loader=jinja2.PackageLoader("slurm_gpufleet", "templates"),
-                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    lines = env.get_template("slurm.conf.j2").render(version=__version__, bin_dir=str(sbin), interval=interval,
-                                                     node_state="ANY", reboot_program=reboot_program)
+    lines = slurm_conf_lines(str(sbin), interval, "ANY", reboot_program, slurm_version)
     items.append(Item(etc / "slurm.conf.gpufleet", lines, 0o644, False))
     return items
 

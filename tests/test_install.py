@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from support import run_cli
 
 from slurm_gpufleet.policy import load_policy
@@ -50,3 +51,15 @@ def test_install_writes_runnable_wrappers_and_is_idempotent(tmp_path):
 def test_install_refuses_relative_paths(tmp_path):
     r = run_cli("install", "--prefix", "relative/dir")
     assert r.returncode == 2 and b"absolute" in r.stderr and r.stderr.count(b"\n") == 1
+
+
+@pytest.mark.parametrize("release,interval,timeout", [("26.05.5", 5, "HealthCheckTimeout=4"),
+                                                      ("26.05.5", 300, None),   # the default 60 s fits
+                                                      ("24.11.5", 5, None),     # 24.11 has no such key
+                                                      ("22.05.8", 5, None)])    # 22.05 would refuse it
+def test_slurm_conf_lines_fit_the_release_that_reads_them(release, interval, timeout):
+    from slurm_gpufleet.install import slurm_conf_lines
+
+    lines = [line for line in slurm_conf_lines("/opt/g/sbin", interval, slurm_version=release).splitlines()
+             if line.startswith("HealthCheckTimeout=")]
+    assert lines == ([timeout] if timeout else [])

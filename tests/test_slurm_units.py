@@ -8,7 +8,7 @@ import pytest
 from slurm_gpufleet.findings import Finding
 from slurm_gpufleet.slurm.actions import NodeHistory, decide, is_ours, make_reason
 from slurm_gpufleet.slurm.base import NodeInfo
-from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text
+from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text, parse_nodes_text
 
 SHOW_NODE_2205 = """NodeName=n1 Arch=x86_64 CoresPerSocket=1
    CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.14
@@ -40,6 +40,71 @@ def test_parse_json_2311_shape():
                                   "comment": "", "extra": "", "boot_time": {"set": True, "number": 1795979330}}]})
     info = parse_node_json(text, "n2")
     assert info.state == "IDLE" and info.drained and info.boot_time == "1795979330"
+
+
+def test_parse_json_2411_who_drained_and_partitions():
+    # the keys of `scontrol --json show node` on a real Slurm 24.11.5 (the mini-cluster's trixie root)
+    text = json.dumps({"nodes": [{
+        "name": "n1", "state": ["IDLE", "DRAIN"], "reason": "gpufleet: test reason", "reason_set_by_user": "root",
+        "reason_changed_at": {"set": True, "infinite": False, "number": 1796046218},
+        "boot_time": {"set": True, "infinite": False, "number": 1796032479},
+        "slurmd_start_time": {"set": True, "infinite": False, "number": 1796046217}, "comment": "", "extra": "",
+        "partitions": ["gpu", "dev"], "weight": 1, "gres": "gpu:h200:8",
+        "features": ["gpufleet_drv580"], "active_features": ["gpufleet_drv580"]}]})
+    info = parse_node_json(text, "n1")
+    assert (info.reason_user, info.partitions, info.reason_time) == ("root", ["gpu", "dev"], 1796046218.0)
+    assert info.slurmd_start == 1796046217.0 and info.features == ["gpufleet_drv580"]
+
+
+# `scontrol show nodes` of a real Slurm 24.11.5 (the mini-cluster's trixie root), two nodes: a line of
+# spaces inside each block, after CurrentWatts
+SHOW_NODES_2411 = "\n".join([
+    'NodeName=n1 Arch=x86_64 CoresPerSocket=1 ',
+    '   CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=2.88',
+    '   AvailableFeatures=gpufleet_drv580,gpufleet_drv580.159.04,gpufleet_cuda13.0',
+    '   ActiveFeatures=gpufleet_drv580,gpufleet_drv580.159.04,gpufleet_cuda13.0',
+    '   Gres=gpu:h200:8',
+    '   NodeAddr=127.0.0.1 NodeHostName=localhost Port=47001 Version=24.11.5',
+    '   OS=Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0 ',
+    '   RealMemory=64000 AllocMem=0 FreeMem=23484 Sockets=16 Boards=1',
+    '   State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A',
+    '   Partitions=gpu,dev ',
+    '   BootTime=2026-11-30T09:54:39 SlurmdStartTime=2026-11-30T13:51:57',
+    '   LastBusyTime=2026-11-30T13:51:57 ResumeAfterTime=None',
+    '   CfgTRES=cpu=16,mem=62.50G,billing=16',
+    '   AllocTRES=',
+    '   CurrentWatts=0 AveWatts=0',
+    '   ',
+    '   Extra={"gpufleet":1,"v":"ok","drv":"580.159.04","cuda":"13.0","gpus":"8xNVIDIA H200","fw":"96.00.A5.00.1A","t":"2026-11-30T13:51:57Z","boot":"89315907","gsp":"580.159.04","kern":"6.1.0-28-amd64","modf":"open","cdmm":"default"}',
+    '',
+    'NodeName=n2 Arch=x86_64 CoresPerSocket=1 ',
+    '   CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=2.88',
+    '   AvailableFeatures=gpufleet_drv580,gpufleet_drv580.159.04,gpufleet_cuda13.0',
+    '   ActiveFeatures=gpufleet_drv580,gpufleet_drv580.159.04,gpufleet_cuda13.0',
+    '   Gres=gpu:h200:8',
+    '   NodeAddr=127.0.0.1 NodeHostName=localhost Port=47002 Version=24.11.5',
+    '   OS=Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0 ',
+    '   RealMemory=64000 AllocMem=0 FreeMem=23478 Sockets=16 Boards=1',
+    '   State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A',
+    '   Partitions=gpu,dev ',
+    '   BootTime=2026-11-30T09:54:39 SlurmdStartTime=2026-11-30T13:51:57',
+    '   LastBusyTime=2026-11-30T13:51:57 ResumeAfterTime=None',
+    '   CfgTRES=cpu=16,mem=62.50G,billing=16',
+    '   AllocTRES=',
+    '   CurrentWatts=0 AveWatts=0',
+    '   ',
+    '   Reason=gpufleet: memory gpu5 row remapping failed [root@2026-11-30T13:51:57]',
+    '   Extra={"gpufleet":1,"v":"drain","drv":"580.159.04","cuda":"13.0","gpus":"8xNVIDIA H200","fw":"96.00.A5.00.1A","t":"2026-11-30T13:51:57Z","boot":"89315907","gsp":"580.159.04","kern":"6.1.0-28-amd64","modf":"open","cdmm":"default","f":"row remapping failed"}',
+]) + "\n"
+
+
+def test_show_nodes_2411_blank_line_inside_a_block_keeps_reason_and_extra():
+    n1, n2 = parse_nodes_text(SHOW_NODES_2411)
+    assert (n1.name, n1.drained, n1.reason) == ("n1", False, "")
+    assert json.loads(n1.extra)["drv"] == "580.159.04"
+    assert (n2.name, n2.drained, n2.reason, n2.reason_user) == (
+        "n2", True, "gpufleet: memory gpu5 row remapping failed", "root")
+    assert n2.reason_time and json.loads(n2.extra)["v"] == "drain"
 
 
 def test_reason_is_one_safe_line():

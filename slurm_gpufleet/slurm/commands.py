@@ -100,8 +100,7 @@ class CommandBackend:
 
     # -- fleet-wide reads and reservations (maintain) --------------------------------------------
     def nodes(self) -> list[NodeInfo]:
-        return [parse_node_text(block) for block in re.split(r"\n\s*\n", self._run("show", "nodes"))
-                if "NodeName=" in block]
+        return parse_nodes_text(self._run("show", "nodes"))
 
     def running_jobs(self) -> list[JobInfo]:
         out = self._run("-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-o", "%i|%N|%e|%P", exe=self.squeue)
@@ -210,6 +209,13 @@ def _list(text: str) -> list[str]:
     return [] if text in ("", "(null)") else [x for x in text.split(",") if x]
 
 
+def parse_nodes_text(text: str) -> list[NodeInfo]:
+    """`scontrol show nodes`: one block per node, from each NodeName= line.  24.11 prints a blank line
+    inside a node's block (after CurrentWatts), so blank lines do not separate nodes."""
+    return [parse_node_text(block) for block in re.split(r"\n(?=NodeName=)", text)
+            if block.lstrip().startswith("NodeName=")]
+
+
 def parse_node_json(text: str, name: str) -> NodeInfo:
     try:
         nodes = json.loads(text).get("nodes", [])
@@ -228,7 +234,10 @@ def parse_node_json(text: str, name: str) -> NodeInfo:
                  node.get("extra", "") or "", str(boot) if boot else None, node.get("gres", "") or "")
     weight = node.get("weight")
     info.weight = weight if isinstance(weight, int) else None
-    for key, attr in (("features", "features"), ("active_features", "active_features")):
+    user = node.get("reason_set_by_user")
+    info.reason_user = str(user) if user else None
+    for key, attr in (("features", "features"), ("active_features", "active_features"),
+                      ("partitions", "partitions")):
         value = node.get(key)
         if isinstance(value, str):
             value = value.split(",")

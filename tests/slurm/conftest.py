@@ -18,6 +18,8 @@ REPO = HERE.parent.parent
 SCRIPT = HERE / "minicluster.sh"
 NODES = 8
 HC_INTERVAL = 5
+# another test run beside this one (another Slurm release, say) takes other ports
+PORT_OFFSET = int(os.environ.get("GPUFLEET_TEST_PORT_OFFSET", "0"))
 sys.path.insert(0, str(HERE))
 
 import gpustate  # noqa: E402
@@ -143,7 +145,8 @@ def start_cluster(name: str, nodes: int, ctld_port: int, slurmd_port_base: int, 
     base = Path(os.environ.get("GPUFLEET_TEST_DIR", f"/tmp/gpufleet-test-{os.getpid()}")) / name
     env = {**os.environ, "MINICLUSTER_DIR": str(base), "GPUFLEET_STATE_DIR": str(base / "gpus"),
            "HC_INTERVAL": str(HC_INTERVAL), "PYTHON": sys.executable, "CLEAN_RUNS": "2", "READ_TIMEOUT": "4",
-           "CTLD_PORT": str(ctld_port), "SLURMD_PORT_BASE": str(slurmd_port_base), **settings}
+           "CTLD_PORT": str(ctld_port + PORT_OFFSET), "SLURMD_PORT_BASE": str(slurmd_port_base + PORT_OFFSET),
+           **settings}
     up = subprocess.run(["bash", str(SCRIPT), "up", str(nodes)], capture_output=True, text=True, env=env,
                         timeout=600)
     if up.returncode != 0:
@@ -151,6 +154,8 @@ def start_cluster(name: str, nodes: int, ctld_port: int, slurmd_port_base: int, 
         pytest.fail(f"minicluster up failed:\n{up.stdout}\n{up.stderr}")
     values = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
     env.update(SLURM_CONF=values["SLURM_CONF"])
+    if "PATH" in values:  # another release (SLURM_RELEASE): its commands first
+        env["PATH"] = values["PATH"]
     c = Cluster(dir=base, gpus=Path(values["GPUFLEET_STATE_DIR"]), env=env,
                 nodes=[f"n{i}" for i in range(1, nodes + 1)], hc_interval=int(env["HC_INTERVAL"]))
     try:

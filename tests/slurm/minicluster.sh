@@ -18,6 +18,12 @@
 #   CTLD_PORT / SLURMD_PORT_BASE   default 16817 / 17001
 #   PYTHON              interpreter with slurm_gpufleet importable (default: the repo's .venv)
 #   AUTH                none | munge (default: none on 22.05, munge on later releases)
+#   SLURM_RELEASE       22.05 | 24.11 | 26.05 (default: the host's own Slurm).  Another release runs in a
+#                       Debian root built once by debootstrap (bookworm, trixie, sid) and kept under
+#                       MINICLUSTER_ROOTS (default /var/tmp/gpufleet-slurm-roots): the daemons and every
+#                       program slurmd starts (our health check, prolog, epilog, RebootProgram) run inside
+#                       it on its own python3; `up` prints PATH first, with scontrol, sinfo, squeue, sbatch,
+#                       scancel, srun, slurmctld and slurmd of that release (chroot wrappers) in front.
 # /etc is left as it is: the wrappers export SLURM_CONF themselves.
 set -euo pipefail
 
@@ -30,6 +36,10 @@ GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CTLD_PORT=${CTLD_PORT:-16817}
 SLURMD_PORT_BASE=${SLURMD_PORT_BASE:-17001}
 CONF=$DIR/etc/slurm.conf
+RELEASE=${SLURM_RELEASE:-}
+ROOTS=${MINICLUSTER_ROOTS:-/var/tmp/gpufleet-slurm-roots}
+ROOT=""        # the release's root, when the release under test is not the host's
+SBIN=$DIR/slurm-bin
 
 log() { echo "minicluster: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -52,7 +62,88 @@ install_slurm() {
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client >/dev/null
 }
 
-slurm_major_minor() { slurmctld -V | awk '{print $2}' | awk -F. '{printf "%d%02d\n", $1, $2}'; }
+slurm_major_minor() { SL slurmctld -V | awk '{print $2}' | awk -F. '{printf "%d%02d\n", $1, $2}'; }
+
+# A Slurm command of the release under test: inside its root, or the host's own.
+# Inside, PATH is the root's own: the wrappers below are visible there too (through /tmp) and would loop.
+ROOT_PATH=/usr/sbin:/usr/bin:/sbin:/bin
+SL() { if [ -n "$ROOT" ]; then chroot "$ROOT" /usr/bin/env PATH=$ROOT_PATH "$@"; else "$@"; fi; }
+
+suite_of() { case "$1" in 22.05) echo bookworm ;; 24.11) echo trixie ;; 26.05) echo sid ;; *) return 1 ;; esac; }
+
+choose_release() {  # sets ROOT when SLURM_RELEASE names a release other than the host's
+  [ -n "$RELEASE" ] || return 0
+  suite_of "$RELEASE" >/dev/null || die "SLURM_RELEASE=$RELEASE: one of 22.05, 24.11, 26.05"
+  if command -v slurmctld >/dev/null && [ "$(slurmctld -V | awk '{print $2}' | cut -d. -f1,2)" = "$RELEASE" ]; then
+    return 0
+  fi
+  ROOT=$ROOTS/$RELEASE
+}
+
+build_root() {  # once per release; later runs reuse it
+  [ -e "$ROOT/.gpufleet-slurm-root" ] && return 0
+  [ "$(id -u)" = 0 ] || die "building the Slurm $RELEASE root needs root"
+  command -v debootstrap >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
+    || die "debootstrap is not installed and could not be"; }
+  local suite
+  suite=$(suite_of "$RELEASE")
+  log "building the Slurm $RELEASE root ($suite) in $ROOT (once; about a minute)"
+  mkdir -p "$ROOTS"
+  rm -rf "$ROOT.tmp"
+  debootstrap --variant=minbase --include=slurmctld,slurmd,slurm-client,python3,python3-clustershell,python3-click,python3-jinja2,sqlite-utils,procps \
+    "$suite" "$ROOT.tmp" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" > "$ROOTS/debootstrap-$RELEASE.log" 2>&1 \
+    || die "debootstrap $suite failed (see $ROOTS/debootstrap-$RELEASE.log)"
+  touch "$ROOT.tmp/.gpufleet-slurm-root"
+  mv "$ROOT.tmp" "$ROOT"
+}
+
+mount_root() {  # the root sees this machine's /proc, /dev, /tmp (clusters, tests' files) and the repository
+  local m
+  mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
+  mountpoint -q "$ROOT/dev" || { mount --rbind /dev "$ROOT/dev" && mount --make-rslave "$ROOT/dev"; }
+  for m in /tmp "$REPO" "$DIR" "$GPUDIR"; do
+    mountpoint -q "$ROOT$m" && continue
+    # already visible through a mount made above (the cluster under /tmp)
+    [ -e "$ROOT$m" ] && [ "$(stat -c %i "$ROOT$m" 2>/dev/null)" = "$(stat -c %i "$m")" ] && continue
+    mkdir -p "$ROOT$m"
+    mount --rbind "$m" "$ROOT$m" && mount --make-rslave "$ROOT$m"
+  done
+  if [ ! -s "$DIR/etc/slurm.key" ]; then  # auth/slurm's shared key, read beside slurm.conf
+    mkdir -p "$DIR/etc"
+    dd if=/dev/urandom of="$DIR/etc/slurm.key" bs=1024 count=1 2>/dev/null
+    chmod 600 "$DIR/etc/slurm.key"
+  fi
+}
+
+root_in_use() {
+  local pid
+  for pid in /proc/[0-9]*; do [ "$(readlink "$pid/root" 2>/dev/null)" = "$ROOT" ] && return 0; done
+  return 1
+}
+
+unmount_root() {  # only once no process runs inside it (another cluster of the same release may)
+  local i m
+  for i in $(seq 1 25); do root_in_use || break; sleep 0.2; done  # a health check or step finishing
+  if root_in_use; then log "root $ROOT still in use (another cluster?): left mounted"; return 0; fi
+  for m in "$GPUDIR" "$DIR" "$REPO" /tmp /dev /proc; do
+    mountpoint -q "$ROOT$m" && umount -l "$ROOT$m"
+  done
+  return 0
+}
+
+release_wrappers() {  # the release's commands for tests and for `slurm-gpufleet` on this machine
+  local cmd path
+  rm -rf "$SBIN"
+  mkdir -p "$SBIN"
+  for cmd in scontrol sinfo squeue sbatch scancel srun sacct slurmctld slurmd; do
+    path=/usr/bin/$cmd
+    [ -x "$ROOT/usr/sbin/$cmd" ] && path=/usr/sbin/$cmd
+    # the same path serves this machine and the programs slurmd runs inside the root (the config names it)
+    printf '#!/bin/sh\n# Slurm %s from %s (tests/slurm/minicluster.sh)\n[ -e /.gpufleet-slurm-root ] && exec %s "$@"\nexec /usr/sbin/chroot %s /usr/bin/env PATH=%s %s "$@"\n' \
+      "$RELEASE" "$ROOT" "$path" "$ROOT" "$ROOT_PATH" "$path" > "$SBIN/$cmd"
+    chmod 755 "$SBIN/$cmd"
+  done
+}
 
 alive() {  # a pid that exists and is not a zombie
   local pid=$1
@@ -69,7 +160,8 @@ stop_pid() {
 }
 
 write_configs() {
-  local n=$1 py=$2 auth=$3
+  local n=$1 py=$2 auth=$3 scontrol
+  scontrol=$(command -v scontrol)  # in a release's root: its chroot wrapper, first on PATH
   mkdir -p "$DIR"/{etc,bin,log,run,state/ctld,state/gpufleet,dev,spool/d} "$GPUDIR"
   for i in $(seq 1 "$n"); do mkdir -p "$DIR/spool/d/n$i"; done
   for g in $(seq 0 $((GPUS_PER_NODE - 1))); do
@@ -78,6 +170,10 @@ write_configs() {
 
   local cred="CredType=cred/none"
   [ "$auth" = munge ] && cred="CredType=cred/munge"
+  [ "$auth" = slurm ] && cred="CredType=cred/slurm"
+  if [ -n "$ROOT" ]; then  # 24.11 on: slurmd wants a cgroup plugin unless told there is none
+    echo "CgroupPlugin=disabled" > "$DIR/etc/cgroup.conf"
+  fi
   cat > "$CONF" <<EOF
 # written by tests/slurm/minicluster.sh
 ClusterName=gpufleet
@@ -145,7 +241,7 @@ clean_runs_to_resume = ${CLEAN_RUNS:-2}
 breaker_threshold = ${BREAKER_THRESHOLD:-4}  # nodes drained by us within breaker_window_s
 reboots_before_drain = ${REBOOTS_BEFORE_DRAIN:-2}
 read_timeout_s = ${READ_TIMEOUT:-5}
-scontrol = "$(command -v scontrol)"
+scontrol = "$scontrol"
 state_dir = "$DIR/state/gpufleet"
 host_root = "$DIR/host"
 kernel_log = "$GPUDIR"
@@ -194,7 +290,7 @@ if [ -n "\$pid" ]; then
   kill "\$pid" 2>/dev/null || true
   for i in \$(seq 1 50); do [ -d /proc/\$pid ] && ! grep -q '^State:.*Z' /proc/\$pid/status 2>/dev/null || break; sleep 0.1; done
 fi
-slurmd -f $CONF -N "\$node" </dev/null >/dev/null 2>&1 9>&-
+$(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>&1 9>&-
 EOF
 
   # RebootProgram runs as `sh -c PROG` with slurmd's env and no node name: find our slurmd by walking
@@ -219,8 +315,10 @@ setsid bash -c '
   [ -f "$GPUDIR/'\$node'.after-reboot.json" ] && mv -f "$GPUDIR/'\$node'.after-reboot.json" "$GPUDIR/'\$node'.json"
   [ -f "$GPUDIR/'\$node'.kmsg" ] && echo "-- Boot \$(date +%s%N) --" >> "$GPUDIR/'\$node'.kmsg"
   echo "\$(date -Is) '\$node'" >> "$DIR/log/reboots.log"
-  exec slurmd -f $CONF -b -N '\$node'
-' </dev/null >/dev/null 2>&1 &
+  # a clean environment: 24.11 on, slurmd leaves SACK_RECONFIG_FD in its own, which a new slurmd takes
+  # for a reconfigure hand-over (it exits 0 and never runs)
+  exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin slurmd -f $CONF -b -N '\$node'
+' </dev/null >>"$DIR/log/fake-reboot.log" 2>&1 &
 EOF
   chmod 755 "$DIR/bin/fake-reboot"
 }
@@ -228,7 +326,16 @@ EOF
 up() {
   local n=${1:-4}
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "usage: minicluster.sh up N"
-  install_slurm
+  choose_release
+  if [ -n "$ROOT" ]; then
+    build_root
+    mkdir -p "$DIR" "$GPUDIR"
+    mount_root
+    release_wrappers
+    export PATH=$SBIN:$PATH
+  else
+    install_slurm
+  fi
   if [ -f "$DIR/run/slurmctld.pid" ] && alive "$(cat "$DIR/run/slurmctld.pid")"; then
     die "a mini-cluster is already running in $DIR (minicluster.sh down first)"
   fi
@@ -237,7 +344,9 @@ up() {
   "$py" -c "import slurm_gpufleet" 2>/dev/null || PYTHONPATH=$REPO "$py" -c "import slurm_gpufleet" \
     || die "$py cannot import slurm_gpufleet (make setup, or set PYTHON)"
   auth=${AUTH:-}
-  if [ -z "$auth" ]; then
+  if [ -n "$ROOT" ]; then
+    auth=${AUTH:-slurm}  # no munged inside the root: Slurm's own auth, with the root's key
+  elif [ -z "$auth" ]; then
     if [ "$(slurm_major_minor)" -le 2205 ]; then auth=none; else auth=munge; fi
   fi
   if [ "$auth" = munge ]; then
@@ -251,15 +360,22 @@ up() {
   # write_configs then puts this cluster's own config and upgrade template in place.
   mkdir -p "$DIR/log" "$DIR/bin"
   # The node's interpreter: the project's, with the recorded-NVML pynvml in front of nvidia-ml-py.
+  local node_py=$py
+  [ -n "$ROOT" ] && node_py=/usr/bin/python3  # the root's own: a node of that release runs ours on it
   cat > "$DIR/bin/node-python" <<EOF
 #!/bin/sh
 # written by tests/slurm/minicluster.sh: this machine has no GPUs; pynvml answers from $GPUDIR/<node>.json
 export PYTHONPATH=$REPO/tests/fake_pynvml/recorded:$REPO GPUFLEET_FAKE_NVML_DIR=$GPUDIR
-exec $py "\$@"
 EOF
+  if [ -n "$ROOT" ]; then  # slurmd runs it inside the root; a test on this machine enters the root first
+    printf '[ -e /.gpufleet-slurm-root ] || exec /usr/sbin/chroot %s %s/bin/node-python "$@"\n' "$ROOT" "$DIR" \
+      >> "$DIR/bin/node-python"
+  fi
+  echo "exec $node_py \"\$@\"" >> "$DIR/bin/node-python"
   chmod 755 "$DIR/bin/node-python"
   "$py" -m slurm_gpufleet.cli install --prefix "$DIR" --python "$DIR/bin/node-python" --config "$DIR/etc/gpufleet.toml" \
-    --slurm-conf "$CONF" --interval "$HC_INTERVAL" --reboot-program "$DIR/bin/fake-reboot" > "$DIR/log/install.log" \
+    --slurm-conf "$CONF" --interval "$HC_INTERVAL" --reboot-program "$DIR/bin/fake-reboot" \
+    --slurm-version "$(SL slurmctld -V | awk '{print $2}')" > "$DIR/log/install.log" \
     || die "slurm-gpufleet install failed (see $DIR/log/install.log)"
   write_configs "$n" "$py" "$auth"
   local nodes=() i
@@ -267,22 +383,23 @@ EOF
   PYTHONPATH=$REPO "$py" "$HERE/gpustate.py" seed "$GPUDIR" "${nodes[@]}" --gpus "$GPUS_PER_NODE"
   for i in "${nodes[@]}"; do : > "$GPUDIR/$i.kmsg"; done
 
-  slurmctld -f "$CONF" -i
-  for i in "${nodes[@]}"; do slurmd -f "$CONF" -N "$i"; done
+  SL slurmctld -f "$CONF" -i
+  for i in "${nodes[@]}"; do SL slurmd -f "$CONF" -N "$i"; done
   export SLURM_CONF=$CONF
   local t
   for t in $(seq 1 150); do
     local idle
-    idle=$(sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 ~ /^idle/' | wc -l)
+    idle=$(SL sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 ~ /^idle/' | wc -l)
     [ "$idle" -ge "$n" ] && break
     sleep 0.2
   done
-  [ "${idle:-0}" -ge "$n" ] || { sinfo -N >&2 || true; die "nodes did not become idle; see $DIR/log"; }
-  log "up: $n nodes idle (slurm $(slurmctld -V | awk '{print $2}'), auth/$auth)"
+  [ "${idle:-0}" -ge "$n" ] || { SL sinfo -N >&2 || true; die "nodes did not become idle; see $DIR/log"; }
+  log "up: $n nodes idle (slurm $(SL slurmctld -V | awk '{print $2}'), auth/$auth${ROOT:+, in $ROOT})"
   print_env
 }
 
 print_env() {
+  [ -n "$ROOT" ] && echo "PATH=$SBIN:${PATH#"$SBIN:"}"
   echo "MINICLUSTER_DIR=$DIR"
   echo "SLURM_CONF=$CONF"
   echo "GPUFLEET_STATE_DIR=$GPUDIR"
@@ -300,6 +417,8 @@ down() {
     [ -f "$f" ] && stop_pid "$(cat "$f")"
   done
   rm -f "$DIR"/run/*.pid
+  choose_release
+  [ -n "$ROOT" ] && [ -d "$ROOT" ] && unmount_root
   log "down"
 }
 
