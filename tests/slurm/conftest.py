@@ -32,6 +32,7 @@ class Cluster:
     env: dict[str, str]
     nodes: list[str]
     hc_interval: int
+    root: Path | None = None  # the release's root the daemons run in (SLURM_RELEASE), or None: this host
 
     # -- Slurm ---------------------------------------------------------------------------------
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -54,6 +55,18 @@ class Cluster:
 
     def state(self, name: str) -> str:
         return self.node(name)["State"]
+
+    @property
+    def release(self) -> tuple[int, int]:
+        """The Slurm release under test (SLURM_RELEASE, or the host's): (24, 11)."""
+        version = self.run("scontrol", "--version").stdout.split()[-1]
+        return tuple(int(x) for x in version.split(".")[:2])  # type: ignore[return-value]
+
+    def out_of_service(self, sinfo_line: str) -> bool:
+        """A `sinfo -o %N|%T|%E` line of a node a rollout holds: drained with its reason, or in its MAINT
+        reservation.  The reason alone does not say it: 24.11 keeps the last reason after a resume."""
+        _, state, reason = (sinfo_line.split("|", 2) + ["", ""])[:3]
+        return ("drain" in state and reason.startswith("gpufleet: maintain")) or state.startswith("maint")
 
     def wait(self, predicate, timeout: float, what: str, step: float = 0.3):
         deadline = time.monotonic() + timeout
@@ -157,7 +170,8 @@ def start_cluster(name: str, nodes: int, ctld_port: int, slurmd_port_base: int, 
     if "PATH" in values:  # another release (SLURM_RELEASE): its commands first
         env["PATH"] = values["PATH"]
     c = Cluster(dir=base, gpus=Path(values["GPUFLEET_STATE_DIR"]), env=env,
-                nodes=[f"n{i}" for i in range(1, nodes + 1)], hc_interval=int(env["HC_INTERVAL"]))
+                nodes=[f"n{i}" for i in range(1, nodes + 1)], hc_interval=int(env["HC_INTERVAL"]),
+                root=Path(values["SLURM_ROOT"]) if values.get("SLURM_ROOT") else None)
     try:
         yield c
     finally:

@@ -399,7 +399,7 @@ EOF
 }
 
 print_env() {
-  [ -n "$ROOT" ] && echo "PATH=$SBIN:${PATH#"$SBIN:"}"
+  [ -n "$ROOT" ] && echo "PATH=$SBIN:${PATH#"$SBIN:"}" && echo "SLURM_ROOT=$ROOT"
   echo "MINICLUSTER_DIR=$DIR"
   echo "SLURM_CONF=$CONF"
   echo "GPUFLEET_STATE_DIR=$GPUDIR"

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -237,6 +238,11 @@ def test_disk_full_under_the_nodes_history_never_stops_a_drain(mc, tmp_path):
     small = tmp_path / "small"
     if not _mount_small_tmpfs(small, "512k"):
         pytest.skip("cannot mount a tmpfs here (needs root, as CI runs)")
+    inside = None
+    if mc.root:  # the health check runs in the release's root: the same full file system there
+        inside = Path(f"{mc.root}{small}")
+        inside.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--bind", str(small), str(inside)], check=True)
     try:
         config = tmp_path / "gpufleet.toml"
         text = (mc.dir / "etc" / "gpufleet.toml").read_text()
@@ -254,4 +260,6 @@ def test_disk_full_under_the_nodes_history_never_stops_a_drain(mc, tmp_path):
         assert "history" in run.stderr and "unavailable" in run.stderr, run.stderr
         print(f"\nfull disk under the node's state: drained; said: {run.stderr.strip().splitlines()[-1]}")
     finally:
+        if inside:
+            subprocess.run(["umount", "-l", str(inside)], check=False)
         subprocess.run(["umount", "-l", str(small)], check=False)

@@ -75,7 +75,7 @@ def test_rollout_between_jobs_within_budget_canary_first(mc, tmp_path):
         while not stop.is_set():
             out = mc.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout  # a node per partition
             samples.append(len({line.split("|")[0] for line in out.splitlines()
-                                if "gpufleet: maintain" in line or "|maint" in line}))
+                                if mc.out_of_service(line)}))
             time.sleep(0.2)
 
     t = threading.Thread(target=sample, daemon=True)

@@ -37,7 +37,7 @@ def test_rollout_over_32_nodes_parallel_within_budget(big, tmp_path):
     def sample() -> None:
         while not stop.is_set():
             out = big.run("sinfo", "-h", "-N", "-p", "gpu", "-o", "%N|%T|%E", check=False).stdout
-            samples.append(sum(1 for line in out.splitlines() if "gpufleet: maintain" in line or "|maint" in line))
+            samples.append(sum(1 for line in out.splitlines() if big.out_of_service(line)))
             time.sleep(0.2)
 
     t = threading.Thread(target=sample, daemon=True)
