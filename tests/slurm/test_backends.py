@@ -60,13 +60,24 @@ def test_backend_contract(backend, mc):
         backend.node("nosuchnode")
 
 
-def test_what_differs_by_release_is_handled(mc, monkeypatch):
+@pytest.fixture
+def release_env(mc):
+    """The mini-cluster's SLURM_CONF and PATH (its release's commands) for backends made in the test."""
+    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "PATH")}
+    os.environ.update(SLURM_CONF=mc.env["SLURM_CONF"], PATH=mc.env["PATH"])
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_what_differs_by_release_is_handled(mc, release_env):
     """Each Slurm release's differences, named (run on 22.05, 24.11 and 26.05: SLURM_RELEASE)."""
     version = mc.run("scontrol", "--version").stdout.split()[-1]
     release = tuple(int(x) for x in version.split(".")[:2])
     backend = CommandBackend(mc.run("which", "scontrol").stdout.strip())
-    monkeypatch.setenv("SLURM_CONF", mc.env["SLURM_CONF"])
-    monkeypatch.setenv("PATH", mc.env["PATH"])
     # `scontrol --json` from 23.02: one node is read from JSON there and from the text on 22.05, the same
     assert backend.has_json() == (release >= (23, 2))
     mc.run("scontrol", "update", "nodename=n3", "state=drain", "reason=gpufleet: release check")
