@@ -123,7 +123,7 @@ root_in_use() {
 
 unmount_root() {  # only once no process runs inside it (another cluster of the same release may)
   local i m
-  for i in $(seq 1 25); do root_in_use || break; sleep 0.2; done  # a health check or step finishing
+  for i in $(seq 1 75); do root_in_use || break; sleep 0.2; done  # a health check or step finishing
   if root_in_use; then log "root $ROOT still in use (another cluster?): left mounted"; return 0; fi
   for m in "$GPUDIR" "$DIR" "$REPO" /tmp /dev /proc; do
     mountpoint -q "$ROOT$m" && umount -l "$ROOT$m"
