@@ -27,6 +27,8 @@ from .policy import Policy, PolicyError, SlurmSettings, config_path, load_policy
 from .readers import ReportError
 from .slurm.base import NodeInfo
 from .snapshot import NodeSnapshot, known
+from .summary import parse as parse_summary
+from .summary import published_at, stamp
 
 log = logging.getLogger("slurm-gpufleet")
 TIMEOUT_REASON = "gpufleet: NVML timeout"
@@ -298,7 +300,7 @@ def summary(report: Report, final: str) -> dict:
     vbios = sorted({known(g.vbios) for g in s.gpus if known(g.vbios)})
     data = {"gpufleet": 1, "v": final, "drv": known(s.driver_version), "cuda": known(s.cuda_driver_version),
             "gpus": f"{len(s.gpus)}x{'/'.join(names)}", "fw": ",".join(vbios),
-            "t": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "boot": _boot_id()}
+            "t": stamp(), "boot": _boot_id()}
     # what a rollout compares against its canary after each upgrade
     gsp = sorted({known(g.gsp_firmware) for g in s.gpus if known(g.gsp_firmware)})
     if gsp:
@@ -357,19 +359,14 @@ def _boot_id() -> str:
         return ""
 
 
-def _older_than_slurmd(summary: dict, info) -> bool:
+def _older_than_slurmd(old: dict, info) -> bool:
     """Published before this slurmd started: the first check after a restart or a reboot always
     publishes, even unchanged (an upgrade repeated after a crash installs the same driver again, and a
     rollout validates only from a summary newer than its command)."""
     if info.slurmd_start is None:
         return False
-    try:
-        import calendar
-
-        published = calendar.timegm(time.strptime(str(summary.get("t", "")), "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return True
-    return published < info.slurmd_start
+    published = published_at(old)
+    return published is None or published < info.slurmd_start
 
 
 def _publish(backend, info, field: str, data: dict) -> None:
@@ -377,12 +374,9 @@ def _publish(backend, info, field: str, data: dict) -> None:
 
     current = info.extra if field == "extra" else info.comment
     if current:
-        try:
-            old = json.loads(current)
-        except json.JSONDecodeError:
+        old = parse_summary(current)
+        if old is None:
             return  # someone else's text: never overwrite it
-        if not isinstance(old, dict) or "gpufleet" not in old:
-            return
         same = {k: v for k, v in old.items() if k != "t"} == {k: v for k, v in data.items() if k != "t"}
         if same and not _older_than_slurmd(old, info):
             return  # nothing new since this slurmd started: no write

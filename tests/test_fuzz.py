@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 from support import H200, PUBLIC
 
 from slurm_gpufleet import evaluate
-from slurm_gpufleet.maintain.engine import published, published_at
 from slurm_gpufleet.maintain.sacct import SacctError, read_sacct
 from slurm_gpufleet.policy import PolicyError, parse_policy
 from slurm_gpufleet.readers import ReportError, read_report
 from slurm_gpufleet.readers.kernel_log import parse_kernel_log
 from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
 from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text
+from slurm_gpufleet.summary import from_node as published
+from slurm_gpufleet.summary import published_at
 
 TEXT = (H200 / "nvidia-smi-q.txt").read_text()
 XML = (H200 / "nvidia-smi-q.xml").read_text()

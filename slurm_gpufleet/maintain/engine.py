@@ -35,6 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .. import summary
 from ..hostlist import fold
 from ..policy import Policy
 from ..slurm.base import NodeInfo, Reservation, SlurmError
@@ -173,29 +174,10 @@ class Writes:
 
 
 # ----------------------------------------------------------------------------- what a node published
-def published(info: NodeInfo) -> dict[str, Any] | None:
-    for text in (info.extra, info.comment):
-        if text and text.lstrip().startswith("{"):
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(data, dict) and "gpufleet" in data:
-                return data
-    return None
-
-
-def published_at(data: dict[str, Any]) -> float | None:
-    """The health check's `t` (UTC, seconds or, from older versions, minutes) as epoch seconds."""
-    import calendar
-
-    text = str(data.get("t") or "")
-    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%MZ"):
-        try:
-            return float(calendar.timegm(time.strptime(text, fmt)))
-        except ValueError:
-            continue
-    return None
+def held_before(row: dict[str, Any]) -> bool:
+    """Someone else had drained or downed the node when the rollout took it (upgrade_held_nodes)."""
+    prior = json.loads(row["prior"] or "{}")
+    return "DRAIN" in prior.get("flags", []) or prior.get("state") == "DOWN"
 
 
 def rebooted(info: NodeInfo, boot_before: str | None, since: float) -> bool:
@@ -549,7 +531,7 @@ class _Step:
         if not self.ours(info):
             return
         prior = json.loads(row["prior"] or "{}")
-        if "DRAIN" in prior.get("flags", []) or prior.get("state") == "DOWN":
+        if held_before(row):
             if prior.get("reason"):
                 self.writes.reason[prior["reason"]].add(info.name)
         else:
@@ -809,8 +791,8 @@ def on_validating(ctx: _Step, row: dict[str, Any]) -> None:
     """From what the node's own health check published after the reboot: never by entering the node."""
     info = ctx.info(row)
     driver = row["previous_driver"] if ctx.rolling_back else ctx.plan["target_driver"]
-    data = published(info) if info is not None else None
-    checked = published_at(data) if data else None
+    data = summary.from_node(info) if info is not None else None
+    checked = summary.published_at(data) if data else None
     if data is not None and checked is not None and checked >= math.floor(row["started"] or 0):
         if data.get("drv") != driver:
             return ctx.fail(row, f"validation failed: driver {data.get('drv') or 'unreadable'} != {driver}"
@@ -827,9 +809,7 @@ def on_validating(ctx: _Step, row: dict[str, Any]) -> None:
         checked_text = f"driver {driver}, verdict {data.get('v')} at {data.get('t')}"
         if ctx.rolling_back:
             return ctx.move(row, S.ROLLED_BACK, checked_text, validated=validated)
-        prior = json.loads(row["prior"] or "{}")
-        held = "DRAIN" in prior.get("flags", []) or prior.get("state") == "DOWN"
-        if ctx.s.validation_job and not held:  # a node someone else held goes back to them untested
+        if ctx.s.validation_job and not held_before(row):  # a node someone else held goes back to them untested
             return ctx.move(row, S.TESTING, f"{checked_text}; validation job next", validated=validated, job=None)
         return ctx.move(row, S.DONE, checked_text, validated=validated)
     if ctx.world.now - (row["updated"] or ctx.world.now) > ctx.s.validate_timeout_s:

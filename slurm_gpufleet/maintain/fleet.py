@@ -11,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import summary
 from ..slurm.base import JobInfo, NodeInfo, Reservation
 
 
@@ -47,24 +48,12 @@ class FleetNode:
     def from_info(cls, info: NodeInfo) -> FleetNode:
         node = cls(name=info.name, partitions=list(info.partitions), features=list(info.features),
                    state=info.state, flags=sorted(info.flags), reason=info.reason, reason_user=info.reason_user)
-        for text in (info.extra, info.comment):
-            published = _published(text)
-            if published:
-                node.driver, node.cuda = published.get("drv"), published.get("cuda")
-                node.gpus, node.firmware = published.get("gpus"), published.get("fw")
-                node.verdict, node.checked = published.get("v"), published.get("t")
-                break
+        published = summary.from_node(info)
+        if published:
+            node.driver, node.cuda = published.get("drv"), published.get("cuda")
+            node.gpus, node.firmware = published.get("gpus"), published.get("fw")
+            node.verdict, node.checked = published.get("v"), published.get("t")
         return node
-
-
-def _published(text: str) -> dict[str, Any] | None:
-    if not text or not text.startswith("{"):
-        return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) and "gpufleet" in data else None
 
 
 @dataclass

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..slurm.base import JobInfo, NodeInfo, Reservation
+from ..summary import stamp
 from .upgrade import Result
 
 INF = float("inf")
@@ -189,8 +189,8 @@ class SimExecutor:
             n.slurmd_start = self.sim.now
         if self.publishes is not None:
             drv = driver if self.publishes == "target" else self.publishes
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.sim.now))
-            summary = {"gpufleet": 1, "v": "ok", "drv": drv, "gpus": f"{n.gpus}xNVIDIA H200", "t": stamp,
+            summary = {"gpufleet": 1, "v": "ok", "drv": drv, "gpus": f"{n.gpus}xNVIDIA H200",
+                       "t": stamp(self.sim.now),
                        **(self.fields(name) if self.fields else {})}
             n.extra = json.dumps(summary, separators=(",", ":"))
         n.upgraded = True

@@ -8,6 +8,7 @@ import os
 import sqlite3
 from typing import Any
 
+from .. import summary
 from .stats import Outlier, outliers
 
 
@@ -16,11 +17,8 @@ def from_published(backend) -> list[tuple[str, str, float]]:
     out = []
     for info in backend.nodes():
         for text in (info.extra, info.comment):
-            try:
-                data = json.loads(text) if text.startswith("{") else None
-            except json.JSONDecodeError:
-                data = None
-            if isinstance(data, dict) and "gpufleet" in data and data.get("bw"):
+            data = summary.parse(text)
+            if data and data.get("bw"):
                 model = str(data.get("gpus", "")).split("x", 1)[-1] or "unknown"
                 out.append((f"{info.name}/gpu{data.get('bwgpu', '?')}", model, float(data["bw"])))
                 break
