@@ -5,7 +5,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 export MINICLUSTER_DIR=${MINICLUSTER_DIR:-/tmp/gpufleet-demo} HC_INTERVAL=${HC_INTERVAL:-3} CLEAN_RUNS=2
-export CTLD_PORT=36817 SLURMD_PORT_BASE=37001
+export CTLD_PORT=10817 SLURMD_PORT_BASE=11001
 PY=${PYTHON:-$REPO/.venv/bin/python}
 MC="$REPO/tests/slurm/minicluster.sh"
 trap 'bash "$MC" down >/dev/null 2>&1 || true' EXIT

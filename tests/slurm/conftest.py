@@ -247,6 +247,10 @@ def _reset(c: Cluster) -> None:
         if "DRAIN" in state or "DOWN" in state or "REBOOT" in state:
             c.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
         c.run("scontrol", "update", f"nodename={node}", "comment=", check=False)
+    # a test that ends with its rollout halted keeps its waiting nodes steered away (Weight 1001), as a
+    # halted rollout should; the next test starts from the configured weight
+    c.run("scontrol", "update", f"nodename=n[1-{len(c.nodes)}]", "weight=1", check=False)
+
     def settled() -> bool:
         # a fake reboot still under way when the test ended restarts slurmd with -b a moment later, and
         # slurmctld marks that node DOWN ("Node unexpectedly rebooted"): resume it again

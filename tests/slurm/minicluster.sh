@@ -386,14 +386,21 @@ EOF
   SL slurmctld -f "$CONF" -i
   for i in "${nodes[@]}"; do SL slurmd -f "$CONF" -N "$i"; done
   export SLURM_CONF=$CONF
-  local t
+  local t idle=0
   for t in $(seq 1 150); do
-    local idle
-    idle=$(SL sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 ~ /^idle/' | wc -l)
+    # sinfo -N lists a node once per partition: count names, not lines
+    idle=$(SL sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 ~ /^idle/ {print $1}' | sort -u | wc -l)
     [ "$idle" -ge "$n" ] && break
     sleep 0.2
   done
-  [ "${idle:-0}" -ge "$n" ] || { SL sinfo -N >&2 || true; die "nodes did not become idle; see $DIR/log"; }
+  if [ "$idle" -lt "$n" ]; then
+    SL sinfo -N >&2 || true
+    for i in "${nodes[@]}"; do  # the slurmd that did not come up says why in its log
+      SL sinfo -h -n "$i" -o '%T' 2>/dev/null | grep -q '^idle' && continue
+      echo "--- $DIR/log/slurmd-$i.log" >&2; tail -5 "$DIR/log/slurmd-$i.log" >&2 2>/dev/null || true
+    done
+    die "$((n - idle)) of $n nodes did not become idle; see $DIR/log"
+  fi
   log "up: $n nodes idle (slurm $(SL slurmctld -V | awk '{print $2}'), auth/$auth${ROOT:+, in $ROOT})"
   print_env
 }

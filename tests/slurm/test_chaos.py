@@ -138,7 +138,7 @@ def test_apply_killed_with_9_at_random_points_20_times_then_resume_converges(mc,
     status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
     assert status["state"] == "done" and status["counts"] == {"done": 6}, status
     assert leftovers(mc) == ("", [])
-    assert {mc.node(n)["Weight"] for n in mc.nodes} == {"1"}
+    assert {n: mc.node(n)["Weight"] for n in mc.nodes} == {n: "1" for n in mc.nodes}
     for node in ("n1", "n2", "n3", "n4", "n5", "n6"):
         assert mc.driver(node) == TARGET
     # a command a killed apply left running was waited for, never run a second time beside itself
