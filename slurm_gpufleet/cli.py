@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import click
@@ -436,12 +437,24 @@ def _maintain_policy(policy_file: str | None, config: str | None):
 @click.option("--out", metavar="PLAN.json", help="Write the plan for `maintain apply`.")
 @click.option("--html", "html_out", metavar="FILE", help="Write an HTML report with a timeline per node group.")
 @click.option("--force", is_flag=True, help="Plan even when the compatibility gate refuses (and say so).")
+@click.option("--deadline", metavar="DURATION|DATE",
+              help="Every node done by then (72h, 3d, 2026-12-04T18:00): the running jobs that cannot end in "
+                   "time are named, with what is done to each and when.")
+@click.option("--stop-jobs", type=click.Choice(["earliest", "latest"]), default="earliest", show_default=True,
+              help="With --deadline, when a job without a checkpoint that cannot end in time stops: at the start "
+                   "(least work lost when time limits are tight) or at the last moment (loose time limits).")
 @click.option("--json", "as_json", is_flag=True)
 def maintain_plan(target_driver: str, nodeset: str, strategy: str, policy_file: str | None, config: str | None,
-                  fleet_file: str | None, out: str | None, html_out: str | None, force: bool, as_json: bool) -> None:
+                  fleet_file: str | None, out: str | None, html_out: str | None, force: bool, deadline: str | None,
+                  stop_jobs: str, as_json: bool) -> None:
     """Plan a rollout: compatibility gate, canary, growing waves within the budget, placed between jobs.
 
-    Exit 0 with a plan, 1 when the gate refuses (without --force), 2 on bad input.
+    With --deadline, the jobs that would hold a node past its last possible slot are stopped early, the
+    ones that lose the least work first: checkpoint-and-requeue where the job says it can (README,
+    "Deadline rollouts"), else requeue, else cancel; every other job is waited for.
+
+    Exit 0 with a plan, 1 when the gate refuses (without --force), 2 on bad input or a deadline that
+    cannot be kept.
     """
     from ClusterShell.NodeSet import NodeSet, NodeSetException
 
@@ -454,10 +467,23 @@ def maintain_plan(target_driver: str, nodeset: str, strategy: str, policy_file: 
     except NodeSetException as exc:
         _fail(f"--nodes {nodeset!r} is not a host list: {exc}", exitcodes.USAGE)
     fleet_state = _fleet(policy, fleet_file)
+    now = fleet_state.taken_at if fleet_file else time.time()
+    until = None
+    if deadline:
+        from .maintain.deadline import DeadlineError, parse_deadline
+
+        try:
+            until = parse_deadline(deadline, now)
+        except DeadlineError as exc:
+            _fail(str(exc), exitcodes.USAGE)
+        if not fleet_file:  # whether each job may be requeued: read only for a deadline plan
+            flags = _backend(policy).requeue_flags()
+            for job in fleet_state.jobs:
+                job.requeue = flags.get(job.job_id)
     try:
         plan = make_plan(fleet_state, target_driver, names, policy, strategy=strategy, force=force,
-                         now=fleet_state.taken_at if fleet_file else None)
-    except PlanError as exc:
+                         now=now, deadline=until, stop_jobs=stop_jobs)
+    except (PlanError, ValueError) as exc:
         _fail(str(exc), exitcodes.USAGE)
     data = plan.to_dict()
     if out:
@@ -602,8 +628,10 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
                    " (plain or .gz).  Default: the bundled Helios trace (15,000 real jobs).")
 @click.option("--nodes", "node_count", type=click.IntRange(1, 100_000), default=150, show_default=True)
 @click.option("--gpus-per-node", type=click.IntRange(1, 64), default=8, show_default=True)
-@click.option("--strategy", "strategies", multiple=True, type=click.Choice(["gpufleet", "reboot-asap", "drain-all"]),
-              help="Repeat to compare; default: all three side by side.")
+@click.option("--strategy", "strategies", multiple=True,
+              type=click.Choice(["gpufleet", "reboot-asap", "drain-all", "wait-then-kill"]),
+              help="Repeat to compare; default: gpufleet, reboot-asap and drain-all side by side (with "
+                   "--deadline: gpufleet and wait-then-kill).")
 @click.option("--rollout-at", type=float, default=240.0, show_default=True, metavar="HOURS",
               help="When the rollout starts, in hours from the first submission.")
 @click.option("--max-unavailable", default=None, metavar="N|P%", help="Budget (default: the policy's).")
@@ -612,12 +640,16 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 @click.option("--time-limit-assumption", default="runtime-ceil-hour", show_default=True,
               help="For histories without Timelimit: runtime-ceil-hour, factor:X, or partition:D-HH:MM:SS.")
 @click.option("--upgrade-minutes", type=click.IntRange(1, 1440), default=None, help="Per node (default: the policy's).")
+@click.option("--deadline", "deadline_h", type=click.FloatRange(min=0, min_open=True), default=None, metavar="HOURS",
+              help="Every node done this long after the rollout starts; jobs may be stopped early.")
+@click.option("--checkpoint-every", "checkpoint_every_h", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="HOURS", help="Every job checkpoints this often, and says so in its comment.")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")
 @click.option("--json", "as_json", is_flag=True)
 def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
                       rollout_at: float, max_unavailable: str | None, policy_file: str | None,
-                      time_limit_assumption: str, upgrade_minutes: int | None, plot_file: str | None,
-                      as_json: bool) -> None:
+                      time_limit_assumption: str, upgrade_minutes: int | None, deadline_h: float | None,
+                      checkpoint_every_h: float | None, plot_file: str | None, as_json: bool) -> None:
     """Replay a job history on a simulated fleet and compare rollout strategies (same planner code)."""
     from .maintain.sacct import SacctError, assume_limit, read_sacct
     from .maintain.simulate import simulate
@@ -647,10 +679,19 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
         _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
     except SacctError as exc:
         _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
-    result = simulate(trace, nodes=node_count, gpus_per_node=gpus_per_node,
-                      strategies=strategies or ("gpufleet", "reboot-asap", "drain-all"), rollout_at_h=rollout_at,
-                      max_unavailable=budget, policy=policy, assumption=time_limit_assumption,
-                      upgrade_minutes=upgrade_minutes)
+    if "wait-then-kill" in strategies and deadline_h is None:
+        _fail("--strategy wait-then-kill needs --deadline HOURS", exitcodes.USAGE)
+    default = ("gpufleet", "wait-then-kill") if deadline_h else ("gpufleet", "reboot-asap", "drain-all")
+    from .maintain.deadline import DeadlineError
+
+    try:
+        result = simulate(trace, nodes=node_count, gpus_per_node=gpus_per_node,
+                          strategies=strategies or default, rollout_at_h=rollout_at,
+                          max_unavailable=budget, policy=policy, assumption=time_limit_assumption,
+                          upgrade_minutes=upgrade_minutes, deadline_h=deadline_h,
+                          checkpoint_every_h=checkpoint_every_h)
+    except DeadlineError as exc:
+        _fail(str(exc), exitcodes.USAGE)
     results = result.pop("_results")
     result["assumptions"]["job_history"] = history_label
     result["gating_jobs"] = next((r.gating_jobs for r in results.values() if r.gating_jobs), [])
@@ -670,6 +711,13 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     for name, m in result["strategies"].items():
         click.echo(f"{name:<12} {m['makespan_h']:>10.2f} {m['gpu_hours_lost']:>11.1f} {m['jobs_killed']:>6} "
                    f"{m['wait_added_mean_h']:>12.3f} {m['wait_added_p95_h']:>11.3f} {m['peak_nodes_out']:>8}")
+    if deadline_h:
+        click.echo(f"deadline {deadline_h:g} h; work the jobs that must stop early hold at the rollout (lower bound): "
+                   f"{result['work_lost_lower_bound_gpu_h']:.1f} GPU-h")
+        for name, m in result["strategies"].items():
+            click.echo(f"{name:<14} done by deadline: {'yes' if m['done_by_deadline'] else 'NO':<3}  work lost "
+                       f"{m['work_lost_gpu_h']:>8.1f} GPU-h  jobs preempted {m['jobs_preempted']:>4}  of them "
+                       f"would have ended in time {m['jobs_preempted_that_would_end_in_time']}")
     for j in result["gating_jobs"][:3]:
         click.echo(f"gating job {j['job_id']} on {fold(j['nodes'])}: runs until +{j['end_h']} h")
     click.echo(f"jobs used {a['jobs_used']}; lines skipped {a['lines_skipped'] or 'none'}; "

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from .. import summary
 from ..hostlist import fold
 from ..policy import Policy
-from ..slurm.base import NodeInfo, Reservation, SlurmError
+from ..slurm.base import JobInfo, NodeInfo, Reservation, SlurmError
 from ..slurm.ownership import MAINTAIN, may_drain, owns
 from . import states as S
 from .planner import RESERVATION_PREFIX
@@ -101,27 +101,38 @@ class World:
     reservations: dict[str, Reservation]
     # node -> (job id, state) of its newest validation job; read only while a node is in `testing`
     validation: dict[str, tuple[str, str]] = field(default_factory=dict)
+    jobs: dict[str, JobInfo] = field(default_factory=dict)   # running jobs by id
 
     @property
     def ours(self) -> dict[str, Reservation]:
         return {k: r for k, r in self.reservations.items() if k.startswith(RESERVATION_PREFIX)}
 
 
-def read_world(slurm: Any, now: float, validation_job: str | None = None) -> World:
-    """Three reads whatever the fleet size, and a fourth (the validation jobs) while any run."""
+def read_world(slurm: Any, now: float, validation_job: str | None = None,
+               stops: dict[str, tuple[float, float | None]] | None = None) -> World:
+    """Three reads whatever the fleet size, and a fourth (the validation jobs) while any run.  `stops`:
+    job id -> (when a deadline plan stops it, the start of the run it stops); that run frees its nodes then."""
     nodes = {n.name: n for n in slurm.nodes()}
     free_at: dict[str, float] = {}
-    for job in slurm.running_jobs():
+    jobs = {j.job_id: j for j in slurm.running_jobs()}
+    for job in jobs.values():
         end = job.end_time if job.end_time is not None else INF
+        if stops and job.job_id in stops and same_run(job, stops[job.job_id][1]):
+            end = min(end, max(now, stops[job.job_id][0]))
         for n in job.nodes:
             free_at[n] = max(free_at.get(n, 0.0), end)
-    world = World(now, nodes, free_at, {r.name: r for r in slurm.reservations()})
+    world = World(now, nodes, free_at, {r.name: r for r in slurm.reservations()}, jobs=jobs)
     if validation_job:
         for job_id, state, comment in slurm.jobs_named(validation_job):
             node = comment.rsplit(" ", 1)[-1]
             if node not in world.validation or int(job_id) > int(world.validation[node][0]):
                 world.validation[node] = (job_id, state)
     return world
+
+
+def same_run(job: JobInfo, run_start: float | None) -> bool:
+    """The run a plan named (a requeued job that started again is a new run, not ours to stop again)."""
+    return run_start is None or job.start_time is None or abs(job.start_time - run_start) < 1.0
 
 
 def validation_job_name(rid: str) -> str:
@@ -144,6 +155,10 @@ class Writes:
     delete: set[str] = field(default_factory=set)
     create: dict[str, tuple[list[str], float, int]] = field(default_factory=dict)     # name -> nodes, start, minutes
     weight: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
+    comments: dict[str, str] = field(default_factory=dict)            # job id -> its new comment
+    signals: dict[str, tuple[str, bool]] = field(default_factory=dict)  # job id -> (signal, batch shell only)
+    requeue: set[str] = field(default_factory=set)
+    cancel: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
 
     def calls(self) -> list[tuple[str, tuple[Any, ...]]]:
@@ -160,6 +175,13 @@ class Writes:
         out += [("create_reservation", (name, sorted(n), start, minutes))
                 for name, (n, start, minutes) in sorted(self.create.items(), key=lambda kv: kv[1][1])]
         out += [("set_weight_nodes", (sorted(n), w)) for w, n in self.weight.items()]
+        # a deadline plan's jobs: the owner told first, then the checkpoint signal, then the stop
+        out += [("set_job_comment", (job, text)) for job, text in sorted(self.comments.items())]
+        out += [("signal_job", (job, sig, batch)) for job, (sig, batch) in sorted(self.signals.items())]
+        if self.requeue:
+            out.append(("requeue_jobs", (sorted(self.requeue),)))
+        if self.cancel:
+            out.append(("cancel_jobs", (sorted(self.cancel),)))
         return out
 
     def flush(self, slurm: Any, cap: int | None = None) -> int:
@@ -270,10 +292,15 @@ class Engine:
             return r["state"]
         rows = self.store.nodes(rid)
         testing = any(row["state"] == S.TESTING for row in rows)
-        world = read_world(self.slurm, self.clock(), validation_job_name(rid) if testing else None)
-        ctx = _Step(self, rid, r, json.loads(r["plan"]), world, rows,
-                    self.executor.finished() if self.executor else {})
+        plan = json.loads(r["plan"])
+        jobs = [j for j in self.store.preemptions(rid) if j["state"] not in S.JOB_FINAL] if plan.get("deadline") else []
+        world = read_world(self.slurm, self.clock(), validation_job_name(rid) if testing else None,
+                           {j["job"]: (j["stop"], j["run_start"]) for j in jobs})
+        ctx = _Step(self, rid, r, plan, world, rows, self.executor.finished() if self.executor else {})
         ctx.run()
+        if jobs and r["state"] == S.R_RUNNING:
+            ctx.preempt(jobs)
+        self.store.set_preemptions(rid, ctx.job_changes, world.now)
         self.store.apply(rid, ctx.changes, world.now, ctx.audits)
         writes = ctx.writes.flush(self.slurm, self.s.max_slurm_writes_per_step or None)
         self.store.apply(rid, [], world.now, [(None, f"slurm {method}", detail) for method, detail in ctx.writes.made]
@@ -378,6 +405,7 @@ class _Step:
         self.events: list[tuple[str | None, str]] = []
         self.audits: list[tuple[str | None, str, str]] = []  # (node, event, detail) beside the moves
         self.state: dict[str, str] = {r["node"]: r["state"] for r in rows}
+        self.job_changes: list[tuple[str, dict[str, Any], str]] = []
         self.rolling_back = rollout["state"] == S.R_ROLLING_BACK
         self.reason_prefix = f"{S.MAINT_REASON} {rid}"
 
@@ -517,6 +545,40 @@ class _Step:
                 self.writes.update[name] = keep
             else:
                 self.writes.delete.add(name)
+
+    # -- a deadline plan's jobs: only those it named, each at its moment ------------------------------
+    def preempt(self, jobs: list[dict[str, Any]]) -> None:
+        now = self.world.now
+        target = self.plan.get("target_driver")
+        deadline = time.strftime("%Y-%m-%dT%H:%M", time.localtime(self.plan["deadline"]["at"]))
+        for j in jobs:
+            job = self.world.jobs.get(j["job"])
+            running = job is not None and same_run(job, j["run_start"])
+            st = j["state"]
+            if not running:
+                done = st in (S.J_SIGNALLED, S.J_STOPPING)
+                self.job_changes.append((j["job"], {"state": S.J_STOPPED if done else S.J_ENDED},
+                                         "stopped" if done else "ended before its moment: nothing done"))
+                continue
+            if st == S.J_PLANNED:  # the owner reads it in the job's comment (squeue -o %k, scontrol show job)
+                when = time.strftime("%Y-%m-%dT%H:%M", time.localtime(j["at"]))
+                what = {"checkpoint-requeue": f"SIG{j['signal']} to checkpoint at {when}, then requeued",
+                        "requeue": f"requeued at {when}", "cancel": f"cancelled at {when}"}[j["action"]]
+                note = f"gpufleet {self.rid}: {what} for driver {target} on all nodes by {deadline}"
+                self.writes.comments[j["job"]] = f"{job.comment} | {note}" if job.comment else note
+                self.job_changes.append((j["job"], {"state": S.J_TOLD}, note))
+            elif now < j["at"]:
+                continue
+            elif st == S.J_TOLD and j["action"] == "checkpoint-requeue":
+                self.writes.signals[j["job"]] = (j["signal"], bool(j["batch"]))
+                self.job_changes.append((j["job"], {"state": S.J_SIGNALLED, "since": now},
+                                         f"SIG{j['signal']}; requeued after {j['grace']:g} s"))
+            elif st == S.J_SIGNALLED and now < (j["since"] or now) + j["grace"]:
+                continue
+            else:  # told (requeue / cancel), signalled past its grace, or stopping and still there
+                if st != S.J_STOPPING:
+                    self.job_changes.append((j["job"], {"state": S.J_STOPPING, "since": now}, j["action"]))
+                (self.writes.cancel if j["action"] == "cancel" else self.writes.requeue).add(j["job"])
 
     def drain(self, info: NodeInfo, reason: str) -> None:
         if info.drained and not self.ours(info):

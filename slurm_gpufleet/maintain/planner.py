@@ -58,6 +58,7 @@ class Plan:
     previous_drivers: dict[str, str | None] = field(default_factory=dict)
     groups: dict[str, str] = field(default_factory=dict)
     assumptions: dict[str, Any] = field(default_factory=dict)
+    deadline: dict[str, Any] | None = None   # maintain/deadline.py: the jobs at risk and what is done to each
 
     @property
     def makespan_s(self) -> float:
@@ -149,7 +150,8 @@ def gate(fleet: FleetState, names: list[str], target: str, policy: Policy, today
 
 
 def make_plan(fleet: FleetState, target: str, names: list[str], policy: Policy, *, strategy: str = "reservation",
-              now: float | None = None, force: bool = False, today=None) -> Plan:
+              now: float | None = None, force: bool = False, today=None, deadline: float | None = None,
+              stop_jobs: str = "earliest") -> Plan:
     import datetime as dt
 
     if strategy not in STRATEGIES:
@@ -193,6 +195,17 @@ def make_plan(fleet: FleetState, target: str, names: list[str], policy: Policy, 
     plan.budget = {"max_unavailable": budget, "per_partition": caps, "max_failures": s.max_failures}
 
     free_at = fleet.free_at()
+    if deadline is not None:
+        from .deadline import plan_deadline
+
+        dp = plan_deadline(fleet.jobs, todo, now=now, deadline=deadline, budget=budget,
+                           upgrade_s=s.upgrade_minutes * 60, stop=stop_jobs)
+        plan.deadline = dp.to_dict()
+        free_at = {}
+        for job in fleet.jobs:  # a job the plan stops frees its nodes then
+            end = min(job.end_time if job.end_time is not None else INF, dp.stop_at.get(job.job_id, INF))
+            for n in job.nodes:
+                free_at[n] = max(free_at.get(n, 0.0), end)
     less_p, less_f, crit_p = set(s.less_critical_partitions), set(s.less_critical_features), set(s.critical_partitions)
 
     def rank(name: str) -> tuple:

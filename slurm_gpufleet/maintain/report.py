@@ -48,6 +48,18 @@ def text(plan: Plan, width: int = 100) -> str:
     if plan.waves:
         lines.append(f"  {len(plan.waves)} wave(s); estimated end {_t(plan.waves[-1].end)} "
                      f"(makespan {_dur(plan.makespan_s)})")
+    if plan.deadline:
+        d = plan.deadline
+        stop = [j for j in d["jobs"] if j["action"] != "wait"]
+        lines.append(f"  deadline {_t(d['at'])}: {len(stop)} job(s) stopped early, "
+                     f"{d['gpu_h_at_risk']:.1f} GPU-h of work at risk; the other jobs are waited for")
+        for j in stop[:40]:
+            lines.append(f"    job {j['job_id']:<10} {j['action']:<18} at {_t(j['at']):<12} {j['gpus']:>4} GPUs "
+                         f"{j['gpu_h_at_risk']:>8.1f} GPU-h  {fold_short(j['nodes'], 24)}  {j['why']}")
+        if len(stop) > 40:
+            lines.append(f"    ... and {len(stop) - 40} more (--json)")
+        if plan.waves and plan.waves[-1].end > d["at"]:
+            lines.append(f"  WARNING: the waves' estimated end {_t(plan.waves[-1].end)} is after the deadline")
     for j in plan.gating_jobs[:3]:
         lines.append(f"  gated by job {j['job_id']} on {fold(j['nodes'])} until "
                      f"{_t(j['end'] if j['end'] is not None else INF)}")

@@ -68,7 +68,39 @@ class SimSlurm:
             for jid, end in n.running.items():
                 jobs.setdefault(jid, []).append(n.name)
                 ends[jid] = end
-        return [JobInfo(jid, names, ends[jid], "gpu") for jid, names in jobs.items()]
+        out = []
+        for jid, names in jobs.items():
+            job = self.sim.by_id.get(jid)
+            out.append(JobInfo(jid, names, ends[jid], "gpu", start_time=job.start if job else None,
+                               gpus_per_node=job.gpn if job else 0, comment=job.comment if job else "",
+                               requeue=True))
+        return out
+
+    def requeue_flags(self) -> dict[str, bool]:
+        return {j.job_id: True for j in self.running_jobs()}
+
+    # -- a deadline plan's jobs ------------------------------------------------------------------
+    def set_job_comment(self, job_id: str, comment: str) -> None:
+        self.calls["write"] += 1
+        self.sim.by_id[job_id].comment = comment
+
+    def signal_job(self, job_id: str, signal: str, batch: bool) -> None:
+        self.calls["write"] += 1
+        job = self.sim.by_id[job_id]
+        if "gpufleet:signal=" in job.comment:  # a job that checkpoints on the signal
+            job.signalled = self.sim.now
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        self.calls["write"] += 1
+        for jid in job_ids:
+            self.sim.stop(self.sim.by_id[jid], requeue=True)
+        self.sim.nodes_changed()
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        self.calls["write"] += 1
+        for jid in job_ids:
+            self.sim.stop(self.sim.by_id[jid], requeue=False)
+        self.sim.nodes_changed()
 
     def reservations(self) -> list[Reservation]:
         self.calls["read"] += 1

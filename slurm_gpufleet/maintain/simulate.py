@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..policy import MaintainSettings, Policy
-from ..slurm.base import JobInfo
 from .fleet import FleetNode, FleetState
 from .planner import make_plan
 from .sacct import Trace, assume_limit
 
-STRATEGIES = ("gpufleet", "reboot-asap", "drain-all")
+STRATEGIES = ("gpufleet", "reboot-asap", "drain-all", "wait-then-kill")
 INF = float("inf")
 BACKFILL_DEPTH = 200  # like Slurm's bf_max_job_test: how deep into the queue backfill looks
 
@@ -43,6 +42,10 @@ class SimJob:
     gpn: int                       # GPUs per node
     start: float | None = None
     placed: list[int] = field(default_factory=list)
+    gen: int = 0                   # which run of the job (a requeue starts a new one)
+    saved: float = 0.0             # seconds of its work kept in a checkpoint across requeues
+    comment: str = ""
+    signalled: float | None = None  # when it was asked to checkpoint (its run's progress kept then)
 
 
 @dataclass
@@ -80,15 +83,27 @@ class Result:
     waves: list[dict[str, Any]] = field(default_factory=list)           # (gpufleet) wave timeline
     gating_jobs: list[dict[str, Any]] = field(default_factory=list)
     waits: dict[str, float] = field(default_factory=dict)
+    work_lost_gpu_h: float = 0.0       # work jobs stopped early lost (since their last checkpoint)
+    jobs_preempted: int = 0
+    done_by_deadline: bool | None = None
+    touched_in_time: int = 0           # stopped jobs that would have ended in time by themselves
 
     def metrics(self) -> dict[str, Any]:
-        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in
-                (("makespan_h", self.makespan_h), ("gpu_hours_lost", self.gpu_hours_lost),
-                 ("jobs_killed", self.jobs_killed), ("wait_added_mean_h", self.wait_added_mean_h),
-                 ("wait_added_p95_h", self.wait_added_p95_h), ("peak_nodes_out", self.peak_nodes_out))}
+        out = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in
+               (("makespan_h", self.makespan_h), ("gpu_hours_lost", self.gpu_hours_lost),
+                ("jobs_killed", self.jobs_killed), ("wait_added_mean_h", self.wait_added_mean_h),
+                ("wait_added_p95_h", self.wait_added_p95_h), ("peak_nodes_out", self.peak_nodes_out),
+                ("work_lost_gpu_h", self.work_lost_gpu_h), ("jobs_preempted", self.jobs_preempted))}
+        if self.done_by_deadline is not None:
+            out["done_by_deadline"] = self.done_by_deadline
+            out["jobs_preempted_that_would_end_in_time"] = self.touched_in_time
+        return out
 
 
 class Simulator:
+    checkpoint_every_s: float | None = None  # every job checkpoints this often (None: none does)
+    in_time_by: float = INF                 # a stopped job that would have ended by then was touched in vain
+
     def __init__(self, jobs: list[SimJob], nodes: int, gpus_per_node: int):
         self.jobs = jobs
         self.nodes = [SimNode(f"node{i:05d}", gpus_per_node, gpus_per_node) for i in range(1, nodes + 1)]
@@ -101,6 +116,9 @@ class Simulator:
         self.capacity: list[tuple[float, int]] = []
         self.peak_out = 0
         self.killed = 0
+        self.lost_work_gpu_s = 0.0    # work jobs lost when they were stopped early (since their checkpoint)
+        self.preempted = 0
+        self.touched_in_time = 0      # stopped jobs that would have ended by `in_time_by`
         self.controller: Controller | None = None
 
     # -- events ----------------------------------------------------------------------------------
@@ -121,7 +139,10 @@ class Simulator:
                 self.queue.append(payload)
                 self._schedule(only=payload)
             elif kind == "end":
-                self._end(payload)
+                job, gen = payload
+                if gen != job.gen:
+                    continue  # that run was stopped early
+                self._end(job)
                 if self.controller:
                     self.controller.on_change(self)
                 self._schedule()
@@ -180,7 +201,33 @@ class Simulator:
             n.free -= job.gpn
             n.running[job.id] = self.now + job.limit
         self.queue.remove(job)
-        self.push(self.now + job.run, "end", job)
+        self.push(self.now + job.run - job.saved, "end", (job, job.gen))
+
+    def stop(self, job: SimJob, requeue: bool) -> None:
+        """A running job stopped early: it loses its work since its last checkpoint; requeued, it waits
+        again in its place by submit time and resumes from that checkpoint."""
+        if job.start is None:
+            return
+        elapsed = self.now - job.start
+        kept = 0.0
+        if job.signalled is not None:
+            kept = max(0.0, job.signalled - job.start)
+        elif self.checkpoint_every_s:
+            kept = math.floor(elapsed / self.checkpoint_every_s) * self.checkpoint_every_s
+        if job.start + job.run - job.saved <= self.in_time_by:
+            self.touched_in_time += 1
+        self.lost_work_gpu_s += (elapsed - kept) * job.gpn * len(job.placed)
+        self.preempted += 1
+        for i in job.placed:
+            n = self.nodes[i]
+            n.free += job.gpn
+            n.running.pop(job.id, None)
+        job.saved += kept
+        job.gen += 1
+        job.start, job.placed, job.signalled = None, [], None
+        if requeue:
+            at = next((k for k, q in enumerate(self.queue) if q.submit > job.submit), len(self.queue))
+            self.queue.insert(at, job)
 
     def _end(self, job: SimJob) -> None:
         for i in job.placed:
@@ -259,12 +306,14 @@ class Controller:
         self.started_at = sim.now
 
     def on_change(self, sim: Simulator) -> None:
-        if self.started:
+        if self.started and not self.finished:
             self._upgrade_empty(sim)
             self.advance(sim)
 
     def on_tick(self, sim: Simulator, payload: Any) -> None:
         kind, node = payload
+        if self.finished:
+            return
         if kind == "upgraded":
             n = sim.nodes[node]
             n.upgrading_until = None
@@ -313,10 +362,12 @@ class GpufleetController(Controller):
     """`maintain apply` itself: the planner's plan, then the engine's steps against the simulated Slurm
     (SimSlurm) on the simulated clock.  No rollout decision is made here."""
 
-    def __init__(self, budget: int, upgrade_s: float, policy: Policy, target: str = "580.159.04"):
+    def __init__(self, budget: int, upgrade_s: float, policy: Policy, target: str = "580.159.04",
+                 deadline: float | None = None):
         super().__init__(budget, upgrade_s)
         self.policy = policy
         self.target = target
+        self.deadline = deadline
         self.same_time_steps = 0
 
     def start(self, sim: Simulator) -> None:
@@ -332,9 +383,9 @@ class GpufleetController(Controller):
             nodes={n.name: FleetNode(name=n.name, partitions=["gpu"], driver="570.172.08", cuda="12.8",
                                      gpus=f"{n.gpus}xNVIDIA H200", firmware="96.00.A5.00.1A", verdict="ok")
                    for n in sim.nodes},
-            jobs=[JobInfo(jid, [n.name], end, "gpu") for n in sim.nodes for jid, end in n.running.items()],
-            taken_at=sim.now)
-        plan = make_plan(fleet, self.target, [n.name for n in sim.nodes], self.policy, now=sim.now, force=True)
+            jobs=SimSlurm(sim).running_jobs(), taken_at=sim.now)
+        plan = make_plan(fleet, self.target, [n.name for n in sim.nodes], self.policy, now=sim.now, force=True,
+                         deadline=self.deadline)
         self.gating = plan.gating_jobs
         self.tmp = tempfile.TemporaryDirectory(prefix="gpufleet-sim-")
         template = f"{self.tmp.name}/upgrade.j2"
@@ -422,6 +473,49 @@ class RebootAsapController(Controller):
 
 
 
+class WaitThenKillController(Controller):
+    """What an upgrade controller's drain timeout does: a rolling drain within the budget, nodes in name
+    order, waiting for their jobs; at the latest moment that still lets the nodes left be upgraded by the
+    deadline, `budget` at a time, every job still on them is killed (and requeued)."""
+
+    def __init__(self, budget: int, upgrade_s: float, deadline: float):
+        super().__init__(budget, upgrade_s)
+        self.deadline = deadline
+        self.killed_at: float | None = None
+        self.ticks: set[float] = set()
+
+    def start(self, sim: Simulator) -> None:
+        super().start(sim)
+        self.todo = sorted(range(len(sim.nodes)), key=lambda i: sim.nodes[i].name)
+        self.advance(sim)
+
+    def advance(self, sim: Simulator) -> None:
+        left = sum(1 for n in sim.nodes if not n.upgraded)
+        kill_at = self.deadline - math.ceil(left / self.budget) * self.upgrade_s
+        if self.killed_at is None and left and sim.now >= kill_at:
+            self.killed_at = sim.now
+            for n in sim.nodes:
+                if not n.upgraded:
+                    n.drained = True  # no new job may start on what is left
+                    for jid in list(n.running):
+                        sim.stop(sim.by_id[jid], requeue=True)
+            sim.record_capacity()
+        elif self.killed_at is None and left and kill_at not in self.ticks:
+            self.ticks.add(kill_at)
+            sim.push(kill_at, "tick", ("kill", None))
+        busy = sum(1 for n in sim.nodes if n.out_since is not None and not n.upgraded)
+        while self.todo and busy < self.budget:
+            self.take(sim, self.todo.pop(0), sim.now)
+            busy += 1
+        self._upgrade_empty(sim)
+        if not self.todo and busy == 0 and all(n.upgraded for n in sim.nodes):
+            self.finished, self.active, self.done_at = True, False, sim.now
+
+    def release(self, sim: Simulator, i: int) -> None:
+        super().release(sim, i)
+        sim.nodes[i].drained = False
+
+
 class DrainAllController(Controller):
     """Drain every node, upgrade each when it empties, resume them all at the end."""
 
@@ -460,8 +554,8 @@ def budget_of(spec: int | str, nodes: int) -> int:
 
 
 def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[str, ...], rollout_at_h: float,
-             max_unavailable: int | str, policy: Policy, assumption: str, upgrade_minutes: int | None = None
-             ) -> dict[str, Any]:
+             max_unavailable: int | str, policy: Policy, assumption: str, upgrade_minutes: int | None = None,
+             deadline_h: float | None = None, checkpoint_every_h: float | None = None) -> dict[str, Any]:
     from dataclasses import replace
 
     upgrade_s = 60.0 * (upgrade_minutes or policy.maintain.upgrade_minutes)
@@ -470,14 +564,32 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
                                          upgrade_minutes=int(upgrade_s // 60))
     sim_policy = replace(policy, maintain=settings)
     base_jobs, dropped = sim_jobs(trace, gpus_per_node, assumption)
+    every_s = checkpoint_every_h * 3600 if checkpoint_every_h else None
+    if every_s:  # what each job says of itself in its Slurm comment (maintain/deadline.py)
+        for j in base_jobs:
+            j.comment = f"gpufleet:checkpoint_every={checkpoint_every_h:g}h"
     baseline = Simulator(_copy(base_jobs), nodes, gpus_per_node)
     baseline.run()
     base_wait = {j.id: (j.start - j.submit) for j in baseline.jobs if j.start is not None}
     rollout_at = rollout_at_h * 3600
+    deadline = rollout_at + deadline_h * 3600 if deadline_h else None
+    lower_bound = None
+    if deadline is not None:
+        # jobs running at the rollout that would still run when the last nodes must start: each loses at
+        # least its work since its last checkpoint at the rollout, whatever is done
+        lower_bound = sum(
+            (rollout_at - j.start - (math.floor((rollout_at - j.start) / every_s) * every_s if every_s else 0.0))
+            * j.gpn * j.nodes for j in baseline.jobs
+            if j.start is not None and j.start <= rollout_at < j.start + j.run
+            and j.start + j.run > deadline - upgrade_s) / 3600
     results: dict[str, Result] = {}
     for name in strategies:
         if name == "gpufleet":
-            ctl: Controller = GpufleetController(budget, upgrade_s, sim_policy)
+            ctl: Controller = GpufleetController(budget, upgrade_s, sim_policy, deadline=deadline)
+        elif name == "wait-then-kill":
+            if deadline is None:
+                raise ValueError("the wait-then-kill strategy needs a deadline (--deadline)")
+            ctl = WaitThenKillController(budget, upgrade_s, deadline)
         elif name == "reboot-asap":
             ctl = RebootAsapController(budget, upgrade_s)
         elif name == "drain-all":
@@ -485,6 +597,9 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
         else:
             raise ValueError(f"unknown strategy {name!r} (one of {', '.join(STRATEGIES)})")
         sim = Simulator(_copy(base_jobs), nodes, gpus_per_node)
+        sim.checkpoint_every_s = every_s
+        if deadline is not None:
+            sim.in_time_by = deadline - upgrade_s
         sim.run(ctl, rollout_at)
         added = sorted((j.start - j.submit) - base_wait[j.id] for j in sim.jobs
                        if j.start is not None and j.id in base_wait and j.submit >= rollout_at - 7 * 86400)
@@ -498,8 +613,16 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
             waves=[{**w, **{k: (None if w[k] is None else round((w[k] - rollout_at) / 3600, 3))
                             for k in ("reserve_at", "start", "end")}} for w in ctl.waves],
             gating_jobs=[{**g, "end_h": None if g["end"] is None else round((g["end"] - rollout_at) / 3600, 2)}
-                         for g in ctl.gating])
+                         for g in ctl.gating],
+            work_lost_gpu_h=sim.lost_work_gpu_s / 3600, jobs_preempted=sim.preempted,
+            done_by_deadline=None if deadline is None else bool(ctl.finished and ctl.done_at <= deadline),
+            touched_in_time=sim.touched_in_time)
+    extra: dict[str, Any] = {}
+    if deadline is not None:
+        extra["work_lost_lower_bound_gpu_h"] = round(lower_bound or 0.0, 3)
+        extra["deadline_h"] = deadline_h
     return {
+        **extra,
         "strategies": {k: r.metrics() for k, r in results.items()},
         "assumptions": {
             "time_limits": ("from the history" if trace.has_time_limits else f"assumed: {assumption}"),
@@ -516,4 +639,4 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
 
 
 def _copy(jobs: list[SimJob]) -> list[SimJob]:
-    return [SimJob(j.id, j.submit, j.run, j.limit, j.nodes, j.gpn) for j in jobs]
+    return [SimJob(j.id, j.submit, j.run, j.limit, j.nodes, j.gpn, comment=j.comment) for j in jobs]

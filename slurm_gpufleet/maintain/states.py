@@ -49,6 +49,13 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 def legal(old: str, new: str) -> bool:
     return new in TRANSITIONS.get(old, frozenset())
 
+# a job a deadline plan stops (maintain/deadline.py): planned -> told (its comment says what will happen)
+# -> [signalled (checkpoint-requeue: the signal sent, its grace running) ->] stopping (requeue / cancel,
+# repeated each step while the same run of the job is still on its nodes) -> stopped; or `ended` on its own
+J_PLANNED, J_TOLD, J_SIGNALLED, J_STOPPING, J_STOPPED, J_ENDED = \
+    "planned", "told", "signalled", "stopping", "stopped", "ended"
+JOB_FINAL = {J_STOPPED, J_ENDED}
+
 # rollout
 R_RUNNING = "running"
 R_HALTED = "halted"            # too many failures; waiting for an admin (rollback, abort, or resume)

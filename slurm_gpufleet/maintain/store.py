@@ -46,6 +46,11 @@ class Store:
         if "holder" not in self.db["rollouts"].columns_dict:
             self.db["rollouts"].add_column("holder", str)
             self.db["rollouts"].add_column("heartbeat", float)
+        if "preemptions" not in self.db.table_names():  # the jobs a deadline plan stops, and how far each is
+            self.db["preemptions"].create({"rollout": str, "job": str, "action": str, "at": float, "stop": float,
+                                           "signal": str, "batch": int, "grace": float, "state": str,
+                                           "run_start": float, "since": float, "updated": float},
+                                          pk=("rollout", "job"), if_not_exists=True)
         self._crash_counts: dict[str, int] = {}
 
     # -- rollouts --------------------------------------------------------------------------------
@@ -62,6 +67,12 @@ class Store:
                       "previous_driver": plan["previous_drivers"].get(s["node"]), "boot": None,
                       "error": s["why"], "weight": None, "updated": now} for s in plan["skipped"]]
             self.db["nodes"].insert_all(rows)
+            jobs = [j for j in (plan.get("deadline") or {}).get("jobs", []) if j["action"] != "wait"]
+            self.db["preemptions"].insert_all([
+                {"rollout": plan["id"], "job": j["job_id"], "action": j["action"], "at": j["at"],
+                 "stop": j["at"] + (j["grace_s"] if j["action"] == "checkpoint-requeue" else 0.0),
+                 "signal": j.get("signal"), "batch": int(bool(j.get("batch"))), "grace": j.get("grace_s") or 0.0,
+                 "state": S.J_PLANNED, "run_start": j.get("start"), "since": None, "updated": now} for j in jobs])
         self.audit(plan["id"], None, "created", f"{len(plan['waves'])} wave(s), target {plan['target_driver']}", now)
 
     def rollout(self, rollout_id: str | None = None) -> dict[str, Any] | None:
@@ -151,6 +162,22 @@ class Store:
         for _, state, _, _ in changes:
             if state is not None:
                 self._maybe_crash(state)
+
+    def preemptions(self, rollout_id: str) -> list[dict[str, Any]]:
+        return list(self.db.query("select * from preemptions where rollout = ? order by at, job", [rollout_id]))
+
+    def set_preemptions(self, rollout_id: str, changes: list[tuple[str, dict[str, Any], str]], at: float) -> None:
+        """Each job's next state (job, fields, detail), written with its audit line before the Slurm call
+        that makes it."""
+        if not changes:
+            return
+        with self.db.conn as conn:
+            for job, fields, detail in changes:
+                keys = sorted(fields)
+                conn.execute(f"update preemptions set {', '.join(f'{k} = ?' for k in keys)}, updated = ? "
+                             "where rollout = ? and job = ?", [fields[k] for k in keys] + [at, rollout_id, job])
+                conn.execute("insert into audit (ts, rollout, node, event, detail) values (?, ?, ?, ?, ?)",
+                             (at, rollout_id, None, f"job {job} {fields.get('state', '')}".strip(), detail[:2000]))
 
     def set_weight(self, rollout_id: str, node: str, weight: int | None) -> None:
         """The node's scheduling weight before the rollout steered new jobs away from it (None: restored)."""

@@ -51,6 +51,10 @@ class JobInfo:
     nodes: list[str]
     end_time: float | None      # epoch seconds; None when the job has no time limit
     partition: str = ""
+    start_time: float | None = None
+    gpus_per_node: int = 0
+    comment: str = ""           # the owner's: where a job says how it checkpoints (maintain/deadline.py)
+    requeue: bool | None = None  # read only for a deadline plan (None: not read)
 
 
 @dataclass

@@ -27,6 +27,7 @@ class CommandBackend:
         self.scontrol = scontrol
         self.squeue = os.path.join(os.path.dirname(scontrol), "squeue")
         self.sbatch = os.path.join(os.path.dirname(scontrol), "sbatch")
+        self.scancel = os.path.join(os.path.dirname(scontrol), "scancel")
         self.timeout = timeout
         self._json: bool | None = None
 
@@ -103,14 +104,46 @@ class CommandBackend:
         return parse_nodes_text(self._run("show", "nodes"))
 
     def running_jobs(self) -> list[JobInfo]:
-        out = self._run("-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-o", "%i|%N|%e|%P", exe=self.squeue)
+        # the comment last: it is free text and may hold the separator
+        out = self._run("-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-o", "%i|%N|%e|%P|%S|%b|%k",
+                        exe=self.squeue)
         jobs = []
         for line in out.splitlines():
-            parts = line.strip().split("|")
+            parts = line.rstrip("\n").split("|", 6)
             if len(parts) < 4 or not parts[1]:
                 continue
-            jobs.append(JobInfo(parts[0], expand_hostlist(parts[1]), slurm_time(parts[2]), parts[3]))
+            parts += [""] * (7 - len(parts))
+            comment = parts[6].strip()
+            jobs.append(JobInfo(parts[0].strip(), expand_hostlist(parts[1]), slurm_time(parts[2]), parts[3],
+                                start_time=slurm_time(parts[4]), gpus_per_node=gres_gpus(parts[5]),
+                                comment="" if comment == "(null)" else comment))
         return jobs
+
+    def requeue_flags(self) -> dict[str, bool]:
+        """Job id -> whether Slurm would requeue it (`--requeue`, or JobRequeue=1 by default)."""
+        out = self._run("-h", "-t", "RUNNING,COMPLETING,CONFIGURING", "-O", "JobID:|,Requeue:|", exe=self.squeue)
+        flags = {}
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 2 and parts[0].strip():
+                flags[parts[0].strip()] = parts[1].strip() in ("1", "Yes", "yes")
+        return flags
+
+    # -- deadline rollouts: the jobs a plan named, and only those ------------------------------------
+    def signal_job(self, job_id: str, signal: str, batch: bool) -> None:
+        argv = [f"--signal={signal}", job_id]
+        if batch:
+            argv.insert(0, "--batch")
+        self._run(*argv, exe=self.scancel)
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        self._run("requeue", ",".join(job_ids))
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        self._run(*job_ids, exe=self.scancel)
+
+    def set_job_comment(self, job_id: str, comment: str) -> None:
+        self._run("update", f"jobid={job_id}", f"comment={one_line(comment)}")
 
     def reservations(self) -> list[Reservation]:
         out = self._run("show", "reservation", "-o")
@@ -168,6 +201,15 @@ def slurm_time(text: str) -> float | None:
         return dt.datetime.fromisoformat(text).timestamp()
     except ValueError:
         return None
+
+
+_GRES_GPU = re.compile(r"gpu(?::[^:,()]+)?:(\d+)")
+
+
+def gres_gpus(text: str) -> int:
+    """GPUs per node in squeue's %b ('gres:gpu:2' on 22.05, 'gres/gpu:h200:2' later); 0 if none."""
+    m = _GRES_GPU.search(text or "")
+    return int(m.group(1)) if m else 0
 
 
 def expand_hostlist(expr: str) -> list[str]:
