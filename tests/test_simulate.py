@@ -92,7 +92,8 @@ def test_cli_json_contract_and_bad_input(tmp_path):
     assert set(out["strategies"]) == {"gpufleet", "reboot-asap"}
     for m in out["strategies"].values():
         assert set(m) == {"makespan_h", "gpu_hours_lost", "jobs_killed", "wait_added_mean_h", "wait_added_p95_h",
-                          "peak_nodes_out"}
+                          "peak_nodes_out", "work_lost_gpu_h", "jobs_preempted"}
+        assert m["work_lost_gpu_h"] == 0 and m["jobs_preempted"] == 0  # without a deadline no job is stopped
     assert "time_limits" in out["assumptions"] and out["gating_jobs"]
     assert out["assumptions"]["job_history"].startswith("bundled Helios trace")
     assert "<svg" in (tmp_path / "sim.html").read_text()
@@ -108,3 +109,52 @@ def test_text_output_names_the_bundled_history_and_folds_nodes():
     out = r.stdout.decode()
     assert out.splitlines()[0].startswith("job history: bundled Helios trace")
     assert any(line.startswith("gating job") for line in out.splitlines())
+
+
+def _helios():
+    with open_text(HELIOS_SACCT) as fh:
+        return read_sacct(fh)
+
+
+def _deadline(hours: float, checkpoint_every_h: float | None = None) -> dict:
+    return simulate(_helios(), nodes=100, gpus_per_node=8, strategies=("gpufleet", "wait-then-kill"),
+                    rollout_at_h=200, max_unavailable="10%", policy=parse_policy(""), assumption="runtime-ceil-hour",
+                    deadline_h=hours, checkpoint_every_h=checkpoint_every_h)
+
+
+def test_deadline_72h_on_helios_loses_at_most_half_of_wait_then_kill():
+    """Issue #13's measure: 100 nodes x 8 GPUs, rollout at 200 h, 10% budget, deadline 72 h."""
+    out = _deadline(72)
+    g, w = out["strategies"]["gpufleet"], out["strategies"]["wait-then-kill"]
+    assert g["done_by_deadline"] is True and w["done_by_deadline"] is True
+    assert g["makespan_h"] <= 72 and g["jobs_killed"] == 0
+    assert g["work_lost_gpu_h"] <= 0.5 * w["work_lost_gpu_h"]
+    bound = out["work_lost_lower_bound_gpu_h"]
+    assert 0 < bound <= g["work_lost_gpu_h"] + 1e-6  # no checkpoints: nothing does better than the bound
+    assert g["jobs_preempted"] > 0 and g["jobs_preempted_that_would_end_in_time"] == 0
+    assert g["jobs_preempted"] < w["jobs_preempted"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hours", [24, 168])
+def test_other_deadlines_are_kept_too(hours):
+    out = _deadline(hours)
+    g, w = out["strategies"]["gpufleet"], out["strategies"]["wait-then-kill"]
+    assert g["done_by_deadline"] and w["done_by_deadline"]
+    assert g["work_lost_gpu_h"] <= 0.7 * w["work_lost_gpu_h"]
+    assert g["jobs_preempted_that_would_end_in_time"] == 0
+
+
+@pytest.mark.slow
+def test_hourly_checkpoints_cut_the_loss_and_are_stopped_late():
+    out = _deadline(72, checkpoint_every_h=1)
+    g, w = out["strategies"]["gpufleet"], out["strategies"]["wait-then-kill"]
+    assert g["done_by_deadline"]
+    # each stopped job loses under an hour of its GPUs' work
+    assert g["work_lost_gpu_h"] < g["jobs_preempted"] * 8 * 8
+    assert g["work_lost_gpu_h"] <= 0.5 * w["work_lost_gpu_h"]
+
+
+def test_wait_then_kill_needs_a_deadline_in_one_line():
+    r = run_cli("maintain", "simulate", "--strategy", "wait-then-kill")
+    assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"--deadline" in r.stderr

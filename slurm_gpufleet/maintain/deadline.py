@@ -183,10 +183,11 @@ def plan_deadline(jobs: list[JobInfo], nodes: list[str], *, now: float, deadline
     # walk latest-freeing first; whenever the node just added cannot wait, give up the cheapest kept one
     kept: list[tuple[float, str]] = []
     given_up: list[str] = []
+    # what giving a node up costs: its jobs that could not wait even in the earliest place
+    floor = latest(len(nodes) - 1)
     for n in sorted(nodes, key=lambda n: (-free(n), n)):
         f = free(n)
-        line = latest(len(kept))
-        heapq.heappush(kept, (sum(cost(j, now) for j in on[n] if end(j) > line), n))
+        heapq.heappush(kept, (sum(cost(j, now) for j in on[n] if end(j) > floor), n))
         while kept and f > latest(len(kept) - 1):
             _, victim = heapq.heappop(kept)
             given_up.append(victim)

@@ -140,6 +140,9 @@ def validation_job_name(rid: str) -> str:
 
 
 # ----------------------------------------------------------------------------- batched writes
+JOB_CALLS = frozenset({"set_job_comment", "signal_job", "requeue_jobs", "cancel_jobs"})
+
+
 @dataclass
 class Writes:
     """The Slurm changes a step wants, grouped so that each distinct change is one call over a host list.
@@ -185,8 +188,12 @@ class Writes:
         return out
 
     def flush(self, slurm: Any, cap: int | None = None) -> int:
+        """The cap bounds node and reservation changes; a deadline plan's few job calls always go, or a
+        job told, signalled or stopped a step late could cost the deadline."""
         self.made: list[tuple[str, str]] = []
-        for method, args in self.calls()[:cap]:
+        calls = self.calls()
+        jobs = [c for c in calls if c[0] in JOB_CALLS]
+        for method, args in [c for c in calls if c[0] not in JOB_CALLS][:cap] + jobs:
             try:
                 getattr(slurm, method)(*args)
             except SlurmError as exc:  # derived again next step; said in the audit log
@@ -550,6 +557,11 @@ class _Step:
     def preempt(self, jobs: list[dict[str, Any]]) -> None:
         now = self.world.now
         target = self.plan.get("target_driver")
+        # a job stops only once each of its rollout nodes sits in a reservation of ours: else the requeued
+        # job (or any other) could start again on the node it just left
+        ours = {n for name, r in self.world.ours.items() if name.startswith(f"{RESERVATION_PREFIX}{self.rid}_")
+                for n in r.nodes}
+        rollout_nodes = set(self.state)
         deadline = time.strftime("%Y-%m-%dT%H:%M", time.localtime(self.plan["deadline"]["at"]))
         for j in jobs:
             job = self.world.jobs.get(j["job"])
@@ -560,14 +572,18 @@ class _Step:
                 self.job_changes.append((j["job"], {"state": S.J_STOPPED if done else S.J_ENDED},
                                          "stopped" if done else "ended before its moment: nothing done"))
                 continue
-            if st == S.J_PLANNED:  # the owner reads it in the job's comment (squeue -o %k, scontrol show job)
-                when = time.strftime("%Y-%m-%dT%H:%M", time.localtime(j["at"]))
-                what = {"checkpoint-requeue": f"SIG{j['signal']} to checkpoint at {when}, then requeued",
-                        "requeue": f"requeued at {when}", "cancel": f"cancelled at {when}"}[j["action"]]
-                note = f"gpufleet {self.rid}: {what} for driver {target} on all nodes by {deadline}"
+            # the owner reads it in the job's comment (squeue -o %k, scontrol show job); written again if a
+            # crash lost the call
+            when = time.strftime("%Y-%m-%dT%H:%M", time.localtime(j["at"]))
+            what = {"checkpoint-requeue": f"SIG{j['signal']} to checkpoint at {when}, then requeued",
+                    "requeue": f"requeued at {when}", "cancel": f"cancelled at {when}"}[j["action"]]
+            note = f"gpufleet {self.rid}: {what} for driver {target} on all nodes by {deadline}"
+            if f"gpufleet {self.rid}:" not in job.comment:
                 self.writes.comments[j["job"]] = f"{job.comment} | {note}" if job.comment else note
+            if st == S.J_PLANNED:
                 self.job_changes.append((j["job"], {"state": S.J_TOLD}, note))
-            elif now < j["at"]:
+                st = S.J_TOLD
+            if now < j["at"] or not all(n in ours for n in job.nodes if n in rollout_nodes):
                 continue
             elif st == S.J_TOLD and j["action"] == "checkpoint-requeue":
                 self.writes.signals[j["job"]] = (j["signal"], bool(j["batch"]))

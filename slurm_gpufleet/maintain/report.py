@@ -60,7 +60,8 @@ def text(plan: Plan, width: int = 100) -> str:
             lines.append(f"    ... and {len(stop) - 40} more (--json)")
         if plan.waves and plan.waves[-1].end > d["at"]:
             lines.append(f"  WARNING: the waves' estimated end {_t(plan.waves[-1].end)} is after the deadline")
-    for j in plan.gating_jobs[:3]:
+    stopped = {j["job_id"] for j in (plan.deadline or {}).get("jobs", []) if j["action"] != "wait"}
+    for j in [g for g in plan.gating_jobs if g["job_id"] not in stopped][:3]:
         lines.append(f"  gated by job {j['job_id']} on {fold(j['nodes'])} until "
                      f"{_t(j['end'] if j['end'] is not None else INF)}")
     return "\n".join(lines)

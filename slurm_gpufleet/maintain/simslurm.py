@@ -249,20 +249,26 @@ class SimFleet:
         self.slurm = SimSlurm(self.sim)
         self.gpn: dict[str, int] = {}
 
-    def add_job(self, job_id: str, node: int, gpus: int, end: float) -> None:
-        n = self.sim.nodes[node]
-        n.free -= gpus
-        n.running[job_id] = end
+    def add_job(self, job_id: str, node: int | list[int], gpus: int, end: float, *, start: float | None = None,
+                comment: str = "") -> None:
+        from .simulate import SimJob
+
+        placed = [node] if isinstance(node, int) else list(node)
+        start = self.sim.now if start is None else start
+        self.sim.by_id[job_id] = SimJob(job_id, start, end - start, end - start, len(placed), gpus, start=start,
+                                        placed=placed, comment=comment)
+        for i in placed:
+            n = self.sim.nodes[i]
+            n.free -= gpus
+            n.running[job_id] = end
         self.gpn[job_id] = gpus
 
     def fleet_state(self, driver: str = "570.172.08"):
-        from ..slurm.base import JobInfo
         from .fleet import FleetNode, FleetState
 
         nodes = {n.name: FleetNode(name=n.name, partitions=["gpu"], driver=driver, gpus=f"{n.gpus}xNVIDIA H200",
                                    firmware="96.00.A5.00.1A", verdict="ok") for n in self.sim.nodes}
-        jobs = [JobInfo(jid, [n.name], end, "gpu") for n in self.sim.nodes for jid, end in n.running.items()]
-        return FleetState(nodes, jobs, [], self.sim.now)
+        return FleetState(nodes, self.slurm.running_jobs(), [], self.sim.now)
 
     def advance(self, to: float, executor: SimExecutor) -> None:
         """Move the clock: upgrades due complete, jobs due end."""
