@@ -1,0 +1,73 @@
+"""A deadline rollout on real Slurm (issue #13): a job that checkpoints on its --signal is asked to, then
+requeued, and resumes from its checkpoint; a job that cannot be requeued and cannot end in time is
+cancelled, as the plan said beforehand; a job that ends in time is left alone."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from test_maintain import TARGET, leftovers
+
+CHECKPOINTING_JOB = """#!/bin/bash
+# counts seconds of "work"; on SIGUSR1 writes the count to its checkpoint, and on a restart resumes from it
+ck={dir}/ckpt.$SLURM_JOB_ID
+step=$(cat "$ck" 2>/dev/null || echo 0)
+echo "start $step restarts=${{SLURM_RESTART_COUNT:-0}}" >> {dir}/job.log
+trap 'echo $step > "$ck"; echo "checkpoint $step" >> {dir}/job.log' USR1
+while true; do step=$((step + 1)); sleep 1; done
+"""
+
+
+def test_deadline_checkpoints_and_requeues_cancels_what_it_said_and_leaves_the_rest(mc, tmp_path):
+    mc.wait_published()
+    config = tmp_path / "gpufleet.toml"  # one minute a node: a deadline a test can wait for
+    config.write_text(re.sub(r"(?m)^\[maintain\]$", "[maintain]\nupgrade_minutes = 1",
+                             (mc.dir / "etc" / "gpufleet.toml").read_text()))
+    env = {"SLURM_GPUFLEET_CONFIG": str(config)}
+    script = tmp_path / "ckpt.sh"
+    script.write_text(CHECKPOINTING_JOB.format(dir=tmp_path))
+    script.chmod(0o755)
+    ck = mc.sbatch("-w", "n1", "--requeue", "--signal=B:USR1@30", "--time=600", "--gres=gpu:8",
+                   "--comment=gpufleet:signal=B:USR1@30", str(script))
+    norq = mc.sbatch("-w", "n2", "--no-requeue", "--time=600", "--gres=gpu:8", "--wrap", "sleep 3600")
+    short = mc.sbatch("-w", "n3", "--no-requeue", "--time=1", "--gres=gpu:2", "--wrap", "sleep 20")
+    mc.wait(lambda: all(mc.job(j).get("JobState") == "RUNNING" for j in (ck, norq, short)), 30, "jobs running")
+    mc.wait(lambda: (tmp_path / "job.log").exists(), 30, "the checkpointing job's script started")
+
+    out = tmp_path / "plan.json"
+    r = mc.gpufleet("maintain", "plan", "--target-driver", TARGET, "--nodes", "n[1-3]", "--deadline", "150s",
+                    "--out", str(out), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    plan = json.loads(out.read_text())
+    actions = {j["job_id"]: j for j in plan["deadline"]["jobs"]}
+    # said beforehand: what happens to each job, and when
+    assert actions[ck]["action"] == "checkpoint-requeue" and actions[ck]["signal"] == "USR1"
+    assert actions[norq]["action"] == "cancel" and "cannot be requeued" in actions[norq]["why"]
+    assert actions[short]["action"] == "wait"
+    assert f"job {norq}" in r.stdout and "cancel" in r.stdout
+
+    r = mc.gpufleet("maintain", "apply", str(out), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    status = json.loads(mc.gpufleet("maintain", "status", "--json", env=env).stdout)
+    assert status["state"] == "done" and status["counts"] == {"done": 3}, status
+    assert mc.driver("n1") == TARGET and mc.driver("n3") == TARGET
+    done_at = mc.maintain_db("select max(ts) from audit where event = 'done'")[0][0]
+    assert done_at <= plan["deadline"]["at"] + 5
+
+    # the checkpointing job: signalled, checkpointed, requeued, and resumed from its checkpoint on n1
+    mc.wait(lambda: sum(line.startswith("start ") for line in (tmp_path / "job.log").read_text().splitlines()) >= 2,
+            180, "the requeued job restarting")
+    log = (tmp_path / "job.log").read_text().splitlines()
+    saved = int(next(line for line in log if line.startswith("checkpoint")).split()[1])
+    assert saved > 0 and log[-1] == f"start {saved} restarts=1", log
+    told = mc.run("squeue", "-h", "-j", ck, "-o", "%k").stdout  # the owner was told in the job's comment
+    assert told.startswith("gpufleet:signal=B:USR1@30 | gpufleet ") and "then requeued" in told, told
+    # the job that could not be requeued was cancelled; the one that ended in time was never touched
+    assert mc.job(norq)["JobState"] == "CANCELLED"
+    assert mc.job(short)["JobState"] == "COMPLETED"
+    assert "gpufleet" not in mc.run("scontrol", "show", "job", short).stdout
+    states = dict(mc.maintain_db("select job, state from preemptions"))
+    assert states == {ck: "stopped", norq: "stopped"}
+    mc.run("scancel", ck)
+    assert leftovers(mc) == ("", [])
