@@ -205,7 +205,9 @@ MpiDefault=none
 MailProg=/bin/true
 ReturnToService=1
 SlurmdTimeout=30
-ResumeTimeout=30
+# 26.05 sends a queued reboot to slurmd only on a later background pass (9 to 30 s seen here, longer
+# under load): a short ResumeTimeout times the reboot out before it was even asked
+ResumeTimeout=120
 KillWait=5
 MinJobAge=300
 $(grep -v '^#' "$DIR/etc/slurm.conf.gpufleet")
@@ -294,12 +296,14 @@ $(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>&1 9>&-
 EOF
 
   # RebootProgram runs as `sh -c PROG` with slurmd's env and no node name: find our slurmd by walking
-  # up the parents, then (detached) apply what a GPU reset would, and restart that slurmd with -b.
+  # up the parents (named slurmd-wlm on 26.05, Debian's binary), then (detached) apply what a GPU reset
+  # would, and restart that slurmd with -b.
   cat > "$DIR/bin/fake-reboot" <<EOF
 #!/bin/bash
 pid=\$\$ node=
 while [ "\$pid" -gt 1 ]; do
-  if [ "\$(cat /proc/\$pid/comm 2>/dev/null)" = slurmd ]; then
+  case "\$(cat /proc/\$pid/comm 2>/dev/null)" in slurmd|slurmd-wlm) true ;; *) false ;; esac
+  if [ \$? = 0 ]; then
     node=\$(tr '\\0' '\\n' < /proc/\$pid/cmdline | sed -n '/^-N\$/{n;p}'); break
   fi
   pid=\$(awk '/^PPid:/{print \$2}' /proc/\$pid/status)
@@ -316,8 +320,9 @@ setsid bash -c '
   [ -f "$GPUDIR/'\$node'.kmsg" ] && echo "-- Boot \$(date +%s%N) --" >> "$GPUDIR/'\$node'.kmsg"
   echo "\$(date -Is) '\$node'" >> "$DIR/log/reboots.log"
   # a clean environment: 24.11 on, slurmd leaves SACK_RECONFIG_FD in its own, which a new slurmd takes
-  # for a reconfigure hand-over (it exits 0 and never runs)
-  exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin slurmd -f $CONF -b -N '\$node'
+  # for a reconfigure hand-over (it exits 0 and never runs); SLURM_CONF kept: 26.05 runs RebootProgram
+  # as a power action that reads the config from there, not from -f (without it: "boot^" until timeout)
+  exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SLURM_CONF=$CONF slurmd -f $CONF -b -N '\$node'
 ' </dev/null >>"$DIR/log/fake-reboot.log" 2>&1 &
 EOF
   chmod 755 "$DIR/bin/fake-reboot"
