@@ -59,8 +59,7 @@ lint: setup
 # debootstrap (tests/slurm/minicluster.sh), the releases side by side on their own ports, all below the
 # kernel's ephemeral range (32768 up): an outgoing connection may take one of those while a slurmd restarts.
 # `SLURM_RELEASE=24.11 make test` runs the whole suite on that release instead.
-# 26.05 is left out until its reboots work in the mini-cluster (README, "Slurm releases")
-OTHER_RELEASES ?= 24.11
+OTHER_RELEASES ?= 24.11 26.05
 RELEASE_TESTS  ?= tests/slurm/test_backends.py tests/slurm/test_cluster.py tests/slurm/test_maintain.py
 
 test: setup system-deps lint

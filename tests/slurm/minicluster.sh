@@ -296,8 +296,9 @@ $(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>&1 9>&-
 EOF
 
   # RebootProgram runs as `sh -c PROG` with slurmd's env and no node name: find our slurmd by walking
-  # up the parents (named slurmd-wlm on 26.05, Debian's binary), then (detached) apply what a GPU reset
-  # would, and restart that slurmd with -b.
+  # up the parents (named slurmd-wlm on 26.05, Debian's binary) and ask the reboot agent, a process of
+  # this script outside every slurmd, to reboot it.  The reboot is not done from here: 26.05 runs
+  # RebootProgram as a "power action" and kills whatever it started, even in a session of its own.
   cat > "$DIR/bin/fake-reboot" <<EOF
 #!/bin/bash
 pid=\$\$ node=
@@ -310,22 +311,37 @@ while [ "\$pid" -gt 1 ]; do
 done
 [ -n "\$node" ] || exit 1
 [ -e "$DIR/hooks/reboot_noop" ] && exit 0
-setsid bash -c '
-  # a real reboot takes minutes; this one waits past the second the reboot was asked in, or slurmctld
-  # sees a boot time no newer than its request and times the reboot out (DOWN, "reboot timed out")
-  sleep 1.2
-  kill '\$pid' 2>/dev/null
-  for i in \$(seq 1 50); do [ -d /proc/'\$pid' ] && ! grep -q "^State:.*Z" /proc/'\$pid'/status 2>/dev/null || break; sleep 0.1; done
-  [ -f "$GPUDIR/'\$node'.after-reboot.json" ] && mv -f "$GPUDIR/'\$node'.after-reboot.json" "$GPUDIR/'\$node'.json"
-  [ -f "$GPUDIR/'\$node'.kmsg" ] && echo "-- Boot \$(date +%s%N) --" >> "$GPUDIR/'\$node'.kmsg"
-  echo "\$(date -Is) '\$node'" >> "$DIR/log/reboots.log"
-  # a clean environment: 24.11 on, slurmd leaves SACK_RECONFIG_FD in its own, which a new slurmd takes
-  # for a reconfigure hand-over (it exits 0 and never runs); SLURM_CONF kept: 26.05 runs RebootProgram
-  # as a power action that reads the config from there, not from -f (without it: "boot^" until timeout)
-  exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SLURM_CONF=$CONF slurmd -f $CONF -b -N '\$node'
-' </dev/null >>"$DIR/log/fake-reboot.log" 2>&1 &
+echo "\$pid" > "$DIR/run/reboot-request.\$node.tmp" && mv -f "$DIR/run/reboot-request.\$node.tmp" "$DIR/run/reboot-request.\$node"
 EOF
-  chmod 755 "$DIR/bin/fake-reboot"
+  # The agent: a real reboot takes minutes; this one waits past the second the reboot was asked in (or
+  # slurmctld sees a boot time no newer than its request and times the reboot out), stops that slurmd,
+  # applies what a GPU reset would and starts it again with -b, in a clean environment (24.11 on, slurmd
+  # leaves SACK_RECONFIG_FD in its own, which a new slurmd takes for a reconfigure hand-over) but for
+  # SLURM_CONF, which 26.05's power actions read instead of -f.
+  cat > "$DIR/bin/reboot-agent" <<EOF
+#!/bin/bash
+echo \$\$ > "$DIR/run/reboot-agent.pid"
+reboot_one() {
+  local node=\$1 pid=\$2 i
+  sleep 1.2
+  kill "\$pid" 2>/dev/null
+  for i in \$(seq 1 50); do [ -d /proc/\$pid ] && ! grep -q '^State:.*Z' /proc/\$pid/status 2>/dev/null || break; sleep 0.1; done
+  [ -f "$GPUDIR/\$node.after-reboot.json" ] && mv -f "$GPUDIR/\$node.after-reboot.json" "$GPUDIR/\$node.json"
+  [ -f "$GPUDIR/\$node.kmsg" ] && echo "-- Boot \$(date +%s%N) --" >> "$GPUDIR/\$node.kmsg"
+  echo "\$(date -Is) \$node" >> "$DIR/log/reboots.log"
+  env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SLURM_CONF=$CONF $(command -v slurmd) -f $CONF -b -N "\$node" </dev/null
+}
+while [ -f "$DIR/run/reboot-agent.pid" ]; do
+  for req in "$DIR"/run/reboot-request.*; do
+    [ -f "\$req" ] || continue
+    case "\$req" in *.tmp) continue ;; esac
+    pid=\$(cat "\$req"); rm -f "\$req"
+    reboot_one "\${req##*.}" "\$pid" &
+  done
+  sleep 0.1
+done
+EOF
+  chmod 755 "$DIR/bin/reboot-agent" "$DIR/bin/fake-reboot"
 }
 
 up() {
@@ -390,6 +406,7 @@ EOF
 
   SL slurmctld -f "$CONF" -i
   for i in "${nodes[@]}"; do SL slurmd -f "$CONF" -N "$i"; done
+  setsid bash "$DIR/bin/reboot-agent" </dev/null >>"$DIR/log/reboot-agent.log" 2>&1 &
   export SLURM_CONF=$CONF
   local t idle=0
   for t in $(seq 1 150); do
@@ -420,6 +437,11 @@ print_env() {
 
 down() {
   local f
+  if [ -f "$DIR/run/reboot-agent.pid" ]; then  # first, or it could start a slurmd again
+    f=$(cat "$DIR/run/reboot-agent.pid")
+    rm -f "$DIR/run/reboot-agent.pid"
+    stop_pid "$f"
+  fi
   for f in "$DIR"/run/slurmd-*.pid; do
     [ -f "$f" ] && stop_pid "$(cat "$f")"
   done
