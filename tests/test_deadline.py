@@ -4,18 +4,14 @@ on the simulated Slurm (the engine's own code; the simulator supplies the jobs a
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 from support import REPO, run_cli
+from test_engine import drive, rollout
 
 from slurm_gpufleet.maintain import states as S
 from slurm_gpufleet.maintain.deadline import DeadlineError, checkpointing, parse_deadline, plan_deadline
-from slurm_gpufleet.maintain.engine import Engine
-from slurm_gpufleet.maintain.planner import make_plan
-from slurm_gpufleet.maintain.simslurm import SimExecutor, SimFleet
-from slurm_gpufleet.maintain.store import Store
-from slurm_gpufleet.policy import parse_policy
+from slurm_gpufleet.maintain.simslurm import SimFleet
 from slurm_gpufleet.slurm.base import JobInfo
 
 T0 = 1_800_000_000.0
@@ -114,27 +110,8 @@ def test_a_deadline_the_budget_cannot_keep_is_refused_in_one_line():
 
 # -- apply ---------------------------------------------------------------------------------------------
 def deadline_rollout(tmp_path, fleet: SimFleet, hours: float, config: str = ""):
-    policy = parse_policy('[maintain]\nwaves = [1, "100%"]\nmax_unavailable = 2\n'
-                          'max_unavailable_per_partition = "100%"\nupgrade_minutes = 20\n' + config)
-    template = tmp_path / "upgrade.j2"
-    template.write_text(SimExecutor.TEMPLATE)
-    policy = replace(policy, maintain=replace(policy.maintain, upgrade_template=str(template)))
-    plan = make_plan(fleet.fleet_state(), TARGET, [n.name for n in fleet.sim.nodes], policy, now=fleet.sim.now,
-                     force=True, deadline=fleet.sim.now + hours * H).to_dict()
-    store = Store(str(tmp_path / "maintain.db"))
-    store.create_rollout(plan, at=fleet.sim.now)
-    executor = SimExecutor(fleet.sim, 20 * 60)
-    return Engine(store, fleet.slurm, policy, executor, clock=lambda: fleet.sim.now), store, plan, executor
-
-
-def drive(fleet, engine, plan, executor, dt=300.0, max_steps=3000):
-    state = ""
-    for _ in range(max_steps):
-        state = engine.step(plan["id"])
-        if state in S.ROLLOUT_FINAL:
-            return state
-        fleet.advance(fleet.sim.now + dt, executor)
-    return state
+    base = '[maintain]\nwaves = [1, "100%"]\nmax_unavailable = 2\nmax_unavailable_per_partition = "100%"\n'
+    return rollout(tmp_path, fleet, config, base=base, deadline=fleet.sim.now + hours * H)
 
 
 def test_apply_stops_only_the_named_jobs_at_their_moment_and_is_done_by_the_deadline(tmp_path):

@@ -22,14 +22,17 @@ T0 = 1_800_000_000.0
 TARGET = "580.159.04"
 
 
-def rollout(tmp_path, fleet: SimFleet, config: str = "", **executor_opts):
-    policy = parse_policy('[maintain]\nwaves = [1, 2, "100%"]\nmax_unavailable = 4\n'
-                          'max_unavailable_per_partition = "100%"\nupgrade_minutes = 20\n' + config)
+MAINTAIN = '[maintain]\nwaves = [1, 2, "100%"]\nmax_unavailable = 4\nmax_unavailable_per_partition = "100%"\n'
+
+
+def rollout(tmp_path, fleet: SimFleet, config: str = "", *, base: str = MAINTAIN, deadline: float | None = None,
+            **executor_opts):
+    policy = parse_policy(base + "upgrade_minutes = 20\n" + config)
     template = tmp_path / "upgrade.j2"
     template.write_text(SimExecutor.TEMPLATE)
     policy = replace(policy, maintain=replace(policy.maintain, upgrade_template=str(template)))
     plan = make_plan(fleet.fleet_state(), TARGET, [n.name for n in fleet.sim.nodes], policy, now=fleet.sim.now,
-                     force=True).to_dict()
+                     force=True, deadline=deadline).to_dict()
     store = Store(str(tmp_path / "maintain.db"))
     store.create_rollout(plan, at=fleet.sim.now)
     executor = SimExecutor(fleet.sim, 20 * 60, **executor_opts)
