@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Planning time and peak memory for 1,000 / 5,000 / 12,500 nodes (8 GPUs each) with 4 running jobs per
-node, with the growth ratio between sizes next to what n log n would give.  Prints; asserts nothing.
+node, with the growth ratio between sizes next to what n log n would give, and the same plan with a
+72-hour deadline (maintain/deadline.py: which jobs stop early).  Prints; asserts nothing.
 Targets (README): 12,500 nodes / 50,000 jobs under 2 s and 500 MB, growing no faster than n log n.
 
     python bench/planner_scale.py [--repeat 3]
@@ -57,7 +58,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     print(f"{'nodes':>6} {'jobs':>6} {'plan s (median)':>15} {'peak MB (tracemalloc)':>22} {'waves':>5} "
-          f"{'time x':>7} {'n log n x':>9}")
+          f"{'time x':>7} {'n log n x':>9} {'with --deadline 72h s':>21} {'jobs stopped':>12}")
     prev = None
     for n in (1_000, 5_000, 12_500):
         f = fleet(n)
@@ -74,9 +75,14 @@ def main() -> None:
         peak = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
         med = statistics.median(times)
+        t = time.perf_counter()
+        timed = make_plan(f, "580.159.04", names, POLICY, now=f.taken_at, deadline=f.taken_at + 72 * 3600)
+        with_deadline = time.perf_counter() - t
+        stopped = sum(j["action"] != "wait" for j in timed.deadline["jobs"])
         ratio = f"{med / prev[1]:.2f}" if prev else "-"
         nlogn = f"{(n * math.log(n)) / (prev[0] * math.log(prev[0])):.2f}" if prev else "-"
-        print(f"{n:>6} {len(f.jobs):>6} {med:>15.3f} {peak:>22.1f} {len(plan.waves):>5} {ratio:>7} {nlogn:>9}")
+        print(f"{n:>6} {len(f.jobs):>6} {med:>15.3f} {peak:>22.1f} {len(plan.waves):>5} {ratio:>7} {nlogn:>9} "
+              f"{with_deadline:>21.3f} {stopped:>12}")
         prev = (n, med)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"process max RSS {rss:.0f} MB (fleets of all three sizes included)")

@@ -124,10 +124,7 @@ class JobAtRisk:
     grace_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k in ("gpu_h_at_risk",):
-            d[k] = round(d[k], 3)
-        return d
+        return {**asdict(self), "gpu_h_at_risk": round(self.gpu_h_at_risk, 3)}
 
 
 @dataclass
