@@ -63,11 +63,14 @@ class FleetState:
     reservations: list[Reservation] = field(default_factory=list)
     taken_at: float = field(default_factory=time.time)
 
-    def free_at(self) -> dict[str, float]:
-        """When each busy node's last running job ends (inf for a job without a time limit)."""
+    def free_at(self, stop_at: dict[str, float] | None = None) -> dict[str, float]:
+        """When each busy node's last running job ends (inf for a job without a time limit); a job in
+        `stop_at` (a deadline plan's) ends then at the latest."""
         out: dict[str, float] = {}
         for job in self.jobs:
             end = job.end_time if job.end_time is not None else float("inf")
+            if stop_at and job.job_id in stop_at:
+                end = min(end, stop_at[job.job_id])
             for n in job.nodes:
                 if end > out.get(n, 0.0):
                     out[n] = end

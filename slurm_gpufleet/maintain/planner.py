@@ -201,11 +201,7 @@ def make_plan(fleet: FleetState, target: str, names: list[str], policy: Policy, 
         dp = plan_deadline(fleet.jobs, todo, now=now, deadline=deadline, budget=budget,
                            upgrade_s=s.upgrade_minutes * 60, stop=stop_jobs)
         plan.deadline = dp.to_dict()
-        free_at = {}
-        for job in fleet.jobs:  # a job the plan stops frees its nodes then
-            end = min(job.end_time if job.end_time is not None else INF, dp.stop_at.get(job.job_id, INF))
-            for n in job.nodes:
-                free_at[n] = max(free_at.get(n, 0.0), end)
+        free_at = fleet.free_at(dp.stop_at)  # a job the plan stops frees its nodes then
     less_p, less_f, crit_p = set(s.less_critical_partitions), set(s.less_critical_features), set(s.critical_partitions)
 
     def rank(name: str) -> tuple:
