@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 DATA   := slurm_gpufleet/data/captures
 
-.PHONY: setup system-deps demo test test-releases lint bench clean
+.PHONY: setup system-deps demo test test-fast test-slurm lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ setup: $(VENV)/.installed
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; \
-	  for p in slurmctld slurmd slurm-client chromium; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  for p in slurmctld slurmd slurm-client chromium debootstrap shellcheck; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing"; \
 	    (DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
 	     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) || \
@@ -54,24 +54,44 @@ demo: setup system-deps
 lint: setup
 	$(VENV)/bin/ruff check slurm_gpufleet tests bench scripts healthcheck/slurm-gpufleet-healthcheck prolog_epilog
 
-# The real-Slurm tests run on the host's Slurm (Debian 12: 22.05), then their health-check, prolog, epilog,
-# backend and rollout scenarios on the other releases below, each in a Debian root built once by
-# debootstrap (tests/slurm/minicluster.sh), the releases side by side on their own ports, all below the
-# kernel's ephemeral range (32768 up): an outgoing connection may take one of those while a slurmd restarts.
-# `SLURM_RELEASE=24.11 make test` runs the whole suite on that release instead.
+# Tiers, each timed:
+#   test-fast: lint and every unit and engine test (the in-memory fleet, a small trace excerpt), no daemons;
+#   slow:      the fuzz at 3,000 new cases a property and the measures on the whole Helios trace;
+#   slurm:     the real-Slurm tests on the host's Slurm (Debian 12: 22.05), side by side with their backend,
+#              health-check, prolog, epilog and rollout scenarios on the other releases below, one release
+#              after the other (two clusters at a time: three at once overload 2 cores, load average 20,
+#              and the tests' health-check timing fails), each in a Debian root built once by debootstrap
+#              (tests/slurm/minicluster.sh), on their own ports, all below the kernel's ephemeral range
+#              (32768 up): an outgoing connection may take one of those while a slurmd restarts.
+#              Beside them, at the lowest CPU priority (DKMS builds would starve the clusters' health
+#              checks), the real package path in a Debian node image: a 2-node cluster of its own (ports
+#              -18000) with one node on that image, a rollout through the real packages, then the rest of
+#              bench/real_upgrade.py from there (tests/slurm/test_real_image_node.py).
+# `SLURM_RELEASE=24.11 make test` runs the whole real-Slurm tier on that release only.
 OTHER_RELEASES ?= 24.11 26.05
-RELEASE_TESTS  ?= tests/slurm/test_backends.py tests/slurm/test_cluster.py tests/slurm/test_maintain.py
+RELEASE_TESTS  ?= tests/slurm/test_backends.py tests/slurm/test_cluster.py tests/slurm/test_maintain.py tests/slurm/test_domains.py
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider
+TIMED  = t=$$(date +%s); $(1); rc=$$?; echo "== tier $(2): $$(( $$(date +%s) - t )) s, rc $$rc"; exit $$rc
 
-test: setup system-deps lint
-	$(PY) -m pytest -q -p no:cacheprovider tests
-	@[ -n "$(SLURM_RELEASE)" ] || $(MAKE) --no-print-directory test-releases
+test-fast: setup
+	@$(call TIMED,$(VENV)/bin/ruff check slurm_gpufleet tests bench scripts healthcheck/slurm-gpufleet-healthcheck prolog_epilog && $(PYTEST) -n 2 -m "not slow and not image" --ignore=tests/slurm tests,fast)
 
-test-releases: setup
-	@mkdir -p out; off=-10000; for r in $(OTHER_RELEASES); do \
-	  (SLURM_RELEASE=$$r GPUFLEET_TEST_PORT_OFFSET=$$off $(PY) -m pytest -q -p no:cacheprovider $(RELEASE_TESTS) \
-	    > out/test-slurm-$$r.log 2>&1; echo $$? > out/test-slurm-$$r.rc) & \
-	  off=$$((off - 4000)); done; wait; rc=0; \
-	for r in $(OTHER_RELEASES); do echo "Slurm $$r: $$(tail -1 out/test-slurm-$$r.log)"; \
+test: setup system-deps test-fast
+	@$(call TIMED,$(PYTEST) -n 2 -m slow --ignore=tests/slurm tests,slow)
+	@$(call TIMED,$(MAKE) --no-print-directory test-slurm,slurm)
+
+test-slurm: setup
+	@mkdir -p out; if [ -n "$(SLURM_RELEASE)" ]; then exec $(PYTEST) -m "not image" tests/slurm; fi; \
+	($(PYTEST) -m "not image" tests/slurm > out/test-slurm-host.log 2>&1; echo $$? > out/test-slurm-host.rc) & \
+	(off=-10000; for r in $(OTHER_RELEASES); do \
+	  SLURM_RELEASE=$$r GPUFLEET_TEST_PORT_OFFSET=$$off $(PYTEST) $(RELEASE_TESTS) \
+	    > out/test-slurm-$$r.log 2>&1; echo $$? > out/test-slurm-$$r.rc; \
+	  off=$$((off - 4000)); done) & \
+	(nice -n 19 env GPUFLEET_TEST_PORT_OFFSET=-18000 $(PYTEST) -m image \
+	  tests/slurm/test_real_image_node.py > out/test-slurm-image.log 2>&1; \
+	  echo $$? > out/test-slurm-image.rc) & \
+	wait; rc=0; \
+	for r in host $(OTHER_RELEASES) image; do echo "Slurm $$r: $$(tail -1 out/test-slurm-$$r.log)"; \
 	  [ "$$(cat out/test-slurm-$$r.rc)" = 0 ] || { rc=1; tail -60 out/test-slurm-$$r.log; }; done; exit $$rc
 
 bench: setup

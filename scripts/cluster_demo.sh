@@ -4,7 +4,7 @@
 # hysteresis.  Needs root (installs Debian's slurm packages when missing).  Leaves nothing running.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-export MINICLUSTER_DIR=${MINICLUSTER_DIR:-/tmp/gpufleet-demo} HC_INTERVAL=${HC_INTERVAL:-3} CLEAN_RUNS=2
+export MINICLUSTER_DIR=${MINICLUSTER_DIR:-/var/lib/gpufleet-demo} HC_INTERVAL=${HC_INTERVAL:-3} CLEAN_RUNS=2
 export CTLD_PORT=10817 SLURMD_PORT_BASE=11001
 PY=${PYTHON:-$REPO/.venv/bin/python}
 MC="$REPO/tests/slurm/minicluster.sh"

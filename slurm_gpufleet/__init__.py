@@ -8,8 +8,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .engine import Report, Source, evaluate, gather  # noqa: E402
 from .findings import Finding, verdict  # noqa: E402
+from .pipeline import Report, Source, evaluate, gather  # noqa: E402
 from .policy import NodePolicy, Policy, PolicyError, load_policy  # noqa: E402
 from .readers import ReportError, read_report, read_report_file  # noqa: E402
 from .snapshot import UNSUPPORTED, Gpu, NodeSnapshot  # noqa: E402

@@ -41,8 +41,6 @@ def xid_info(xid: int) -> XidInfo | None:
     return xid_catalog().get(xid)
 
 
-def xid_action_severity(action: str) -> str:
-    return _load("xid_catalog.toml")["actions"][action]["severity"]
 
 
 def compat_data() -> dict[str, Any]:

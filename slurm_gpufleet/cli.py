@@ -22,16 +22,25 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def _load_policy(config: str | None):
+def _load_policy(config: str | None, trusted: bool = False):
+    """trusted: the command runs programs or writes state as root (maintain, breaker): a config, template,
+    program or state path others could write is refused in one line, exit 2 (slurm_gpufleet/trust.py)."""
     from .policy import PolicyError, config_path, load_policy
 
     path, required = config_path(config)
     if path is not None and not required and not os.path.exists(path):
         path = None
     try:
-        return load_policy(path)
+        policy = load_policy(path)
     except PolicyError as exc:
         _fail(str(exc), exitcodes.USAGE)
+    if trusted:
+        from .trust import refusals
+
+        refused = refusals(policy)
+        if refused:
+            _fail(f"refused: {refused[0].line()}", exitcodes.USAGE)
+    return policy
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -40,16 +49,17 @@ def cli() -> None:
     """GPU health checks for Slurm nodes, and the data behind them."""
 
 
-def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: float, live_kmsg: bool = True):
+def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: float, live_kmsg: bool = True,
+                    host_root: str | None = None):
     """Read GPU state under the watchdog; one line and exit 3 (nothing readable) or 2 (no such file)."""
     from . import watchdog
-    from .engine import Source, gather
+    from .pipeline import Source, gather
 
     if live_kmsg and kmsg is None and not report and os.access("/dev/kmsg", os.R_OK):
         kmsg = "/dev/kmsg"  # a live check of this node: its own kernel log too
     timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
     try:
-        return gather(Source(report=report, kernel_log=kmsg, level=level))
+        return gather(Source(report=report, kernel_log=kmsg, level=level, host_root=host_root))
     except ReportError as exc:
         _fail(str(exc) if report is None or report in str(exc) else f"{report}: {exc}", exitcodes.NO_STATE)
     except OSError as exc:
@@ -91,7 +101,7 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
 
     Exit codes: 0 ok or warn, 1 reboot or drain, 2 usage or config error, 3 no readable GPU state.
     """
-    from .engine import evaluate, format_text
+    from .pipeline import evaluate, format_text
 
     if report and snapshot_file:
         _fail("give --nvidia-smi-q or --snapshot, not both", exitcodes.USAGE)
@@ -99,13 +109,12 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
     prev = None
     if previous:
         prev = _read_or_exit(previous)
-    snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout)
+    # a live check judges this host's kernels and modules; a saved report, those of --host-root only
+    live = not (report or snapshot_file)
+    snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout,
+                           host_root=host_root or ("/" if live else None))
     if not snap.has_gpu_state():
         _fail("no readable GPU state in the input", exitcodes.NO_STATE)
-    if host_root or not (report or snapshot_file):
-        from .readers.host import read_host
-
-        snap.host_facts = read_host(host_root or "/")
     baseline = _perf_baseline(perf_baseline, policy) if perf_baseline else None
     result = evaluate(snap, policy, host=node, previous=prev, expect_idle=expect_idle or None,
                       perf_baseline=baseline)
@@ -153,10 +162,11 @@ def _read_or_exit(path: str):
 
 @cli.command("reboot-check")
 @click.option("--driver", required=True, metavar="VERSION", help="The driver the node must come back with.")
+@click.option("--kernel", metavar="RELEASE", help="The kernel that must boot next (a rollout bundle's kernel).")
 @click.option("--host-root", metavar="DIR", type=click.Path(file_okay=False, exists=True), default="/",
               show_default=True, help="Where the node's /boot, /lib/modules, /etc and /proc are (a mounted image).")
 @click.option("--json", "as_json", is_flag=True)
-def reboot_check(driver: str, host_root: str, as_json: bool) -> None:
+def reboot_check(driver: str, kernel: str | None, host_root: str, as_json: bool) -> None:
     """Will a reboot now bring the GPUs back on DRIVER?  The kernel that boots next must have an nvidia
     module of that version (and a signed one under Secure Boot).  For the upgrade template, between the
     install and the reboot: a failure stops the script, and the node fails with this line, not rebooted.
@@ -170,16 +180,21 @@ def reboot_check(driver: str, host_root: str, as_json: bool) -> None:
         facts = read_host(host_root)
     except OSError as exc:
         _fail(f"{host_root}: cannot read the host: {exc.strerror or exc}", exitcodes.USAGE)
-    problem = reboot_problem(facts, driver)
+    problem = reboot_problem(facts, driver, kernel)
     nxt = facts.next_boot
     module = nxt.module if nxt else None
     if nxt is None and problem is None:
         problem = f"the kernel that boots next cannot be told under {host_root}"
+    if problem and nxt is not None and nxt.note:  # why there is no module: DKMS built none, and its log
+        problem = f"{problem}: {nxt.note}"
     if as_json:
         click.echo(json.dumps({"ok": problem is None, "driver": driver, "next_boot_kernel": nxt.release if nxt else None,
                                "next_boot_from": facts.next_boot_from,
                                "module_version": module.version if module else None,
-                               "module_flavour": module.flavour if module else None, "problem": problem}))
+                               "module_flavour": module.flavour if module else None,
+                               "module_path": module.path if module else None,
+                               "module_vermagic": module.vermagic if module else None,
+                               "module_signer": module.signer if module else None, "problem": problem}))
     elif problem:
         click.echo(problem)
     else:
@@ -281,20 +296,46 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
 @cli.command("slurm-conf")
 @click.option("--bin-dir", default="/usr/local/sbin", show_default=True, metavar="DIR",
               help="Where slurm-gpufleet-healthcheck, -prolog and -epilog are installed.")
-@click.option("--interval", type=int, default=300, show_default=True, help="HealthCheckInterval in seconds.")
+@click.option("--interval", type=click.IntRange(1), default=300, show_default=True,
+              help="HealthCheckInterval in seconds.")
 @click.option("--node-state", default="ANY", show_default=True, help="HealthCheckNodeState.")
 @click.option("--reboot-program", metavar="PATH", help="RebootProgram (printed as a hint when not given).")
 @click.option("--slurm-version", metavar="X.Y", help="The Slurm release that reads the lines (default: this "
                                                      "machine's `scontrol --version`).")
+@click.option("--config", metavar="FILE", help="The config the programs read, for its read_timeout_s "
+                                               "(default: $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet).")
 def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str | None,
-               slurm_version: str | None) -> None:
+               slurm_version: str | None, config: str | None) -> None:
     """Print the slurm.conf lines that wire slurm-gpufleet into Slurm."""
     from .install import detect_slurm_version, slurm_conf_lines
 
     if not bin_dir.startswith("/"):
         _fail("--bin-dir must be absolute: slurmd runs these programs with no PATH", exitcodes.USAGE)
-    click.echo(slurm_conf_lines(bin_dir, interval, node_state, reboot_program,
-                                slurm_version or detect_slurm_version()), nl=False)
+    version = slurm_version or detect_slurm_version()
+    read = _read_timeout_of(config)
+    click.echo(slurm_conf_lines(bin_dir, interval, node_state, reboot_program, version, read), nl=False)
+    _health_check_notes(interval, read, version)
+
+
+def _read_timeout_of(config: str | None) -> float:
+    """The read_timeout_s the health check will run with: its config's, if one is there, else the default."""
+    from .policy import PolicyError, SlurmSettings, config_path, load_policy
+
+    path, _ = config_path(config)
+    if path is None or not os.path.exists(path):
+        return SlurmSettings().read_timeout_s
+    try:
+        return load_policy(path).slurm.read_timeout_s
+    except PolicyError as exc:
+        click.echo(f"note: {exc}; the slurm.conf lines assume the default read_timeout_s", err=True)
+        return SlurmSettings().read_timeout_s
+
+
+def _health_check_notes(interval: int, read_timeout_s: float, version: str | None) -> None:
+    from .install import health_check_limit
+
+    for note in health_check_limit(interval, read_timeout_s, version)[1]:
+        click.echo(f"note: {note}", err=True)
 
 
 @cli.group()
@@ -309,7 +350,7 @@ def breaker_status(config: str | None, as_json: bool) -> None:
     """Exit 0 when closed, 1 when open (no node is drained by the health check until reset)."""
     from .slurm import breaker as brk
 
-    settings = _load_policy(config).slurm
+    settings = _load_policy(config, trusted=True).slurm
     record = brk.state(settings.breaker_path)
     out = {"open": record is not None, "file": settings.breaker_path,
            "threshold": settings.breaker_threshold, "window_s": settings.breaker_window_s, **(record or {})}
@@ -329,7 +370,7 @@ def breaker_reset(config: str | None) -> None:
     """Close the breaker: the health check may drain again."""
     from .slurm import breaker as brk
 
-    path = _load_policy(config).slurm.breaker_path
+    path = _load_policy(config, trusted=True).slurm.breaker_path
     try:
         was_open = brk.reset(path)
     except OSError as exc:
@@ -359,24 +400,50 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
         if value is not None and not value.startswith("/"):
             _fail(f"{label} must be an absolute path: slurmd runs these programs with no PATH and another cwd",
                   exitcodes.USAGE)
+    version = slurm_version or detect_slurm_version()
+    read = _read_timeout_of(config or os.path.join(prefix, "etc", "gpufleet.toml"))
     items = plan_install(prefix, python or sys.executable, config, slurm_conf, interval, reboot_program,
-                         slurm_version or detect_slurm_version())
+                         version, read)
+    from .trust import problem
+
+    # what slurmd will run as root, and the config it reads, must be root's alone (trust.py)
+    refused = [r for r in (problem(str(item.path)) for item in items) if r]
+    if refused and not dry_run:
+        _fail(f"refused: {refused[0].line()}", exitcodes.USAGE)
     try:
         report = apply_install(items, dry_run)
     except OSError as exc:
         _fail(f"{getattr(exc, 'filename', None) or prefix}: {exc.strerror or exc}", exitcodes.USAGE)
     for what, path in report:
         click.echo(f"{what:<14} {path}")
+    for line in dict.fromkeys(f"{r.where}: {r.why}" for r in refused):
+        click.echo(f"{'would refuse':<14} {line}")
+    if not dry_run:
+        left = [r for r in (problem(str(item.path)) for item in items) if r]
+        click.echo(f"{'trusted':<14} every path above: owned by {'root' if os.geteuid() == 0 else 'you'}, "
+                   "writable by no one else" if not left else f"{'refused':<14} {left[0].line()}")
     conf = items[-1]
     click.echo(f"\nAdd to slurm.conf (also in {conf.path}), then `scontrol reconfigure`:\n")
     click.echo(conf.text, nl=False)
+    _health_check_notes(interval, read, version)
+
+
+def _cache_dir(policy) -> str | None:
+    """The state directory when this user may write it (an admin's CLI run as root; not an ordinary user)."""
+    d = policy.slurm.state_dir
+    return d if os.access(d if os.path.isdir(d) else os.path.dirname(d) or ".", os.W_OK) else None
 
 
 def _backend(policy):
+    """Slurm through the config's programs: never one a config others could write names."""
     from .slurm import SlurmError, get_backend
+    from .trust import refusals
 
+    refused = refusals(policy)
+    if refused:
+        _fail(f"refused: {refused[0].line()}", exitcodes.USAGE)
     try:
-        return get_backend(policy.slurm.backend, policy.slurm.scontrol)
+        return get_backend(policy.slurm.backend, policy.slurm.scontrol, cache_dir=_cache_dir(policy))
     except SlurmError as exc:
         _fail(str(exc), exitcodes.USAGE)
 
@@ -394,6 +461,19 @@ def _fleet(policy, fleet_file: str | None):
         return FleetState.from_backend(_backend(policy))
     except SlurmError as exc:
         _fail(f"cannot read the fleet from Slurm: {exc}", exitcodes.USAGE)
+
+
+def _domains(policy, backend):
+    """The failure domains: the config's [[domain]] rows, else Slurm's blocks (topology/block)."""
+    from .maintain.domains import from_config, parse_topology
+    from .slurm import SlurmError
+
+    if policy.domains or backend is None:
+        return from_config(policy.domains)
+    try:
+        return parse_topology(backend.topology())
+    except SlurmError as exc:
+        _fail(f"cannot read Slurm's topology: {exc}", exitcodes.USAGE)
 
 
 @cli.group(invoke_without_command=True)
@@ -423,11 +503,16 @@ def maintain() -> None:
 
 
 def _maintain_policy(policy_file: str | None, config: str | None):
-    return _load_policy(policy_file or config)
+    return _load_policy(policy_file or config, trusted=True)
 
 
 @maintain.command("plan")
-@click.option("--target-driver", required=True, metavar="VERSION", help="The driver to roll out, e.g. 580.159.04.")
+@click.option("--target-driver", metavar="VERSION", help="The driver to roll out, e.g. 580.159.04.")
+@click.option("--target-kernel", metavar="RELEASE",
+              help="The kernel to boot, in the same drain (e.g. 6.1.0-31-amd64): validated from the node's summary.")
+@click.option("--target-firmware", multiple=True, metavar="COMPONENT=VERSION",
+              help="Firmware in the same drain, e.g. vbios=96.00.AF.00.01 (repeat it); the template is told to "
+                   "power-cycle the node.")
 @click.option("--nodes", "nodeset", required=True, metavar="NODESET", help="Slurm host list, e.g. gpu[001-128].")
 @click.option("--strategy", type=click.Choice(["reservation", "reboot-asap"]), default="reservation", show_default=True,
               help="reservation: MAINT reservations placed when the nodes' jobs end; reboot-asap: scontrol reboot ASAP.")
@@ -444,7 +529,7 @@ def _maintain_policy(policy_file: str | None, config: str | None):
               help="With --deadline, when a job without a checkpoint that cannot end in time stops: at the start "
                    "(least work lost when time limits are tight) or at the last moment (loose time limits).")
 @click.option("--json", "as_json", is_flag=True)
-def maintain_plan(target_driver: str, nodeset: str, strategy: str, policy_file: str | None, config: str | None,
+def maintain_plan(target_driver: str | None, target_kernel: str | None, target_firmware: tuple[str, ...], nodeset: str, strategy: str, policy_file: str | None, config: str | None,
                   fleet_file: str | None, out: str | None, html_out: str | None, force: bool, deadline: str | None,
                   stop_jobs: str, as_json: bool) -> None:
     """Plan a rollout: compatibility gate, canary, growing waves within the budget, placed between jobs.
@@ -453,14 +538,24 @@ def maintain_plan(target_driver: str, nodeset: str, strategy: str, policy_file: 
     ones that lose the least work first: checkpoint-and-requeue where the job says it can (README,
     "Deadline rollouts"), else requeue, else cancel; every other job is waited for.
 
+    A bundle (--target-driver, --target-kernel, --target-firmware, at least one) moves in one drain per
+    node; rollback returns each node's recorded bundle.
+
     Exit 0 with a plan, 1 when the gate refuses (without --force), 2 on bad input or a deadline that
     cannot be kept.
     """
     from ClusterShell.NodeSet import NodeSet, NodeSetException
 
     from .maintain import report
+    from .maintain.bundle import parse_firmware
     from .maintain.planner import PlanError, make_plan
 
+    try:
+        firmware = parse_firmware(target_firmware)
+    except ValueError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    if not (target_driver or target_kernel or firmware):
+        _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware", exitcodes.USAGE)
     policy = _maintain_policy(policy_file, config)
     try:
         names = list(NodeSet(nodeset))
@@ -480,9 +575,11 @@ def maintain_plan(target_driver: str, nodeset: str, strategy: str, policy_file: 
             flags = _backend(policy).requeue_flags()
             for job in fleet_state.jobs:
                 job.requeue = flags.get(job.job_id)
+    domains = _domains(policy, None if fleet_file else _backend(policy))
     try:
         plan = make_plan(fleet_state, target_driver, names, policy, strategy=strategy, force=force,
-                         now=now, deadline=until, stop_jobs=stop_jobs)
+                         now=now, deadline=until, stop_jobs=stop_jobs, kernel=target_kernel, firmware=firmware,
+                         domains=domains)
     except (PlanError, ValueError) as exc:
         _fail(str(exc), exitcodes.USAGE)
     data = plan.to_dict()
@@ -505,7 +602,7 @@ def _runner(config: str | None):
     from .maintain.runner import Progress, Runner
     from .maintain.store import Store
 
-    policy = _load_policy(config)
+    policy = _load_policy(config, trusted=True)
     with _rollout_errors(policy.maintain.db):
         store = Store(policy.maintain.db)
     return Runner(store, _backend(policy), policy, Progress(sys.stderr)), store
@@ -533,7 +630,7 @@ def _rollout_errors(db: str):
 def _require_rights(config: str | None) -> None:
     from .maintain.runner import can_change_slurm
 
-    policy = _load_policy(config)
+    policy = _load_policy(config, trusted=True)
     ok, why = can_change_slurm(policy.slurm.scontrol)
     if not ok:
         _fail(f"maintain needs the right to change Slurm: {why}", exitcodes.USAGE)
@@ -569,9 +666,54 @@ def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
               exitcodes.USAGE)
     _require_rights(config)
     runner, store = _runner(config)
+    _check_soak(runner)
     with _rollout_errors(runner.s.db):
         state = runner.apply(plan.to_dict())
     _finish(state, as_json, store, runner)
+
+
+def _check_soak(runner) -> None:
+    """An evidence gate's soak must outlast a health check: the counters it judges come from one."""
+    from .slurm import SlurmError
+
+    s = runner.s
+    if s.gate != "evidence" or not hasattr(runner.engine.slurm, "health_check_interval"):
+        return
+    try:
+        interval = runner.engine.slurm.health_check_interval()
+    except SlurmError as exc:
+        _fail(f"cannot read HealthCheckInterval for the evidence gate: {exc}", exitcodes.USAGE)
+    if interval and s.gate_min_soak_s < interval:
+        _fail(f"gate_min_soak_s {s.gate_min_soak_s} is shorter than HealthCheckInterval {interval}: the gate "
+              "would judge counters no health check has published yet", exitcodes.USAGE)
+
+
+@maintain.command("approve")
+@click.argument("rollout")
+@click.option("--why", required=True, metavar="TEXT", help="Why the next stage may start without a decision (logged).")
+@click.option("--config", metavar="FILE")
+def maintain_approve(rollout: str, why: str, config: str | None) -> None:
+    """Let the stage an evidence gate holds start: after gate_max_soak_s without a decision the rollout
+    waits for this (gate_on_timeout = "wait").  Logged with who and why.  Exit 0, 2 when there is no such
+    rollout or no gate waiting."""
+    import getpass
+
+    from .maintain.store import Store
+
+    _require_rights(config)
+    policy = _load_policy(config, trusted=True)
+    with _rollout_errors(policy.maintain.db):
+        store = Store(policy.maintain.db)
+        r = store.rollout(rollout)
+        if r is None:
+            _fail(f"no rollout {rollout}", exitcodes.USAGE)
+        state = store.gate(rollout)
+        if state is None or state.get("boundary") is None:
+            _fail(f"rollout {rollout} has no evidence gate holding a stage", exitcodes.USAGE)
+        who = os.environ.get("SUDO_USER") or getpass.getuser()
+        state["approved"][str(state["boundary"])] = f"{who}: {why}"
+        store.set_gate(rollout, state, time.time(), [("gate approved", f"stage {state['boundary']} by {who}: {why}")])
+    click.echo(f"rollout {rollout}: stage {state['boundary']} approved by {who}")
 
 
 @maintain.command("status")
@@ -581,28 +723,48 @@ def maintain_status(config: str | None, as_json: bool) -> None:
     """The latest rollout: state, counts per node state, every node, the last events."""
     from .maintain.store import Store
 
-    policy = _load_policy(config)
+    policy = _load_policy(config, trusted=True)
     if not os.path.exists(policy.maintain.db):
         _fail(f"no rollout yet ({policy.maintain.db} does not exist)", exitcodes.USAGE)
     store = Store(policy.maintain.db)
     r = store.rollout()
     if r is None:
         _fail("no rollout yet", exitcodes.USAGE)
+    from .maintain.gate import report as gate_report
+    from .maintain.plan import Plan
+
     nodes = store.nodes(r["id"])
-    data = {"rollout": r["id"], "state": r["state"], "target_driver": r["target"], "strategy": r["strategy"],
-            "counts": store.counts(r["id"]),
-            "nodes": [{k: n[k] for k in ("node", "wave", "state", "previous_driver", "error")} for n in nodes],
-            "events": [{k: e[k] for k in ("ts", "node", "event", "detail")} for e in store.log(r["id"], 20)]}
+    plan = Plan.from_dict(json.loads(r["plan"]))
+    data = {"rollout": r["id"], "state": r["state"], "target_driver": plan.target_driver,
+            "target": plan.target.to_dict(), "strategy": r["strategy"], "counts": store.counts(r["id"]),
+            "nodes": [{**{k: n[k] for k in ("node", "wave", "state", "previous_driver", "error")},
+                       "previous": plan.previous_bundle(n["node"]).to_dict()} for n in nodes],
+            "events": [{k: e[k] for k in ("ts", "node", "event", "detail")} for e in store.log(r["id"], 20)],
+            "gate": gate_report(store.gate(r["id"]), policy.maintain)}
     if as_json:
         click.echo(json.dumps(data, indent=1))
         return
-    click.echo(f"rollout {r['id']}: {r['state']}, driver {r['target']} ({r['strategy']}); "
+    click.echo(f"rollout {r['id']}: {r['state']}, {plan.target.named()} ({r['strategy']}); "
                + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
     from .hostlist import grouped
 
     for (wave, state, error), count, folded in sorted(
             grouped((n["node"], (n["wave"], n["state"], n["error"] or "")) for n in nodes), key=lambda r: r[0][:2]):
         click.echo(f"  wave {wave:>2}  {state:<12} {count:>5}  {folded}{'  ' + error if error else ''}")
+    g = data["gate"]
+    if g.get("signals"):
+        click.echo(f"  evidence gate: {g['decision']} ({g['why']}); worse = {g['worse_ratio']:g}x the control, "
+                   f"confidence {g['confidence']:g}")
+        for name, e in g["signals"].items():
+            click.echo(f"    {name:<9} canary {e['canary_events']:>4} / {e['canary_node_hours']:>8.1f} node-h  "
+                       f"control {e['control_events']:>4} / {e['control_node_hours']:>8.1f} node-h  ratio "
+                       f"{'-' if e['ratio'] is None else format(e['ratio'], '.2f'):>5}  p "
+                       f"{'-' if e['p_value'] is None else format(e['p_value'], '.3f'):>5}  {e['decision']}")
+        for model, m in g.get("models", {}).items():
+            if m["basis"] != "control":
+                click.echo(f"    {model}: {m['canary']} canary node(s), no control peers: " + (
+                    f"judged against the fleet's record ({m['history_node_hours']:g} node-h)"
+                    if m["basis"] == "history" else "too little fleet record to judge by"))
 
 
 for _name, _help in (("resume", "Continue the unfinished rollout (after a crash, or after a halt once fixed)."),
@@ -644,12 +806,26 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
               help="Every node done this long after the rollout starts; jobs may be stopped early.")
 @click.option("--checkpoint-every", "checkpoint_every_h", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="HOURS", help="Every job checkpoints this often, and says so in its comment.")
+@click.option("--domain-size", type=click.IntRange(1, 100_000), default=None, metavar="N",
+              help="Every N consecutive nodes form a failure domain (an NVLink rack); --config gives "
+                   "whole_domain and the domain budget.")
+@click.option("--failure-rate", type=click.FloatRange(min=0), default=None, metavar="R",
+              help="Hard node failures per 1,000 node-days (Meta RSC-1: 6.5), in the replay from the rollout's "
+                   "start and in the --seeds trials.")
+@click.option("--soft-rate", type=click.FloatRange(min=0), default=None, metavar="S",
+              help="Soft events per node-day (default with a failure rate: 0.18, NCSA Delta's Xid 31).")
+@click.option("--driver-effect", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+              metavar="K", help="Upgraded nodes' failure and soft rates times K.")
+@click.option("--seeds", type=click.IntRange(1, 10_000), default=None, metavar="N",
+              help="N random draws of failures with the evidence gate (and 10 without): JSON `gate`.")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")
 @click.option("--json", "as_json", is_flag=True)
 def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
                       rollout_at: float, max_unavailable: str | None, policy_file: str | None,
                       time_limit_assumption: str, upgrade_minutes: int | None, deadline_h: float | None,
-                      checkpoint_every_h: float | None, plot_file: str | None, as_json: bool) -> None:
+                      checkpoint_every_h: float | None, domain_size: int | None, failure_rate: float | None,
+                      soft_rate: float | None, driver_effect: float, seeds: int | None, plot_file: str | None,
+                      as_json: bool) -> None:
     """Replay a job history on a simulated fleet and compare rollout strategies (same planner code)."""
     from .maintain.sacct import SacctError, assume_limit, read_sacct
     from .maintain.simulate import simulate
@@ -683,16 +859,29 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
         _fail("--strategy wait-then-kill needs --deadline HOURS", exitcodes.USAGE)
     default = ("gpufleet", "wait-then-kill") if deadline_h else ("gpufleet", "reboot-asap", "drain-all")
     from .maintain.deadline import DeadlineError
+    from .maintain.failures import DELTA_SOFT_RATE, Rates
+    from .maintain.trials import gate_trials
 
+    if driver_effect != 1.0 and not failure_rate and not soft_rate:
+        _fail("--driver-effect multiplies the failure and soft rates: give --failure-rate R or --soft-rate S",
+              exitcodes.USAGE)
+    rates = None
+    if failure_rate is not None or soft_rate is not None or seeds:
+        rates = Rates(failure_rate or 0.0,
+                      soft_rate if soft_rate is not None else (DELTA_SOFT_RATE if failure_rate else 0.0), driver_effect)
+    replay_rates = rates if rates and (rates.failure_rate or rates.soft_rate) else None
     try:
         result = simulate(trace, nodes=node_count, gpus_per_node=gpus_per_node,
                           strategies=strategies or default, rollout_at_h=rollout_at,
                           max_unavailable=budget, policy=policy, assumption=time_limit_assumption,
                           upgrade_minutes=upgrade_minutes, deadline_h=deadline_h,
-                          checkpoint_every_h=checkpoint_every_h)
+                          checkpoint_every_h=checkpoint_every_h, domain_size=domain_size, rates=replay_rates)
     except DeadlineError as exc:
         _fail(str(exc), exitcodes.USAGE)
     results = result.pop("_results")
+    running, sim_policy = result.pop("_running"), result.pop("_policy")
+    if seeds and rates:
+        result["gate"] = gate_trials(running, node_count, gpus_per_node, sim_policy, rates, seeds, rollout_at * 3600)
     result["assumptions"]["job_history"] = history_label
     result["gating_jobs"] = next((r.gating_jobs for r in results.values() if r.gating_jobs), [])
     if plot_file:
@@ -711,6 +900,11 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     for name, m in result["strategies"].items():
         click.echo(f"{name:<12} {m['makespan_h']:>10.2f} {m['gpu_hours_lost']:>11.1f} {m['jobs_killed']:>6} "
                    f"{m['wait_added_mean_h']:>12.3f} {m['wait_added_p95_h']:>11.3f} {m['peak_nodes_out']:>8}")
+    if domain_size:
+        click.echo(f"{'strategy':<12} {'domains':>7} {'mixed-driver domains max':>24} {'domains in service min':>22}")
+        for name, m in result["strategies"].items():
+            click.echo(f"{name:<12} {m['domains']:>7} {m['mixed_driver_domains_max']:>24} "
+                       f"{m['domains_in_service_min']:>22}")
     if deadline_h:
         click.echo(f"deadline {deadline_h:g} h; work the jobs that must stop early hold at the rollout (lower bound): "
                    f"{result['work_lost_lower_bound_gpu_h']:.1f} GPU-h")
@@ -718,6 +912,25 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
             click.echo(f"{name:<14} done by deadline: {'yes' if m['done_by_deadline'] else 'NO':<3}  work lost "
                        f"{m['work_lost_gpu_h']:>8.1f} GPU-h  jobs preempted {m['jobs_preempted']:>4}  of them "
                        f"would have ended in time {m['jobs_preempted_that_would_end_in_time']}")
+    if replay_rates:
+        f = a["failures"]
+        click.echo(f"failures from the rollout's start to the replay's end: {f['failure_per_1000_node_days']:g} per "
+                   f"1,000 node-days, "
+                   f"{f['soft_per_node_day']:g} soft per node-day, x{f['driver_effect']:g} on upgraded nodes "
+                   f"(seed {f['seed']}, gate {f['gate']})")
+        for name, m in result["strategies"].items():
+            x = m["failures"]
+            click.echo(f"{name:<14} node failures {x['node_failures']:>4} ({x['node_failures_in_rollout']} in the "
+                       f"rollout)  jobs failed {x['jobs_failed']:>4} ({x['jobs_failed_in_rollout']})  work lost "
+                       f"{x['work_lost_gpu_h']:>9.1f} GPU-h  soft events {x['soft_events']:>5}"
+                       + (f"  rollout {x['rollout']}" if x.get("rollout") else ""))
+    if seeds:
+        g = result["gate"]
+        u = g["upgraded_at_halt"]
+        click.echo(f"evidence gate over {g['seeds']} seed(s): halted {g['halted']:.0%} (ungated {g['halted_ungated']:.0%}); "
+                   f"upgraded at halt p50 {u['p50'] if u['p50'] is None else format(u['p50'], '.1%')}, p90 "
+                   f"{u['p90'] if u['p90'] is None else format(u['p90'], '.1%')}; makespan x ungated "
+                   f"{g['makespan_vs_ungated']}; {g['cpu_s_per_seed']} s CPU per seed")
     for j in result["gating_jobs"][:3]:
         click.echo(f"gating job {j['job_id']} on {fold(j['nodes'])}: runs until +{j['end_h']} h")
     click.echo(f"jobs used {a['jobs_used']}; lines skipped {a['lines_skipped'] or 'none'}; "
@@ -738,8 +951,8 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
 def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
             level: str, textfile: str, timeout: float) -> None:
     """Write Prometheus metrics (verdicts, findings, ECC/remap counters, throttle reasons, performance)."""
-    from .engine import evaluate
     from .metrics import write_textfile
+    from .pipeline import evaluate
 
     policy = _load_policy(config)
     snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout)
@@ -852,9 +1065,25 @@ def advise_checkpoint(job_gpus: int, checkpoint_cost: float, gpu_mtbf_hours: flo
 @click.option("--results", metavar="FILE", help="JSON lines {node, gpu, model, mem_bw_gbps} instead of Slurm.")
 @click.option("--history-dir", metavar="DIR", help="Latest measurements from node history databases.")
 @click.option("--drain", is_flag=True, help="Drain the slow nodes (needs [slurm] drain_stragglers = true).")
+@click.option("--telemetry", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="In-job detection over recorded samples: JSON lines {t, job, node, gpu, sm_clock_mhz, power_w, "
+                   "sm_util, throttle}; prints {\"flags\": [...]}.")
+@click.option("--running", is_flag=True, help="The nodes of each running multi-node job against the job's other "
+                                             "nodes, from what their in-job samplers published (one read).")
+@click.option("--json", "as_json", is_flag=True, help="JSON (as `fleet --json stragglers`).")
 @click.pass_context
-def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str | None, drain: bool) -> None:
-    """Slow GPUs per model: robust outliers (median/MAD) among at least N peers, never a fixed number."""
+def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str | None, drain: bool,
+                     telemetry: str | None, running: bool, as_json: bool) -> None:
+    """Slow GPUs per model: robust outliers (median/MAD) among at least N peers, never a fixed number.
+    With --running or --telemetry: the nodes of each running job compared with that job's other nodes
+    (instep.py); flags feed no drain."""
+    ctx.ensure_object(dict)
+    if as_json:
+        ctx.obj["as_json"] = True
+    if telemetry:
+        _instep_telemetry(telemetry)
+    if running:
+        _instep_running(ctx.obj)
     from .perf.fleet import from_history, from_published, from_results_file, stragglers
 
     opts = ctx.obj or {}
@@ -871,26 +1100,42 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
     except (OSError, ValueError, KeyError) as exc:
         _fail(f"cannot read the results: {exc}", exitcodes.USAGE)
     found, summary = stragglers(samples, policy.slurm)
-    drained = []
+    drained: list[str] = []
+    breaker_blocked: list[str] = []
     if drain:
         if not policy.slurm.drain_stragglers:
             _fail("--drain needs drain_stragglers = true in [slurm] (opt-in)", exitcodes.USAGE)
         backend = backend or _backend(policy)
+        from .hostlist import fold
         from .slurm import SlurmError
-        from .slurm.ownership import STRAGGLER, STRAGGLER_PREFIX, may_drain
+        from .slurm.actuator import Actuator
+        from .slurm.ownership import STRAGGLER, STRAGGLER_PREFIX
 
+        try:  # one read of the fleet: each node's state, and the breaker's count
+            fleet = backend.nodes()
+        except SlurmError as exc:
+            _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
+        infos = {i.name: i for i in fleet}
+        pairs = []
         for o in found:
             node, _, gpu = o.key.partition("/")
-            try:
-                info = backend.node(node)
-                if not may_drain(info, STRAGGLER):
-                    continue
-                backend.drain(node, f"{STRAGGLER_PREFIX} {gpu} memory bandwidth {o.value:.0f} GB/s, "
-                                    f"-{o.drop_pct:.0f}% vs {o.peers} peers"[:120])
-                drained.append(node)
-            except SlurmError as exc:
-                click.echo(f"could not drain {node}: {exc}", err=True)
-    out = {"models": summary, "stragglers": [o.__dict__ for o in found], "drained": drained}
+            if node in infos and all(p[0].name != node for p in pairs):
+                pairs.append((infos[node], f"{STRAGGLER_PREFIX} {gpu} memory bandwidth {o.value:.0f} GB/s, "
+                                           f"-{o.drop_pct:.0f}% vs {o.peers} peers"[:120]))
+            elif node not in infos:
+                click.echo(f"{node}: not in Slurm, not drained", err=True)
+        try:
+            done = Actuator(backend, STRAGGLER, policy.slurm, fleet=fleet).drain_each(pairs)
+        except SlurmError as exc:
+            _fail(f"could not drain: {exc}", exitcodes.USAGE)
+        drained = done.done
+        for node, why in done.left.items():
+            click.echo(f"{node}: {why}", err=True)
+        if done.blocked:
+            click.echo(f"not drained, the drain breaker is open ({done.breaker}): {fold(done.blocked)}", err=True)
+        breaker_blocked = done.blocked
+    out = {"models": summary, "stragglers": [o.__dict__ for o in found], "drained": drained,
+           "breaker_blocked": breaker_blocked}
     if opts.get("as_json"):
         click.echo(json.dumps(out, indent=1))
     else:
@@ -902,6 +1147,148 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
         if not found:
             click.echo("  no stragglers")
     sys.exit(exitcodes.UNHEALTHY if found else exitcodes.OK)
+
+
+def _instep_running(opts: dict) -> None:
+    """Exit 0 no flag, 1 flags, 2 Slurm unreadable."""
+    from .slurm import SlurmError
+
+    policy = _load_policy(opts.get("config"))
+    try:
+        nodes = _backend(policy).nodes()
+    except SlurmError as exc:
+        _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
+    flags, jobs, published = _instep_flags(policy, nodes)
+    if opts.get("as_json"):
+        click.echo(json.dumps({"jobs": jobs, "nodes_sampled": len(published), "flags": [f.to_dict() for f in flags]},
+                              indent=1))
+    else:
+        click.echo(f"{len(jobs)} multi-node job(s) sampled on {len(published)} node(s)")
+        for f in flags:
+            gpu = f" gpu{f.gpu}" if f.gpu is not None else ""
+            click.echo(f"  SLOW job {f.job} {f.node}{gpu}: {f.signature} since "
+                       f"{time.strftime('%H:%M:%S', time.localtime(f.t_first))} "
+                       + ", ".join(f"{k} {v}" for k, v in f.evidence.items()))
+        if not flags:
+            click.echo("  no node apart from its job")
+    sys.exit(exitcodes.UNHEALTHY if flags else exitcodes.OK)
+
+
+def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
+    """The in-job detector over what the nodes' samplers published: (flags, the jobs sampled, node -> its
+    summary with a digest)."""
+    from . import summary
+    from .instep import Settings, detect, samples_from_digests
+
+    published = {n.name: d for n in nodes if (d := summary.from_node(n)) and "is" in d}
+    samples, window_s = samples_from_digests(published)
+    flags = detect(samples, Settings(window_s=window_s or policy.slurm.instep_window_s,
+                                     windows=policy.slurm.instep_windows)) if samples else []
+    jobs = sorted({str(d["is"].get("j")) for d in published.values() if isinstance(d["is"], dict)})
+    return flags, jobs, published
+
+
+@fleet.command("lemons")
+@click.option("--dry-run", is_flag=True, help="Say what this step would reserve, submit, drain and release; "
+                                              "record nothing, change nothing.")
+@click.option("--textfile", metavar="PATH", help="Also write Prometheus metrics (flags, lemon scores, cases) "
+                                                 "for node_exporter's textfile collector.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json lemons`).")
+@click.pass_context
+def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, as_json: bool) -> None:
+    """One step of the lemon record (run it every minute or so, e.g. from a systemd timer): the in-job
+    detector over the running multi-node jobs (one read of the fleet); each flag recorded once per node and
+    job; a node flagged in `lemon_jobs` distinct jobs is held in a maintenance reservation and its deep
+    check queued there; a confirmed check drains it through the breaker, a clean one clears its score.
+
+    Exit codes: 0 no node confirmed this step, 1 a lemon confirmed (drained, or held by the breaker),
+    2 Slurm unreadable or a write failed, or a usage or config error.
+    """
+    import sqlite3
+
+    from .hostlist import fold
+    from .lemon_step import run_step
+    from .lemon_store import LemonStore
+    from .slurm import SlurmError
+
+    opts = ctx.obj or {}
+    as_json = as_json or bool(opts.get("as_json"))
+    policy = _load_policy(opts.get("config"), trusted=True)
+    s = policy.slurm
+    backend = _backend(policy)
+    try:
+        nodes = backend.nodes()
+    except SlurmError as exc:
+        _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
+    flags, jobs, published = _instep_flags(policy, nodes)
+    try:
+        store = LemonStore(s.lemon_path)
+    except (OSError, sqlite3.Error) as exc:
+        _fail(f"{s.lemon_path}: {exc}", exitcodes.USAGE)
+    try:
+        step = run_step(backend, s, store, nodes, flags, time.time(), dry_run)
+    except SlurmError as exc:
+        _fail(f"cannot read Slurm's reservations or jobs: {exc}", exitcodes.USAGE)
+    errors = step.errors
+    out = {"jobs": jobs, "nodes_sampled": len(published), "flags": [f.to_dict() for f in flags],
+           "new_flags": step.new_flags, "scores": step.scores, "lemon_jobs": s.lemon_jobs,
+           "cases": [_case_dict(c) for c in step.cases.values()], "reserved": step.reserved,
+           "submitted": step.submitted, "drained": step.drained, "breaker_blocked": step.breaker_blocked,
+           "released": step.released, "notes": step.notes, "errors": errors, "dry_run": dry_run}
+    if textfile:
+        from .metrics import write_lemon_textfile
+
+        try:
+            write_lemon_textfile(textfile, flags, step.scores, list(step.cases.values()), s.lemon_jobs)
+        except OSError as exc:
+            errors.append(f"{textfile}: {exc.strerror or exc}")
+    store.close()
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        click.echo(f"{len(jobs)} multi-node job(s) sampled on {len(published)} node(s); {len(flags)} flag(s), "
+                   f"{step.new_flags} new" + (" (dry run)" if dry_run else ""))
+        for node, n in sorted(step.scores.items()):
+            click.echo(f"  {node}: flagged in {n} job(s) of {s.lemon_jobs}")
+        for c in step.cases.values():
+            click.echo(f"  case {c.node}: {c.state}" + (f", {c.detail}" if c.detail else ""))
+        if step.drained:
+            click.echo(f"drained: {fold(step.drained)}")
+        if step.breaker_blocked:
+            click.echo(f"not drained, the drain breaker is open: {fold(step.breaker_blocked)}", err=True)
+        for note in step.notes:
+            click.echo(f"  {note}")
+    for e in errors:
+        click.echo(f"slurm-gpufleet: {e}", err=True)
+    if errors:
+        sys.exit(exitcodes.USAGE)
+    sys.exit(exitcodes.UNHEALTHY if step.drained or step.breaker_blocked else exitcodes.OK)
+
+
+def _case_dict(c) -> dict:
+    return {"node": c.node, "state": c.state, "jobs": c.jobs, "opened": c.opened, "check_job": c.check_job,
+            "attempts": c.attempts, "detail": c.detail, "closed": c.closed}
+
+
+def _instep_telemetry(path: str) -> None:
+    """Exit 0 no flag, 1 flags, 2 unreadable file, 3 no sample in it."""
+    from .instep import detect, parse_telemetry
+
+    try:
+        with click.open_file(path, encoding="utf-8", errors="replace") as fh:
+            samples, bad = parse_telemetry(fh)
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
+    for number in bad[:20]:
+        click.echo(f"{path}:{number}: not a sample, skipped", err=True)
+    if len(bad) > 20:
+        click.echo(f"{path}: {len(bad) - 20} more lines skipped", err=True)
+    if not samples:
+        _fail(f"{path}: no samples" + (f" ({len(bad)} malformed line(s) skipped)" if bad else ""), exitcodes.NO_STATE)
+    flags = detect(samples)
+    click.echo(json.dumps({"flags": [f.to_dict() for f in flags], "samples": len(samples), "skipped": len(bad)},
+                          indent=1))
+    sys.exit(exitcodes.UNHEALTHY if flags else exitcodes.OK)
 
 
 @fleet.command("report")

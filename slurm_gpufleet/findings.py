@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
-# Ordered: a node's verdict is its worst finding.  "ok" findings are notes that change nothing.
-SEVERITIES = ("ok", "warn", "reboot", "drain")
+
+class Severity(StrEnum):
+    """A finding's severity and a node's verdict (its worst finding), in order.  "ok" findings are notes
+    that change nothing.  The values are what reports, JSON and the published summary carry."""
+
+    OK = "ok"
+    WARN = "warn"
+    REBOOT = "reboot"
+    DRAIN = "drain"
+
+
+SEVERITIES = tuple(s.value for s in Severity)
 RANK = {name: i for i, name in enumerate(SEVERITIES)}
 
 # What an admin (or the Slurm layer) should do; several actions share a severity.
@@ -56,12 +67,10 @@ class Finding:
         return f"{self.severity:<6} {self.check:<14} {where:<7} {self.message}"
 
 
-def verdict(findings: list[Finding]) -> str:
+def verdict(findings: list[Finding]) -> Severity:
     worst = 0
     for f in findings:
         worst = max(worst, RANK[f.severity])
-    return SEVERITIES[worst]
+    return Severity(SEVERITIES[worst])
 
 
-def worse(a: str, b: str) -> str:
-    return a if RANK[a] >= RANK[b] else b

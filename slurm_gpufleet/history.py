@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sqlite3
 import time
 from typing import Any
 
@@ -17,6 +16,7 @@ import sqlite_utils
 
 from .findings import Finding
 from .slurm.actions import NodeHistory
+from .sqlitedb import open_db
 
 RETENTION_DAYS = 90
 
@@ -28,48 +28,7 @@ def db_path(state_dir: str, node: str) -> str:
 class History:
     def __init__(self, path: str):
         self.path = path
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        if not os.path.exists(path):
-            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-            os.close(fd)
-        conn = sqlite3.connect(path, timeout=15)
-        conn.execute("PRAGMA busy_timeout = 15000")
-        self.db = sqlite_utils.Database(conn)
-        # A fresh node's health check, prolog and epilog may all open the file at once: switching to WAL
-        # and creating the schema can meet "database is locked" even with a busy timeout (SQLite does not
-        # wait on a journal-mode change), so both are retried until the deadline.
-        _retry_locked(self._setup, deadline=time.monotonic() + 15)
-
-    def _setup(self) -> None:
-        if self.db.journal_mode != "wal":
-            self.db.enable_wal()
-        with self.db.conn:
-            self.db.execute("begin immediate")  # one writer creates the schema, the others wait for it
-            self._schema()
-
-    def _schema(self) -> None:
-        db = self.db
-        if "performance" not in db.table_names():
-            # always there, so that pruning and the fleet view never meet "no such table"
-            db["performance"].create({"run_id": int, "ts": float, "node": str, "gpu": int, "model": str,
-                                      "library": str, "mem_bw_gbps": float, "gemm_tflops": float,
-                                      "h2d_gbps": float, "sm_clock_mhz": float, "power_w": float,
-                                      "temperature_c": float, "reasons": str, "error": str}, if_not_exists=True)
-        if "runs" not in db.table_names():
-            db["runs"].create({"id": int, "ts": float, "time": str, "node": str, "hook": str, "job_id": str,
-                               "verdict": str, "duration_s": float, "driver": str, "gpus": int, "error": str},
-                              pk="id", if_not_exists=True)
-            db["runs"].create_index(["hook", "id"], if_not_exists=True)
-        if "findings" not in db.table_names():
-            db["findings"].create({"run_id": int, "ts": float, "node": str, "job_id": str, "check": str,
-                                   "severity": str, "action": str, "gpu": int, "message": str, "detail": str,
-                                   "xid": int}, if_not_exists=True)
-            db["findings"].create_index(["run_id"], if_not_exists=True)
-        if "actions" not in db.table_names():
-            db["actions"].create({"ts": float, "time": str, "node": str, "hook": str, "action": str,
-                                  "reason": str, "why": str, "ok": int, "error": str}, if_not_exists=True)
-        if "reboots" not in db.table_names():
-            db["reboots"].create({"ts": float, "node": str, "fault": str, "boot": str}, if_not_exists=True)
+        self.db = open_db(path, _schema)
 
     def record_run(self, node: str, hook: str, verdict: str, findings: list[Finding], *, job_id: str | None = None,
                    duration_s: float = 0.0, driver: str | None = None, gpus: int = 0, error: str | None = None,
@@ -139,16 +98,28 @@ class History:
         self.db.conn.close()
 
 
-def _retry_locked(fn, deadline: float) -> None:
-    delay = 0.01
-    while True:
-        try:
-            return fn()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
+def _schema(db: sqlite_utils.Database) -> None:
+    if "performance" not in db.table_names():
+        # always there, so that pruning and the fleet view never meet "no such table"
+        db["performance"].create({"run_id": int, "ts": float, "node": str, "gpu": int, "model": str,
+                                  "library": str, "mem_bw_gbps": float, "gemm_tflops": float,
+                                  "h2d_gbps": float, "sm_clock_mhz": float, "power_w": float,
+                                  "temperature_c": float, "reasons": str, "error": str}, if_not_exists=True)
+    if "runs" not in db.table_names():
+        db["runs"].create({"id": int, "ts": float, "time": str, "node": str, "hook": str, "job_id": str,
+                           "verdict": str, "duration_s": float, "driver": str, "gpus": int, "error": str},
+                          pk="id", if_not_exists=True)
+        db["runs"].create_index(["hook", "id"], if_not_exists=True)
+    if "findings" not in db.table_names():
+        db["findings"].create({"run_id": int, "ts": float, "node": str, "job_id": str, "check": str,
+                               "severity": str, "action": str, "gpu": int, "message": str, "detail": str,
+                               "xid": int}, if_not_exists=True)
+        db["findings"].create_index(["run_id"], if_not_exists=True)
+    if "actions" not in db.table_names():
+        db["actions"].create({"ts": float, "time": str, "node": str, "hook": str, "action": str,
+                              "reason": str, "why": str, "ok": int, "error": str}, if_not_exists=True)
+    if "reboots" not in db.table_names():
+        db["reboots"].create({"ts": float, "node": str, "fault": str, "boot": str}, if_not_exists=True)
 
 
 def _iso(ts: float) -> str:

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass
 
 from . import watchdog
-from .engine import Report, evaluate
 from .findings import RANK, Finding, verdict
-from .policy import Policy, PolicyError, SlurmSettings, config_path, load_policy
+from .pipeline import Report, evaluate
+from .policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
 from .readers import ReportError
 from .slurm.base import NodeInfo
 from .snapshot import NodeSnapshot, known
@@ -57,6 +57,7 @@ class Setup:
     node: str
     policy: Policy
     settings: SlurmSettings
+    refused: str | None = None     # the config's first untrusted path: run on the packaged defaults
 
 
 def _setup(hook: str, config: str | None, node: str | None, job: str | None = None) -> Setup | None:
@@ -68,9 +69,20 @@ def _setup(hook: str, config: str | None, node: str | None, job: str | None = No
     except PolicyError as exc:
         log.error("config error, no action taken: %s", exc)
         return None
+    from .trust import refusals
+
+    refused = refusals(policy)
+    if refused:
+        # a config someone else could have written must not choose what root runs: the packaged defaults
+        # run instead, and the node says so (`fleet` lists it); jobs are not failed for it
+        for r in refused:
+            log.critical("ALERT gpufleet config refused, running on the packaged defaults: %s", r.line())
+        policy = default_policy()
+        for r in refusals(policy):
+            log.critical("ALERT gpufleet default path refused too: %s", r.line())
     global _ERROR_LOG
     _ERROR_LOG = os.path.join(policy.slurm.state_dir, ERROR_LOG_NAME)
-    return Setup(node, policy, policy.slurm)
+    return Setup(node, policy, policy.slurm, refused[0].where if refused else None)
 
 
 # slurmd discards what a health check prints, so an internal error is also kept on the node, one line each
@@ -91,34 +103,23 @@ def _keep_error(line: str) -> None:
 
 
 # ---------------------------------------------------------------- reading the node
-def read_node(settings: SlurmSettings, node: str, level: str = "quick") -> NodeSnapshot:
-    """The node's GPUs through live NVML (`deep` adds the measurements) and, when it can be read, its
-    kernel log."""
-    from .engine import Source, gather
-    from .readers.kernel_log import read_kernel_log_file
+def read_node(settings: SlurmSettings, node: str, level: str = "quick", host: bool = True) -> NodeSnapshot:
+    """The node's one read (pipeline.gather): its GPUs through live NVML (`deep` adds the measurements),
+    its kernel log, and (`host`) its kernels and modules.  What cannot be read is logged, never allowed
+    to hide the GPUs' own state.  The prolog skips the host: it judges only what a job would meet now."""
+    from .pipeline import Source, gather
 
-    snap = gather(Source(level=level))
-    snap.host = node
-    kernel = settings.kernel_log
-    if kernel and os.path.isdir(kernel):
-        kernel = os.path.join(kernel, f"{node}.kmsg")
-        kernel = kernel if os.path.exists(kernel) else None
-    if kernel:
-        try:
-            snap.xid_events, snap.boots_seen = read_kernel_log_file(kernel)
-        except OSError as exc:  # a missing log must not hide the GPUs' own state
-            log.warning("kernel log %s unreadable: %s", kernel, exc)
+    snap = gather(Source(level=level, kernel_log=settings.kernel_log, host=node,
+                         host_root=settings.host_root.replace("%n", node) if host else None, strict=False))
+    for what in snap.unread:
+        log.warning("%s", what)
     return snap
 
 
-def _host_facts(settings: SlurmSettings):
-    from .readers.host import read_host
+def _backend(settings: SlurmSettings, timeout: float = 10.0):
+    from .slurm import get_backend
 
-    try:
-        return read_host(settings.host_root)
-    except OSError as exc:  # what cannot be read is not judged
-        log.warning("host facts under %s unreadable: %s", settings.host_root, exc)
-        return None
+    return get_backend(settings.backend, settings.scontrol, timeout, cache_dir=settings.state_dir)
 
 
 def _start_watchdog(setup: Setup, code: int, on_timeout) -> object:
@@ -129,17 +130,14 @@ def _start_watchdog(setup: Setup, code: int, on_timeout) -> object:
 
 
 def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
-    from .slurm.commands import CommandBackend
-    from .slurm.ownership import HEALTH, may_drain
+    """The watchdog's and an unreadable node's drain: through the actuator (ownership, the breaker)."""
+    from .slurm.actuator import Actuator
+    from .slurm.ownership import HEALTH
 
-    backend = CommandBackend(settings.scontrol, timeout=5)
     try:
-        info = backend.node(node)
-        if not may_drain(info, HEALTH):
-            return  # a rollout's, a straggler drain, an admin's: their reason stays
-        if info.drained:
-            backend.drain(node, reason)  # our own drain: only the reason changes
-        elif breaker_drain(settings, backend, node, reason):
+        backend = _backend(settings, timeout=5)
+        done = Actuator(backend, HEALTH, settings).drain([backend.node(node)], reason)
+        if done.blocked:
             sys.stderr.write(f"slurm-gpufleet: {node} not drained: the drain breaker is open\n")
     except Exception as exc:  # the watchdog must exit whatever happens here
         sys.stderr.write(f"slurm-gpufleet: could not drain {node}: {exc}\n")
@@ -148,53 +146,65 @@ def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
 # ---------------------------------------------------------------- acting
 def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         extra_findings: list[Finding] | None = None, info: NodeInfo | None = None, backend=None) -> str:
-    """Record the run, decide, carry it out through Slurm, publish the summary.  Returns the action."""
+    """Record the run, decide, carry it out through the actuator, publish the summary.  Returns the action.
+
+    Slurm calls: the node's state (one read, unless the caller has it), the fleet only when a drain is
+    about to happen (the breaker counts it), and one write that carries both the change and the summary;
+    a quiet run writes only when its summary changed."""
     from .history import History, db_path
-    from .slurm import SlurmError, get_backend
+    from .slurm import SlurmError
     from .slurm.actions import decide
+    from .slurm.actuator import Actuator
+    from .slurm.ownership import HEALTH
 
     findings = report.findings + (extra_findings or [])
     final = verdict(findings)
     node = setup.node
-    history = KeptHistory(History, db_path(setup.settings.state_dir, node))
+    settings = setup.settings
+    history = KeptHistory(History, db_path(settings.state_dir, node))
     s = report.snapshot
     history.record_run(node, hook, final, findings, job_id=job, duration_s=report.duration_s,
                        driver=known(s.driver_version), gpus=len(s.gpus), performance=s.performance,
                        models={g.index: known(g.name) for g in s.gpus})
     try:
-        backend = backend or get_backend(setup.settings.backend, setup.settings.scontrol)
+        backend = backend or _backend(settings)
         info = info or backend.node(node)  # the health check read it already: one slurmctld call, not two
     except SlurmError as exc:
         log.error("cannot read node state from Slurm: %s", exc)
         history.record_action(node, hook, "none", "", f"slurm unreachable: {exc}", False, str(exc))
         return "error"
-    action = decide(info, final, findings, history.node_history(node),
-                    setup.settings.clean_runs_to_resume, setup.settings.reboots_before_drain)
+    action = decide(info, final, findings, history.node_history(node), settings.clean_runs_to_resume,
+                    settings.reboots_before_drain, host=s.host_facts, driver=known(s.driver_version))
+    data = summary(report, final) if settings.publish != "none" else None
+    if data is not None and setup.refused:
+        data["cfg"] = "refused"
+    shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
+    if data is not None and hook != "epilog" and isinstance(shown, dict) and "is" in shown:
+        data["is"] = shown["is"]  # the in-job sampler's digest, kept until the job's end
+    news = _news(info, settings.publish, data, shown) if data is not None else None
+    # what changed about the node rides in the same write as the action: one update, not three
+    fields = _feature_fields(info, settings.feature_prefix, known(s.driver_version), known(s.cuda_driver_version)) \
+        if settings.feature_prefix and hook != "prolog" else {}
+    if news:
+        fields[settings.publish] = news
+    actuator = Actuator(backend, HEALTH, settings)
     blocked = None
-    ok, error = True, None
+    ok, error, published = True, None, False
     try:
         if action.kind == "drain":
-            blocked = breaker_drain(setup.settings, backend, node, action.reason)
-            if blocked:
+            done = actuator.drain([info], action.reason, fields or None)
+            published = bool(done.done or done.reason_set)
+            if done.blocked:
+                blocked = done.breaker
                 history.record_action(node, hook, "breaker", action.reason, blocked, True)
                 action = type(action)("none", why=f"not drained, breaker open: {blocked}")
         elif action.kind == "set_reason":
-            backend.set_reason(node, action.reason)
+            published = bool(actuator.set_reason([info], action.reason, fields or None).done)
         elif action.kind == "resume":
-            backend.resume(node)
+            published = bool(actuator.resume([info], fields or None).done)
         elif action.kind == "reboot":
-            # look before rebooting: a reboot into a kernel without a module for this driver loses the GPUs
-            from .checks.kernel import reboot_problem
-            from .slurm.actions import one_line
-
-            problem = reboot_problem(s.host_facts or _host_facts(setup.settings), known(s.driver_version))
-            if problem:
-                reason = one_line(f"gpufleet: {problem}")
-                action = type(action)("drain", reason=reason, why=f"not rebooted ({action.reason}): {problem}")
-                blocked = breaker_drain(setup.settings, backend, node, reason)
-            else:
-                backend.reboot_asap(node, action.reason)
-                history.record_reboot(node, action.fault or "", info.boot_time)
+            actuator.reboot_asap([info], action.reason)
+            history.record_reboot(node, action.fault or "", info.boot_time)
     except SlurmError as exc:
         ok, error = False, str(exc)
     if action.kind != "none" or not ok:
@@ -204,15 +214,23 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                                         f" FAILED: {error}" if error else "")
     else:
         log.info("%s verdict %s: %s", hook, final, action.why)
-    if setup.settings.feature_prefix and hook != "prolog":
-        _features(backend, info, setup.settings.feature_prefix, known(s.driver_version), known(s.cuda_driver_version))
     # published even with no GPU readable: a rollout validates from it, and "driver unreachable" is news
-    if setup.settings.publish != "none":
-        data = summary(report, final)
-        if blocked:
+    if not published:
+        if blocked and data is not None:
             data["f"] = f"breaker open: {data.get('f', '')}"[:80]
             data["brk"] = 1
-        _publish(backend, info, setup.settings.publish, data)
+            news = _news(info, settings.publish, data, shown)
+            # replaces the summary without the breaker, or drops it when Slurm already shows this one:
+            # left in, it would flip the node's summary back and forth on every run
+            if news:
+                fields[settings.publish] = news
+            else:
+                fields.pop(settings.publish, None)
+        if fields:
+            try:
+                backend.set_fields(info.name, fields)
+            except SlurmError as exc:
+                log.warning("could not publish the GPU summary and features: %s", exc)
     if hook == "healthcheck":
         history.prune()
     history.close()
@@ -257,54 +275,20 @@ class KeptHistory:
         return call
 
 
-def breaker_drain(settings: SlurmSettings, backend, node: str, reason: str) -> str | None:
-    """Drain the node unless the fleet-wide breaker stops it; returns why it stopped it, or None."""
-    from .slurm import breaker
-
-    with breaker.counting_lock(settings.breaker_path):
-        blocked = breaker_blocks(settings, backend, node)
-        if not blocked:
-            backend.drain(node, reason)
-    return blocked
-
-
-def breaker_blocks(settings: SlurmSettings, backend, node: str) -> str | None:
-    """Why the fleet-wide breaker stops this drain, or None.  Costs one fleet read, on drains only."""
-    from .slurm import SlurmError, breaker
-
-    path = settings.breaker_path
-    record = breaker.state(path)
-    if record is None:
-        try:
-            fleet = backend.nodes()
-        except SlurmError as exc:  # cannot count: drain as before (a blind breaker must not hide faults)
-            log.warning("breaker: cannot read the fleet, not judged: %s", exc)
-            return None
-        trip = breaker.would_trip(fleet, node, settings.breaker_threshold, settings.breaker_window_s)
-        if trip is None:
-            return None
-        why = trip.text(settings.breaker_window_s)
-        try:
-            breaker.open_(path, node, why)
-        except OSError as exc:
-            log.error("breaker: cannot record the open state in %s: %s", path, exc)
-        record = breaker.state(path) or {"why": why}
-        log.critical("ALERT gpufleet drain breaker OPEN: %s; no node is drained until "
-                     "`slurm-gpufleet breaker reset`", why)
-    return str(record.get("why", "open"))
-
-
 def summary(report: Report, final: str) -> dict:
     s = report.snapshot
     names = sorted({known(g.name) or "?" for g in s.gpus})
     vbios = sorted({known(g.vbios) for g in s.gpus if known(g.vbios)})
     data = {"gpufleet": 1, "v": final, "drv": known(s.driver_version), "cuda": known(s.cuda_driver_version),
             "gpus": f"{len(s.gpus)}x{'/'.join(names)}", "fw": ",".join(vbios),
-            "t": stamp(), "boot": _boot_id()}
+            "t": stamp()}
     # what a rollout compares against its canary after each upgrade
     gsp = sorted({known(g.gsp_firmware) for g in s.gpus if known(g.gsp_firmware)})
     if gsp:
         data["gsp"] = ",".join(gsp)
+    inforom = sorted({known(g.inforom.image) for g in s.gpus if known(g.inforom.image)})
+    if inforom:  # a firmware component a rollout bundle may move (maintain/bundle.py)
+        data["ifr"] = ",".join(inforom)
     host = s.host_facts
     if host is not None and host.running is not None:
         data["kern"] = host.running.release
@@ -312,6 +296,7 @@ def summary(report: Report, final: str) -> dict:
             data["modf"] = host.running.module.flavour
     if host is not None and host.cdmm is not None:
         data["cdmm"] = host.cdmm
+    data.update(event_counters(s))
     worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
     if worst:  # why, for a rollout's validation and for `fleet`
         data["f"] = max(worst, key=lambda f: RANK[f.severity]).message[:80]
@@ -320,6 +305,30 @@ def summary(report: Report, final: str) -> dict:
         data["bw"] = round(min(bw))
         data["bwgpu"] = min((p for p in s.performance if p.mem_bw_gbps), key=lambda p: p.mem_bw_gbps).gpu
     return data
+
+
+def event_counters(s: NodeSnapshot) -> dict[str, int]:
+    """Counters since this boot, for a rollout's evidence gate (maintain/evidence.py), which counts their
+    increase per node-hour: `xs` soft Xid events (the catalog's severity below reboot), `xh` the others,
+    `ecc` volatile ECC errors (reset by the reboot or driver reload).  Zero counters are left out."""
+    from .catalog import xid_info
+
+    events = s.xid_events
+    out: dict[str, int] = {}
+    if events:
+        boot = max(e.boot for e in events) if s.boots_seen <= 1 else s.boots_seen - 1
+        for e in events:
+            if e.boot != boot:
+                continue
+            info = xid_info(e.xid)
+            key = "xh" if info is not None and RANK[info.severity] >= RANK["reboot"] else "xs"
+            out[key] = out.get(key, 0) + 1
+    ecc = sum(v for g in s.gpus for v in (g.ecc.volatile_dram_corrected, g.ecc.volatile_dram_uncorrected,
+                                          g.ecc.volatile_sram_corrected, g.ecc.volatile_sram_uncorrected)
+              if isinstance(v, int) and not isinstance(v, bool))
+    if ecc:
+        out["ecc"] = ecc
+    return out
 
 
 def driver_features(prefix: str, driver: str | None, cuda: str | None) -> list[str]:
@@ -332,31 +341,17 @@ def driver_features(prefix: str, driver: str | None, cuda: str | None) -> list[s
     return out
 
 
-def _features(backend, info, prefix: str, driver: str | None, cuda: str | None) -> None:
-    """Keep our features current; every feature without our prefix stays as the site set it."""
-    from .slurm import SlurmError
-
+def _feature_fields(info, prefix: str, driver: str | None, cuda: str | None) -> dict[str, str]:
+    """Our features, when they changed; every feature without our prefix stays as the site set it."""
     want = driver_features(prefix, driver, cuda)
     if not want:
-        return  # nothing readable: keep what the node had rather than pretend it has no driver
+        return {}  # nothing readable: keep what the node had rather than pretend it has no driver
     if sorted(f for f in info.features if f.startswith(prefix)) == sorted(want) and \
             sorted(f for f in info.active_features if f.startswith(prefix)) == sorted(want):
-        return
+        return {}
     available = [f for f in info.features if not f.startswith(prefix)] + want
     active = [f for f in info.active_features if not f.startswith(prefix)] + want
-    try:
-        backend.set_features(info.name, available, active)
-    except SlurmError as exc:
-        log.warning("could not set the driver features: %s", exc)
-
-
-def _boot_id() -> str:
-    """Changes at every boot: a summary from before a reboot is never taken for one from after it."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            return fh.read().strip()[:8]
-    except OSError:
-        return ""
+    return {"availablefeatures": ",".join(available), "activefeatures": ",".join(active)}
 
 
 def _older_than_slurmd(old: dict, info) -> bool:
@@ -369,21 +364,33 @@ def _older_than_slurmd(old: dict, info) -> bool:
     return published is None or published < info.slurmd_start
 
 
-def _publish(backend, info, field: str, data: dict) -> None:
-    from .slurm import SlurmError
+_OTHERS = object()  # the field holds someone else's text
 
+
+def _shown(info, field: str) -> dict | object | None:
+    """The field's summary as Slurm shows it: ours parsed, None when empty, _OTHERS for foreign text."""
     current = info.extra if field == "extra" else info.comment
-    if current:
-        old = parse_summary(current)
-        if old is None:
-            return  # someone else's text: never overwrite it
-        same = {k: v for k, v in old.items() if k != "t"} == {k: v for k, v in data.items() if k != "t"}
-        if same and not _older_than_slurmd(old, info):
-            return  # nothing new since this slurmd started: no write
-    try:
-        backend.set_field(info.name, field, json.dumps(data, separators=(",", ":")))
-    except SlurmError as exc:
-        log.warning("could not publish the GPU summary: %s", exc)
+    if not current:
+        return None
+    old = parse_summary(current)
+    return _OTHERS if old is None else old
+
+
+_UNREAD = object()
+
+
+def _news(info, field: str, data: dict, shown=_UNREAD) -> str | None:
+    """The summary to write, or None: someone else's text is never overwritten, and an unchanged
+    summary is written only once per slurmd start.  `shown`: what _shown read already, if it did."""
+    if shown is _UNREAD:
+        shown = _shown(info, field)
+    if shown is _OTHERS:
+        return None
+    if shown is not None:
+        same = {k: v for k, v in shown.items() if k != "t"} == {k: v for k, v in data.items() if k != "t"}
+        if same and not _older_than_slurmd(shown, info):
+            return None
+    return json.dumps(data, separators=(",", ":"))
 
 
 # ---------------------------------------------------------------- entry points
@@ -406,6 +413,23 @@ def healthcheck_main(argv: list[str] | None = None) -> int:
     return _guarded("healthcheck", _healthcheck, argv)
 
 
+def sampler_main(argv: list[str]) -> int:
+    """The in-job sampler the prolog starts (sampler.py): JOB NODE."""
+    return _guarded("sampler", _sampler, argv)
+
+
+def _sampler(argv: list[str]) -> int:
+    from . import sampler
+
+    job, node = argv[0], argv[1]
+    setup = _setup("sampler", None, node, job)
+    if setup is None:
+        return 0
+    import pynvml
+
+    return sampler.loop(setup.settings, _backend(setup.settings), pynvml, job, node)
+
+
 def prolog_main(argv: list[str] | None = None) -> int:
     return _guarded("prolog", _prolog, argv)
 
@@ -425,16 +449,21 @@ def _healthcheck(argv: list[str] | None = None) -> int:
                     help="deep: also measure each GPU (memory bandwidth, GEMM, host-to-device)")
     ap.add_argument("--nhc", action="store_true",
                     help="judge only (no Slurm action): print the reason and exit 1 when the node is unfit (NHC)")
+    ap.add_argument("--confirm", action="store_true",
+                    help="a lemon's deep check (lemon.py), run as its job: judge only; when a finding shows the "
+                         "node slow, print it, make it the job's comment and exit 1")
     args = ap.parse_args(argv)
+    judge_only = args.nhc or args.confirm
     setup = _setup("healthcheck", args.config, args.node)
     if setup is None:
-        return 0 if not args.nhc else 2
-    _start_watchdog(setup, 1, None if args.nhc else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
+        return 0 if not judge_only else 2
+    _start_watchdog(setup, 1, None if judge_only else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
         snap = read_node(setup.settings, setup.node, args.level)
-        snap.host_facts = _host_facts(setup.settings)
     except (ReportError, OSError) as exc:
         log.error("no readable GPU state: %s", exc)
+        if args.confirm:
+            return _confirm(setup, f"no readable GPU state: {exc}")
         if args.nhc:
             print(f"gpufleet: no readable GPU state: {exc}"[:200])
             return 1
@@ -442,18 +471,24 @@ def _healthcheck(argv: list[str] | None = None) -> int:
         return 1
     finally:
         watchdog.cancel()
-    from .slurm import SlurmError, get_backend
+    from .slurm import SlurmError
 
     backend = node_info = None
-    if not args.nhc:
+    if not judge_only:
         try:
-            backend = get_backend(setup.settings.backend, setup.settings.scontrol)
+            backend = _backend(setup.settings)
             node_info = backend.node(setup.node)
         except SlurmError as exc:
             log.error("cannot read node state from Slurm: %s", exc)
     # an idle node should have no GPU processes; a busy one is judged on everything else
     idle = bool(node_info and node_info.idle)
     report = evaluate(snap, setup.policy, host=setup.node, expect_idle=idle or None)
+    if args.confirm:
+        from .lemon import confirming
+
+        found = confirming(report.findings)
+        return _confirm(setup, f"{found.check} gpu{found.gpu}: {found.message}" if found.gpu is not None
+                        else f"{found.check}: {found.message}") if found else 0
     if args.nhc:
         from .slurm.actions import make_reason, worst
 
@@ -463,6 +498,36 @@ def _healthcheck(argv: list[str] | None = None) -> int:
         return 0
     act(setup, report, "healthcheck", info=node_info, backend=backend)
     return 0
+
+
+def _confirm(setup, finding: str) -> int:
+    """The lemon check found the node slow: say so where `fleet lemons` reads it, the job's comment."""
+    from .lemon import CONFIRMED_PREFIX
+    from .slurm.actions import JOB_COMMENT_MAX
+
+    print(finding)
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        from .slurm import SlurmError
+
+        try:
+            _backend(setup.settings).set_job_comment(job, f"{CONFIRMED_PREFIX} {finding}"[:JOB_COMMENT_MAX])
+        except SlurmError as exc:
+            log.error("cannot set job %s's comment: %s", job, exc)
+    return 1
+
+
+def _job_nodes() -> int:
+    """How many nodes the job has, from the prolog's environment."""
+    raw = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
+    if raw and raw.isdecimal():
+        return int(raw)
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or ""
+    if not nodelist:
+        return 1
+    from .slurm.commands import expand_hostlist
+
+    return len(expand_hostlist(nodelist))
 
 
 def _job_gpus() -> frozenset[int] | None:
@@ -483,7 +548,7 @@ def _prolog(argv: list[str] | None = None) -> int:
     # slurmd drains the node for the failed prolog; the helper then puts our reason on it
     _start_watchdog(setup, 1, lambda: _prolog_timeout(setup))
     try:
-        snap = read_node(setup.settings, setup.node, "quick")
+        snap = read_node(setup.settings, setup.node, "quick", host=False)
     except (ReportError, OSError) as exc:
         watchdog.cancel()
         reason = "gpufleet: inventory node no readable GPU state"
@@ -497,6 +562,13 @@ def _prolog(argv: list[str] | None = None) -> int:
     report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
     if job:
         _write_window(setup.settings, setup.node, job, snap, gpus)
+        if report.verdict not in ("reboot", "drain") and _job_nodes() >= 2:
+            from . import sampler
+
+            try:  # the straggler view of a multi-node job (instep.py); a failure must not stop the job
+                sampler.start(setup.settings.state_dir, job, setup.node)
+            except OSError as exc:
+                log.warning("in-job sampler not started: %s", exc)
     if report.verdict in ("reboot", "drain"):
         from .slurm.actions import make_reason, worst
 
@@ -517,12 +589,14 @@ def _prolog(argv: list[str] | None = None) -> int:
 
 
 def _breaker_open_for_prolog(setup: Setup, reason: str) -> bool:
-    """A failed prolog drains the node: the breaker is asked first (failure path only)."""
-    from .slurm import get_backend
+    """A failed prolog drains the node (Slurm does, for our exit code): the breaker is asked first, by
+    the actuator (failure path only)."""
+    from .slurm.actuator import Actuator
+    from .slurm.ownership import HEALTH
 
     try:
-        blocked = breaker_blocks(setup.settings, get_backend(setup.settings.backend, setup.settings.scontrol),
-                                 setup.node)
+        backend = _backend(setup.settings)
+        blocked = Actuator(backend, HEALTH, setup.settings).judge([backend.node(setup.node)]).breaker
     except Exception as exc:  # the breaker must never turn a fault into an internal error
         log.warning("breaker not judged: %s", exc)
         return False
@@ -556,19 +630,20 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
     setup = _setup("prolog", config, node)
     if setup is None:
         return 0
-    from .slurm import SlurmError, get_backend
+    from .slurm import SlurmError
+    from .slurm.actuator import Actuator
     from .slurm.ownership import HEALTH, SLURM_HOOK_REASONS, owner_of_reason
 
     if not os.access(setup.settings.scontrol, os.X_OK):
         log.error("%s not found: cannot put the reason on the node", setup.settings.scontrol)
         return 0
-    backend = get_backend(setup.settings.backend, setup.settings.scontrol)
+    backend = _backend(setup.settings)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
             info = backend.node(node)
             if info.drained and info.reason in SLURM_HOOK_REASONS:
-                backend.set_reason(node, reason)
+                Actuator(backend, HEALTH, setup.settings).set_reason([info], reason)
                 log.info("replaced '%s' with '%s'", info.reason, reason)
                 from .history import History, db_path
 
@@ -618,6 +693,10 @@ def _epilog(argv: list[str] | None = None) -> int:
     setup = _setup("epilog", None, None, job)
     if setup is None:
         return 0
+    if job:
+        from . import sampler
+
+        sampler.stop(setup.settings.state_dir, job, setup.node)  # never outlives the job
     _start_watchdog(setup, 1, lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
         snap = read_node(setup.settings, setup.node, "quick")

@@ -49,8 +49,15 @@ def config_skeleton(sample: str) -> str:
     return "\n".join(out) + "\n"
 
 
-# HealthCheckTimeout arrived in Slurm 26.05 (24.11 has none; 22.05 refuses unknown keys in slurm.conf)
+# HealthCheckTimeout arrived in Slurm 26.05 (24.11 has none; 22.05 refuses unknown keys in slurm.conf).
+# slurmd kills a run that passes it (SIGTERM, "health_check poll timeout"): a run killed before its
+# watchdog fires (read_timeout_s) never drains a hung node and publishes nothing, so a rollout waiting
+# for the node's summary times out.  Seen on 26.05 with 2 busy cores: interval 5, limit 4, runs of 4.8 s.
 HEALTH_CHECK_TIMEOUT_SINCE = (26, 5)
+SLURM_HEALTH_CHECK_LIMIT_S = 60  # 26.05's default, and the fixed limit before it
+# after read_timeout_s the watchdog drains: the node, the fleet (breaker) and the write, 5 s each at
+# most, and the interpreter's start before the watchdog runs
+WATCHDOG_DRAIN_S = 20
 
 
 def detect_slurm_version(scontrol: str | None = None) -> str | None:
@@ -67,30 +74,63 @@ def detect_slurm_version(scontrol: str | None = None) -> str | None:
     return words[-1] if words and words[-1][:1].isdecimal() else None
 
 
+def _release(slurm_version: str | None) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in (slurm_version or "").split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def health_check_limit(interval: int, read_timeout_s: float, slurm_version: str | None
+                       ) -> tuple[int | None, list[str]]:
+    """The HealthCheckTimeout to write (None: Slurm's default serves), and what an admin should know.
+
+    A run needs read_timeout_s + WATCHDOG_DRAIN_S; Slurm wants the limit under the interval.  Where both
+    cannot hold, the run's need wins: Slurm then logs an error and may start a run while one is still
+    going, which a killed run's silence would be worse than."""
+    import math
+
+    need = math.ceil(read_timeout_s) + WATCHDOG_DRAIN_S
+    under = interval - 1
+    notes = []
+    release = _release(slurm_version)
+    timeout = None  # before 26.05 there is no key; from it, the default serves where it covers the need
+    if len(release) == 2 and release >= HEALTH_CHECK_TIMEOUT_SINCE and not need <= SLURM_HEALTH_CHECK_LIMIT_S <= under:
+        timeout = max(need, min(under, SLURM_HEALTH_CHECK_LIMIT_S))  # the most room under the interval, or the need
+    limit = timeout or SLURM_HEALTH_CHECK_LIMIT_S
+    if need > limit:  # before 26.05: a fixed 60 s
+        notes.append(f"Slurm {slurm_version or '(unknown release)'} kills a health check after "
+                     f"{SLURM_HEALTH_CHECK_LIMIT_S} s: read_timeout_s {read_timeout_s:g} leaves the watchdog "
+                     f"no time to drain a hung node (keep read_timeout_s under {limit - WATCHDOG_DRAIN_S} s)")
+    if need >= interval:
+        notes.append(f"HealthCheckInterval {interval} s is shorter than a hung run may take "
+                     f"(read_timeout_s {read_timeout_s:g} + {WATCHDOG_DRAIN_S} s to drain): runs may overlap"
+                     + ("; HealthCheckTimeout is set above the interval, and Slurm logs an error for it"
+                        if timeout is not None and timeout >= interval else ""))
+    return timeout, notes
+
+
 def slurm_conf_lines(bin_dir: str, interval: int, node_state: str = "ANY", reboot_program: str | None = None,
-                     slurm_version: str | None = None) -> str:
+                     slurm_version: str | None = None, read_timeout_s: float | None = None) -> str:
     """The slurm.conf lines that wire us in, for the Slurm release that will read them."""
     import jinja2
 
     from . import __version__
+    from .policy import SlurmSettings
 
-    timeout = None
-    try:
-        release = tuple(int(x) for x in (slurm_version or "").split(".")[:2])
-    except ValueError:
-        release = ()
-    if len(release) == 2 and release >= HEALTH_CHECK_TIMEOUT_SINCE and interval <= 60:
-        timeout = max(1, interval - 1)  # only where the default (60 s) would not stay under the interval
+    read = SlurmSettings().read_timeout_s if read_timeout_s is None else read_timeout_s
+    timeout, _ = health_check_limit(interval, read, slurm_version)
     env = jinja2.Environment(loader=jinja2.PackageLoader("slurm_gpufleet", "templates"),
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     return env.get_template("slurm.conf.j2").render(
         version=__version__, bin_dir=bin_dir.rstrip("/"), interval=interval, node_state=node_state,
-        reboot_program=reboot_program, health_check_timeout=timeout, slurm_version=slurm_version)
+        reboot_program=reboot_program, health_check_timeout=timeout, slurm_version=slurm_version,
+        read_timeout_s=f"{read:g}", drain_s=WATCHDOG_DRAIN_S)
 
 
 def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf: str | None = None,
                  interval: int = 300, reboot_program: str | None = None,
-                 slurm_version: str | None = None) -> list[Item]:
+                 slurm_version: str | None = None, read_timeout_s: float | None = None) -> list[Item]:
     from . import __version__
 
     root = Path(prefix)
@@ -102,7 +142,7 @@ def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf
     items.append(Item(config_path, config_skeleton(templates.joinpath("gpufleet.toml.sample").read_text()),
                       0o644, True))
     items.append(Item(etc / "upgrade.sh.j2", templates.joinpath("upgrade.sh.j2").read_text(), 0o644, True))
-    lines = slurm_conf_lines(str(sbin), interval, "ANY", reboot_program, slurm_version)
+    lines = slurm_conf_lines(str(sbin), interval, "ANY", reboot_program, slurm_version, read_timeout_s)
     items.append(Item(etc / "slurm.conf.gpufleet", lines, 0o644, False))
     return items
 
@@ -121,10 +161,21 @@ def apply_install(items: list[Item], dry_run: bool) -> list[tuple[str, Path]]:
         if dry_run:
             report.append(("would write", item.path))
             continue
-        item.path.parent.mkdir(parents=True, exist_ok=True)
+        _make_dirs(item.path.parent)
         tmp = item.path.with_name(f".{item.path.name}.tmp{os.getpid()}")
         tmp.write_text(item.text)
         tmp.chmod(item.mode)
         os.replace(tmp, item.path)
         report.append(("wrote", item.path))
     return report
+
+
+def _make_dirs(path: Path) -> None:
+    """Directories that pass the trust rule (trust.py) whatever the umask: 0755, the caller's own."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o755)
+        d.chmod(0o755)

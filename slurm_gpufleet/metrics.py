@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .engine import Report
 from .findings import RANK
+from .pipeline import Report
 from .snapshot import CLOCK_EVENT_REASONS, known
 
 
@@ -78,3 +78,32 @@ def write_textfile(path: str, report: Report, node: str | None = None, breaker_o
     from prometheus_client import write_to_textfile
 
     write_to_textfile(path, registry_for(report, node, breaker_open))  # writes a temp file and renames it
+
+
+def lemon_registry(flags: list, scores: dict[str, int], cases: list, lemon_jobs: int) -> Any:
+    """The lemon record's view (`fleet lemons --textfile`): each in-job flag seen this step, each node's
+    score (distinct jobs flagged since its last case closed), each open or just-closed case."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    flag = Gauge("gpufleet_instep_flag", "1 for each node (and GPU) the in-job detector holds apart from its job now",
+                 ["node", "job", "gpu", "signature"], registry=reg)
+    score = Gauge("gpufleet_lemon_score", "Distinct jobs the node was flagged in since its last lemon case closed",
+                  ["node"], registry=reg)
+    threshold = Gauge("gpufleet_lemon_jobs", "The score at which a node is held for the deep check", registry=reg)
+    case = Gauge("gpufleet_lemon_case", "1 for the state of each lemon case this step saw (checking, confirmed, "
+                 "cleared, unchecked)", ["node", "state"], registry=reg)
+    for f in flags:
+        flag.labels(f.node, f.job, "" if f.gpu is None else str(f.gpu), f.signature).set(1)
+    for node, n in scores.items():
+        score.labels(node).set(n)
+    threshold.set(lemon_jobs)
+    for c in cases:
+        case.labels(c.node, c.state).set(1)
+    return reg
+
+
+def write_lemon_textfile(path: str, flags: list, scores: dict[str, int], cases: list, lemon_jobs: int) -> None:
+    from prometheus_client import write_to_textfile
+
+    write_to_textfile(path, lemon_registry(flags, scores, cases, lemon_jobs))

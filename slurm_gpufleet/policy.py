@@ -37,154 +37,6 @@ class PolicyError(ValueError):
     """A config problem, already phrased as 'FILE:LINE: what is wrong'."""
 
 
-@dataclass(frozen=True)
-class NodePolicy:
-    """Every setting a check may read, resolved for one node.  Defaults are safe for any node."""
-
-    # inventory
-    expected_gpus: int | None = None
-    expected_model: str | None = None
-    # driver and compatibility
-    driver_version: str | None = None
-    min_cuda: str | None = None
-    require_cuda: list[str] = field(default_factory=list)
-    eol_branch_severity: str = "ok"
-    # driver branch types the group accepts ("LTSB", "PB", "NFB"; empty: any).  Production partitions
-    # usually refuse New Feature Branches: ["LTSB", "PB"].  From data/compat.toml's branch table.
-    allowed_branch_types: list[str] = field(default_factory=list)
-    branch_type_severity: str = "warn"
-    # a driver exposed to CVEs of NVIDIA's security bulletins (data/security.toml): a note by default;
-    # critical ones (CVSS >= 9) may be set to warn or drain by a site
-    cve_severity: str = "ok"
-    cve_critical_severity: str = "ok"
-    # a node off its group's pinned driver or firmware; warn by default so that changing the target
-    # in the config before a rollout never drains the fleet
-    driver_mismatch_severity: str = "warn"
-    firmware_mismatch_severity: str = "warn"
-    # firmware: allowed values; empty means "any"
-    vbios: list[str] = field(default_factory=list)
-    inforom_image: list[str] = field(default_factory=list)
-    gsp_firmware: list[str] = field(default_factory=list)
-    # memory
-    require_ecc: bool = False
-    sram_uncorrectable_max: int = 4
-    dram_correctable_max: int = 10_000_000
-    retired_pages_max: int = 60
-    # xid
-    xid_escalate_after_reboots: int = 2
-    xid_ignore: list[int] = field(default_factory=list)
-    # thermal / power / clocks
-    temperature_margin_c: int = 5
-    power_limit_tolerance_pct: float = 1.0
-    clock_tolerance_pct: float = 1.0
-    # pcie / nvlink
-    pcie_min_width: int | None = None
-    pcie_replay_max: int = 10_000
-    pcie_replay_growth_max: int = 100
-    nvlink_error_growth_max: int = 0
-    # modes
-    require_persistence: bool = False
-    compute_mode: str | None = None
-    mig_mode: bool | None = None
-    # performance (`check --level deep`): memory bandwidth this far below the baseline is a warning
-    perf_tolerance_pct: float = 10.0
-    # processes
-    expect_idle: bool = False
-    idle_memory_mib: int = 100
-    # groups that matched this node, for explanations
-    groups: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """How the health check, prolog and epilog act through Slurm ([slurm] in the config, site-wide)."""
-
-    # clean health-check runs in a row before a node we drained is resumed
-    clean_runs_to_resume: int = 3
-    # reset-fixable faults get `scontrol reboot ASAP`; still there after this many reboots -> drain
-    reboots_before_drain: int = 2
-    # where the node's GPU summary goes: "extra", "comment" or "none"
-    publish: str = "extra"
-    # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits
-    read_timeout_s: float = 20.0
-    # "commands" (scontrol/sinfo), "pyslurm", or "auto" (pyslurm when it imports and matches)
-    backend: str = "auto"
-    # slurmd gives HealthCheckProgram no PATH: absolute paths
-    scontrol: str = "/usr/bin/scontrol"
-    # per-node history (SQLite) and job windows live here
-    state_dir: str = "/var/lib/slurm-gpufleet"
-    # the kernel log to read Xids from: /dev/kmsg, a file, or a directory holding <node>.kmsg
-    kernel_log: str | None = "/dev/kmsg"
-    # where the node's /boot, /lib/modules and /etc are (the kernel check; looking before a reboot)
-    host_root: str = "/"
-    # `fleet stragglers`: judged per GPU model against at least this many peers, robust z and drop
-    straggler_min_peers: int = 8
-    straggler_z: float = 4.0
-    straggler_min_drop_pct: float = 5.0
-    # opt-in: `fleet stragglers --drain` may drain the slow nodes (never nodes held by someone else)
-    drain_stragglers: bool = False
-    # fleet-wide drain circuit breaker: a drain that would make more than this many nodes (or this share
-    # of the fleet or of a partition) drained by our health check within the window opens it instead
-    breaker_threshold: int | str = "10%"
-    breaker_window_s: float = 300.0
-    # where an open breaker is recorded (default <state_dir>/breaker.json; shared storage: one reset)
-    breaker_file: str | None = None
-    # driver and CUDA as node features (gpufleet_drv580, gpufleet_drv580.159.04, gpufleet_cuda13.0), so
-    # jobs can --constraint during a rollout; "" turns it off.  Features without the prefix are never touched
-    feature_prefix: str = "gpufleet_"
-
-    @property
-    def breaker_path(self) -> str:
-        import os
-
-        return self.breaker_file or os.path.join(self.state_dir, "breaker.json")
-
-
-@dataclass(frozen=True)
-class MaintainSettings:
-    """Staged driver rollouts ([maintain] in the config, site-wide)."""
-
-    # canary nodes per distinct (GPU model, firmware set) combination
-    canary_per_combo: int = 1
-    # wave sizes after the canary: nodes, or "N%" of the nodes in the rollout; the last one repeats
-    waves: tuple[int | str, ...] = (1, "2%", "10%", "25%", "100%")
-    # at most this many nodes out of service at once: nodes, or "N%" of the rollout
-    max_unavailable: int | str = "25%"
-    # and at most this share of each partition
-    max_unavailable_per_partition: str = "25%"
-    # nodes in these partitions / with these features go first; critical ones last
-    less_critical_partitions: tuple[str, ...] = ()
-    less_critical_features: tuple[str, ...] = ()
-    critical_partitions: tuple[str, ...] = ()
-    # estimate for the plan's timeline: upgrade + return + validation of one wave
-    upgrade_minutes: int = 20
-    # failed nodes tolerated before the rollout halts; then roll back automatically?
-    max_failures: int = 0
-    auto_rollback: bool = False
-    # upgrade a node someone else drained/downed while it sits empty?  (it is given back as it was)
-    upgrade_held_nodes: bool = False
-    # the site's upgrade command, a jinja2 template; every substituted value is shell-quoted
-    upgrade_template: str = "/etc/slurm-gpufleet/upgrade.sh.j2"
-    upgrade_timeout_s: int = 1800
-    # upgrade commands run at once, each with its own timeout (0: as many as the budget lets out)
-    max_parallel_upgrades: int = 0
-    # Slurm writes per step of the engine, most urgent first (0: no limit); what is left waits a step
-    max_slurm_writes_per_step: int = 2
-    return_timeout_s: int = 900
-    validate_timeout_s: int = 600
-    # optional: a batch job run on each upgraded node before it is released (for example the deep
-    # performance check).  The node leaves the drain but stays in its maintenance reservation, so only
-    # this job can start there; it must exit 0.  A shell command line, run by sbatch --wrap.
-    validation_job: str = ""
-    validation_job_timeout_s: int = 1800
-    # how long to wait between looks at Slurm while a rollout runs
-    poll_s: float = 5.0
-    # Slurm unreachable this long (slurmctld restarting, failing over) ends `apply`; `resume` continues
-    slurm_outage_s: float = 600.0
-    # the rollout's state (SQLite, created 0600)
-    db: str = "/var/lib/slurm-gpufleet/maintain.db"
-
-
 def _int(min_value: int = 0) -> Callable[[Any], Any]:
     def check(v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int) or v < min_value:
@@ -252,46 +104,6 @@ def _choice(*choices: str) -> Callable[[Any], Any]:
 
 _COMPUTE_MODES = ("Default", "Exclusive_Process", "Prohibited", "Exclusive_Thread")
 
-VALIDATORS: dict[str, Callable[[Any], Any]] = {
-    "expected_gpus": _int(0),
-    "expected_model": _str,
-    "driver_version": _version,
-    "min_cuda": _version,
-    "require_cuda": _version_list,
-    "eol_branch_severity": _choice(*SEVERITY_CHOICES),
-    "allowed_branch_types": _branch_types,
-    "branch_type_severity": _choice(*SEVERITY_CHOICES),
-    "cve_severity": _choice(*SEVERITY_CHOICES),
-    "cve_critical_severity": _choice(*SEVERITY_CHOICES),
-    "driver_mismatch_severity": _choice(*SEVERITY_CHOICES),
-    "firmware_mismatch_severity": _choice(*SEVERITY_CHOICES),
-    "vbios": _str_list,
-    "inforom_image": _str_list,
-    "gsp_firmware": _str_list,
-    "require_ecc": _bool,
-    "sram_uncorrectable_max": _int(0),
-    "dram_correctable_max": _int(0),
-    "retired_pages_max": _int(1),
-    "xid_escalate_after_reboots": _int(0),
-    "xid_ignore": _int_list,
-    "temperature_margin_c": _int(0),
-    "power_limit_tolerance_pct": _number,
-    "clock_tolerance_pct": _number,
-    "pcie_min_width": _int(1),
-    "pcie_replay_max": _int(0),
-    "pcie_replay_growth_max": _int(0),
-    "nvlink_error_growth_max": _int(0),
-    "require_persistence": _bool,
-    "compute_mode": _choice(*_COMPUTE_MODES),
-    "mig_mode": _bool,
-    "perf_tolerance_pct": _number,
-    "expect_idle": _bool,
-    "idle_memory_mib": _int(0),
-}
-assert set(VALIDATORS) == {f.name for f in fields(NodePolicy)} - {"groups"}
-
-_MODEL_KEYS = {"match": _str, "architecture": _str, "max_sm_mhz": _int(1), "mem_bw_gbps": _number}
-
 
 def _abs_path(v: Any) -> Any:
     v = _str(v)
@@ -328,57 +140,249 @@ def _waves(v: Any) -> Any:
     return tuple(_count_or_pct(x) for x in v)
 
 
+def _between(low: float, high: float) -> Callable[[Any], Any]:
+    """A number strictly between low and high (high may be inf)."""
+    def check(v: Any) -> Any:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not low < v < high:
+            raise ValueError(f"must be a number above {low:g}" + (f" and below {high:g}" if high != float("inf") else ""))
+        return float(v)
+    return check
+
+
+def _signals(v: Any) -> Any:
+    from .maintain.evidence import SIGNALS
+
+    if not isinstance(v, list) or not v or not all(isinstance(s, str) for s in v):
+        raise ValueError(f"must be a non-empty list of signals ({', '.join(SIGNALS)})")
+    unknown = [s for s in v if s not in SIGNALS]
+    if unknown:
+        raise ValueError(f"has an unknown signal {unknown[0]!r} (known: {', '.join(SIGNALS)})")
+    return tuple(dict.fromkeys(v))
+
+
 def _tuple_of_str(v: Any) -> Any:
     return tuple(_str_list(v))
 
 
-MAINTAIN_VALIDATORS: dict[str, Callable[[Any], Any]] = {
-    "canary_per_combo": _int(0),
-    "waves": _waves,
-    "max_unavailable": _count_or_pct,
-    "max_unavailable_per_partition": _pct,
-    "less_critical_partitions": _tuple_of_str,
-    "less_critical_features": _tuple_of_str,
-    "critical_partitions": _tuple_of_str,
-    "upgrade_minutes": _int(1),
-    "max_failures": _int(0),
-    "auto_rollback": _bool,
-    "upgrade_held_nodes": _bool,
-    "upgrade_template": _abs_path,
-    "upgrade_timeout_s": _int(1),
-    "max_parallel_upgrades": _int(0),
-    "max_slurm_writes_per_step": _int(0),
-    "return_timeout_s": _int(1),
-    "validate_timeout_s": _int(1),
-    "validation_job": lambda v: v.strip() if isinstance(v, str) else _str(v),
-    "validation_job_timeout_s": _int(60),
-    "poll_s": _number,
-    "slurm_outage_s": _number,
-    "db": _abs_path,
-}
+def setting(default: Any = None, check: Callable[[Any], Any] | None = None, *, factory: Any = None) -> Any:
+    """A config setting: its default and the validator of its value, declared in one place."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"check": check})
+    return field(default=default, metadata={"check": check})
+
+
+def checks_of(cls: type) -> dict[str, Callable[[Any], Any]]:
+    """Each setting's validator, read from the dataclass that declares it."""
+    return {f.name: f.metadata["check"] for f in fields(cls) if f.metadata.get("check")}
+
+
+@dataclass(frozen=True)
+class NodePolicy:
+    """Every setting a check may read, resolved for one node.  Defaults are safe for any node."""
+
+    # inventory
+    expected_gpus: int | None = setting(None, _int(0))
+    expected_model: str | None = setting(None, _str)
+    # driver and compatibility
+    driver_version: str | None = setting(None, _version)
+    min_cuda: str | None = setting(None, _version)
+    require_cuda: list[str] = setting(check=_version_list, factory=list)
+    eol_branch_severity: str = setting("ok", _choice(*SEVERITY_CHOICES))
+    # driver branch types the group accepts ("LTSB", "PB", "NFB"; empty: any).  Production partitions
+    # usually refuse New Feature Branches: ["LTSB", "PB"].  From data/compat.toml's branch table.
+    allowed_branch_types: list[str] = setting(check=_branch_types, factory=list)
+    branch_type_severity: str = setting("warn", _choice(*SEVERITY_CHOICES))
+    # a driver exposed to CVEs of NVIDIA's security bulletins (data/security.toml): a note by default;
+    # critical ones (CVSS >= 9) may be set to warn or drain by a site
+    cve_severity: str = setting("ok", _choice(*SEVERITY_CHOICES))
+    cve_critical_severity: str = setting("ok", _choice(*SEVERITY_CHOICES))
+    # a node off its group's pinned driver or firmware; warn by default so that changing the target
+    # in the config before a rollout never drains the fleet
+    driver_mismatch_severity: str = setting("warn", _choice(*SEVERITY_CHOICES))
+    firmware_mismatch_severity: str = setting("warn", _choice(*SEVERITY_CHOICES))
+    # firmware: allowed values; empty means "any"
+    vbios: list[str] = setting(check=_str_list, factory=list)
+    inforom_image: list[str] = setting(check=_str_list, factory=list)
+    gsp_firmware: list[str] = setting(check=_str_list, factory=list)
+    # memory
+    require_ecc: bool = setting(False, _bool)
+    sram_uncorrectable_max: int = setting(4, _int(0))
+    dram_correctable_max: int = setting(10_000_000, _int(0))
+    retired_pages_max: int = setting(60, _int(1))
+    # xid
+    xid_escalate_after_reboots: int = setting(2, _int(0))
+    xid_ignore: list[int] = setting(check=_int_list, factory=list)
+    # thermal / power / clocks
+    temperature_margin_c: int = setting(5, _int(0))
+    power_limit_tolerance_pct: float = setting(1.0, _number)
+    clock_tolerance_pct: float = setting(1.0, _number)
+    # pcie / nvlink
+    pcie_min_width: int | None = setting(None, _int(1))
+    pcie_replay_max: int = setting(10_000, _int(0))
+    pcie_replay_growth_max: int = setting(100, _int(0))
+    nvlink_error_growth_max: int = setting(0, _int(0))
+    # modes
+    require_persistence: bool = setting(False, _bool)
+    compute_mode: str | None = setting(None, _choice(*_COMPUTE_MODES))
+    mig_mode: bool | None = setting(None, _bool)
+    # performance (`check --level deep`): memory bandwidth this far below the baseline is a warning
+    perf_tolerance_pct: float = setting(10.0, _number)
+    # processes
+    expect_idle: bool = setting(False, _bool)
+    idle_memory_mib: int = setting(100, _int(0))
+    # groups that matched this node, for explanations
+    groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """How the health check, prolog and epilog act through Slurm ([slurm] in the config, site-wide)."""
+
+    # clean health-check runs in a row before a node we drained is resumed
+    clean_runs_to_resume: int = setting(3, _int(1))
+    # reset-fixable faults get `scontrol reboot ASAP`; still there after this many reboots -> drain
+    reboots_before_drain: int = setting(2, _int(0))
+    # where the node's GPU summary goes: "extra", "comment" or "none"
+    publish: str = setting("extra", _choice("extra", "comment", "none"))
+    # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits
+    read_timeout_s: float = setting(20.0, _timeout)
+    # "commands" (scontrol/sinfo), "pyslurm", or "auto" (pyslurm when it imports and matches)
+    backend: str = setting("auto", _choice("auto", "commands", "pyslurm"))
+    # slurmd gives HealthCheckProgram no PATH: absolute paths
+    scontrol: str = setting("/usr/bin/scontrol", _abs_path)
+    # per-node history (SQLite) and job windows live here
+    state_dir: str = setting("/var/lib/slurm-gpufleet", _abs_path)
+    # the kernel log to read Xids from: /dev/kmsg, a file, or a directory holding <node>.kmsg
+    kernel_log: str | None = setting("/dev/kmsg", _abs_path)
+    # where the node's /boot, /lib/modules and /etc are (the kernel check; looking before a reboot);
+    # %n is the node's name, as in slurm.conf (node images mounted side by side)
+    host_root: str = setting("/", _abs_path)
+    # `fleet stragglers`: judged per GPU model against at least this many peers, robust z and drop
+    straggler_min_peers: int = setting(8, _int(2))
+    straggler_z: float = setting(4.0, _number)
+    straggler_min_drop_pct: float = setting(5.0, _number)
+    # opt-in: `fleet stragglers --drain` may drain the slow nodes (never nodes held by someone else)
+    drain_stragglers: bool = setting(False, _bool)
+    # fleet-wide drain circuit breaker: a drain that would make more than this many nodes (or this share
+    # of the fleet or of a partition) drained for a fault by us (health check, stragglers) within the window
+    # opens it instead
+    breaker_threshold: int | str = setting("10%", _count_or_pct)
+    breaker_window_s: float = setting(300.0, _number)
+    # where an open breaker is recorded (default <state_dir>/breaker.json; shared storage: one reset)
+    breaker_file: str | None = setting(None, _abs_path)
+    # driver and CUDA as node features (gpufleet_drv580, gpufleet_drv580.159.04, gpufleet_cuda13.0), so
+    # jobs can --constraint during a rollout; "" turns it off.  Features without the prefix are never touched
+    feature_prefix: str = setting("gpufleet_", _str)
+    # the in-job sampler (sampler.py, for jobs on 2 nodes or more): one NVML read every instep_sample_s,
+    # a digest published every instep_window_s, a node flagged after instep_windows windows apart (instep.py)
+    instep_sample_s: float = setting(15.0, _number)
+    instep_window_s: float = setting(60.0, _number)
+    instep_windows: int = setting(3, _int(1))
+    # lemons (lemon.py, `fleet lemons`): a node flagged in this many distinct jobs is held in a maintenance
+    # reservation (lemon_hold_hours at most, its running job goes on) and the deep check (lemon_check, a
+    # shell command run by sbatch --wrap; it exits 1 with its finding as the job's comment) runs there when
+    # it frees; drained only if the check confirms.  lemon_db: the record, on the host running the command
+    lemon_jobs: int = setting(2, _int(1))
+    lemon_check: str = setting("/usr/local/sbin/slurm-gpufleet-healthcheck --level deep --confirm",
+                               lambda v: v.strip() if isinstance(v, str) else _str(v))
+    lemon_check_minutes: int = setting(30, _int(1))
+    lemon_hold_hours: float = setting(48.0, _number)
+    lemon_partition: str = setting("", _str)
+    lemon_db: str | None = setting(None, _abs_path)
+    # the one exception to "root trusts only root's files" (slurm_gpufleet/trust.py): this group may hold
+    # group write on the paths the config names (never on the config itself)
+    trusted_group: str | None = setting(None, _str)
+
+    @property
+    def breaker_path(self) -> str:
+        import os
+
+        return self.breaker_file or os.path.join(self.state_dir, "breaker.json")
+
+    @property
+    def lemon_path(self) -> str:
+        import os
+
+        return self.lemon_db or os.path.join(self.state_dir, "lemons.db")
+
+
+@dataclass(frozen=True)
+class MaintainSettings:
+    """Staged driver rollouts ([maintain] in the config, site-wide)."""
+
+    # canary nodes per distinct (GPU model, firmware set) combination
+    canary_per_combo: int = setting(1, _int(0))
+    # wave sizes after the canary: nodes, or "N%" of the nodes in the rollout; the last one repeats
+    waves: tuple[int | str, ...] = setting((1, "2%", "10%", "25%", "100%"), _waves)
+    # at most this many nodes out of service at once: nodes, or "N%" of the rollout
+    max_unavailable: int | str = setting("25%", _count_or_pct)
+    # and at most this share of each partition
+    max_unavailable_per_partition: str = setting("25%", _pct)
+    # nodes in these partitions / with these features go first; critical ones last
+    less_critical_partitions: tuple[str, ...] = setting((), _tuple_of_str)
+    less_critical_features: tuple[str, ...] = setting((), _tuple_of_str)
+    critical_partitions: tuple[str, ...] = setting((), _tuple_of_str)
+    # one node's upgrade + return + validation: the length of its slot (maintain/schedule.py)
+    upgrade_minutes: int = setting(20, _int(1))
+    # failed nodes tolerated before the rollout halts; then roll back automatically?
+    max_failures: int = setting(0, _int(0))
+    auto_rollback: bool = setting(False, _bool)
+    # upgrade a node someone else drained/downed while it sits empty?  (it is given back as it was)
+    upgrade_held_nodes: bool = setting(False, _bool)
+    # the site's upgrade command, a jinja2 template; every substituted value is shell-quoted
+    upgrade_template: str = setting("/etc/slurm-gpufleet/upgrade.sh.j2", _abs_path)
+    upgrade_timeout_s: int = setting(1800, _int(1))
+    # upgrade commands run at once, each with its own timeout (0: as many as the budget lets out)
+    max_parallel_upgrades: int = setting(0, _int(0))
+    # Slurm writes per step of the engine, most urgent first (0: no limit); what is left waits a step
+    max_slurm_writes_per_step: int = setting(2, _int(0))
+    return_timeout_s: int = setting(900, _int(1))
+    validate_timeout_s: int = setting(600, _int(1))
+    # optional: a batch job run on each upgraded node before it is released (for example the deep
+    # performance check).  The node leaves the drain but stays in its maintenance reservation, so only
+    # this job can start there; it must exit 0.  A shell command line, run by sbatch --wrap.
+    validation_job: str = setting("", lambda v: v.strip() if isinstance(v, str) else _str(v))
+    validation_job_timeout_s: int = setting(1800, _int(60))
+    # failure domains (NVLink racks, Slurm blocks; maintain/domains.py): a domain drains, upgrades,
+    # validates and returns as one; the canary is a whole domain
+    whole_domain: bool = setting(False, _bool)
+    # at most this many domains with any node out at once (0: only the node budget counts)
+    max_unavailable_domains: int = setting(0, _int(0))
+    # whole domains kept fully in service at every moment, for --segment and --exclusive=topo jobs
+    keep_free_domains: int = setting(0, _int(0))
+    # firmware components that are one per domain (an NVSwitch tray's firmware touches its whole rack):
+    # a bundle that changes one takes whole domains whatever whole_domain says
+    domain_wide: tuple[str, ...] = setting((), _tuple_of_str)
+    # what widens a wave: "validated" (its nodes came back healthy on the new driver) or "evidence"
+    # (also: canary against control over the same hours, maintain/evidence.py, rules "worse" out)
+    gate: str = setting("validated", _choice("validated", "evidence"))
+    gate_signals: tuple[str, ...] = setting(("xid_soft", "xid_hard", "ecc", "verdict", "job_fail"), _signals)
+    # "worse" means this many times the control's rate, judged at this confidence
+    gate_worse_ratio: float = setting(2.0, _between(1.0, float("inf")))
+    gate_confidence: float = setting(0.95, _between(0.5, 1.0))
+    # a signal with at least this many events must rule "worse" out before the window widens
+    gate_min_events: int = setting(5, _int(1))
+    # no wave widens before this soak, in seconds of the cohort in service; at the max without a decision,
+    # wait for `maintain approve` (or proceed)
+    gate_min_soak_s: int = setting(3600, _int(1))
+    gate_max_soak_s: int = setting(86400, _int(1))
+    gate_on_timeout: str = setting("wait", _choice("wait", "proceed"))
+    # how long to wait between looks at Slurm while a rollout runs
+    poll_s: float = setting(5.0, _number)
+    # Slurm unreachable this long (slurmctld restarting, failing over) ends `apply`; `resume` continues
+    slurm_outage_s: float = setting(600.0, _number)
+    # the rollout's state (SQLite, created 0600)
+    db: str = setting("/var/lib/slurm-gpufleet/maintain.db", _abs_path)
+
+
+VALIDATORS = checks_of(NodePolicy)
+MAINTAIN_VALIDATORS = checks_of(MaintainSettings)
+SLURM_VALIDATORS = checks_of(SlurmSettings)
+assert set(VALIDATORS) == {f.name for f in fields(NodePolicy)} - {"groups"}
 assert set(MAINTAIN_VALIDATORS) == {f.name for f in fields(MaintainSettings)}
-
-
-SLURM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
-    "clean_runs_to_resume": _int(1),
-    "reboots_before_drain": _int(0),
-    "publish": _choice("extra", "comment", "none"),
-    "read_timeout_s": _timeout,
-    "backend": _choice("auto", "commands", "pyslurm"),
-    "scontrol": _abs_path,
-    "state_dir": _abs_path,
-    "kernel_log": _abs_path,
-    "host_root": _abs_path,
-    "straggler_min_peers": _int(2),
-    "straggler_z": _number,
-    "straggler_min_drop_pct": _number,
-    "drain_stragglers": _bool,
-    "breaker_threshold": _count_or_pct,
-    "breaker_window_s": _number,
-    "breaker_file": _abs_path,
-    "feature_prefix": _str,
-}
 assert set(SLURM_VALIDATORS) == {f.name for f in fields(SlurmSettings)}
+
+_MODEL_KEYS = {"match": _str, "architecture": _str, "max_sm_mhz": _int(1), "mem_bw_gbps": _number}
 
 
 @dataclass
@@ -389,6 +393,27 @@ class _Group:
     settings: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Requirement:
+    """[[requires]]: what firmware a driver branch needs (`driver = "580"`, `vbios = "96.00.74.00.01"`)."""
+
+    driver: str                    # a branch ("580") or a version prefix ("580.95")
+    minimum: dict[str, str]        # firmware component -> the lowest version that works
+    where: str                     # file:line, for the plan's refusal
+
+    def applies_to(self, driver: str) -> bool:
+        return driver == self.driver or driver.startswith(self.driver + ".")
+
+
+@dataclass(frozen=True)
+class DomainSpec:
+    """[[domain]]: a failure domain (an NVLink rack, an IMEX domain) for Slurm releases or sites without
+    topology/block: `name = "rack1"`, `nodes = "gpu[001-018]"`."""
+
+    name: str
+    nodes: tuple[str, ...]
+
+
 @dataclass
 class Policy:
     path: str | None = None
@@ -397,6 +422,8 @@ class Policy:
     models: tuple[GpuModel, ...] = ()
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
     maintain: MaintainSettings = field(default_factory=MaintainSettings)
+    requires: tuple[Requirement, ...] = ()
+    domains: tuple[DomainSpec, ...] = ()
 
     def for_node(self, host: str | None) -> NodePolicy:
         resolved = replace(NodePolicy(), **self.defaults)
@@ -443,11 +470,16 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
     lines = _KeyLines(text)
     policy = Policy(path=path)
     for key in data:
-        if key not in ("defaults", "group", "models", "slurm", "maintain"):
+        if key not in ("defaults", "group", "models", "slurm", "maintain", "requires", "domain"):
             raise PolicyError(f"{path}:{lines.find(None, key)}: unknown section or key '{key}' "
-                              "(expected [defaults], [[group]], [models.\"NAME\"], [slurm] or [maintain])")
+                              "(expected [defaults], [[group]], [models.\"NAME\"], [slurm], [maintain], "
+                              "[[requires]] or [[domain]])")
     policy.slurm = SlurmSettings(**_site_section(data, "slurm", SLURM_VALIDATORS, path, lines))
     policy.maintain = MaintainSettings(**_site_section(data, "maintain", MAINTAIN_VALIDATORS, path, lines))
+    if policy.maintain.gate_max_soak_s < policy.maintain.gate_min_soak_s:
+        raise PolicyError(f"{path}:{lines.find(('maintain', None), 'gate_max_soak_s')}: gate_max_soak_s "
+                          f"{policy.maintain.gate_max_soak_s} is shorter than gate_min_soak_s "
+                          f"{policy.maintain.gate_min_soak_s}")
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise PolicyError(f"{path}:{lines.find(None, 'defaults')}: 'defaults' must be a table")
@@ -487,7 +519,63 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
         extra.append(GpuModel(name, pattern, spec.get("architecture"), spec.get("max_sm_mhz"), f"policy {path}",
                               spec.get("mem_bw_gbps")))
     policy.models = tuple(extra)
+    policy.requires = tuple(_requirements(data.get("requires", []), path, lines))
+    policy.domains = tuple(_domains(data.get("domain", []), path, lines))
     return policy
+
+
+def _rows(data: Any, name: str, path: str, lines: _KeyLines) -> list[dict[str, Any]]:
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise PolicyError(f"{path}:{lines.find(None, name)}: '{name}' must be an array of tables ([[{name}]])")
+    return data
+
+
+def _requirements(data: Any, path: str, lines: _KeyLines) -> list[Requirement]:
+    out = []
+    for i, row in enumerate(_rows(data, "requires", path, lines)):
+        section = ("requires", i)
+        driver = row.get("driver")
+        if not isinstance(driver, str) or not re.fullmatch(r"\d+(\.\d+)*", driver.strip()):
+            raise PolicyError(f"{path}:{lines.find(section, 'driver')}: [[requires]] #{i + 1} needs 'driver', "
+                              "a branch or version prefix such as \"580\"")
+        minimum = {}
+        for key, value in row.items():
+            if key == "driver":
+                continue
+            if not isinstance(value, str) or not value.strip() or not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", key):
+                raise PolicyError(f"{path}:{lines.find(section, key)}: [[requires]] {key} must be a firmware "
+                                  f"component with its minimum version as a string (got {value!r})")
+            minimum[key] = value.strip()
+        if not minimum:
+            raise PolicyError(f"{path}:{lines.header(section)}: [[requires]] #{i + 1} names no firmware "
+                              "(e.g. vbios = \"96.00.74.00.01\")")
+        out.append(Requirement(driver.strip(), minimum, f"{path}:{lines.header(section)}"))
+    return out
+
+
+def _domains(data: Any, path: str, lines: _KeyLines) -> list[DomainSpec]:
+    out: list[DomainSpec] = []
+    seen: dict[str, str] = {}
+    for i, row in enumerate(_rows(data, "domain", path, lines)):
+        section = ("domain", i)
+        unknown = sorted(set(row) - {"name", "nodes"})
+        if unknown:
+            raise PolicyError(f"{path}:{lines.find(section, unknown[0])}: unknown key '{unknown[0]}' in "
+                              "[[domain]] (known: name, nodes)")
+        nodes = row.get("nodes")
+        if not isinstance(nodes, str) or not nodes.strip():
+            raise PolicyError(f"{path}:{lines.header(section)}: [[domain]] #{i + 1} needs 'nodes', a Slurm host list")
+        members = tuple(_nodeset(nodes, f"{path}:{lines.find(section, 'nodes')}"))
+        name = row.get("name", f"domain{i + 1}")
+        if not isinstance(name, str) or not name.strip():
+            raise PolicyError(f"{path}:{lines.find(section, 'name')}: [[domain]] name must be a string")
+        for n in members:
+            if n in seen:
+                raise PolicyError(f"{path}:{lines.find(section, 'nodes')}: {n} is in [[domain]] {seen[n]} "
+                                  f"and {name}: a node is in one domain")
+            seen[n] = name
+        out.append(DomainSpec(name, members))
+    return out
 
 
 def _site_section(data: dict[str, Any], name: str, validators: dict[str, Callable[[Any], Any]], path: str,
@@ -543,6 +631,7 @@ class _KeyLines:
         self.headers: dict[Any, int] = {}
         section: Any = None
         groups = -1
+        rows: dict[str, int] = {}
         for number, line in enumerate(text.splitlines(), start=1):
             h = self._HEADER.match(line)
             if h:
@@ -550,6 +639,9 @@ class _KeyLines:
                 if h.group(1) == "[[" and name == "group":
                     groups += 1
                     section = ("group", groups)
+                elif h.group(1) == "[[" and name in ("requires", "domain"):
+                    rows[name] = rows.get(name, -1) + 1
+                    section = (name, rows[name])
                 elif name.startswith("models."):
                     section = ("models", name[len("models."):].strip().strip('"'))
                 else:

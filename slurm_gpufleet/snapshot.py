@@ -246,6 +246,7 @@ class KernelModule:
     source: str | None = None      # "dkms" or "precompiled"
     signed: bool | None = None
     signer: str | None = None      # the signing key's name (CN), as modinfo's "signer:" shows it
+    vermagic: str | None = None    # the kernel it was built for, first word ("6.1.0-50-amd64 SMP ...")
 
 
 @dataclass
@@ -297,6 +298,8 @@ class NodeSnapshot:
     performance: list[PerfSample] = field(default_factory=list)
     # the host's kernels and NVIDIA modules (readers/host.py), when read
     host_facts: HostFacts | None = None
+    # what could not be read for a node's own health check (a kernel log, the host): said in its log
+    unread: list[str] = field(default_factory=list)
 
     def gpu_by_pci(self, pci: str | None) -> Gpu | None:
         if not pci:

@@ -4,9 +4,26 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import tempfile
 
 import pytest
 from support import H200
+
+
+def _trusted_tmp() -> str:
+    """Where tests keep their files: the health check, hooks and `maintain` refuse configs, templates and
+    state in a directory others can write (slurm_gpufleet/trust.py), and /tmp is one.  Root's tests use
+    /var/lib/gpufleet-tests, a user's ~/.cache/gpufleet-tests; GPUFLEET_TEST_TMP names another."""
+    base = os.environ.get("GPUFLEET_TEST_TMP") or (
+        "/var/lib/gpufleet-tests" if os.geteuid() == 0 else os.path.expanduser("~/.cache/gpufleet-tests"))
+    os.makedirs(base, mode=0o755, exist_ok=True)
+    os.chmod(base, 0o755)
+    return base
+
+
+# before pytest makes its first tmp_path (and for every program a test starts)
+os.environ["TMPDIR"] = tempfile.tempdir = _trusted_tmp()
 
 
 @pytest.fixture(scope="session")

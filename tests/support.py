@@ -26,10 +26,11 @@ def kernel_log_lines() -> list[dict[str, str]]:
         return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60, stdin: bytes | None = None):
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60, stdin: bytes | None = None,
+            cwd: str | Path = REPO):
     import subprocess
 
     full_env = {**os.environ, **(env or {})}
     full_env.pop("SLURM_GPUFLEET_CONFIG", None) if env is None or "SLURM_GPUFLEET_CONFIG" not in env else None
     return subprocess.run([sys.executable, "-m", "slurm_gpufleet.cli", *args], capture_output=True,
-                          timeout=timeout, env=full_env, input=stdin, cwd=REPO)
+                          timeout=timeout, env=full_env, input=stdin, cwd=cwd)

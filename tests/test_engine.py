@@ -12,9 +12,11 @@ from dataclasses import replace
 import pytest
 
 from slurm_gpufleet.maintain import states as S
-from slurm_gpufleet.maintain.engine import Engine, slot_times
 from slurm_gpufleet.maintain.planner import make_plan
-from slurm_gpufleet.maintain.simslurm import SimExecutor, SimFleet
+from slurm_gpufleet.maintain.reconcile import Engine
+from slurm_gpufleet.maintain.schedule import slot_times
+from slurm_gpufleet.maintain.simslurm import SimExecutor
+from slurm_gpufleet.maintain.simulate import SimFleet
 from slurm_gpufleet.maintain.store import Store
 from slurm_gpufleet.policy import parse_policy
 
@@ -26,13 +28,13 @@ MAINTAIN = '[maintain]\nwaves = [1, 2, "100%"]\nmax_unavailable = 4\nmax_unavail
 
 
 def rollout(tmp_path, fleet: SimFleet, config: str = "", *, base: str = MAINTAIN, deadline: float | None = None,
-            **executor_opts):
+            strategy: str = "reservation", **executor_opts):
     policy = parse_policy(base + "upgrade_minutes = 20\n" + config)
     template = tmp_path / "upgrade.j2"
     template.write_text(SimExecutor.TEMPLATE)
     policy = replace(policy, maintain=replace(policy.maintain, upgrade_template=str(template)))
     plan = make_plan(fleet.fleet_state(), TARGET, [n.name for n in fleet.sim.nodes], policy, now=fleet.sim.now,
-                     force=True, deadline=deadline).to_dict()
+                     force=True, deadline=deadline, strategy=strategy).to_dict()
     store = Store(str(tmp_path / "maintain.db"))
     store.create_rollout(plan, at=fleet.sim.now)
     executor = SimExecutor(fleet.sim, 20 * 60, **executor_opts)
@@ -50,6 +52,24 @@ def drive(fleet, engine, plan, executor, dt=300.0, max_steps=2000, on_step=None)
         if state in S.ROLLOUT_FINAL or (state == S.R_HALTED and engine.in_flight(plan["id"]) == 0):
             return state
         fleet.advance(fleet.sim.now + dt, executor)
+    return state
+
+
+def drive_crashing(tmp_path, fleet, engine, plan, executor, on_step=lambda: None) -> str:
+    """A new engine after every step, as after kill -9 and `maintain resume`: commands under way are lost
+    with the process and run again."""
+    state = ""
+    for _ in range(500):
+        state = engine.step(plan["id"])
+        on_step()
+        if state == S.R_DONE:
+            break
+        executor.active.clear()  # the crash: commands in flight die with `apply`
+        engine = Engine(Store(str(tmp_path / "maintain.db")), fleet.slurm, engine.policy, executor,
+                        clock=lambda: fleet.sim.now)
+        engine.step(plan["id"])
+        on_step()
+        fleet.advance(fleet.sim.now + 1500, executor)
     return state
 
 
@@ -154,24 +174,22 @@ def test_a_crash_at_every_step_still_converges(tmp_path):
     for i in range(12):
         fleet.add_job(f"j{i}", i, 8, T0 + 900 * (i % 3 + 1))
     engine, store, plan, executor = rollout(tmp_path, fleet)
-    state = ""
-    for _ in range(500):
-        state = engine.step(plan["id"])
-        if state == S.R_DONE:
-            break
-        executor.active.clear()  # the crash: commands in flight die with `apply`
-        engine = Engine(Store(str(tmp_path / "maintain.db")), fleet.slurm, engine.policy, executor,
-                        clock=lambda: fleet.sim.now)
-        engine.step(plan["id"])
-        fleet.advance(fleet.sim.now + 1500, executor)
+    state = drive_crashing(tmp_path, fleet, engine, plan, executor)
     assert state == S.R_DONE and store.counts(plan["id"]) == {S.DONE: 12}
     assert fleet.slurm.reservations_ == {} and not any(n.drained for n in fleet.sim.nodes)
 
 
-def test_only_declared_transitions():
+def test_only_declared_transitions_each_direction_its_own_table():
     assert S.legal(S.PENDING, S.RESERVED) and S.legal(S.VALIDATING, S.DONE)
     assert not S.legal(S.PENDING, S.DONE) and not S.legal(S.DONE, S.PENDING)
-    assert set(S.TRANSITIONS) == set(S.NODE_STATES)
+    for direction, table in S.TRANSITIONS.items():
+        assert set(table) == set(S.NODE_STATES), direction
+    back = S.Direction.ROLLBACK
+    # a node on its way back ends rolled back or failed, never done; a forward rollout never rolls back
+    assert S.legal(S.VALIDATING, S.ROLLED_BACK, back) and not S.legal(S.VALIDATING, S.DONE, back)
+    assert not S.legal(S.VALIDATING, S.ROLLED_BACK) and not S.legal(S.UPGRADING, S.ROLLING_BACK)
+    assert S.legal(S.DONE, S.ROLLING_BACK, S.Direction.TURN_BACK) and not S.legal(S.DONE, S.ROLLING_BACK, back)
+    assert not S.legal(S.PENDING, S.RESERVED, S.Direction.ABORT)
 
 
 def test_slots_follow_free_times_window_and_gates():
@@ -344,3 +362,160 @@ def test_a_node_whose_cdmm_mode_differs_from_the_canarys_fails(tmp_path):
     engine, store, plan, executor = rollout(tmp_path, fleet, "max_failures = 1\n", fields=fields)
     drive(fleet, engine, plan, executor)
     assert store.node(plan["id"], odd)["error"] == "validation failed: CDMM mode numa != canary's driver"
+
+
+# ----------------------------------------------------------------------------- every engine path in memory
+def _run_until(fleet, engine, plan, executor, done, dt=300.0, max_steps=500):
+    for _ in range(max_steps):
+        engine.step(plan["id"])
+        if done():
+            return
+        fleet.advance(fleet.sim.now + dt, executor)
+    raise AssertionError("never reached")
+
+
+def test_rollback_takes_every_touched_node_back_and_gives_the_rest_back_untouched(tmp_path):
+    fleet = SimFleet(10)
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    previous = plan["previous_drivers"]["node00001"]
+    _run_until(fleet, engine, plan, executor, lambda: store.counts(plan["id"]).get(S.DONE, 0) >= 3)
+    # taken but not yet upgraded (reserved) is given back untouched; anything further goes back
+    touched = {r["node"] for r in store.nodes(plan["id"]) if r["state"] not in (S.PENDING, S.RESERVED)}
+    engine.start_rollback(plan["id"])
+    assert store.rollout(plan["id"])["state"] == S.R_ROLLING_BACK
+    state = drive(fleet, engine, plan, executor)
+    assert state == S.R_ROLLED_BACK
+    rows = {r["node"]: r for r in store.nodes(plan["id"])}
+    assert {n for n, r in rows.items() if r["state"] == S.ROLLED_BACK} == touched
+    assert all(r["state"] == S.SKIPPED for n, r in rows.items() if n not in touched)
+    for n in fleet.sim.nodes:  # every rolled-back node published its previous driver again
+        if n.name in touched:
+            assert json.loads(n.extra)["drv"] == previous
+    assert fleet.slurm.reservations_ == {} and not any(n.drained for n in fleet.sim.nodes)
+    assert all(n.weight == 1 for n in fleet.sim.nodes)
+    # the way back has its own table: no node of a rollback was ever moved to done after the turn
+    turned = store.db.execute("select min(ts) from audit where rollout = ? and event = 'rolling_back'",
+                              [plan["id"]]).fetchone()[0]
+    assert store.db.execute("select count(*) from audit where rollout = ? and event = 'done' and ts > ?",
+                            [plan["id"], turned]).fetchone()[0] == 0
+
+
+def test_abort_ends_every_node_where_it_is(tmp_path):
+    fleet = SimFleet(10)
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    _run_until(fleet, engine, plan, executor,
+               lambda: any(r["state"] == S.UPGRADING for r in store.nodes(plan["id"]))
+               and store.counts(plan["id"]).get(S.DONE, 0) >= 1)
+    before = {r["node"]: r["state"] for r in store.nodes(plan["id"])}
+    assert engine.abort(plan["id"]) == S.R_ABORTED
+    after = {r["node"]: r for r in store.nodes(plan["id"])}
+    for node, old in before.items():
+        new = after[node]["state"]
+        if old in (S.PENDING, S.RESERVED):
+            assert new == S.SKIPPED
+        elif old in S.FINAL:
+            assert new == old
+        else:
+            assert new == S.FAILED and after[node]["error"] == "aborted mid-upgrade"
+    drained = {n.name for n in fleet.sim.nodes if n.drained}
+    assert drained == {n for n, r in after.items() if r["state"] == S.FAILED}  # checked by a person
+    assert fleet.slurm.reservations_ == {}
+    assert engine.step(plan["id"]) == S.R_ABORTED  # final: a later step does nothing
+
+
+def test_reboot_asap_empties_busy_nodes_by_reboot_and_kills_nothing(tmp_path):
+    fleet = SimFleet(6)
+    for i in range(6):
+        fleet.add_job(f"j{i}", i, 8, T0 + 3600 * (1 + i % 2))
+    engine, store, plan, executor = rollout(tmp_path, fleet, strategy="reboot-asap")
+    engine.step(plan["id"])
+    asked = [n for n in fleet.sim.nodes if n.reboot_requested]
+    assert asked and all(n.running for n in asked)  # asked while busy; nothing killed
+    assert all(n.drained for n in asked)  # Slurm's ASAP drain: no new job lands there
+    assert drive(fleet, engine, plan, executor) == S.R_DONE
+    assert store.counts(plan["id"]) == {S.DONE: 6}
+    # each node was rebooted empty (once for the emptying, once by its upgrade), never before its job ended
+    assert all(n.boot == 2 for n in fleet.sim.nodes)
+    assert not any(n.drained or n.reboot_requested for n in fleet.sim.nodes)
+    assert fleet.slurm.reservations_ == {}
+    # the whole rollout used no slot reservations: the strategy object says reboot-asap has none
+    assert not any("_s" in e["detail"] for e in store.log(plan["id"], 500) if e["event"] == "slurm create_reservation")
+
+
+def test_auto_rollback_turns_back_in_the_same_step_with_the_same_read(tmp_path):
+    fleet = SimFleet(6)
+    engine, store, plan, executor = rollout(tmp_path, fleet, "max_failures = 0\nauto_rollback = true\n",
+                                            publishes="999.99.99")
+    reads = []
+    state = ""
+    for _ in range(200):
+        before = fleet.slurm.calls["read"]
+        state = engine.step(plan["id"])
+        reads.append((fleet.slurm.calls["read"] - before, engine.stats[-1].reads, state))
+        if state != S.R_RUNNING:
+            break
+        fleet.advance(fleet.sim.now + 300, executor)
+    assert state == S.R_ROLLING_BACK
+    real, counted, _ = reads[-1]
+    assert real == counted == 3  # the halt and the turn back read the fleet once, and the step says so
+    assert all(r == c for r, c, _ in reads)
+    executor.publishes = "target"  # the previous driver comes back as it was
+    assert drive(fleet, engine, plan, executor) == S.R_ROLLED_BACK
+    assert store.node(plan["id"], plan["waves"][0]["nodes"][0])["state"] == S.ROLLED_BACK
+
+
+def test_plan_slots_are_the_engines_first_reservations(tmp_path):
+    fleet = SimFleet(8)
+    for i in range(8):
+        fleet.add_job(f"j{i}", i, 8, T0 + 3600 * (2 + i))
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    nodes = {n["node"]: n for n in plan["nodes"]}
+    assert set(nodes) == {n.name for n in fleet.sim.nodes}
+    for n in nodes.values():
+        assert n["slot_end"] - n["slot_start"] == 20 * 60 and n["slot_start"] >= T0
+    assert nodes["node00003"]["decided_by"] == {"job_id": "j2", "end": T0 + 4 * 3600}
+    engine.step(plan["id"])
+    made = fleet.slurm.reservations_
+    assert made
+    for name, r in made.items():  # each reservation starts at the slot the plan showed for its nodes
+        assert {nodes[n]["slot_start"] for n in r.nodes} == {r.start}, name
+    # waves are drawn from the same slots
+    for w in plan["waves"]:
+        assert w["start"] == min(nodes[n]["slot_start"] for n in w["nodes"])
+
+
+def test_a_registration_seen_when_the_command_began_is_not_its_reboot():
+    """Found on real Slurm: reboot-asap emptied a node, its slurmd registered, and its upgrade began in
+    that same second; the whole-second rule took that registration (and the summary published then) for
+    the upgrade's reboot, and the node failed validation with its old driver."""
+    from slurm_gpufleet.maintain.units import rebooted
+    from slurm_gpufleet.slurm.base import NodeInfo
+
+    row = {"boot": "2026-12-01T07:00:00", "started": 1000.6, "registered": 1000.0}
+    same = NodeInfo("n1", "IDLE", boot_time="2026-12-01T07:00:00", slurmd_start=1000.0)
+    assert not rebooted(same, row)
+    again = NodeInfo("n1", "IDLE", boot_time="2026-12-01T07:00:00", slurmd_start=1003.0)
+    assert rebooted(again, row)
+    booted = NodeInfo("n1", "IDLE", boot_time="2026-12-01T09:00:00", slurmd_start=1000.0)
+    assert rebooted(booted, row)
+    # a row from before the registration was kept: a registration in the command's second still counts
+    assert rebooted(same, {**row, "registered": None})
+
+
+def test_a_boot_time_a_second_off_is_not_a_reboot():
+    """Found on the real node image: Slurm's BootTime is now - uptime at each registration, so a slurmd
+    restarted just before the node was taken showed a boot one second off the one recorded; taken for the
+    reboot, it let the validation read the summary published before the real one, with the old driver."""
+    from slurm_gpufleet.maintain.units import rebooted
+    from slurm_gpufleet.slurm.base import NodeInfo
+
+    row = {"boot": "2026-12-01T07:40:41", "started": 1000.6, "registered": 1000.0}
+    jitter = NodeInfo("n1", "IDLE", boot_time="2026-12-01T07:40:40", slurmd_start=1000.0)
+    assert not rebooted(jitter, row)
+    assert rebooted(NodeInfo("n1", "IDLE", boot_time="2026-12-01T17:23:40", slurmd_start=1000.0), row)
+    # a row a store kept before boots were one form (epoch digits) against the ISO one of today
+    import datetime as dt
+
+    epoch = str(int(dt.datetime.fromisoformat("2026-12-01T07:40:41").timestamp()))
+    assert not rebooted(jitter, {**row, "boot": epoch})
+    assert rebooted(NodeInfo("n1", "IDLE", boot_time="2026-12-01T09:00:00", slurmd_start=1000.0), {**row, "boot": epoch})

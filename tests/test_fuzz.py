@@ -1,12 +1,16 @@
 """Parsers never crash: any input is a value or the parser's own one-line error.  Each property runs at
-150 examples in the quick suite and at 10,000 in the slow-marked run (`pytest -m slow`; `make test`
-runs both, as CI does)."""
+150 examples in the fast tier and at 3,000 in the slow-marked run (`pytest -m slow`; `make test`
+runs both, as CI does).  Every run draws new cases; a failure hypothesis found is kept in its example
+database outside the repository (~/.cache/slurm-gpufleet-hypothesis) and tried first next time, and
+hypothesis prints the `@reproduce_failure` line that replays it anywhere."""
 
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
 from support import H200, PUBLIC
 
 from slurm_gpufleet import evaluate
@@ -27,9 +31,11 @@ SACCT = ("JobIDRaw|User|Submit|Start|End|Elapsed|NNodes|AllocTRES|State|Timelimi
 NODE = ("NodeName=n2 Arch=x86_64 CoresPerSocket=1\n   State=IDLE+DRAIN ThreadsPerCore=1 Weight=1\n"
         "   Reason=gpufleet: memory gpu5 row remapping failed [root@2026-11-30T10:04:11]\n"
         '   Extra={"gpufleet":1,"v":"ok","drv":"580.159.04","t":"2026-11-30T10:04:11Z"}\n')
-QUICK = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-# derandomized: CI runs the same 10,000 cases every time (a failure reproduces; nothing flakes)
-SLOW = settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+EXAMPLES = DirectoryBasedExampleDatabase(os.path.expanduser("~/.cache/slurm-gpufleet-hypothesis"))
+QUICK = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=EXAMPLES,
+                 print_blob=True)
+SLOW = settings(max_examples=3_000, deadline=None, suppress_health_check=list(HealthCheck), database=EXAMPLES,
+                print_blob=True)
 
 
 def _read(data):
@@ -130,6 +136,6 @@ def test_quick(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PROPERTIES))
-def test_10000_cases(name):
+def test_3000_new_cases(name):
     fn, strategies = PROPERTIES[name]
     SLOW(given(*strategies)(fn))()

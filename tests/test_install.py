@@ -53,13 +53,58 @@ def test_install_refuses_relative_paths(tmp_path):
     assert r.returncode == 2 and b"absolute" in r.stderr and r.stderr.count(b"\n") == 1
 
 
-@pytest.mark.parametrize("release,interval,timeout", [("26.05.5", 5, "HealthCheckTimeout=4"),
-                                                      ("26.05.5", 300, None),   # the default 60 s fits
-                                                      ("24.11.5", 5, None),     # 24.11 has no such key
-                                                      ("22.05.8", 5, None)])    # 22.05 would refuse it
-def test_slurm_conf_lines_fit_the_release_that_reads_them(release, interval, timeout):
-    from slurm_gpufleet.install import slurm_conf_lines
+@pytest.mark.parametrize("release,interval,read,timeout,notes", [
+    ("26.05.5", 5, 20, 40, ["runs may overlap; HealthCheckTimeout is set above the interval"]),  # the run's need wins
+    ("26.05.5", 5, 4, 24, ["Slurm logs an error"]),
+    ("26.05.5", 300, 20, None, []),   # the default 60 s fits under the interval and covers the watchdog
+    ("26.05.5", 60, 20, 59, []),      # the default would not stay under the interval; 59 covers 40
+    ("26.05.5", 300, 50, 70, []),     # the default would kill the watchdog's drain
+    ("24.11.5", 5, 20, None, ["runs may overlap"]),  # 24.11 has no such key
+    ("24.11.5", 30, 20, None, ["runs may overlap"]),
+    ("24.11.5", 300, 50, None, ["kills a health check after 60 s"]),
+    ("22.05.8", 5, 4, None, ["runs may overlap"])])   # 22.05 would refuse the key
+def test_health_check_limit_leaves_the_watchdog_time_to_drain(release, interval, read, timeout, notes):
+    """slurmd 26.05 kills a run at HealthCheckTimeout (seen: interval 5, limit 4, runs of 4.8 s under load
+    were killed before they published); a limit under read_timeout_s would also kill the watchdog."""
+    from slurm_gpufleet.install import health_check_limit, slurm_conf_lines
 
-    lines = [line for line in slurm_conf_lines("/opt/g/sbin", interval, slurm_version=release).splitlines()
+    got, said = health_check_limit(interval, read, release)
+    assert got == timeout
+    assert len(said) == len(notes) and all(n in s for n, s in zip(notes, said, strict=False)), said
+    assert not any("Slurm logs an error" in s for s in said) or (timeout or 0) >= interval
+    lines = [line for line in slurm_conf_lines("/opt/g/sbin", interval, slurm_version=release,
+                                               read_timeout_s=read).splitlines()
              if line.startswith("HealthCheckTimeout=")]
-    assert lines == ([timeout] if timeout else [])
+    assert lines == ([f"HealthCheckTimeout={timeout}"] if timeout else [])
+
+
+def test_slurm_conf_takes_read_timeout_from_the_config_and_says_why(tmp_path):
+    config = tmp_path / "gpufleet.toml"
+    config.write_text("[slurm]\nread_timeout_s = 4\n")
+    r = run_cli("slurm-conf", "--interval", "5", "--slurm-version", "26.05.5", "--config", str(config))
+    out, err = r.stdout.decode(), r.stderr.decode()
+    assert r.returncode == 0 and "HealthCheckTimeout=24" in out and "read_timeout_s 4" in out
+    assert err.startswith("note: HealthCheckInterval 5 s is shorter") and err.count("\n") == 1
+    r = run_cli("slurm-conf", "--interval", "300", "--slurm-version", "26.05.5", "--config", str(config))
+    assert r.returncode == 0 and "HealthCheckTimeout" not in r.stdout.decode() and not r.stderr
+
+
+def test_install_writes_only_trusted_paths_and_refuses_an_untrusted_prefix(tmp_path):
+    old = os.umask(0o002)  # a group-writable umask must not leak into what slurmd runs as root
+    try:
+        prefix = tmp_path / "opt" / "gpufleet"
+        r = run_cli("install", "--prefix", str(prefix))
+    finally:
+        os.umask(old)
+    out = r.stdout.decode()
+    assert r.returncode == 0 and "trusted        every path above" in out, out
+    assert all((p.stat().st_mode & 0o022) == 0 for p in [prefix, prefix / "sbin", prefix / "etc", *prefix.rglob("*")])
+    open_dir = tmp_path / "shared"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    r = run_cli("install", "--prefix", str(open_dir / "gpufleet"), "--dry-run")
+    assert r.returncode == 0 and f"would refuse   {open_dir}: writable by others (mode 0777)" in r.stdout.decode()
+    r = run_cli("install", "--prefix", str(open_dir / "gpufleet"))
+    err = r.stderr.decode().strip()
+    assert r.returncode == 2 and err.startswith(f"slurm-gpufleet: error: refused: {open_dir} ") and "\n" not in err, err
+    assert not (open_dir / "gpufleet").exists()

@@ -2,9 +2,13 @@
 
 import json
 import lzma
+import sys
 
 import pytest
-from support import H200, run_cli
+from support import H200, REPO, run_cli
+
+sys.path.insert(0, str(REPO / "tests" / "slurm"))
+from gpustate import elf_module, nvidia_module  # noqa: E402
 
 from slurm_gpufleet import evaluate
 from slurm_gpufleet.checks.kernel import reboot_problem
@@ -16,9 +20,8 @@ RUNNING = "6.1.0-28-amd64"
 NEW = "6.1.0-31-amd64"
 
 
-def module_bytes(version=DRIVER, license_="Dual MIT/GPL", signed=True):
-    body = b"\x7fELF...code..." + f"\x00version={version}\x00license={license_}\x00vermagic=x\x00".encode()
-    return body + (b"\x00sig" + SIGNATURE_MAGIC if signed else b"")
+def module_bytes(version=DRIVER, license_="Dual MIT/GPL", signed=True, vermagic=None, **layout):
+    return nvidia_module(version, license_, signed, vermagic, **layout)
 
 
 def tree(tmp_path, *, kernels=(RUNNING,), modules=None, running=RUNNING, grubenv=None, secure_boot=None,
@@ -148,6 +151,10 @@ def test_reboot_check_before_the_upgrades_reboot(tmp_path):
     r = run_cli("reboot-check", "--driver", DRIVER, "--host-root", str(ok))
     assert r.returncode == 0 and r.stdout.decode().strip() == (
         f"next boot kernel {NEW} has nvidia {DRIVER} (open): a reboot brings {DRIVER} back")
+    # a bundle's kernel: the one that boots next must be it
+    r = run_cli("reboot-check", "--driver", DRIVER, "--kernel", RUNNING, "--host-root", str(ok))
+    assert r.returncode == 1 and r.stdout.decode().strip() == f"next boot kernel {NEW}, not {RUNNING}"
+    assert run_cli("reboot-check", "--driver", DRIVER, "--kernel", NEW, "--host-root", str(ok)).returncode == 0
     # the newer kernel from automatic updates has no module: no
     missing = tree(tmp_path / "missing", kernels=(RUNNING, NEW))
     r = run_cli("reboot-check", "--driver", DRIVER, "--host-root", str(missing))
@@ -185,8 +192,8 @@ def signed_module(signer: str, version=DRIVER) -> bytes:
         bytes([len(cn)]) + cn
     pkcs7 = b"\x30\x82\x01\x00" + b"\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x07\x02" + b"\x30" + bytes([len(name)]) + name \
         + b"\x02\x10" + b"\x11" * 16 + b"\x04\x20" + b"\x22" * 32
-    struct = bytes([0, 0, 2, 0, 0, 0, 0, 0]) + len(pkcs7).to_bytes(4, "big")
-    return module_bytes(version=version, signed=False) + pkcs7 + struct + SIGNATURE_MAGIC
+    signature = bytes([0, 0, 2, 0, 0, 0, 0, 0]) + len(pkcs7).to_bytes(4, "big")
+    return module_bytes(version=version, signed=False) + pkcs7 + signature + SIGNATURE_MAGIC
 
 
 def _keys(root, *names):
@@ -219,3 +226,45 @@ def test_unreadable_keyrings_do_not_judge_the_signer(tmp_path):
     facts = read_host(str(root))  # no /proc/keys (not root): the signer is read, not judged
     assert facts.trusted_keys is None and facts.running.module.signer == "Any Key"
     assert reboot_problem(facts, DRIVER) is None
+
+
+def test_debians_module_name_and_a_module_built_for_another_kernel(tmp_path):
+    """Debian's DKMS package builds nvidia-current.ko; a module whose vermagic names another kernel will
+    not load in the one it sits under."""
+    root = tree(tmp_path, kernels=(RUNNING, NEW), modules={
+        RUNNING: ("updates/dkms/nvidia-current.ko", module_bytes(vermagic=RUNNING)),
+        NEW: ("updates/dkms/nvidia-current.ko", module_bytes(vermagic=RUNNING))})
+    facts = read_host(str(root))
+    assert facts.running.module.path.endswith("nvidia-current.ko") and facts.running.module.vermagic.startswith(RUNNING)
+    assert reboot_problem(facts, DRIVER) == f"next boot kernel {NEW}: nvidia module built for {RUNNING}"
+
+
+def test_no_module_after_a_failed_debian_dkms_build_names_its_log(tmp_path):
+    root = tree(tmp_path, kernels=(RUNNING, NEW), modules={
+        RUNNING: ("updates/dkms/nvidia-current.ko", module_bytes(vermagic=RUNNING))})
+    log = root / "var/lib/dkms/nvidia-current/535.261.03/build/make.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("error\n")
+    r = run_cli("reboot-check", "--driver", DRIVER, "--host-root", str(root))
+    assert r.returncode == 1
+    assert r.stdout.decode().strip() == (
+        f"next boot kernel {NEW} has no nvidia {DRIVER} module: DKMS has nvidia sources but built no module for "
+        f"{NEW} (see /var/lib/dkms/nvidia-current/535.261.03/build/make.log)")
+
+
+@pytest.mark.parametrize("wide,little", [(True, True), (False, False), (False, True)])
+def test_module_facts_come_from_its_modinfo_section_whatever_the_elf_layout(tmp_path, wide, little):
+    # strings in the code that look like modinfo's are not it: only the .modinfo section is read
+    data = elf_module(b"version=575.57.08\x00license=NVIDIA\x00", wide=wide, little=little,
+                      code=b"\x00version=1.0\x00license=GPL\x00" * 3)
+    root = tree(tmp_path, modules={RUNNING: ("updates/dkms/nvidia.ko", data)})
+    module = read_host(str(root)).running.module
+    assert (module.version, module.flavour, module.signed) == ("575.57.08", "proprietary", False)
+
+
+@pytest.mark.parametrize("data", [b"", b"version=580.159.04\x00license=GPL\x00", b"\x7fELF" + bytes(60),
+                                  elf_module(b"version=580.159.04\x00")[:200]])
+def test_a_module_that_is_not_whole_elf_has_no_version_and_the_check_says_so(tmp_path, data):
+    root = tree(tmp_path, modules={RUNNING: ("updates/dkms/nvidia.ko", data)})
+    module = read_host(str(root)).running.module
+    assert module.path.endswith("/nvidia.ko") and module.version is None

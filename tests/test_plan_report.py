@@ -34,6 +34,14 @@ def test_plan_on_the_sample_fleet_fits_one_screen(tmp_path):
     prod = [planned.index(f"gpu{i:03d}") for i in range(17, 33)]
     assert max(debug) < min(prod)
     assert plan["gating_jobs"][0]["job_id"] == "999"
+    # every planned node: when apply takes it at the latest (its slot, epoch s) and the job that decides it
+    slots = {n["node"]: n for n in plan["nodes"]}
+    assert set(slots) == set(planned)
+    for n in slots.values():
+        assert plan["created"] <= n["slot_start"] < n["slot_end"] and isinstance(n["slot_start"], float)
+        if n["decided_by"] and n["decided_by"]["end"] is not None:
+            assert n["slot_start"] >= n["decided_by"]["end"]  # never before its job ends by its limit
+    assert slots["gpu030"]["decided_by"]["job_id"] == "999"
 
 
 def test_plan_takes_config_like_apply_and_the_old_policy_name(tmp_path):

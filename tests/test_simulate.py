@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from support import run_cli
+from support import REPO, run_cli
 
 from slurm_gpufleet.datafiles import HELIOS_SACCT, open_text
 from slurm_gpufleet.maintain.sacct import SacctError, assume_limit, duration_s, read_sacct
@@ -34,6 +34,27 @@ def test_bad_sacct_lines_are_counted_not_fatal():
                              "too few columns": 1, "empty line": 1, "unreadable job id": 1}
 
 
+def test_times_with_an_offset_mix_with_local_ones():
+    import datetime as dt
+
+    start = dt.datetime(2020, 9, 1, 0, 0, tzinfo=dt.timezone.utc)
+    end_local = (start + dt.timedelta(hours=1)).astimezone().replace(tzinfo=None).isoformat()
+    lines = [HEADER, f"1|u|2020-09-01T00:00:00|{start.isoformat()}|{end_local}|01:00:00|1|gres/gpu=1|COMPLETED|"]
+    assert [j.run_s for j in read_sacct(lines).jobs] == [3600]
+
+
+def test_time_limits_are_from_the_history_only_where_it_gives_them():
+    from slurm_gpufleet.maintain.simulate import time_limits_label
+
+    row = "|u|2020-09-01T00:00:00|2020-09-01T00:00:00|2020-09-01T01:00:00|01:00:00|1|gres/gpu=1|COMPLETED|"
+    empty = read_sacct([HEADER, "1" + row, "2" + row + "UNLIMITED"])
+    assert not empty.has_time_limits and time_limits_label(empty, "runtime-ceil-hour") == "assumed: runtime-ceil-hour"
+    some = read_sacct([HEADER, "1" + row + "02:00:00", "2" + row])
+    assert time_limits_label(some, "x") == "from the history for 1 of 2 jobs; assumed for the rest: x"
+    every = read_sacct([HEADER, "1" + row + "02:00:00"])
+    assert time_limits_label(every, "x") == "from the history"
+
+
 @pytest.mark.parametrize("lines,fragment", [([], "empty file"), (["JobIDRaw|User"], "lacks Submit"),
                                             (["JobIDRaw|Submit|NNodes|AllocTRES"], "needs Elapsed")])
 def test_unusable_sacct_is_one_clear_error(lines, fragment):
@@ -62,6 +83,10 @@ def test_backfill_respects_time_limits_and_reservations():
     assert sim.jobs[0].start == 0 and sim.jobs[1].start is None  # would run past the reservation
 
 
+EXCERPT = str(REPO / "tests" / "data" / "helios_3days.sacct.txt")  # the first 3 days of the bundled trace
+
+
+@pytest.mark.slow
 def test_helios_strategies_side_by_side():
     with open_text(HELIOS_SACCT) as fh:
         trace = read_sacct(fh)
@@ -83,19 +108,30 @@ def test_helios_strategies_side_by_side():
 
 
 def test_cli_json_contract_and_bad_input(tmp_path):
-    # no --sacct: the bundled Helios trace, and the output says so
-    r = run_cli("maintain", "simulate", "--nodes", "150", "--gpus-per-node", "8",
-                "--strategy", "gpufleet", "--strategy", "reboot-asap", "--rollout-at", "300",
+    r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "20", "--gpus-per-node", "8",
+                "--strategy", "gpufleet", "--strategy", "reboot-asap", "--rollout-at", "30",
                 "--max-unavailable", "10%", "--json", "--plot", str(tmp_path / "sim.html"))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert set(out["strategies"]) == {"gpufleet", "reboot-asap"}
     for m in out["strategies"].values():
         assert set(m) == {"makespan_h", "gpu_hours_lost", "jobs_killed", "wait_added_mean_h", "wait_added_p95_h",
-                          "peak_nodes_out", "work_lost_gpu_h", "jobs_preempted"}
+                          "peak_nodes_out", "work_lost_gpu_h", "jobs_preempted", "node_drain_hours"}
         assert m["work_lost_gpu_h"] == 0 and m["jobs_preempted"] == 0  # without a deadline no job is stopped
     assert "time_limits" in out["assumptions"] and out["gating_jobs"]
-    assert out["assumptions"]["job_history"].startswith("bundled Helios trace")
+    # failure domains: every 4 nodes, taken whole, one at a time
+    config = tmp_path / "domains.toml"
+    config.write_text("[maintain]\nwhole_domain = true\nmax_unavailable_domains = 1\n")
+    r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "20", "--strategy", "gpufleet",
+                "--strategy", "drain-all", "--rollout-at", "30", "--max-unavailable", "10%", "--domain-size", "4",
+                "--config", str(config), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    gpufleet = out["strategies"]["gpufleet"]
+    assert gpufleet["domains"] == 5 and gpufleet["mixed_driver_domains_max"] == 0
+    assert gpufleet["domains_in_service_min"] == 4 and gpufleet["peak_nodes_out"] == 4
+    assert out["assumptions"]["whole_domain"] is True
+    assert out["assumptions"]["job_history"] == EXCERPT
     assert "<svg" in (tmp_path / "sim.html").read_text()
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\x00\x01garbage\n")
@@ -103,6 +139,17 @@ def test_cli_json_contract_and_bad_input(tmp_path):
     assert r.returncode == 2 and b"Traceback" not in r.stderr and r.stderr.count(b"\n") == 1
 
 
+def test_text_output_names_the_history_and_the_gating_jobs():
+    r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "20", "--strategy", "gpufleet",
+                "--rollout-at", "30")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert lines[0] == f"job history: {EXCERPT}"
+    assert any(line.startswith("gating job") for line in lines)
+    assert any(line.startswith("gpufleet ") for line in lines)
+
+
+@pytest.mark.slow
 def test_text_output_names_the_bundled_history_and_folds_nodes():
     r = run_cli("maintain", "simulate", "--nodes", "150", "--strategy", "gpufleet", "--rollout-at", "240")
     assert r.returncode == 0, r.stderr
@@ -122,6 +169,7 @@ def _deadline(hours: float, checkpoint_every_h: float | None = None) -> dict:
                     deadline_h=hours, checkpoint_every_h=checkpoint_every_h)
 
 
+@pytest.mark.slow
 def test_deadline_72h_on_helios_loses_at_most_half_of_wait_then_kill():
     """Issue #13's measure: 100 nodes x 8 GPUs, rollout at 200 h, 10% budget, deadline 72 h."""
     out = _deadline(72)
@@ -158,3 +206,40 @@ def test_hourly_checkpoints_cut_the_loss_and_are_stopped_late():
 def test_wait_then_kill_needs_a_deadline_in_one_line():
     r = run_cli("maintain", "simulate", "--strategy", "wait-then-kill")
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"--deadline" in r.stderr
+
+
+def _excerpt_replay(rates, seed=1, config="", strategies=("gpufleet", "reboot-asap"), nodes=40):
+    from slurm_gpufleet.maintain.failures import Rates
+
+    with open_text(EXCERPT) as fh:
+        trace = read_sacct(fh)
+    return simulate(trace, nodes=nodes, gpus_per_node=8, strategies=strategies, rollout_at_h=30,
+                    max_unavailable="10%", policy=parse_policy(config), assumption="runtime-ceil-hour",
+                    rates=Rates(*rates) if rates else None, seed=seed)
+
+
+def test_the_full_replay_draws_failures_from_the_rollouts_start_the_same_way_in_every_run():
+    out = _excerpt_replay((300.0, 3.0))  # 0.3 failures a node-day: enough to see in 40 nodes over days
+    again = _excerpt_replay((300.0, 3.0), strategies=("gpufleet",))
+    assert out["strategies"]["gpufleet"] == again["strategies"]["gpufleet"]  # the same seed, the same replay
+    for name, m in out["strategies"].items():
+        f = m["failures"]
+        assert f["node_failures"] > 0 and f["jobs_failed"] > 0 and f["soft_events"] > 0, (name, f)
+        assert f["work_lost_gpu_h"] > 0 and m["jobs_killed"] == 0  # failures are not the rollout's kills
+    assert out["strategies"]["gpufleet"]["failures"]["rollout"] == "done"
+    assert out["assumptions"]["failures"]["failure_per_1000_node_days"] == 300.0
+    other = _excerpt_replay((300.0, 3.0), seed=2, strategies=("gpufleet",))
+    assert other["strategies"]["gpufleet"]["failures"] != out["strategies"]["gpufleet"]["failures"]
+
+
+EVIDENCE = ('[maintain]\ncanary_per_combo = 0\nwaves = ["10%", "100%"]\ngate = "evidence"\n'
+            'gate_min_soak_s = 7200\ngate_max_soak_s = 86400\n')
+
+
+@pytest.mark.slow
+def test_a_bad_driver_halts_the_full_replay_at_the_evidence_gate_and_a_good_one_finishes():
+    bad = _excerpt_replay((6.5, 3.0, 4.0), config=EVIDENCE, strategies=("gpufleet",))
+    good = _excerpt_replay((6.5, 3.0, 1.0), config=EVIDENCE, strategies=("gpufleet",))
+    assert bad["strategies"]["gpufleet"]["failures"]["rollout"] == "halted", bad["strategies"]
+    assert good["strategies"]["gpufleet"]["failures"]["rollout"] == "done", good["strategies"]
+    assert bad["assumptions"]["failures"]["gate"] == "evidence"

@@ -7,7 +7,7 @@ import pytest
 
 from slurm_gpufleet.findings import Finding
 from slurm_gpufleet.slurm.actions import NodeHistory, decide, is_ours, make_reason
-from slurm_gpufleet.slurm.base import NodeInfo
+from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
 from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text, parse_nodes_text
 
 SHOW_NODE_2205 = """NodeName=n1 Arch=x86_64 CoresPerSocket=1
@@ -39,7 +39,12 @@ def test_parse_json_2311_shape():
     text = json.dumps({"nodes": [{"name": "n2", "state": ["IDLE", "DRAIN"], "reason": "gpufleet: x",
                                   "comment": "", "extra": "", "boot_time": {"set": True, "number": 1795979330}}]})
     info = parse_node_json(text, "n2")
-    assert info.state == "IDLE" and info.drained and info.boot_time == "1795979330"
+    # the boot as `scontrol show node` prints it (local time): one form across releases and backends (the
+    # JSON's epoch once reached the engine as digits, and pyslurm's as ISO text: found on real 24.11)
+    import datetime as dt
+
+    assert info.state == "IDLE" and info.drained
+    assert info.boot_time == dt.datetime.fromtimestamp(1795979330).isoformat(timespec="seconds")
 
 
 def test_parse_json_2411_who_drained_and_partitions():
@@ -222,32 +227,24 @@ def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(tmp_path):
         hooks._drain_if_free(SlurmSettings(scontrol=str(exe), state_dir=str(tmp_path)), "n1", hooks.TIMEOUT_REASON)
         updates = [_json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         assert bool(updates) == drained, (reason, updates)
-        if drained:
-            assert updates == [["update", "nodename=n1", "state=drain", "reason=gpufleet: NVML timeout"]]
+        if drained:  # our own drain: only its reason changes
+            assert updates == [["update", "nodename=n1", "reason=gpufleet: NVML timeout"]]
 
 
 def test_driver_features_are_ours_alone_to_change():
-    from slurm_gpufleet.hooks import _features, driver_features
+    from slurm_gpufleet.hooks import _feature_fields, driver_features
 
     assert driver_features("gpufleet_", "580.159.04", "13.0") == [
         "gpufleet_drv580", "gpufleet_drv580.159.04", "gpufleet_cuda13.0"]
-    calls = []
-
-    class Backend:
-        def set_features(self, name, available, active):
-            calls.append((name, available, active))
-
     node = NodeInfo("n5", "IDLE", set(), "", features=["ib", "h200", "gpufleet_drv570", "gpufleet_drv570.172.08"],
                     active_features=["ib", "gpufleet_drv570", "gpufleet_drv570.172.08"])
-    _features(Backend(), node, "gpufleet_", "580.159.04", "13.0")
-    (name, available, active), = calls
+    fields = _feature_fields(node, "gpufleet_", "580.159.04", "13.0")
+    available, active = fields["availablefeatures"].split(","), fields["activefeatures"].split(",")
     assert available == ["ib", "h200", "gpufleet_drv580", "gpufleet_drv580.159.04", "gpufleet_cuda13.0"]
     assert active == ["ib", "gpufleet_drv580", "gpufleet_drv580.159.04", "gpufleet_cuda13.0"]
-    calls.clear()
     node.features, node.active_features = available, active
-    _features(Backend(), node, "gpufleet_", "580.159.04", "13.0")  # unchanged: no Slurm call
-    _features(Backend(), node, "gpufleet_", None, None)  # unreadable driver: keep what the node had
-    assert calls == []
+    assert _feature_fields(node, "gpufleet_", "580.159.04", "13.0") == {}  # unchanged: nothing to write
+    assert _feature_fields(node, "gpufleet_", None, None) == {}  # unreadable driver: keep what the node had
 
 
 def test_numbers_that_only_look_like_digits_are_not_numbers():
@@ -260,22 +257,42 @@ def test_an_unchanged_summary_is_published_again_once_slurmd_restarted():
     """An upgrade repeated after a crash installs the same driver again: the first check after the node's
     slurmd restarts must still publish, or a rollout waiting for a summary newer than its command waits
     in vain (found by the kill -9 chaos test on real Slurm)."""
-    from slurm_gpufleet.hooks import _publish
+    from slurm_gpufleet.hooks import _news
     from slurm_gpufleet.slurm.base import NodeInfo
-
-    class Recorder:
-        def __init__(self):
-            self.writes = []
-
-        def set_field(self, name, field, value):
-            self.writes.append((name, field, json.loads(value)["t"]))
 
     summary = {"gpufleet": 1, "v": "ok", "drv": "595.71.05"}
     old = json.dumps({**summary, "t": "2026-11-30T13:16:41Z"})
     started = calendar.timegm((2026, 11, 30, 13, 17, 0, 0, 0, 0))
     new = {**summary, "t": "2026-11-30T13:17:02Z"}
-    b = Recorder()
-    _publish(b, NodeInfo("n1", "IDLE", extra=old, slurmd_start=started - 60), "extra", new)
-    assert b.writes == []  # same content, already published by this slurmd: no write
-    _publish(b, NodeInfo("n1", "IDLE", extra=old, slurmd_start=started), "extra", new)
-    assert b.writes == [("n1", "extra", "2026-11-30T13:17:02Z")]
+    # same content, already published by this slurmd: no write
+    assert _news(NodeInfo("n1", "IDLE", extra=old, slurmd_start=started - 60), "extra", new) is None
+    again = _news(NodeInfo("n1", "IDLE", extra=old, slurmd_start=started), "extra", new)
+    assert json.loads(again)["t"] == "2026-11-30T13:17:02Z"
+    # someone else's text in the field is never overwritten
+    assert _news(NodeInfo("n1", "IDLE", extra="rack=7"), "extra", new) is None
+
+
+def test_the_slurm_release_is_learned_once_per_installed_scontrol(tmp_path):
+    import os
+
+    from slurm_gpufleet.slurm.release import parse_release, slurm_release
+
+    exe = tmp_path / "scontrol"
+    exe.write_text("#!/bin/sh\n")
+    asked = []
+
+    def ask(text="slurm 22.05.8"):
+        asked.append(text)
+        return text
+
+    assert slurm_release(str(exe), str(tmp_path / "state"), ask) == (22, 5)
+    assert slurm_release(str(exe), str(tmp_path / "state"), ask) == (22, 5)
+    assert len(asked) == 1  # kept in the state directory
+    exe.write_text("#!/bin/sh\n# the package was upgraded\n")
+    os.utime(exe, ns=(0, 1_900_000_000_000_000_000))
+    assert slurm_release(str(exe), str(tmp_path / "state"), lambda: ask("slurm 24.11.5")) == (24, 11)
+    assert len(asked) == 2  # a new binary is asked again
+    assert slurm_release(str(exe), None, ask) == (22, 5) and len(asked) == 3  # no cache: asked every time
+    assert parse_release("slurm-wlm 26.05.0-0rc1") == (26, 5)
+    with pytest.raises(SlurmError):
+        parse_release("garbage")

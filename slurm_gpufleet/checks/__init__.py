@@ -1,12 +1,16 @@
 """Checks: pure functions from a snapshot plus policy to findings, one health domain per module.
 
-Each module has NAME and `check(ctx) -> list[Finding]`; it reads only `ctx`, never a device, a file or
-the clock, so the same code judges live NVML, a saved report or an injected fault.
+A module in this package is a check by being here (LBNL NHC's rule): it has NAME, ORDER (where its
+findings appear in a report; a module without one reports last) and `check(ctx) -> list[Finding]`.  It
+reads only `ctx`, never a device, a file or the clock, so the same code judges live NVML, a saved report
+or an injected fault.  Modules whose name starts with an underscore are helpers, not checks.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -14,24 +18,6 @@ from ..catalog import GpuModel
 from ..findings import Finding
 from ..policy import NodePolicy
 from ..snapshot import NodeSnapshot
-from . import (
-    clocks,
-    compatibility,
-    driver,
-    firmware,
-    inventory,
-    kernel,
-    memory,
-    modes,
-    nvlink,
-    pcie,
-    performance,
-    processes,
-    recovery,
-    thermal,
-    unknown,
-    xid,
-)
 
 
 @dataclass
@@ -50,12 +36,16 @@ class Context:
 
 CheckFn = Callable[[Context], list[Finding]]
 
-# Order is the order findings are reported in: what the node is, then what is wrong with it.
-CHECKS: dict[str, CheckFn] = {
-    m.NAME: m.check
-    for m in (inventory, driver, compatibility, firmware, kernel, memory, xid, thermal, clocks, pcie, nvlink,
-              modes, processes, recovery, unknown, performance)
-}
+def _discover() -> dict[str, CheckFn]:
+    modules = [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)
+               if not m.name.startswith("_")]
+    found = sorted((m for m in modules if hasattr(m, "NAME") and hasattr(m, "check")),
+                   key=lambda m: (getattr(m, "ORDER", 10_000), m.NAME))
+    return {m.NAME: m.check for m in found}
+
+
+# the order findings are reported in: what the node is, then what is wrong with it
+CHECKS: dict[str, CheckFn] = _discover()
 
 
 def run_checks(ctx: Context, only: list[str] | None = None) -> list[Finding]:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "clocks"
+ORDER = 90
 
 
 def check(ctx: Context) -> list[Finding]:

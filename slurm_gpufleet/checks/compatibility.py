@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "compatibility"
+ORDER = 30
 
 
 def branch_refused(info: compat.BranchInfo, allowed: list[str]) -> str | None:

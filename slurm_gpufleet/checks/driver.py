@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "driver"
+ORDER = 20
 
 _NODE_ERRORS = {
     "driver_library_mismatch": ("reboot", "reload_driver", "driver/library version mismatch",

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "firmware"
+ORDER = 40
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "inventory"
+ORDER = 10
 
 
 def check(ctx: Context) -> list[Finding]:

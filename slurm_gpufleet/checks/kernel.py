@@ -13,20 +13,26 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "kernel"
+ORDER = 50
 NVIDIA_ADVICE = ("NVIDIA advises against automatic kernel updates on GPU nodes: a new kernel without a "
                  "matching module boots without GPUs")
 
 
-def reboot_problem(facts: HostFacts | None, driver: str | None) -> str | None:
-    """Why rebooting now would come back without GPUs, or None: one line, fit for a Slurm reason."""
+def reboot_problem(facts: HostFacts | None, driver: str | None, kernel: str | None = None) -> str | None:
+    """Why rebooting now would come back without GPUs (or, with `kernel`, on another kernel than the one
+    a rollout installs), or None: one line, fit for a Slurm reason."""
     if facts is None or facts.next_boot is None:
         return None
     nxt = facts.next_boot
+    if kernel and nxt.release != kernel:
+        return f"next boot kernel {nxt.release}, not {kernel}"
     mod = nxt.module
     if mod is None:
         return f"next boot kernel {nxt.release} has no nvidia {driver or ''} module".replace("  ", " ")
     if driver and mod.version and mod.version != driver:
         return f"next boot kernel {nxt.release} has nvidia {mod.version}, not {driver}"
+    if mod.vermagic and mod.vermagic.split()[0] != nxt.release:  # copied from another kernel: it will not load
+        return f"next boot kernel {nxt.release}: nvidia module built for {mod.vermagic.split()[0]}"
     if facts.secure_boot and mod.signed is False:
         return f"next boot kernel {nxt.release}: nvidia module unsigned under Secure Boot"
     if facts.secure_boot and mod.signer and facts.trusted_keys is not None and mod.signer not in facts.trusted_keys:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "memory"
+ORDER = 60
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "modes"
+ORDER = 120
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "nvlink"
+ORDER = 110
 
 
 def check(ctx: Context) -> list[Finding]:

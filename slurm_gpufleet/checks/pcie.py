@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "pcie"
+ORDER = 100
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "performance"
+ORDER = 160
 THROTTLE = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "sw_power_cap"}
 
 

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "processes"
+ORDER = 130
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "recovery"
+ORDER = 140
 
 # NVML_GPU_RECOVERY_ACTION_* -> (severity, action).  "drain and reset" is exactly what a
 # `scontrol reboot ASAP` does, so it is a reboot verdict.

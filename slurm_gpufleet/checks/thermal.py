@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "thermal"
+ORDER = 80
 
 # Clock-event reasons that mean the hardware itself is pulling the clocks down.
 HARDWARE_REASONS = {

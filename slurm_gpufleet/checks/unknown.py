@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "unknown_error"
+ORDER = 150
 
 # Fields that decide whether a GPU is healthy: without them ECC and memory faults cannot be judged.
 # Names as nvidia-smi XML (ecc_mode/current_ecc), text (Ecc Mode/Current) and NVML calls spell them.

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "xid"
+ORDER = 70
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import summary
 from ..slurm.base import JobInfo, NodeInfo, Reservation
+from .bundle import Bundle
 
 
 @dataclass
@@ -28,9 +29,12 @@ class FleetNode:
     driver: str | None = None
     cuda: str | None = None
     gpus: str | None = None
-    firmware: str | None = None
+    firmware: str | None = None            # VBIOS version(s)
     verdict: str | None = None
     checked: str | None = None
+    kernel: str | None = None              # the running kernel's release
+    inforom: str | None = None             # InfoROM image version(s)
+    config_refused: bool = False           # its health check refused the config (trust.py): on defaults
 
     @property
     def model(self) -> str | None:
@@ -53,7 +57,29 @@ class FleetNode:
             node.driver, node.cuda = published.get("drv"), published.get("cuda")
             node.gpus, node.firmware = published.get("gpus"), published.get("fw")
             node.verdict, node.checked = published.get("v"), published.get("t")
+            node.kernel, node.inforom = published.get("kern"), published.get("ifr")
+            node.config_refused = published.get("cfg") == "refused"
         return node
+
+    @property
+    def bundle(self) -> Bundle:
+        """Driver, kernel and firmware as the node last published them (what a rollback returns to)."""
+        firmware = {k: v for k, v in (("vbios", self.firmware), ("inforom", self.inforom)) if v}
+        return Bundle(self.driver, self.kernel, firmware)
+
+
+def free_times(jobs, stop_at: dict[str, float] | None = None) -> dict[str, float]:
+    """When each busy node's last running job ends (inf for a job without a time limit); a job in
+    `stop_at` (a deadline plan's) ends then at the latest.  The planner and the engine both read it here."""
+    out: dict[str, float] = {}
+    for job in jobs:
+        end = job.end_time if job.end_time is not None else float("inf")
+        if stop_at and job.job_id in stop_at:
+            end = min(end, stop_at[job.job_id])
+        for n in job.nodes:
+            if end > out.get(n, 0.0):
+                out[n] = end
+    return out
 
 
 @dataclass
@@ -64,17 +90,7 @@ class FleetState:
     taken_at: float = field(default_factory=time.time)
 
     def free_at(self, stop_at: dict[str, float] | None = None) -> dict[str, float]:
-        """When each busy node's last running job ends (inf for a job without a time limit); a job in
-        `stop_at` (a deadline plan's) ends then at the latest."""
-        out: dict[str, float] = {}
-        for job in self.jobs:
-            end = job.end_time if job.end_time is not None else float("inf")
-            if stop_at and job.job_id in stop_at:
-                end = min(end, stop_at[job.job_id])
-            for n in job.nodes:
-                if end > out.get(n, 0.0):
-                    out[n] = end
-        return out
+        return free_times(self.jobs, stop_at)
 
     def reserved_by_others(self, prefix: str) -> dict[str, str]:
         return {n: r.name for r in self.reservations if not r.name.startswith(prefix) for n in r.nodes}

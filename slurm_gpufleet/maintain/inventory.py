@@ -36,6 +36,8 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
                     why.append(f"firmware {node.firmware} != {', '.join(sorted(allowed_fw)) or standard_fw}")
                 if node.verdict not in ("ok", "warn"):
                     why.append(f"verdict {node.verdict}")
+                if node.config_refused:
+                    why.append("config refused (not root's alone): checked on the packaged defaults")
             if why:
                 off.append({"node": node.name, "why": "; ".join(why)})
         out["groups"][group] = {

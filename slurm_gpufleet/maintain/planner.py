@@ -12,74 +12,18 @@ import hashlib
 import math
 import time
 from collections import defaultdict, deque
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import compat
 from ..catalog import find_model
 from ..checks.compatibility import branch_refused
 from ..policy import MaintainSettings, Policy
+from .bundle import Bundle, at_least, unpublished, wanted
+from .domains import Domains
 from .fleet import FleetState
-
-STRATEGIES = ("reservation", "reboot-asap")
-RESERVATION_PREFIX = "gpufleet_"
-INF = float("inf")
-
-
-class PlanError(ValueError):
-    """The request cannot be planned (unknown nodes, bad target); one line."""
-
-
-@dataclass
-class Wave:
-    index: int
-    kind: str                    # "canary" or "wave"
-    nodes: list[str]
-    reserve_at: float            # when the wave's nodes are reserved / asked to reboot (epoch s; inf: never free)
-    start: float                 # estimated start of the upgrade
-    end: float                   # estimated end (upgrade + return + validation)
-    partitions: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class Plan:
-    id: str
-    created: float
-    target_driver: str
-    strategy: str
-    node_count: int
-    budget: dict[str, Any]
-    gate: dict[str, dict[str, Any]]
-    forced: bool
-    refused: bool
-    waves: list[Wave] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    gating_jobs: list[dict[str, Any]] = field(default_factory=list)
-    previous_drivers: dict[str, str | None] = field(default_factory=dict)
-    groups: dict[str, str] = field(default_factory=dict)
-    assumptions: dict[str, Any] = field(default_factory=dict)
-    deadline: dict[str, Any] | None = None   # maintain/deadline.py: the jobs at risk and what is done to each
-
-    @property
-    def makespan_s(self) -> float:
-        return (self.waves[-1].end - self.created) if self.waves else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        for w in data["waves"]:
-            for k in ("reserve_at", "start", "end"):
-                if w[k] == INF:
-                    w[k] = None
-        return {"plan_version": 1, **data}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
-        if data.get("plan_version") != 1:
-            raise PlanError("not a slurm-gpufleet plan (plan_version 1)")
-        data = {k: v for k, v in data.items() if k != "plan_version"}
-        waves = [Wave(**{**w, **{k: (INF if w[k] is None else w[k]) for k in ("reserve_at", "start", "end")}})
-                 for w in data.pop("waves")]
-        return cls(**data, waves=waves)
+from .plan import INF, RESERVATION_PREFIX, Plan, PlanError, Wave
+from .schedule import node_slots, soak_of
+from .strategy import STRATEGIES
 
 
 def _amount(spec: int | str, total: int) -> int:
@@ -97,8 +41,42 @@ def _partition_caps(fleet: FleetState, pct: str) -> dict[str, int]:
     return {p: max(1, math.floor(share * n)) for p, n in sizes.items()}
 
 
-def gate(fleet: FleetState, names: list[str], target: str, policy: Policy, today) -> tuple[dict, dict[str, str]]:
-    """Per node group: can the target driver run every GPU in it and every CUDA it must keep?"""
+def all_at(current: Bundle, target: Bundle) -> bool:
+    """The node already shows every part of the target."""
+    have = current.parts()
+    return all(have.get(k) == v for k, v in target.parts().items())
+
+
+def requirement_problems(fleet: FleetState, names: list[str], bundle: Bundle, policy: Policy,
+                         groups: dict[str, str]) -> dict[str, list[str]]:
+    """Per node group, the [[requires]] rows the bundle breaks (driver branch -> minimum firmware): each
+    node's driver and firmware after the rollout against the rows of that driver's branch.  One line each."""
+    out: dict[str, list[str]] = defaultdict(list)
+    if not policy.requires:
+        return out
+    broken: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    for name in names:
+        after = wanted(bundle, fleet.nodes[name].bundle)
+        if not after.driver:
+            continue
+        for row in policy.requires:
+            if not row.applies_to(after.driver):
+                continue
+            for comp, minimum in row.minimum.items():
+                seen = after.firmware.get(comp)
+                if seen is None or any(not at_least(v, minimum) for v in seen.split(",")):
+                    broken[(groups[name], comp, minimum, f"{row.where}|{after.driver}|{seen or 'unknown'}")].append(name)
+    for (group, comp, minimum, key), nodes in broken.items():
+        where, driver, seen = key.split("|")
+        out[group].append(f"driver {driver} needs {comp} >= {minimum} ({where}); {len(nodes)} node(s) would have "
+                          f"{seen}: {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}")
+    return out
+
+
+def gate(fleet: FleetState, names: list[str], target: str | None, policy: Policy,
+         today) -> tuple[dict, dict[str, str]]:
+    """Per node group: can the target driver run every GPU in it and every CUDA it must keep?  (No
+    driver in the bundle: each node keeps the driver it runs, which the gate does not judge again.)"""
     groups: dict[str, str] = {}
     members: dict[str, list[str]] = defaultdict(list)
     for name in names:
@@ -106,13 +84,18 @@ def gate(fleet: FleetState, names: list[str], target: str, policy: Policy, today
         group = node_policy.groups[-1] if node_policy.groups else "(defaults)"
         groups[name] = group
         members[group].append(name)
-    branch = compat.branch_info(compat.branch_of(target))
     result: dict[str, dict[str, Any]] = {}
     for group, nodes in members.items():
         problems: list[str] = []
         notes: list[str] = []
         node_policy = policy.for_node(nodes[0])
         models = sorted({fleet.nodes[n].model for n in nodes if fleet.nodes[n].model})
+        drivers = sorted({fleet.nodes[n].driver or "unknown" for n in nodes})
+        if target is None:
+            result[group] = {"ok": True, "problems": problems, "notes": ["the driver does not change"],
+                             "nodes": len(nodes), "models": models, "drivers_now": drivers}
+            continue
+        branch = compat.branch_info(compat.branch_of(target))
         archs: dict[str, str] = {}
         for model in models:
             m = find_model(model, policy.models)
@@ -143,23 +126,29 @@ def gate(fleet: FleetState, names: list[str], target: str, policy: Policy, today
             problems.append(f"R{branch.branch} ({branch.type}) is past end of life ({branch.eol})")
         elif branch.type is None:
             notes.append(f"R{branch.branch} is not in the branch table (type and end of life unknown)")
-        drivers = sorted({fleet.nodes[n].driver or "unknown" for n in nodes})
         result[group] = {"ok": not problems, "problems": problems, "notes": notes, "nodes": len(nodes),
                          "models": models, "drivers_now": drivers}
     return result, groups
 
 
-def make_plan(fleet: FleetState, target: str, names: list[str], policy: Policy, *, strategy: str = "reservation",
-              now: float | None = None, force: bool = False, today=None, deadline: float | None = None,
-              stop_jobs: str = "earliest") -> Plan:
+def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: Policy, *,
+              strategy: str = "reservation", now: float | None = None, force: bool = False, today=None,
+              deadline: float | None = None, stop_jobs: str = "earliest", kernel: str | None = None,
+              firmware: dict[str, str] | None = None, domains: Domains | None = None) -> Plan:
+    """`target`: the driver (None: each node keeps its own); `kernel`, `firmware`: the rest of the bundle,
+    all moved in one drain per node."""
     import datetime as dt
 
     if strategy not in STRATEGIES:
         raise PlanError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
-    try:
-        compat.parse_version(target)
-    except ValueError:
-        raise PlanError(f"target driver {target!r} is not a version number") from None
+    bundle = Bundle(target, kernel, dict(firmware or {}))
+    if bundle.empty:
+        raise PlanError("nothing to roll out: give --target-driver, --target-kernel or --target-firmware")
+    if target is not None:
+        try:
+            compat.parse_version(target)
+        except ValueError:
+            raise PlanError(f"target driver {target!r} is not a version number") from None
     missing = [n for n in names if n not in fleet.nodes]
     if missing:
         raise PlanError(f"{len(missing)} node(s) not in the fleet: {', '.join(missing[:5])}")
@@ -167,13 +156,21 @@ def make_plan(fleet: FleetState, target: str, names: list[str], policy: Policy, 
     today = today or dt.date.fromtimestamp(now)
     s: MaintainSettings = policy.maintain
     gate_result, groups = gate(fleet, names, target, policy, today)
+    for group, problems in requirement_problems(fleet, names, bundle, policy, groups).items():
+        gate_result[group]["problems"] += problems
+        gate_result[group]["ok"] = not gate_result[group]["problems"]
     refused = any(not g["ok"] for g in gate_result.values())
-    plan_id = hashlib.sha1(f"{target}|{','.join(sorted(names))}|{now}".encode()).hexdigest()[:8]
+    plan_id = hashlib.sha1(f"{bundle.label()}|{','.join(sorted(names))}|{now}".encode()).hexdigest()[:8]
     plan = Plan(id=plan_id, created=now, target_driver=target, strategy=strategy, node_count=len(names),
                 budget={}, gate=gate_result, forced=force and refused, refused=refused and not force,
                 groups=groups, previous_drivers={n: fleet.nodes[n].driver for n in names},
                 assumptions={"upgrade_minutes": s.upgrade_minutes,
-                             "free_at": "running jobs' EndTime (start + time limit); no time limit = never free"})
+                             "free_at": "running jobs' EndTime (start + time limit); no time limit = never free"},
+                target_kernel=kernel, target_firmware=dict(firmware or {}),
+                previous={n: fleet.nodes[n].bundle.to_dict() for n in names})
+    not_published = unpublished(bundle)
+    if not_published:
+        plan.assumptions["validated_by_exit_status_only"] = not_published
     if plan.refused:
         return plan
 
@@ -181,8 +178,8 @@ def make_plan(fleet: FleetState, target: str, names: list[str], policy: Policy, 
     todo: list[str] = []
     for name in names:
         node = fleet.nodes[name]
-        if node.driver == target:
-            plan.skipped.append({"node": name, "why": f"already at {target}"})
+        if all_at(node.bundle, bundle):
+            plan.skipped.append({"node": name, "why": f"already at {bundle.label()}"})
         elif (node.held or name in others) and not s.upgrade_held_nodes:
             why = f"reservation {others[name]}" if name in others else \
                 f"{node.state}+{'+'.join(node.flags)} ({node.reason or 'no reason'})"
@@ -210,44 +207,16 @@ def make_plan(fleet: FleetState, target: str, names: list[str], policy: Policy, 
         tier = 0 if (parts & less_p or set(node.features) & less_f) else (2 if parts & crit_p else 1)
         return (tier, free_at.get(name, now), name)
 
-    ordered = sorted(todo, key=rank)
-    canary: list[str] = []
-    if s.canary_per_combo:
-        per_combo: dict[tuple, int] = defaultdict(int)
-        for name in ordered:
-            node = fleet.nodes[name]
-            combo = (node.model, node.firmware)
-            if per_combo[combo] < s.canary_per_combo:
-                per_combo[combo] += 1
-                canary.append(name)
-    chosen = set(canary)
-    rest = deque(n for n in ordered if n not in chosen)
-
-    waves_nodes: list[tuple[str, list[str]]] = []
-    pending = deque(canary)
-    while pending:  # more combos than the budget allows at once: several canary waves
-        waves_nodes.append(("canary", _fill(pending, budget, caps, fleet)))
-    specs = list(s.waves)
-    i = 0
-    while rest:
-        spec = specs[min(i, len(specs) - 1)]
-        size = min(_amount(spec, len(todo)), budget)
-        waves_nodes.append(("wave", _fill(rest, size, caps, fleet)))
-        i += 1
-
-    prev_end = now
-    step = s.upgrade_minutes * 60
-    for index, (kind, members) in enumerate(waves_nodes):
-        empty_at = max((free_at.get(n, now) for n in members), default=now)
-        reserve_at = max(now, empty_at) if strategy == "reservation" else max(now, prev_end)
-        start = max(prev_end, max(now, empty_at))
-        end = start + step if start != INF else INF
-        parts: dict[str, int] = defaultdict(int)
-        for n in members:
-            for p in fleet.nodes[n].partitions:
-                parts[p] += 1
-        plan.waves.append(Wave(index, kind, members, reserve_at, start, end, dict(parts)))
-        prev_end = end
+    doms = (domains or Domains()).restricted(names)
+    plan.domains, plan.domains_from = doms.to_plan()
+    whole = bool(doms) and (s.whole_domain or bool(set(bundle.firmware) & set(s.domain_wide)))
+    if doms:
+        plan.budget.update({"whole_domain": whole, "max_unavailable_domains": s.max_unavailable_domains,
+                            "keep_free_domains": s.keep_free_domains})
+    if doms and (whole or s.max_unavailable_domains or s.keep_free_domains):
+        _domain_waves(plan, fleet, s, doms, todo, rank, free_at, now, budget, whole)
+    else:
+        _node_waves(plan, fleet, s, todo, rank, free_at, now, budget, caps)
 
     # the jobs that decide when the last nodes can go: the latest-ending jobs on rollout nodes
     in_rollout = set(todo)
@@ -256,6 +225,116 @@ def make_plan(fleet: FleetState, target: str, names: list[str], policy: Policy, 
     plan.gating_jobs = [{"job_id": j.job_id, "nodes": sorted(in_rollout.intersection(j.nodes))[:8],
                          "end": j.end_time} for j in latest]
     return plan
+
+
+def _canary(ordered: list[str], fleet: FleetState, per: int) -> list[str]:
+    """The first `per` nodes of each (GPU model, firmware set) combination, in rank order."""
+    chosen: list[str] = []
+    seen: dict[tuple, int] = defaultdict(int)
+    for name in ordered:
+        node = fleet.nodes[name]
+        combo = (node.model, node.firmware)
+        if seen[combo] < per:
+            seen[combo] += 1
+            chosen.append(name)
+    return chosen
+
+
+def _node_waves(plan: Plan, fleet: FleetState, settings: MaintainSettings, todo: list[str], rank, free_at: dict[str, float], now: float,
+                budget: int, caps: dict[str, int]) -> None:
+    ordered = sorted(todo, key=rank)
+    canary: list[str] = []
+    if settings.canary_per_combo:
+        canary = _canary(ordered, fleet, settings.canary_per_combo)
+    chosen = set(canary)
+    rest = deque(n for n in ordered if n not in chosen)
+
+    waves_nodes: list[tuple[str, list[str]]] = []
+    pending = deque(canary)
+    while pending:  # more combos than the budget allows at once: several canary waves
+        waves_nodes.append(("canary", _fill(pending, budget, caps, fleet)))
+    specs = list(settings.waves)
+    i = 0
+    while rest:
+        spec = specs[min(i, len(specs) - 1)]
+        size = min(_amount(spec, len(todo)), budget)
+        waves_nodes.append(("wave", _fill(rest, size, caps, fleet)))
+        i += 1
+
+    step = settings.upgrade_minutes * 60
+    canary_wave = waves_nodes[0][1] if waves_nodes and waves_nodes[0][0] == "canary" else []
+    stages = [len(members) for kind, members in waves_nodes if kind != "canary"]
+    others = [n for _, members in waves_nodes for n in members if n not in set(canary_wave)]
+    slots = node_slots(free_at, canary_wave, others, now, budget, stages, step, soak_of(settings))
+    _record(plan, fleet, waves_nodes, slots, free_at, now, step)
+
+
+def _record(plan: Plan, fleet: FleetState, waves_nodes: list[tuple[str, list[str]]], slots: dict[str, float],
+            free_at: dict[str, float], now: float, step: float) -> None:
+    """The waves, each node's slot and the job that decides it, into the plan."""
+    plan.slots = {n: [t, t + step] for n, t in slots.items()}
+    deciding: dict[str, Any] = {}
+    for job in fleet.jobs:
+        end = job.end_time if job.end_time is not None else INF
+        for n in job.nodes:
+            if n in slots and (n not in deciding or end > deciding[n][1]):
+                deciding[n] = (job.job_id, end)
+    plan.decided_by = {n: {"job_id": j, "end": None if end == INF else end} for n, (j, end) in deciding.items()}
+    for index, (kind, members) in enumerate(waves_nodes):
+        start = min((slots[n] for n in members), default=now)
+        end = max((INF if free_at.get(n) == INF else slots[n] + step for n in members), default=now)
+        parts: dict[str, int] = defaultdict(int)
+        for n in members:
+            for p in fleet.nodes[n].partitions:
+                parts[p] += 1
+        plan.waves.append(Wave(index, kind, members, start, start, end, dict(parts)))
+
+
+def _domain_waves(plan: Plan, fleet: FleetState, settings: MaintainSettings, doms: Domains, todo: list[str],
+                  rank, free_at: dict[str, float], now: float, budget: int, whole: bool) -> None:
+    """Waves and slots over failure domains.  Each domain's waiting nodes share a slot, placed when its last
+    node is free, so that its early-free nodes keep running jobs (backfill) until then, and slots never
+    hold more domains at once than the domain budget (`max_unavailable_domains`, and all but
+    `keep_free_domains`).  whole_domain: the canary is a whole domain (one per GPU model and firmware
+    combination) and waves are whole domains up to their size in nodes (one at least); else the canary
+    nodes go alone first."""
+    left = set(todo)
+    canary = _canary(sorted(todo, key=rank), fleet, settings.canary_per_combo) if settings.canary_per_combo else []
+    alone = set() if whole else set(canary)
+    units: list[list[str]] = [[n for n in nodes if n in left and n not in alone] for nodes in doms.members.values()]
+    units = [u for u in units if u] + [[n] for n in todo if n not in doms.of or n in alone]
+    units.sort(key=lambda u: max(rank(n) for n in u))
+    first = {n: i for i, u in enumerate(units) for n in u}
+    canary_units = list(dict.fromkeys(first[n] for n in canary))
+    rest = deque(i for i in range(len(units)) if i not in set(canary_units))
+    waves_units: list[tuple[str, list[int]]] = [("canary", canary_units)] if canary_units else []
+    specs = list(settings.waves)
+    k = 0
+    while rest:
+        size = min(_amount(specs[min(k, len(specs) - 1)], len(todo)), max(budget, 1))
+        taken: list[int] = [rest.popleft()]
+        while rest and sum(len(units[i]) for i in taken) + len(units[rest[0]]) <= size:
+            taken.append(rest.popleft())
+        waves_units.append(("wave", taken))
+        k += 1
+    limits = [len(doms.members) - settings.keep_free_domains]
+    if settings.max_unavailable_domains:
+        limits.append(settings.max_unavailable_domains)
+    if whole:  # as many whole domains as the node budget holds (a larger one goes alone)
+        limits.append(max(1, budget // max(len(u) for u in units)))
+    width = min(limits)
+    if width < 1:
+        raise PlanError(f"keep_free_domains {settings.keep_free_domains} leaves none of the "
+                        f"{len(doms.members)} domain(s) free to upgrade")
+    step = settings.upgrade_minutes * 60
+    pseudo_free = {f"u{i}": max(free_at.get(n, now) for n in u) for i, u in enumerate(units)}
+    canary_names = [f"u{i}" for i in canary_units]
+    other_names = [f"u{i}" for _, members in waves_units[1 if canary_units else 0:] for i in members]
+    stages = [len(members) for kind, members in waves_units if kind != "canary"]
+    unit_slots = node_slots(pseudo_free, canary_names, other_names, now, width, stages, step, soak_of(settings))
+    slots = {n: unit_slots[f"u{i}"] for i, u in enumerate(units) for n in u}
+    waves_nodes = [(kind, [n for i in members for n in units[i]]) for kind, members in waves_units]
+    _record(plan, fleet, waves_nodes, slots, free_at, now, step)
 
 
 def _fill(queue: deque, size: int, caps: dict[str, int], fleet: FleetState) -> list[str]:

@@ -23,7 +23,7 @@ def _dur(seconds: float) -> str:
 
 
 def text(plan: Plan, width: int = 100) -> str:
-    lines = [f"rollout {plan.id}: driver {plan.target_driver} on {plan.node_count} node(s), strategy {plan.strategy}"
+    lines = [f"rollout {plan.id}: {plan.target.named()} on {plan.node_count} node(s), strategy {plan.strategy}"
              + (" (FORCED past the compatibility gate)" if plan.forced else "")]
     for group, g in plan.gate.items():
         mark = "ok " if g["ok"] else "NO "
@@ -37,6 +37,13 @@ def text(plan: Plan, width: int = 100) -> str:
     caps = ", ".join(f"{p} {n}" for p, n in sorted(b["per_partition"].items()))
     lines.append(f"  budget: at most {b['max_unavailable']} node(s) out at once; per partition {caps or '-'}; "
                  f"halt after {b['max_failures'] + 1} failure(s)")
+    if plan.domains:
+        sizes = sorted({len(n) for n in plan.domains.values()})
+        rules = [r for r in (("whole domains" if b.get("whole_domain") else "nodes, not whole domains"),
+                             b.get("max_unavailable_domains") and f"at most {b['max_unavailable_domains']} domain(s) out",
+                             b.get("keep_free_domains") and f"{b['keep_free_domains']} kept whole") if r]
+        lines.append(f"  domains: {len(plan.domains)} from {plan.domains_from} "
+                     f"({'-'.join(map(str, sizes[::max(1, len(sizes) - 1)]))} nodes each); {', '.join(rules)}")
     lines.append(f"  {'wave':<8} {'nodes':>5}  {'reserve at':<12} {'start':<12} {'end':<12}  members")
     for w in plan.waves:
         members = fold_short(w.nodes, width - 60)
@@ -78,25 +85,39 @@ def html(plan: Plan) -> str:
                                                    version=__version__)
 
 
+PER_NODE_ROWS = 40  # up to this many nodes, one row each; beyond, one row per slot (nodes folded)
+
+
 def _timeline(plan: Plan, width: int = 900) -> dict:
-    """Bars per node group: x from the plan's start to the last finite wave end."""
-    finite = [w for w in plan.waves if w.end != INF]
+    """What an admin asks of a plan: when is each node taken, and which job decides it.  One row per node
+    (or, for larger plans, per folded set of nodes sharing a slot): its running jobs until they end by
+    their limits, then its slot, as `apply` will reserve it."""
     t0 = plan.created
-    t1 = max((w.end for w in finite), default=t0 + 1)
+    if not plan.slots:
+        return {"width": width, "rows": [], "ticks": [], "folded": False}
+    busy_until = {n: (d["end"] if d["end"] is not None else INF) for n, d in plan.decided_by.items()}
+    t1 = max(max(end for _, end in plan.slots.values()),
+             max((e for e in busy_until.values() if e != INF), default=t0)) + 1
     scale = (width - 20) / max(t1 - t0, 1)
-    lanes: dict[str, list[dict]] = defaultdict(list)
-    for w in plan.waves:
-        by_group: dict[str, int] = defaultdict(int)
-        for n in w.nodes:
-            by_group[plan.groups.get(n, "(defaults)")] += 1
-        for group, count in by_group.items():
-            start = w.start if w.start != INF else t1
-            end = w.end if w.end != INF else t1 + 1
-            lanes[group].append({"x": 10 + (start - t0) * scale, "w": max(3.0, (end - start) * scale),
-                                 "label": f"{w.kind[0].upper()}{w.index}: {count}", "kind": w.kind,
-                                 "open": w.end == INF})
-    ticks = []
-    for i in range(6):
-        ts = t0 + (t1 - t0) * i / 5
-        ticks.append({"x": 10 + (ts - t0) * scale, "label": _t(ts)})
-    return {"width": width, "lanes": dict(lanes), "ticks": ticks}
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for node, (start, _) in plan.slots.items():
+        groups[(start, node) if len(plan.slots) <= PER_NODE_ROWS else (start,)].append(node)
+    wave_of = {n: w for w in plan.waves for n in w.nodes}
+    rows = []
+    for key in sorted(groups):
+        nodes = groups[key]
+        start, end = plan.slots[nodes[0]]
+        decider = max(nodes, key=lambda n: busy_until.get(n, t0))
+        until = busy_until.get(decider)
+        job = plan.decided_by.get(decider)
+        x = lambda t: 10 + (min(t, t1) - t0) * scale  # noqa: E731
+        rows.append({
+            "label": fold(nodes) if len(nodes) > 1 else nodes[0], "count": len(nodes),
+            "kind": wave_of[nodes[0]].kind if nodes[0] in wave_of else "wave",
+            "busy_w": max(0.0, x(until) - x(t0)) if until is not None else 0.0, "open": until == INF,
+            "slot_x": x(start), "slot_w": max(4.0, (end - start) * scale),
+            "why": (f"job {job['job_id']} until {_t(until)}" if job and until != INF
+                    else f"job {job['job_id']}: no time limit, taken when it ends" if job else "empty now"),
+            "slot": f"{_t(start)} - {_t(end)}"})
+    ticks = [{"x": 10 + (t1 - t0) * i / 5 * scale, "label": _t(t0 + (t1 - t0) * i / 5)} for i in range(6)]
+    return {"width": width, "rows": rows, "ticks": ticks, "folded": len(plan.slots) > PER_NODE_ROWS}

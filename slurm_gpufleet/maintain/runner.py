@@ -1,6 +1,6 @@
 """Carry a plan out through Slurm in the foreground: `maintain apply`, `resume`, `abort`, `rollback`.
 
-All decisions are the engine's (`engine.py`); this drives its steps, shows progress and owns the upgrade
+All decisions are the engine's (`reconcile.py`); this drives its steps, shows progress and owns the upgrade
 pool.  Every node's state is in the store, so a `kill -9` at any point followed by `resume` converges.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 from ..policy import Policy
 from ..slurm.base import SlurmError
 from . import states as S
-from .engine import Engine, Executor, PoolExecutor
+from .executor import Executor, PoolExecutor
+from .reconcile import Engine
 from .store import Store
 
 
@@ -59,12 +60,9 @@ class Runner:
                  sleep: Callable[[float], None] = time.sleep, executor: Executor | None = None,
                  clock: Callable[[], float] = time.time):
         self.store = store
-        self.slurm = backend
-        self.policy = policy
         self.s = policy.maintain
         self.progress = progress or Progress()
         self.sleep = sleep
-        self.executor = executor
         self.engine = Engine(store, backend, policy, executor, clock=clock, on_event=self.progress.event)
 
     # -- entry points ----------------------------------------------------------------------------

@@ -37,7 +37,8 @@ class Trace:
     lines: int = 0
     skipped: Counter = field(default_factory=Counter)
     start: dt.datetime | None = None
-    has_time_limits: bool = False
+    has_time_limits: bool = False   # at least one job has a finite time limit in the history
+    limits_known: int = 0           # jobs whose time limit the history gives
 
 
 def _time(text: str) -> dt.datetime | None:
@@ -45,9 +46,12 @@ def _time(text: str) -> dt.datetime | None:
     if not text or text in ("Unknown", "None", "N/A", "(null)"):
         return None
     try:
-        return dt.datetime.fromisoformat(text)
+        when = dt.datetime.fromisoformat(text)
     except ValueError:
         return None
+    # Slurm prints local time without an offset; a SLURM_TIME_FORMAT with %z gives one.  Both become
+    # local naive time, so the two kinds can be subtracted in one trace.
+    return when.astimezone().replace(tzinfo=None) if when.tzinfo is not None else when
 
 
 def duration_s(text: str) -> float | None:
@@ -150,6 +154,9 @@ def read_sacct(lines, *, gpus_only: bool = True) -> Trace:
     trace.start = first
     trace.jobs = [TraceJob(j, (s - first).total_seconds(), r, nn, g, lim) for j, s, r, nn, g, lim in raw]
     trace.jobs.sort(key=lambda j: j.submit)
+    # a Timelimit column that is empty or UNLIMITED everywhere says nothing: the limits are assumed
+    trace.limits_known = sum(1 for j in trace.jobs if j.time_limit_s is not None)
+    trace.has_time_limits = trace.limits_known > 0
     return trace
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from ..slurm.base import JobInfo, NodeInfo, Reservation
 from ..summary import stamp
-from .upgrade import Result
+from .bundle import PUBLISHED
+from .upgrade import CommandResult
 
 INF = float("inf")
 
@@ -39,6 +40,7 @@ class SimSlurm:
     validation_s: float = 300.0
     validation_fails: set[str] = field(default_factory=set)
     jobs_: dict[str, tuple[str, str, float, str]] = field(default_factory=dict)  # id -> name, node, end, comment
+    blocks: dict[str, list[str]] = field(default_factory=dict)   # topology/block: name -> nodes
 
     def __post_init__(self) -> None:
         self.index = {n.name: n for n in self.sim.nodes}
@@ -46,12 +48,15 @@ class SimSlurm:
     # -- reads: one call each, whatever the fleet size --------------------------------------------
     def nodes(self) -> list[NodeInfo]:
         self.calls["read"] += 1
+        self._reboot_the_empty()
         out = []
         now = self.sim.now
         for n in self.sim.nodes:
             flags = set()
             if n.drained:
                 flags.add("DRAIN")
+            if n.reboot_requested:
+                flags.add("REBOOT_REQUESTED")
             if n.reserved_from <= now:
                 flags |= {"MAINTENANCE", "RESERVED"}
             state = "IDLE" if n.free == n.gpus else ("ALLOCATED" if n.free == 0 else "MIXED")
@@ -59,6 +64,21 @@ class SimSlurm:
                                 boot_time=str(n.boot), partitions=["gpu"], weight=n.weight,
                                 slurmd_start=n.slurmd_start))
         return out
+
+    def ended_jobs(self) -> list[tuple[str, str, list[str]]]:
+        """Jobs that ended NODE_FAIL in the last MinJobAge (300 s), as squeue shows them."""
+        self.calls["read"] += 1
+        now = self.sim.now
+        return [(jid, state, nodes) for jid, state, nodes, at in self.sim.ended
+                if now - at <= 300]
+
+    def topology(self) -> str:
+        """The simulated blocks (`blocks`: name -> nodes), as `scontrol show topology` prints them."""
+        from ..hostlist import fold
+
+        self.calls["read"] += 1
+        return "".join(f"BlockName={name} BlockIndex={i} Nodes={fold(nodes)} BlockSize={len(nodes)}\n"
+                       for i, (name, nodes) in enumerate(self.blocks.items()))
 
     def running_jobs(self) -> list[JobInfo]:
         self.calls["read"] += 1
@@ -136,7 +156,17 @@ class SimSlurm:
             n.weight = weight
 
     def reboot_asap_nodes(self, names: list[str], reason: str, next_state: str = "RESUME") -> None:
-        raise NotImplementedError("the simulator runs the reservation strategy")
+        """As Slurm does: drained at once (no new job lands), rebooted once it is empty, then resumed."""
+        for n in self._each(names):
+            n.drained, n.reason, n.reboot_requested = True, reason, True
+        self.sim.nodes_changed()
+
+    def _reboot_the_empty(self) -> None:
+        for n in self.sim.nodes:
+            if n.reboot_requested and n.free == n.gpus:
+                n.boot += 1
+                n.slurmd_start = self.sim.now
+                n.reboot_requested, n.drained, n.reason = False, False, ""
 
     def create_reservation(self, name: str, nodes: list[str], start: float | None, minutes: int) -> None:
         self.calls["write"] += 1
@@ -150,6 +180,12 @@ class SimSlurm:
         gone = r.nodes - set(nodes)
         r.nodes = set(nodes)
         self._reserve(list(gone | r.nodes))
+
+    def postpone_reservation(self, name: str, start: float) -> None:
+        self.calls["write"] += 1
+        r = self.reservations_[name]
+        r.end, r.start = r.end + (start - r.start), start
+        self._reserve(list(r.nodes))
 
     def delete_reservation(self, name: str) -> None:
         self.calls["write"] += 1
@@ -193,7 +229,8 @@ class SimExecutor:
     `NODE DRIVER ACTION`; when the command ends the node's slurmd registers again and its health check
     publishes that driver (what a real node does after the reboot that loads the new module)."""
 
-    TEMPLATE = "{{ node }} {{ target_driver }} {{ action }}\n"
+    TEMPLATE = ("{{ node }} {{ target_driver }} {{ action }}{% if target_kernel %} kern={{ target_kernel }}{% endif %}"
+                "{% for c, v in target_firmware.items() %} {{ c }}={{ v }}{% endfor %}\n")
 
     def __init__(self, sim: Any, upgrade_s: float, *, ok: bool = True, reboots: bool = True,
                  publishes: str | None = "target", fields: Any = None):
@@ -204,15 +241,17 @@ class SimExecutor:
         self.ok, self.reboots, self.publishes = ok, reboots, publishes
         self.fields = fields  # node -> extra summary keys (kern, modf, gsp) its health check publishes
         self.active: dict[str, float] = {}
-        self.done: dict[str, Result] = {}
+        self.done: dict[str, CommandResult] = {}
         self.index = {x.name: x for x in sim.nodes}
 
     def start(self, node: str, script: str, timeout_s: float) -> None:
-        name, driver, _ = shlex.split(script)
+        name, driver, _, *rest = shlex.split(script)
         self.active[name] = self.sim.now + self.upgrade_s
-        self.sim.push(self.active[name], "upgraded", (name, driver))
+        # the rest of the bundle, as the health check publishes it after the reboot
+        installed = {PUBLISHED.get(k, k): v for k, _, v in (part.partition("=") for part in rest)}
+        self.sim.push(self.active[name], "upgraded", (name, driver, installed))
 
-    def complete(self, name: str, driver: str) -> None:
+    def complete(self, name: str, driver: str, installed: dict[str, str] | None = None) -> None:
         n = self.index[name]
         if self.active.pop(name, None) is None:
             return  # a command lost with a crashed `apply`: its process ended with it
@@ -221,68 +260,16 @@ class SimExecutor:
             n.slurmd_start = self.sim.now
         if self.publishes is not None:
             drv = driver if self.publishes == "target" else self.publishes
-            summary = {"gpufleet": 1, "v": "ok", "drv": drv, "gpus": f"{n.gpus}xNVIDIA H200",
-                       "t": stamp(self.sim.now),
+            summary = {"gpufleet": 1, "v": "ok", "drv": drv, "gpus": f"{n.gpus}x{n.model}",
+                       "t": stamp(self.sim.now), **(installed if self.publishes == "target" else {}),
                        **(self.fields(name) if self.fields else {})}
             n.extra = json.dumps(summary, separators=(",", ":"))
         n.upgraded = True
-        self.done[name] = Result(self.ok, 0 if self.ok else 1, "")
+        self.done[name] = CommandResult(self.ok, 0 if self.ok else 1, "")
 
     def running(self) -> set[str]:
         return set(self.active)
 
-    def finished(self) -> dict[str, Result]:
+    def finished(self) -> dict[str, CommandResult]:
         out, self.done = self.done, {}
         return out
-
-
-class SimFleet:
-    """The engine alone on an in-memory fleet: nodes, running jobs that end at their limits, upgrades that
-    take `upgrade_s`, a clock moved by hand.  For benchmarks and tests of the engine at any fleet size
-    (the job scheduler of `maintain simulate` is left out: no new jobs arrive)."""
-
-    def __init__(self, nodes: int, gpus: int = 8, now: float = 1_800_000_000.0):
-        from .simulate import Simulator
-
-        self.sim = Simulator([], nodes, gpus)
-        self.sim.now = now
-        self.slurm = SimSlurm(self.sim)
-        self.gpn: dict[str, int] = {}
-
-    def add_job(self, job_id: str, node: int | list[int], gpus: int, end: float, *, start: float | None = None,
-                comment: str = "") -> None:
-        from .simulate import SimJob
-
-        placed = [node] if isinstance(node, int) else list(node)
-        start = self.sim.now if start is None else start
-        self.sim.by_id[job_id] = SimJob(job_id, start, end - start, end - start, len(placed), gpus, start=start,
-                                        placed=placed, comment=comment)
-        for i in placed:
-            n = self.sim.nodes[i]
-            n.free -= gpus
-            n.running[job_id] = end
-        self.gpn[job_id] = gpus
-
-    def fleet_state(self, driver: str = "570.172.08"):
-        from .fleet import FleetNode, FleetState
-
-        nodes = {n.name: FleetNode(name=n.name, partitions=["gpu"], driver=driver, gpus=f"{n.gpus}xNVIDIA H200",
-                                   firmware="96.00.A5.00.1A", verdict="ok") for n in self.sim.nodes}
-        return FleetState(nodes, self.slurm.running_jobs(), [], self.sim.now)
-
-    def advance(self, to: float, executor: SimExecutor) -> None:
-        """Move the clock: upgrades due complete, jobs due end."""
-        import heapq
-
-        events = self.sim.events
-        while events and events[0][0] <= to:
-            t, _, kind, payload = heapq.heappop(events)
-            self.sim.now = max(self.sim.now, t)
-            if kind == "upgraded":
-                executor.complete(*payload)
-        self.sim.now = to
-        for n in self.sim.nodes:
-            for jid, end in list(n.running.items()):
-                if end <= to:
-                    del n.running[jid]
-                    n.free += self.gpn.get(jid, 0)

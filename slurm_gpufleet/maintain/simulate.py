@@ -2,12 +2,13 @@
 
 A discrete-event replay of the jobs on a simulated fleet, with a scheduler close to Slurm's: priority
 FIFO by submit time plus backfill that respects time limits and maintenance reservations.  At a chosen
-moment a rollout starts, run by one of three strategies:
+moment a rollout starts, run by the engine (`gpufleet`) or one of the hand-written baselines:
 
 * `gpufleet`: the planner of `maintain plan` (same code: canary, waves, budget) places each wave's
   reservation when its nodes' running jobs end by their time limits; short jobs backfill until then;
   nodes waiting for their turn get a higher Weight, so new jobs land on upgraded nodes first;
-* `reboot-asap`: a rolling `scontrol reboot ASAP` within the same budget, nodes in name order;
+* `reboot-asap`: a hand-written baseline, a rolling `scontrol reboot ASAP` within the same budget, nodes in
+  name order (not the engine's `reboot-asap` strategy: maintain/strategy.py);
 * `drain-all`: every node drained at once, upgraded when empty, all resumed at the end.
 
 Each strategy runs on the same trace next to a baseline without maintenance; the difference in each
@@ -23,11 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..policy import MaintainSettings, Policy
+from .domains import Domains, consecutive, mixed_domains, whole_in_service
+from .failures import Hazards, Rates, end_repairs, hazard_step, publish_summaries
 from .fleet import FleetNode, FleetState
 from .planner import make_plan
 from .sacct import Trace, assume_limit
+from .simslurm import SimExecutor, SimSlurm
 
-STRATEGIES = ("gpufleet", "reboot-asap", "drain-all", "wait-then-kill")
+# what `simulate --strategy` compares: the engine (gpufleet) and hand-written baselines
+COMPARED = ("gpufleet", "reboot-asap", "drain-all", "wait-then-kill")
 INF = float("inf")
 BACKFILL_DEPTH = 200  # like Slurm's bf_max_job_test: how deep into the queue backfill looks
 
@@ -46,6 +51,7 @@ class SimJob:
     saved: float = 0.0             # seconds of its work kept in a checkpoint across requeues
     comment: str = ""
     signalled: float | None = None  # when it was asked to checkpoint (its run's progress kept then)
+    requeues: int = 0              # times its node failed under it (failures.py)
 
 
 @dataclass
@@ -53,6 +59,7 @@ class SimNode:
     name: str
     gpus: int
     free: int
+    model: str = "NVIDIA H200"     # what its health check names its GPUs
     running: dict[str, float] = field(default_factory=dict)   # job id -> expected end (start + limit)
     reserved_from: float = INF     # a maintenance reservation (or a drain) starts then: no job may run past it
     out_since: float | None = None  # out of service for new jobs (drained / reservation active / upgrading)
@@ -65,6 +72,7 @@ class SimNode:
     boot: int = 0
     slurmd_start: float | None = None
     extra: str = ""
+    reboot_requested: bool = False  # `scontrol reboot ASAP`: drained now, rebooted once empty
 
     def out(self, now: float) -> bool:
         """Out of service for new jobs: drained, inside an active maintenance reservation, or taken."""
@@ -72,13 +80,14 @@ class SimNode:
 
 
 @dataclass
-class Result:
+class StrategyResult:
     makespan_h: float
     gpu_hours_lost: float
     jobs_killed: int
     wait_added_mean_h: float
     wait_added_p95_h: float
     peak_nodes_out: int
+    node_drain_hours: float = 0.0      # node-hours out of service while the rollout ran
     capacity: list[tuple[float, int]] = field(default_factory=list)     # (hours from rollout, GPUs in service)
     waves: list[dict[str, Any]] = field(default_factory=list)           # (gpufleet) wave timeline
     gating_jobs: list[dict[str, Any]] = field(default_factory=list)
@@ -87,13 +96,23 @@ class Result:
     jobs_preempted: int = 0
     done_by_deadline: bool | None = None
     touched_in_time: int = 0           # stopped jobs that would have ended in time by themselves
+    domains: int | None = None         # --domain-size: how many failure domains, and during the rollout
+    mixed_driver_domains_max: int = 0  # the most domains whose nodes in service ran two drivers at once
+    domains_in_service_min: int = 0    # the fewest domains with every node in service at once
+    failures: dict[str, Any] | None = None  # --failure-rate: what the draws did (failures.py)
 
     def metrics(self) -> dict[str, Any]:
         out = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in
                (("makespan_h", self.makespan_h), ("gpu_hours_lost", self.gpu_hours_lost),
                 ("jobs_killed", self.jobs_killed), ("wait_added_mean_h", self.wait_added_mean_h),
                 ("wait_added_p95_h", self.wait_added_p95_h), ("peak_nodes_out", self.peak_nodes_out),
+                ("node_drain_hours", self.node_drain_hours),
                 ("work_lost_gpu_h", self.work_lost_gpu_h), ("jobs_preempted", self.jobs_preempted))}
+        if self.domains is not None:
+            out.update(domains=self.domains, mixed_driver_domains_max=self.mixed_driver_domains_max,
+                       domains_in_service_min=self.domains_in_service_min)
+        if self.failures is not None:
+            out["failures"] = self.failures
         if self.done_by_deadline is not None:
             out["done_by_deadline"] = self.done_by_deadline
             out["jobs_preempted_that_would_end_in_time"] = self.touched_in_time
@@ -113,6 +132,7 @@ class Simulator:
         self.seq = 0
         self.now = 0.0
         self.lost_gpu_s = 0.0
+        self.out_node_s = 0.0         # node-seconds out of service (drained, in a slot, upgrading)
         self.capacity: list[tuple[float, int]] = []
         self.peak_out = 0
         self.killed = 0
@@ -120,6 +140,14 @@ class Simulator:
         self.preempted = 0
         self.touched_in_time = 0      # stopped jobs that would have ended by `in_time_by`
         self.controller: Controller | None = None
+        self.ended: list[tuple[str, str, list[str], float]] = []  # jobs ended badly: id, state, nodes, when
+        self.domains: Domains | None = None
+        self.mixed_max = 0
+        self.whole_min: int | None = None
+        self.hazards: Hazards | None = None   # failures drawn from `hazards_from` on (failures.py)
+        self.hazards_from = 0.0
+        self.jobs_failed = 0
+        self.failed_work_gpu_s = 0.0          # work jobs lost to node failures (since their checkpoint)
 
     # -- events ----------------------------------------------------------------------------------
     def push(self, t: float, kind: str, payload: Any = None) -> None:
@@ -132,6 +160,8 @@ class Simulator:
             self.push(job.submit, "submit", job)
         if controller is not None and rollout_at is not None:
             self.push(rollout_at, "rollout", None)
+        if self.hazards is not None:
+            self.push(self.hazards_from, "hazard", None)
         while self.events:
             t, _, kind, payload = heapq.heappop(self.events)
             self._advance(t)
@@ -149,6 +179,20 @@ class Simulator:
             elif kind == "rollout":
                 self.controller.start(self)
                 self._schedule()
+            elif kind == "hazard":
+                h = self.hazards
+                if self._work_left():
+                    failed, changed = hazard_step(self, h, h.step_s)
+                    if failed and self.controller:
+                        self.controller.on_change(self)
+                else:  # nothing runs, nothing is due: the draws end with the work, the repairs now
+                    end_repairs(self, h)
+                    changed = True
+                if changed:
+                    self.nodes_changed()
+                    self._schedule()
+                if self._work_left():
+                    self.push(self.now + h.step_s, "hazard", None)
             elif kind in ("tick", "upgraded", "slot", "step", "validation"):
                 self.controller.on_tick(self, (kind, payload) if kind != "tick" else payload)
                 self._schedule()
@@ -158,11 +202,16 @@ class Simulator:
     def _running(self) -> bool:
         return any(n.running for n in self.nodes)
 
+    def _work_left(self) -> bool:
+        """A job runs or an event is due (a reservation never reached is pushed at infinity)."""
+        return self._running() or any(t < INF for t, *_ in self.events)
+
     def _advance(self, t: float) -> None:
         dt = t - self.now
         if dt > 0 and self.controller is not None and self.controller.active:
             out = [n for n in self.nodes if n.out(self.now)]
             self.lost_gpu_s += dt * sum(n.free for n in out)
+            self.out_node_s += dt * len(out)
             self.peak_out = max(self.peak_out, len(out))
         self.now = max(self.now, t)
 
@@ -170,6 +219,12 @@ class Simulator:
         in_service = sum(n.gpus for n in self.nodes if not n.out(self.now))
         if not self.capacity or self.capacity[-1][1] != in_service:
             self.capacity.append((self.now, in_service))
+        if self.domains and self.controller is not None and self.controller.active:
+            serving = {n.name for n in self.nodes if not n.out(self.now)}
+            drivers = {n.name: "new" if n.upgraded else "old" for n in self.nodes}
+            self.mixed_max = max(self.mixed_max, mixed_domains(self.domains, drivers, serving))
+            whole = whole_in_service(self.domains, serving)
+            self.whole_min = whole if self.whole_min is None else min(self.whole_min, whole)
 
     # -- scheduling ------------------------------------------------------------------------------
     def nodes_changed(self) -> None:
@@ -203,9 +258,10 @@ class Simulator:
         self.queue.remove(job)
         self.push(self.now + job.run - job.saved, "end", (job, job.gen))
 
-    def stop(self, job: SimJob, requeue: bool) -> None:
-        """A running job stopped early: it loses its work since its last checkpoint; requeued, it waits
-        again in its place by submit time and resumes from that checkpoint."""
+    def stop(self, job: SimJob, requeue: bool, failed: bool = False) -> None:
+        """A running job stopped early (by the rollout, or `failed`: its node failed): it loses its work
+        since its last checkpoint; requeued, it waits again in its place by submit time and resumes from
+        that checkpoint."""
         if job.start is None:
             return
         elapsed = self.now - job.start
@@ -214,10 +270,15 @@ class Simulator:
             kept = max(0.0, job.signalled - job.start)
         elif self.checkpoint_every_s:
             kept = math.floor(elapsed / self.checkpoint_every_s) * self.checkpoint_every_s
-        if job.start + job.run - job.saved <= self.in_time_by:
-            self.touched_in_time += 1
-        self.lost_work_gpu_s += (elapsed - kept) * job.gpn * len(job.placed)
-        self.preempted += 1
+        lost = (elapsed - kept) * job.gpn * len(job.placed)
+        if failed:
+            self.failed_work_gpu_s += lost
+            self.jobs_failed += 1
+        else:
+            if job.start + job.run - job.saved <= self.in_time_by:
+                self.touched_in_time += 1
+            self.lost_work_gpu_s += lost
+            self.preempted += 1
         for i in job.placed:
             n = self.nodes[i]
             n.free += job.gpn
@@ -362,30 +423,31 @@ class GpufleetController(Controller):
     """`maintain apply` itself: the planner's plan, then the engine's steps against the simulated Slurm
     (SimSlurm) on the simulated clock.  No rollout decision is made here."""
 
-    def __init__(self, budget: int, upgrade_s: float, policy: Policy, target: str = "580.159.04",
-                 deadline: float | None = None):
+    def __init__(self, budget: int, upgrade_s: float, policy: Policy, target: str | None = "580.159.04",
+                 deadline: float | None = None, kernel: str | None = None, firmware: dict[str, str] | None = None):
         super().__init__(budget, upgrade_s)
         self.policy = policy
         self.target = target
+        self.kernel, self.firmware = kernel, firmware
         self.deadline = deadline
         self.same_time_steps = 0
+        self.state: str | None = None  # the rollout's final state (done, halted, aborted)
 
     def start(self, sim: Simulator) -> None:
         import tempfile
         from dataclasses import replace
 
-        from .engine import Engine
-        from .simslurm import SimExecutor, SimSlurm
+        from .reconcile import Engine
         from .store import Store
 
         super().start(sim)
         fleet = FleetState(
             nodes={n.name: FleetNode(name=n.name, partitions=["gpu"], driver="570.172.08", cuda="12.8",
-                                     gpus=f"{n.gpus}xNVIDIA H200", firmware="96.00.A5.00.1A", verdict="ok")
+                                     gpus=f"{n.gpus}x{n.model}", firmware="96.00.A5.00.1A", verdict="ok")
                    for n in sim.nodes},
             jobs=SimSlurm(sim).running_jobs(), taken_at=sim.now)
         plan = make_plan(fleet, self.target, [n.name for n in sim.nodes], self.policy, now=sim.now, force=True,
-                         deadline=self.deadline)
+                         deadline=self.deadline, domains=sim.domains, kernel=self.kernel, firmware=self.firmware)
         self.gating = plan.gating_jobs
         self.tmp = tempfile.TemporaryDirectory(prefix="gpufleet-sim-")
         template = f"{self.tmp.name}/upgrade.j2"
@@ -420,6 +482,7 @@ class GpufleetController(Controller):
 
         state = self.engine.step(self.rid)
         if state in (S.R_DONE, S.R_HALTED, S.R_ABORTED):
+            self.state = str(state)
             self.finished, self.active = state == S.R_DONE or not self.engine.running(), False
             self.done_at = sim.now
             self.waves = self._waves()
@@ -532,6 +595,15 @@ class DrainAllController(Controller):
             self.finished, self.active, self.done_at = True, False, sim.now
 
 
+def time_limits_label(trace: Trace, assumption: str) -> str:
+    known, total = trace.limits_known, len(trace.jobs)
+    if known == total and total:
+        return "from the history"
+    if known == 0:
+        return f"assumed: {assumption}"
+    return f"from the history for {known} of {total} jobs; assumed for the rest: {assumption}"
+
+
 def sim_jobs(trace: Trace, gpus_per_node: int, assumption: str) -> tuple[list[SimJob], Counter]:
     jobs: list[SimJob] = []
     dropped: Counter = Counter()
@@ -555,7 +627,12 @@ def budget_of(spec: int | str, nodes: int) -> int:
 
 def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[str, ...], rollout_at_h: float,
              max_unavailable: int | str, policy: Policy, assumption: str, upgrade_minutes: int | None = None,
-             deadline_h: float | None = None, checkpoint_every_h: float | None = None) -> dict[str, Any]:
+             deadline_h: float | None = None, checkpoint_every_h: float | None = None,
+             domain_size: int | None = None, target: str | None = "580.159.04", kernel: str | None = None,
+             firmware: dict[str, str] | None = None, rates: Rates | None = None, seed: int = 0) -> dict[str, Any]:
+    """`target`, `kernel`, `firmware`: what the engine's plan rolls out (gpufleet; the baselines upgrade
+    a node in `upgrade_minutes` whatever it is).  `rates`: node failures and soft events from the
+    rollout's start on, the same draws (`seed`) in every run, the baseline's too (failures.py)."""
     from dataclasses import replace
 
     upgrade_s = 60.0 * (upgrade_minutes or policy.maintain.upgrade_minutes)
@@ -563,15 +640,30 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
     settings: MaintainSettings = replace(policy.maintain, max_unavailable=budget,
                                          upgrade_minutes=int(upgrade_s // 60))
     sim_policy = replace(policy, maintain=settings)
+    # without failures an evidence gate has no events to judge and would only wait out its soak: the
+    # replay then gates on validation (the gate's figures come from the --seeds trials, trials.py)
+    replay_policy = sim_policy if rates else replace(policy, maintain=replace(settings, gate="validated"))
     base_jobs, dropped = sim_jobs(trace, gpus_per_node, assumption)
+    rollout_at = rollout_at_h * 3600
+
+    def with_hazards(sim: Simulator) -> Simulator:
+        if rates:
+            sim.hazards, sim.hazards_from = Hazards(rates, seed), rollout_at
+            publish_summaries(sim.nodes, "570.172.08")  # the driver GpufleetController's plan starts from
+        return sim
+
     every_s = checkpoint_every_h * 3600 if checkpoint_every_h else None
     if every_s:  # what each job says of itself in its Slurm comment (maintain/deadline.py)
         for j in base_jobs:
             j.comment = f"gpufleet:checkpoint_every={checkpoint_every_h:g}h"
-    baseline = Simulator(_copy(base_jobs), nodes, gpus_per_node)
+    baseline = with_hazards(Simulator(_copy(base_jobs), nodes, gpus_per_node))
     baseline.run()
     base_wait = {j.id: (j.start - j.submit) for j in baseline.jobs if j.start is not None}
-    rollout_at = rollout_at_h * 3600
+    # the load as the rollout starts, as the history ran it (failures requeue jobs and move later starts)
+    unfailed = baseline
+    if rates:
+        unfailed = Simulator(_copy(base_jobs), nodes, gpus_per_node)
+        unfailed.run()
     deadline = rollout_at + deadline_h * 3600 if deadline_h else None
     lower_bound = None
     if deadline is not None:
@@ -582,10 +674,11 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
             * j.gpn * j.nodes for j in baseline.jobs
             if j.start is not None and j.start <= rollout_at < j.start + j.run
             and j.start + j.run > deadline - upgrade_s) / 3600
-    results: dict[str, Result] = {}
+    results: dict[str, StrategyResult] = {}
     for name in strategies:
         if name == "gpufleet":
-            ctl: Controller = GpufleetController(budget, upgrade_s, sim_policy, deadline=deadline)
+            ctl: Controller = GpufleetController(budget, upgrade_s, replay_policy, target, deadline=deadline,
+                                                 kernel=kernel, firmware=firmware)
         elif name == "wait-then-kill":
             if deadline is None:
                 raise ValueError("the wait-then-kill strategy needs a deadline (--deadline)")
@@ -595,8 +688,10 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
         elif name == "drain-all":
             ctl = DrainAllController(budget, upgrade_s)
         else:
-            raise ValueError(f"unknown strategy {name!r} (one of {', '.join(STRATEGIES)})")
-        sim = Simulator(_copy(base_jobs), nodes, gpus_per_node)
+            raise ValueError(f"unknown strategy {name!r} (one of {', '.join(COMPARED)})")
+        sim = with_hazards(Simulator(_copy(base_jobs), nodes, gpus_per_node))
+        if domain_size:
+            sim.domains = consecutive([n.name for n in sim.nodes], domain_size)
         sim.checkpoint_every_s = every_s
         if deadline is not None:
             sim.in_time_by = deadline - upgrade_s
@@ -605,18 +700,21 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
                        if j.start is not None and j.id in base_wait and j.submit >= rollout_at - 7 * 86400)
         p95 = added[min(len(added) - 1, int(0.95 * len(added)))] if added else 0.0
         cap = [((t - rollout_at) / 3600, g) for t, g in sim.capacity]
-        results[name] = Result(
+        results[name] = StrategyResult(
             makespan_h=(ctl.done_at - ctl.started_at) / 3600 if ctl.finished else INF,
             gpu_hours_lost=sim.lost_gpu_s / 3600, jobs_killed=sim.killed,
             wait_added_mean_h=(sum(added) / len(added) / 3600) if added else 0.0, wait_added_p95_h=p95 / 3600,
-            peak_nodes_out=sim.peak_out, capacity=cap,
+            peak_nodes_out=sim.peak_out, node_drain_hours=sim.out_node_s / 3600, capacity=cap,
             waves=[{**w, **{k: (None if w[k] is None else round((w[k] - rollout_at) / 3600, 3))
                             for k in ("reserve_at", "start", "end")}} for w in ctl.waves],
             gating_jobs=[{**g, "end_h": None if g["end"] is None else round((g["end"] - rollout_at) / 3600, 2)}
                          for g in ctl.gating],
             work_lost_gpu_h=sim.lost_work_gpu_s / 3600, jobs_preempted=sim.preempted,
             done_by_deadline=None if deadline is None else bool(ctl.finished and ctl.done_at <= deadline),
-            touched_in_time=sim.touched_in_time)
+            touched_in_time=sim.touched_in_time,
+            domains=len(sim.domains.members) if sim.domains else None, mixed_driver_domains_max=sim.mixed_max,
+            domains_in_service_min=sim.whole_min if sim.whole_min is not None else 0,
+            failures=None if sim.hazards is None else failure_figures(sim, ctl, name == "gpufleet"))
     extra: dict[str, Any] = {}
     if deadline is not None:
         extra["work_lost_lower_bound_gpu_h"] = round(lower_bound or 0.0, 3)
@@ -625,18 +723,86 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
         **extra,
         "strategies": {k: r.metrics() for k, r in results.items()},
         "assumptions": {
-            "time_limits": ("from the history" if trace.has_time_limits else f"assumed: {assumption}"),
+            "time_limits": time_limits_label(trace, assumption),
             "fleet": f"{nodes} nodes x {gpus_per_node} GPUs", "rollout_at_h": rollout_at_h,
             "max_unavailable_nodes": budget, "upgrade_minutes": upgrade_s / 60,
+            **({"domains": f"{domain_size} consecutive nodes each; mixed = nodes in service on two drivers",
+                "whole_domain": settings.whole_domain,
+                "max_unavailable_domains": settings.max_unavailable_domains} if domain_size else {}),
             "scheduler": f"priority FIFO by submit time + EASY backfill (depth {BACKFILL_DEPTH}) respecting "
                          "time limits and reservations; multi-node jobs take whole nodes",
             "wait_added": "per job: wait with the rollout - wait without it, jobs submitted from 7 days before "
                           "the rollout on",
             "jobs_used": len(base_jobs), "jobs_dropped": dict(dropped), "lines_skipped": dict(trace.skipped),
+            **({"failures": {"failure_per_1000_node_days": rates.failure_rate, "soft_per_node_day": rates.soft_rate,
+                             "driver_effect": rates.driver_effect, "repair_h": rates.repair_h, "seed": seed,
+                             "from": "the rollout's start to the replay's end, in every run (the baseline's "
+                                     "too); *_in_rollout: while the rollout ran",
+                             "failed_jobs": "end NODE_FAIL and are requeued (Slurm's JobRequeue=1)",
+                             "gate": replay_policy.maintain.gate}} if rates else {}),
         },
         "_results": results,
+        # the load as the rollout starts (maintain/trials.py runs the engine on it under random failures)
+        "_running": [j for j in unfailed.jobs if j.start is not None and j.start <= rollout_at < j.start + j.run],
+        "_policy": sim_policy,
     }
+
+
+def failure_figures(sim: Simulator, ctl: Controller, engine: bool) -> dict[str, Any]:
+    """What the draws did, from the rollout's start to the replay's end, and while the rollout ran."""
+    h = sim.hazards
+    end = ctl.done_at if ctl.finished else INF
+    during = [t for t in h.failed_at if ctl.started_at <= t <= end]
+    jobs_during = sum(1 for _, state, _, t in sim.ended if state == "NODE_FAIL" and ctl.started_at <= t <= end)
+    return {"node_failures": h.node_failures, "jobs_failed": sim.jobs_failed,
+            "work_lost_gpu_h": round(sim.failed_work_gpu_s / 3600, 3), "soft_events": h.soft_events,
+            "node_failures_in_rollout": len(during), "jobs_failed_in_rollout": jobs_during,
+            **({"rollout": getattr(ctl, "state", None)} if engine else {})}
 
 
 def _copy(jobs: list[SimJob]) -> list[SimJob]:
     return [SimJob(j.id, j.submit, j.run, j.limit, j.nodes, j.gpn, comment=j.comment) for j in jobs]
+
+
+class SimFleet:
+    """The engine alone on an in-memory fleet: nodes, running jobs that end at their limits, upgrades that
+    take `upgrade_s`, a clock moved by hand.  For benchmarks and tests of the engine at any fleet size
+    (the job scheduler of `maintain simulate` is left out: no new jobs arrive)."""
+
+    def __init__(self, nodes: int, gpus: int = 8, now: float = 1_800_000_000.0):
+        self.sim = Simulator([], nodes, gpus)
+        self.sim.now = now
+        self.slurm = SimSlurm(self.sim)
+        self.gpn: dict[str, int] = {}
+
+    def add_job(self, job_id: str, node: int | list[int], gpus: int, end: float, *, start: float | None = None,
+                comment: str = "") -> None:
+        placed = [node] if isinstance(node, int) else list(node)
+        start = self.sim.now if start is None else start
+        self.sim.by_id[job_id] = SimJob(job_id, start, end - start, end - start, len(placed), gpus, start=start,
+                                        placed=placed, comment=comment)
+        for i in placed:
+            n = self.sim.nodes[i]
+            n.free -= gpus
+            n.running[job_id] = end
+        self.gpn[job_id] = gpus
+
+    def fleet_state(self, driver: str = "570.172.08"):
+        nodes = {n.name: FleetNode(name=n.name, partitions=["gpu"], driver=driver, gpus=f"{n.gpus}x{n.model}",
+                                   firmware="96.00.A5.00.1A", verdict="ok") for n in self.sim.nodes}
+        return FleetState(nodes, self.slurm.running_jobs(), [], self.sim.now)
+
+    def advance(self, to: float, executor: SimExecutor) -> None:
+        """Move the clock: upgrades due complete, jobs due end."""
+        events = self.sim.events
+        while events and events[0][0] <= to:
+            t, _, kind, payload = heapq.heappop(events)
+            self.sim.now = max(self.sim.now, t)
+            if kind == "upgraded":
+                executor.complete(*payload)
+        self.sim.now = to
+        for n in self.sim.nodes:
+            for jid, end in list(n.running.items()):
+                if end <= to:
+                    del n.running[jid]
+                    n.free += self.gpn.get(jid, 0)

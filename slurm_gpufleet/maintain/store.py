@@ -4,60 +4,27 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sqlite3
 import time
 from typing import Any
 
 import sqlite_utils
 
+from ..sqlitedb import open_db
 from . import states as S
+from .plan import Plan
 
 
 class Store:
     def __init__(self, path: str):
         self.path = path
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        if not os.path.exists(path):
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-        conn = sqlite3.connect(path, timeout=30)
-        conn.execute("PRAGMA busy_timeout = 30000")
-        self.db = sqlite_utils.Database(conn)
-        if self.db.journal_mode != "wal":
-            self.db.enable_wal()
-        if "rollouts" not in self.db.table_names():
-            self.db["rollouts"].create({"id": str, "state": str, "target": str, "strategy": str, "plan": str,
-                                        "created": float, "updated": float}, pk="id", if_not_exists=True)
-            self.db["nodes"].create({"rollout": str, "node": str, "wave": int, "state": str, "prior": str,
-                                     "previous_driver": str, "boot": str, "error": str, "weight": int,
-                                     "updated": float},
-                                    pk=("rollout", "node"), if_not_exists=True)
-            self.db["audit"].create({"ts": float, "rollout": str, "node": str, "event": str, "detail": str},
-                                    if_not_exists=True)
-        # started: when the node's upgrade command began; slot: when its maintenance slot starts
-        for column in ("started", "slot"):
-            if column not in self.db["nodes"].columns_dict:
-                self.db["nodes"].add_column(column, float)
-        if "validated" not in self.db["nodes"].columns_dict:  # what the node published when it validated
-            self.db["nodes"].add_column("validated", str)
-        if "job" not in self.db["nodes"].columns_dict:  # the validation job's id while it runs (testing)
-            self.db["nodes"].add_column("job", str)
-        # who is applying the rollout now (host:pid) and when it last stepped: one driver at a time
-        if "holder" not in self.db["rollouts"].columns_dict:
-            self.db["rollouts"].add_column("holder", str)
-            self.db["rollouts"].add_column("heartbeat", float)
-        if "preemptions" not in self.db.table_names():  # the jobs a deadline plan stops, and how far each is
-            self.db["preemptions"].create({"rollout": str, "job": str, "action": str, "at": float, "stop": float,
-                                           "signal": str, "batch": int, "grace": float, "state": str,
-                                           "run_start": float, "since": float, "updated": float},
-                                          pk=("rollout", "job"), if_not_exists=True)
-        self._crash_counts: dict[str, int] = {}
+        self.db = open_db(path, _schema, timeout_s=30)
 
     # -- rollouts --------------------------------------------------------------------------------
     def create_rollout(self, plan: dict[str, Any], at: float | None = None) -> None:
         now = time.time() if at is None else at
+        target = Plan.from_dict(plan).target.label()
         with self.db.conn:
-            self.db["rollouts"].insert({"id": plan["id"], "state": S.R_RUNNING, "target": plan["target_driver"],
+            self.db["rollouts"].insert({"id": plan["id"], "state": S.R_RUNNING, "target": target,
                                         "strategy": plan["strategy"], "plan": json.dumps(plan), "created": now,
                                         "updated": now})
             rows = [{"rollout": plan["id"], "node": n, "wave": w["index"], "state": S.PENDING, "prior": None,
@@ -65,7 +32,8 @@ class Store:
                      "weight": None, "updated": now} for w in plan["waves"] for n in w["nodes"]]
             rows += [{"rollout": plan["id"], "node": s["node"], "wave": -1, "state": S.SKIPPED, "prior": None,
                       "previous_driver": plan["previous_drivers"].get(s["node"]), "boot": None,
-                      "error": s["why"], "weight": None, "updated": now} for s in plan["skipped"]]
+                      "error": s["why"], "weight": None, "updated": now}
+                     for s in plan["skipped"]]
             self.db["nodes"].insert_all(rows)
             jobs = [j for j in (plan.get("deadline") or {}).get("jobs", []) if j["action"] != "wait"]
             self.db["preemptions"].insert_all([
@@ -73,7 +41,7 @@ class Store:
                  "stop": j["at"] + (j["grace_s"] if j["action"] == "checkpoint-requeue" else 0.0),
                  "signal": j.get("signal"), "batch": int(bool(j.get("batch"))), "grace": j.get("grace_s") or 0.0,
                  "state": S.J_PLANNED, "run_start": j.get("start"), "since": None, "updated": now} for j in jobs])
-        self.audit(plan["id"], None, "created", f"{len(plan['waves'])} wave(s), target {plan['target_driver']}", now)
+        self.audit(plan["id"], None, "created", f"{len(plan['waves'])} wave(s), target {target}", now)
 
     def rollout(self, rollout_id: str | None = None) -> dict[str, Any] | None:
         if rollout_id:
@@ -122,16 +90,9 @@ class Store:
     def node(self, rollout_id: str, node: str) -> dict[str, Any]:
         return self.db["nodes"].get((rollout_id, node))
 
-    def set_node(self, rollout_id: str, node: str, state: str, detail: str = "", **fields: Any) -> None:
-        """Record a transition *before* its work starts: a crash finds the node in the state it was doing."""
-        assert state in S.NODE_STATES, state
-        with self.db.conn:
-            self.db["nodes"].update((rollout_id, node), {"state": state, "updated": time.time(), **fields})
-            self.db["audit"].insert({"ts": time.time(), "rollout": rollout_id, "node": node, "event": state,
-                                     "detail": detail})
-        self._maybe_crash(state)
 
-    COLUMNS = frozenset({"state", "updated", "prior", "boot", "error", "weight", "started", "slot", "validated",
+    COLUMNS = frozenset({"state", "updated", "prior", "boot", "error", "weight", "started", "slot", "registered",
+                         "validated",
                          "job"})
 
     def apply(self, rollout_id: str, changes: list[tuple[str, str | None, str, dict[str, Any]]], at: float,
@@ -159,9 +120,34 @@ class Store:
                 conn.executemany(f"update nodes set {', '.join(f'{k} = ?' for k in keys)} "
                                  "where rollout = ? and node = ?", values)
             conn.executemany("insert into audit (ts, rollout, node, event, detail) values (?, ?, ?, ?, ?)", audit)
-        for _, state, _, _ in changes:
-            if state is not None:
-                self._maybe_crash(state)
+
+    def gate(self, rollout_id: str) -> dict[str, Any] | None:
+        rows = list(self.db.query("select state from gates where rollout = ?", [rollout_id]))
+        return json.loads(rows[0]["state"]) if rows else None
+
+    def set_gate(self, rollout_id: str, state: dict[str, Any], at: float,
+                 audits: list[tuple[str, str]] = (), recorded: list[tuple[str, str, str, int, float]] = ()) -> None:
+        """The gate's state, what it decided and what it adds to the fleet's record, in one transaction
+        (a crash cannot count a step's events twice)."""
+        with self.db.conn as conn:
+            conn.execute("insert or replace into gates (rollout, state, updated) values (?, ?, ?)",
+                         [rollout_id, json.dumps(state, separators=(",", ":")), at])
+            conn.executemany("insert into event_rates (model, driver, signal, events, node_hours, updated) "
+                             "values (?, ?, ?, ?, ?, ?) on conflict (model, driver, signal) do update set "
+                             "events = events + excluded.events, node_hours = node_hours + excluded.node_hours, "
+                             "updated = excluded.updated",
+                             [(m, drv, sig, e, h, at) for m, drv, sig, e, h in recorded if h > 0 or e])
+            conn.executemany("insert into audit (ts, rollout, node, event, detail) values (?, ?, null, ?, ?)",
+                             [(at, rollout_id, event, detail[:2000]) for event, detail in audits])
+
+    def event_rates(self, except_driver: str | None = None) -> dict[str, dict[str, tuple[int, float]]]:
+        """The fleet's record: GPU model -> signal -> (events, node-hours), over every driver but one
+        (the rollout's target: its record is what is being judged)."""
+        out: dict[str, dict[str, tuple[int, float]]] = {}
+        for row in self.db.query("select model, signal, sum(events) e, sum(node_hours) h from event_rates "
+                                 "where driver != ? group by model, signal", [except_driver or ""]):
+            out.setdefault(row["model"], {})[row["signal"]] = (int(row["e"]), float(row["h"]))
+        return out
 
     def preemptions(self, rollout_id: str) -> list[dict[str, Any]]:
         return list(self.db.query("select * from preemptions where rollout = ? order by at, job", [rollout_id]))
@@ -179,9 +165,6 @@ class Store:
                 conn.execute("insert into audit (ts, rollout, node, event, detail) values (?, ?, ?, ?, ?)",
                              (at, rollout_id, None, f"job {job} {fields.get('state', '')}".strip(), detail[:2000]))
 
-    def set_weight(self, rollout_id: str, node: str, weight: int | None) -> None:
-        """The node's scheduling weight before the rollout steered new jobs away from it (None: restored)."""
-        self.db["nodes"].update((rollout_id, node), {"weight": weight})
 
     def audit(self, rollout_id: str, node: str | None, event: str, detail: str, at: float | None = None) -> None:
         self.db["audit"].insert({"ts": time.time() if at is None else at, "rollout": rollout_id, "node": node,
@@ -194,19 +177,6 @@ class Store:
     def counts(self, rollout_id: str) -> dict[str, int]:
         return {r["state"]: r["n"] for r in self.db.query(
             "select state, count(*) as n from nodes where rollout = ? group by state", [rollout_id])}
-
-    def _maybe_crash(self, state: str) -> None:
-        """Test seam for crash safety: SLURM_GPUFLEET_CRASH_AFTER=STATE[:N] kills this process (SIGKILL,
-        as kill -9 would) right after the N-th transition into STATE has been written."""
-        spec = os.environ.get("SLURM_GPUFLEET_CRASH_AFTER")
-        if not spec:
-            return
-        want, _, nth = spec.partition(":")
-        if want != state:
-            return
-        self._crash_counts[state] = self._crash_counts.get(state, 0) + 1
-        if self._crash_counts[state] >= int(nth or 1):
-            os.kill(os.getpid(), signal.SIGKILL)
 
     def close(self) -> None:
         self.db.conn.close()
@@ -226,3 +196,38 @@ def _alive(holder: str, heartbeat: float, now: float, stale_s: float) -> bool:
         except PermissionError:
             return True
     return now - heartbeat < stale_s
+
+
+def _schema(db: sqlite_utils.Database) -> None:
+    if "rollouts" not in db.table_names():
+        db["rollouts"].create({"id": str, "state": str, "target": str, "strategy": str, "plan": str,
+                               "created": float, "updated": float}, pk="id", if_not_exists=True)
+        db["nodes"].create({"rollout": str, "node": str, "wave": int, "state": str, "prior": str,
+                            "previous_driver": str, "boot": str, "error": str, "weight": int, "updated": float},
+                           pk=("rollout", "node"), if_not_exists=True)
+        db["audit"].create({"ts": float, "rollout": str, "node": str, "event": str, "detail": str},
+                           if_not_exists=True)
+    # Columns added since the first release, so that an older store opens as it is.
+    # started: when the node's upgrade command began; slot: when its maintenance slot starts;
+    # registered: when its slurmd had last registered as we took it / started the command (a later
+    # registration is its reboot); validated: what the node published when it validated; job: the
+    # validation job's id while it runs; holder, heartbeat: who applies the rollout now (host:pid) and
+    # when it last stepped (one driver at a time)
+    added = {"nodes": {"started": float, "slot": float, "registered": float, "validated": str, "job": str},
+             "rollouts": {"holder": str, "heartbeat": float}}
+    for table, columns in added.items():
+        have = db[table].columns_dict
+        for column, kind in columns.items():
+            if column not in have:
+                db[table].add_column(column, kind)
+    if "gates" not in db.table_names():  # the evidence gate's state (maintain/gate.py), one JSON per rollout
+        db["gates"].create({"rollout": str, "state": str, "updated": float}, pk="rollout", if_not_exists=True)
+    if "event_rates" not in db.table_names():  # the fleet's record per GPU model and driver (gate.py)
+        db["event_rates"].create({"model": str, "driver": str, "signal": str, "events": int,
+                                  "node_hours": float, "updated": float},
+                                 pk=("model", "driver", "signal"), if_not_exists=True)
+    if "preemptions" not in db.table_names():  # the jobs a deadline plan stops, and how far each is
+        db["preemptions"].create({"rollout": str, "job": str, "action": str, "at": float, "stop": float,
+                                  "signal": str, "batch": int, "grace": float, "state": str,
+                                  "run_start": float, "since": float, "updated": float},
+                                 pk=("rollout", "job"), if_not_exists=True)

@@ -41,13 +41,13 @@ def _compile(source: str):
 
 
 @dataclass
-class Result:
+class CommandResult:
     ok: bool
     rc: int
     output: str
 
 
-def run(script: str, timeout_s: float, pid_file: str | None = None) -> Result:
+def run(script: str, timeout_s: float, pid_file: str | None = None) -> CommandResult:
     """The command in its own process group, killed whole at the timeout.  `pid_file` names that group
     while it runs: a command left running by an `apply` killed with -9 is waited for by the next run,
     never started a second time beside itself."""
@@ -55,7 +55,7 @@ def run(script: str, timeout_s: float, pid_file: str | None = None) -> Result:
     if pid_file:
         while _group_alive(pid_file):
             if time.monotonic() > deadline:
-                return Result(False, -1, f"an earlier upgrade command ({pid_file}) still runs after {timeout_s:g} s")
+                return CommandResult(False, -1, f"an earlier upgrade command ({pid_file}) still runs after {timeout_s:g} s")
             time.sleep(0.5)
     proc = subprocess.Popen(["/bin/bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -66,11 +66,11 @@ def run(script: str, timeout_s: float, pid_file: str | None = None) -> Result:
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)
         out, _ = proc.communicate()
-        return Result(False, -1, f"timed out after {timeout_s:g} s\n{(out or '')[-2000:]}")
+        return CommandResult(False, -1, f"timed out after {timeout_s:g} s\n{(out or '')[-2000:]}")
     finally:
         if pid_file and proc.returncode is not None:
             _remove(pid_file)
-    return Result(proc.returncode == 0, proc.returncode, (out or "")[-4000:])
+    return CommandResult(proc.returncode == 0, proc.returncode, (out or "")[-4000:])
 
 
 def _group_alive(pid_file: str) -> bool:

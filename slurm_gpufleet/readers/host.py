@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import gzip
 import lzma
+import mmap
+import os
 import re
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..snapshot import HostFacts, KernelFacts, KernelModule
 
-MODULE_NAMES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.gz", "nvidia.ko.zst")
+# NVIDIA's own name, and Debian's (its DKMS package builds nvidia-current.ko, loaded under the alias nvidia)
+MODULE_NAMES = frozenset(f"{name}.ko{ext}" for name in ("nvidia", "nvidia-current") for ext in ("", ".xz", ".gz", ".zst"))
 SIGNATURE_MAGIC = b"~Module signature appended~\n"
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 _RELEASE = re.compile(r"(\d+\.\d+(?:\.\d+)?[-+.\w]*)")
@@ -64,13 +70,14 @@ def coherent_memory_mode(base: Path) -> str | None:
 def kernel_facts(base: Path, release: str) -> KernelFacts:
     facts = KernelFacts(release=release)
     mod_dir = base / "lib/modules" / release
-    found = sorted(p for name in MODULE_NAMES for p in mod_dir.rglob(name)) if mod_dir.is_dir() else []
+    # one walk of the kernel's ~4,000 modules, not one a name
+    found = sorted(Path(top) / name for top, _, names in os.walk(mod_dir) for name in names if name in MODULE_NAMES)
     if found:
         facts.module = read_module(found[0], base)
     else:
-        dkms = base / "var/lib/dkms/nvidia"
-        if dkms.is_dir():
-            logs = sorted(str(p.relative_to(base)) for p in dkms.glob("*/build/make.log"))
+        trees = sorted((base / "var/lib/dkms").glob("nvidia*"))  # nvidia, Debian's nvidia-current
+        if any(t.is_dir() for t in trees):
+            logs = sorted(str(p.relative_to(base)) for t in trees for p in t.glob("*/build/make.log"))
             facts.note = f"DKMS has nvidia sources but built no module for {release}" + (
                 f" (see /{logs[-1]})" if logs else "")
         elif not mod_dir.is_dir():
@@ -81,18 +88,59 @@ def kernel_facts(base: Path, release: str) -> KernelFacts:
 def read_module(path: Path, base: Path) -> KernelModule:
     rel = "/" + str(path.relative_to(base))
     mod = KernelModule(path=rel, source="dkms" if "/updates/dkms/" in rel or "/dkms/" in rel else "precompiled")
-    data = _module_bytes(path)
-    if data is None:
+    try:
+        with _module_data(path) as data:
+            if data is None:
+                return mod
+            info = modinfo(data)
+            mod.signed = len(data) >= len(SIGNATURE_MAGIC) and data[-len(SIGNATURE_MAGIC):] == SIGNATURE_MAGIC
+            if mod.signed:
+                mod.signer = module_signer(data)
+    except (OSError, lzma.LZMAError, EOFError, ValueError):
         return mod
-    info = dict(re.findall(rb"(?:^|\x00)(version|license|vermagic)=([^\x00]*)", data))
-    if b"version" in info:
-        mod.version = info[b"version"].decode("ascii", "replace")
-    license_ = info.get(b"license", b"").decode("ascii", "replace")
+    if "version" in info:
+        mod.version = info["version"]
+    if "vermagic" in info:
+        mod.vermagic = info["vermagic"].strip()
+    license_ = info.get("license", "")
     mod.flavour = "open" if "MIT" in license_ or "GPL" in license_ else ("proprietary" if license_ else None)
-    mod.signed = data.endswith(SIGNATURE_MAGIC)
-    if mod.signed:
-        mod.signer = module_signer(data)
     return mod
+
+
+def modinfo(data: bytes | mmap.mmap) -> dict[str, str]:
+    """What `modinfo` prints of an ELF module: the key=value strings of its .modinfo section, found through
+    the section headers (the first value of a key).  A scan of the whole file instead cost 1.9 s a health
+    check on Debian's 65 MB nvidia-current.ko; this reads a few hundred bytes of it."""
+    section = _elf_section(data, b".modinfo")
+    info: dict[str, str] = {}
+    for entry in (section or b"").split(b"\x00"):
+        key, sep, value = entry.partition(b"=")
+        if sep and key:
+            info.setdefault(key.decode("ascii", "replace"), value.decode("ascii", "replace"))
+    return info
+
+
+def _elf_section(data: bytes | mmap.mmap, name: bytes) -> bytes | None:
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return None  # not ELF: `modinfo` refuses it too
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    if wide:
+        shoff, = struct.unpack_from(order + "Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x3A)
+        header = order + "IIQQQQ"
+    else:
+        shoff, = struct.unpack_from(order + "I", data, 0x20)
+        shentsize, shnum, shstrndx = struct.unpack_from(order + "HHH", data, 0x2E)
+        header = order + "IIIIII"
+    if not shnum or shstrndx >= shnum or shentsize < struct.calcsize(header) or shoff + shnum * shentsize > len(data):
+        return None
+    sections = [struct.unpack_from(header, data, shoff + i * shentsize) for i in range(shnum)]
+    _, _, _, _, str_off, str_size = sections[shstrndx]
+    names = data[str_off:str_off + str_size]
+    for sh_name, sh_type, _, _, offset, size in sections:
+        if names[sh_name:names.find(b"\x00", sh_name)] == name and sh_type != 8:  # 8: SHT_NOBITS
+            return data[offset:offset + size] if offset + size <= len(data) else None
+    return None
 
 
 _CN = re.compile(rb"\x06\x03\x55\x04\x03[\x0c\x13\x14\x16](.)", re.S)  # OID 2.5.4.3 (commonName), a string
@@ -114,22 +162,30 @@ def module_signer(data: bytes) -> str | None:
     return names[-1].decode("utf-8", "replace") if names else None
 
 
-def _module_bytes(path: Path) -> bytes | None:
-    try:
+@contextmanager
+def _module_data(path: Path) -> Iterator[bytes | mmap.mmap | None]:
+    """The module's bytes: mapped when stored plain (its sections are read, not the whole file), else
+    decompressed (None where the compression needs a library this node lacks)."""
+    if path.name.endswith((".xz", ".gz", ".zst")):
         raw = path.read_bytes()
         if path.name.endswith(".xz"):
-            return lzma.decompress(raw)
-        if path.name.endswith(".gz"):
-            return gzip.decompress(raw)
-        if path.name.endswith(".zst"):
+            yield lzma.decompress(raw)
+        elif path.name.endswith(".gz"):
+            yield gzip.decompress(raw)
+        else:
             try:
                 import zstandard  # type: ignore[import-not-found]
             except ImportError:
-                return None  # version unknown; the module is there
-            return zstandard.ZstdDecompressor().decompress(raw, max_output_size=512 << 20)
-        return raw
-    except (OSError, lzma.LZMAError, EOFError, ValueError):
-        return None
+                yield None  # version unknown; the module is there
+                return
+            yield zstandard.ZstdDecompressor().decompress(raw, max_output_size=512 << 20)
+        return
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            yield b""
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            yield data
 
 
 def next_boot_release(base: Path, running: str | None) -> tuple[str | None, str | None]:

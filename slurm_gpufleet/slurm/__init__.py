@@ -7,16 +7,18 @@ from .base import NodeInfo, SlurmBackend, SlurmError
 __all__ = ["NodeInfo", "SlurmBackend", "SlurmError", "get_backend"]
 
 
-def get_backend(choice: str = "auto", scontrol: str = "/usr/bin/scontrol", timeout: float = 10.0) -> SlurmBackend:
-    """`commands` (scontrol), `pyslurm`, or `auto`: pyslurm when it imports and matches the running Slurm."""
+def get_backend(choice: str = "auto", scontrol: str = "/usr/bin/scontrol", timeout: float = 10.0,
+                cache_dir: str | None = None) -> SlurmBackend:
+    """`commands` (scontrol), `pyslurm`, or `auto`: pyslurm when it imports and matches the running Slurm.
+    cache_dir: where the Slurm release is kept once learned (slurm/release.py)."""
     from .commands import CommandBackend
 
     if choice in ("pyslurm", "auto"):
         from .pyslurm_backend import PyslurmBackend, pyslurm_usable
 
-        usable, why = pyslurm_usable(scontrol)
+        usable, why = pyslurm_usable(scontrol, cache_dir)
         if usable:
-            return PyslurmBackend(scontrol)
+            return PyslurmBackend(scontrol, timeout, cache_dir)
         if choice == "pyslurm":
             raise SlurmError(f"pyslurm backend unavailable: {why}")
-    return CommandBackend(scontrol=scontrol, timeout=timeout)
+    return CommandBackend(scontrol=scontrol, timeout=timeout, cache_dir=cache_dir)

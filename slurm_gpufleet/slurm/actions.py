@@ -5,7 +5,11 @@ Rules an admin can rely on:
 * we resume only nodes whose reason carries our prefix (or the "Prolog error"/"Epilog error" drain our
   own prolog/epilog caused), and only after `clean_runs_to_resume` clean runs in a row;
 * a reset-fixable fault asks for `scontrol reboot ASAP nextstate=RESUME` once per boot; still there
-  after `reboots_before_drain` reboots, it becomes a drain for hardware inspection.
+  after `reboots_before_drain` reboots, it becomes a drain for hardware inspection;
+* look before rebooting: a reboot into a kernel with no module for this driver would lose the GPUs, so
+  that reboot becomes a drain naming the kernel (from the host facts the node's read gathered).
+
+`slurm/actuator.py` carries the action out (ownership and the drain breaker apply there too).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from .ownership import (  # noqa: F401  (re-exported: one place names them)
     PREFIX,
     SLURM_HOOK_REASONS,
     STRAGGLER_PREFIX,
+    left_alone,
     owner_of_reason,
 )
 
@@ -38,6 +43,16 @@ def one_line(text: str) -> str:
     text = re.sub(r"[\x00-\x1f\x7f\"'`\\]+", " ", text)
     text = re.sub(r"\s+", " ", text).strip()
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3].rstrip() + "..."
+
+
+# slurmctld refuses a job comment longer than this ("parameter too long"; sbatch refused 5,012 characters
+# on 22.05): a job's comment is its owner's text, so ours is added only where the whole fits
+JOB_COMMENT_MAX = 1024
+
+
+def job_comment(text: str) -> str:
+    """A job comment on its way to Slurm (an argv value, never a shell): one line, never cut."""
+    return re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()
 
 
 def is_ours(reason: str) -> bool:
@@ -74,13 +89,12 @@ class Action:
 
 
 def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeHistory,
-           clean_runs_to_resume: int, reboots_before_drain: int) -> Action:
+           clean_runs_to_resume: int, reboots_before_drain: int, host=None, driver: str | None = None) -> Action:
+    """host: the node's HostFacts (readers/host.py), when read; driver: the driver it runs."""
     ours = is_ours(node.reason) or (node.reason in SLURM_HOOK_REASONS and history.hook_failure)
     held = node.drained or node.down or node.rebooting
     if held and not ours:
-        who = f" by {node.reason_user}" if node.reason_user else ""
-        return Action("none", why=f"node is {node.state}+{'+'.join(sorted(node.flags))}{who} "
-                                  f"({node.reason or 'no reason'}): not ours, left alone")
+        return Action("none", why=left_alone(node))
     if node.rebooting:
         return Action("none", why="our reboot is pending")
 
@@ -101,6 +115,11 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
             return _drain(node, ours, reason, f"{f.message} survived {survived} reboots: hardware inspection", key)
         if node.boot_time is not None and node.boot_time in boots:
             return Action("none", why="reboot already requested in this boot", fault=key)
+        from ..checks.kernel import reboot_problem
+
+        problem = reboot_problem(host, driver) if host is not None else None
+        if problem:
+            return _drain(node, ours, one_line(f"{PREFIX} {problem}"), f"not rebooted ({make_reason(f)}): {problem}", key)
         return Action("reboot", reason=make_reason(f), why=f"reset-fixable: {f.message}", fault=key)
 
     f = worst(findings, "drain")

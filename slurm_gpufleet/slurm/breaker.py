@@ -2,9 +2,10 @@
 turn into a fleet outage.  The model is NVSentinel's, which trips when half the GPU nodes were cordoned
 within 5 minutes and stays open until a person resets it.
 
-Before our health check drains a node (and only then: nothing on the success path), it reads the fleet
-once and counts the nodes drained by our health check within `breaker_window_s`, fleet-wide and in each
-of the node's partitions.  If this drain would pass `breaker_threshold` (nodes, or a percentage of the
+Before our health check, hooks or `fleet stragglers --drain` drain a node (and only then: nothing on the
+success path), the actuator (slurm/actuator.py) reads the fleet once and counts the nodes drained for a
+fault by us (the health check's and the stragglers' drains) within `breaker_window_s`, fleet-wide and in
+each of the node's partitions.  If this drain would pass `breaker_threshold` (nodes, or a percentage of the
 fleet / partition), the breaker opens: the node is not drained, its published summary says "breaker
 open", an alert line goes to the log, `slurm-gpufleet metrics` exports it, and it stays open until
 `slurm-gpufleet breaker reset`.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import NodeInfo
-from .ownership import HEALTH, owner
+from .ownership import HEALTH, STRAGGLER, owner
 
 
 @dataclass
@@ -50,7 +51,7 @@ def would_trip(fleet: list[NodeInfo], node: str, threshold: int | str, window_s:
                now: float | None = None) -> Trip | None:
     """Would draining `node` now pass the threshold?  Pure: the fleet as one read of Slurm shows it."""
     now = time.time() if now is None else now
-    recent = {n.name for n in fleet if n.name != node and owner(n) == HEALTH and n.reason_time is not None
+    recent = {n.name for n in fleet if n.name != node and owner(n) in (HEALTH, STRAGGLER) and n.reason_time is not None
               and now - n.reason_time <= window_s}
     me = next((n for n in fleet if n.name == node), None)
     scopes = [("fleet", [n.name for n in fleet])]

@@ -12,7 +12,7 @@ import re
 import subprocess
 
 from ..hostlist import fold
-from .actions import one_line
+from .actions import job_comment, one_line
 from .base import JobInfo, NodeInfo, Reservation, SlurmError
 
 # In the multi-line `scontrol show node` text these keys take the rest of their line (values with spaces).
@@ -23,8 +23,10 @@ _REASON_SUFFIX = re.compile(r"\s*\[(?P<user>[^@\]]+)@(?P<time>[^\]]*)\]\s*$")
 class CommandBackend:
     name = "commands"
 
-    def __init__(self, scontrol: str = "/usr/bin/scontrol", timeout: float = 10.0):
+    def __init__(self, scontrol: str = "/usr/bin/scontrol", timeout: float = 10.0, cache_dir: str | None = None):
+        """cache_dir: where the Slurm release, once learned, is kept (a node's state_dir)."""
         self.scontrol = scontrol
+        self.cache_dir = cache_dir
         self.squeue = os.path.join(os.path.dirname(scontrol), "squeue")
         self.sbatch = os.path.join(os.path.dirname(scontrol), "sbatch")
         self.scancel = os.path.join(os.path.dirname(scontrol), "scancel")
@@ -46,11 +48,15 @@ class CommandBackend:
             raise SlurmError(f"{command} {' '.join(args[:3])}: {msg[-1] if msg else 'exit ' + str(proc.returncode)}")
         return proc.stdout
 
+    def release(self) -> tuple[int, int]:
+        """The running Slurm's release, learned once per installed scontrol (slurm/release.py)."""
+        from .release import slurm_release
+
+        return slurm_release(self.scontrol, self.cache_dir, lambda: self._run("--version"))
+
     def has_json(self) -> bool:
         if self._json is None:
-            version = self._run("--version").split()[-1]
-            major, minor = (int(x) for x in version.split(".")[:2])
-            self._json = (major, minor) >= (23, 2)
+            self._json = self.release() >= (23, 2)
         return self._json
 
     def node(self, name: str) -> NodeInfo:
@@ -71,14 +77,15 @@ class CommandBackend:
         self.reboot_asap_nodes([name], reason, next_state)
 
     # -- batched: one scontrol call over a host list (about 10 ms for 6,000 nodes, against 3.4 ms a node)
-    def drain_nodes(self, names: list[str], reason: str) -> None:
-        self._run("update", f"nodename={fold(names)}", "state=drain", f"reason={one_line(reason)}")
+    # `fields` (comment, extra) ride in the same update: a drain and its published summary, one call
+    def drain_nodes(self, names: list[str], reason: str, fields: dict[str, str] | None = None) -> None:
+        self._run("update", f"nodename={fold(names)}", "state=drain", f"reason={one_line(reason)}", *_fields(fields))
 
-    def resume_nodes(self, names: list[str]) -> None:
-        self._run("update", f"nodename={fold(names)}", "state=resume")
+    def resume_nodes(self, names: list[str], fields: dict[str, str] | None = None) -> None:
+        self._run("update", f"nodename={fold(names)}", "state=resume", *_fields(fields))
 
-    def set_reason_nodes(self, names: list[str], reason: str) -> None:
-        self._run("update", f"nodename={fold(names)}", f"reason={one_line(reason)}")
+    def set_reason_nodes(self, names: list[str], reason: str, fields: dict[str, str] | None = None) -> None:
+        self._run("update", f"nodename={fold(names)}", f"reason={one_line(reason)}", *_fields(fields))
 
     def set_weight_nodes(self, names: list[str], weight: int) -> None:
         self._run("update", f"nodename={fold(names)}", f"weight={int(weight)}")
@@ -87,12 +94,12 @@ class CommandBackend:
         self._run("reboot", "ASAP", f"nextstate={next_state}", f"reason={one_line(reason)}", fold(names))
 
     def set_field(self, name: str, field: str, value: str) -> None:
-        if field not in ("comment", "extra"):
-            raise ValueError(field)
-        self._run("update", f"nodename={name}", f"{field}={value}")
+        self.set_fields(name, {field: value})
 
-    def set_weight(self, name: str, weight: int) -> None:
-        self.set_weight_nodes([name], weight)
+    def set_fields(self, name: str, fields: dict[str, str]) -> None:
+        """Several of the node's fields (comment, extra, features) in one update."""
+        self._run("update", f"nodename={name}", *_fields(fields))
+
 
     def set_features(self, name: str, available: list[str], active: list[str]) -> None:
         self._run("update", f"nodename={name}", f"availablefeatures={','.join(available)}",
@@ -102,6 +109,35 @@ class CommandBackend:
     # -- fleet-wide reads and reservations (maintain) --------------------------------------------
     def nodes(self) -> list[NodeInfo]:
         return parse_nodes_text(self._run("show", "nodes"))
+
+    def ended_jobs(self) -> list[tuple[str, str, list[str]]]:
+        """Jobs Slurm shows ended FAILED or NODE_FAIL (squeue keeps them for MinJobAge): one call."""
+        out = self._run("-h", "-t", "FAILED,NODE_FAIL", "-o", "%i|%T|%N", exe=self.squeue)
+        jobs = []
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 3 and parts[0]:
+                jobs.append((parts[0], parts[1], expand_hostlist(parts[2])))
+        return jobs
+
+    def health_check_interval(self) -> int | None:
+        """slurm.conf's HealthCheckInterval in seconds (None: not set)."""
+        for line in self._run("show", "config").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "HealthCheckInterval":
+                digits = "".join(c for c in value if c.isdigit())
+                return int(digits) if digits else None
+        return None
+
+    def topology(self) -> str:
+        """`scontrol show topology`: the block topology's text (maintain/domains.py reads it).  A release
+        or cluster without a topology plugin answers no blocks."""
+        try:
+            return self._run("show", "topology")
+        except SlurmError as exc:
+            if "topology" in str(exc).lower():
+                return ""
+            raise
 
     def running_jobs(self) -> list[JobInfo]:
         # the comment last: it is free text and may hold the separator
@@ -143,7 +179,7 @@ class CommandBackend:
         self._run(*job_ids, exe=self.scancel)
 
     def set_job_comment(self, job_id: str, comment: str) -> None:
-        self._run("update", f"jobid={job_id}", f"comment={one_line(comment)}")
+        self._run("update", f"jobid={job_id}", f"comment={job_comment(comment)}")
 
     def reservations(self) -> list[Reservation]:
         out = self._run("show", "reservation", "-o")
@@ -166,6 +202,11 @@ class CommandBackend:
     def update_reservation(self, name: str, nodes: list[str]) -> None:
         self._run("update", f"reservationname={name}", f"nodes={fold(nodes)}")
 
+    def postpone_reservation(self, name: str, start: float) -> None:
+        """A later start (its duration kept): a slot whose domain cannot go yet."""
+        when = dt.datetime.fromtimestamp(start).strftime("%Y-%m-%dT%H:%M:%S")
+        self._run("update", f"reservationname={name}", f"starttime={when}")
+
     def delete_reservation(self, name: str) -> None:
         self._run("delete", f"reservation={name}")
 
@@ -184,6 +225,16 @@ class CommandBackend:
         included (for MinJobAge after they end)."""
         out = self._run("-h", "-t", "all", f"--name={name}", "-o", "%i|%T|%k", exe=self.squeue)
         return [tuple(line.split("|", 2)) for line in out.splitlines() if line.count("|") >= 2]  # type: ignore[misc]
+
+
+NODE_FIELDS = ("comment", "extra", "availablefeatures", "activefeatures")
+
+
+def _fields(fields: dict[str, str] | None) -> list[str]:
+    for key in fields or {}:
+        if key not in NODE_FIELDS:
+            raise ValueError(key)
+    return [f"{k}={v}" for k, v in (fields or {}).items()]
 
 
 def time_now() -> float:
@@ -272,8 +323,11 @@ def parse_node_json(text: str, name: str) -> NodeInfo:
     boot = node.get("boot_time")
     if isinstance(boot, dict):  # 23.11+: {"set": true, "number": N}
         boot = boot.get("number")
+    # as `scontrol show node` prints it (local time, whole seconds): one form of a boot whatever the release
+    boot_text = dt.datetime.fromtimestamp(boot).isoformat(timespec="seconds") if isinstance(boot, int | float) \
+        and boot > 0 else None
     info = _info(name, parts, node.get("reason", "") or "", node.get("comment", "") or "",
-                 node.get("extra", "") or "", str(boot) if boot else None, node.get("gres", "") or "")
+                 node.get("extra", "") or "", boot_text, node.get("gres", "") or "")
     weight = node.get("weight")
     info.weight = weight if isinstance(weight, int) else None
     user = node.get("reason_set_by_user")

@@ -55,3 +55,10 @@ def may_drain(info: NodeInfo, actor: str) -> bool:
 def owns(info: NodeInfo, actor: str) -> bool:
     """The actor drained this node: it may give it back (resume) or change its reason."""
     return owner(info) == actor
+
+
+def left_alone(info: NodeInfo) -> str:
+    """Why an actor leaves a node someone else holds, in the words every actor logs."""
+    who = f" by {info.reason_user}" if info.reason_user else ""
+    return (f"node is {info.state}+{'+'.join(sorted(info.flags))}{who} ({info.reason or 'no reason'}): "
+            "not ours, left alone")

@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,7 @@ class Cluster:
         _, state, reason = (sinfo_line.split("|", 2) + ["", ""])[:3]
         return ("drain" in state and reason.startswith("gpufleet: maintain")) or state.startswith("maint")
 
-    def wait(self, predicate, timeout: float, what: str, step: float = 0.3):
+    def wait(self, predicate, timeout: float, what, step: float = 0.3):
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
@@ -76,6 +77,7 @@ class Cluster:
             if last:
                 return last
             time.sleep(step)
+        what = what() if callable(what) else what  # said as it is at the end, not at the start
         raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last: {last!r}; "
                              f"nodes: {self.run('sinfo', '-N', '-o', '%N %T %E', check=False).stdout}")
 
@@ -129,8 +131,13 @@ class Cluster:
 
     def wait_published(self, driver: str = "580.159.04") -> None:
         """Until every node's health check has published its GPU summary with this driver."""
-        self.wait(lambda: all(f'"drv":"{driver}"' in self.node(n).get("Extra", "") for n in self.nodes),
-                  3 * self.hc_interval, f"every node publishing driver {driver}")
+        def missing() -> list[str]:
+            return [f"{n}: {self.node(n).get('Extra', '') or 'nothing'}" for n in self.nodes
+                    if f'"drv":"{driver}"' not in self.node(n).get("Extra", "")]
+
+        # a wait, not a timing: with two clusters on 2 cores a health check can lag several intervals
+        self.wait(lambda: not missing(), max(3 * self.hc_interval, 60),
+                  lambda: f"every node publishing driver {driver} (not yet: {'; '.join(missing())[:600]})")
 
     def maintain_db(self, sql: str, params: tuple = ()) -> list[tuple]:
         return _query(self.dir / "state" / "maintain.db", sql, params)
@@ -155,7 +162,9 @@ def start_cluster(name: str, nodes: int, ctld_port: int, slurmd_port_base: int, 
     """A mini-cluster of `nodes` slurmd under /tmp, its own ports; a generator: stopped by pid at the end."""
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
         pytest.fail("neither Slurm nor apt-get is available: the Slurm tests need Debian's slurm packages")
-    base = Path(os.environ.get("GPUFLEET_TEST_DIR", f"/tmp/gpufleet-test-{os.getpid()}")) / name
+    # beside the tests' tmp_path (tests/conftest.py): a directory only root can write, as the programs
+    # slurmd runs trust no other
+    base = Path(os.environ.get("GPUFLEET_TEST_DIR", os.path.join(tempfile.gettempdir(), f"gpufleet-test-{os.getpid()}"))) / name
     env = {**os.environ, "MINICLUSTER_DIR": str(base), "GPUFLEET_STATE_DIR": str(base / "gpus"),
            "HC_INTERVAL": str(HC_INTERVAL), "PYTHON": sys.executable, "CLEAN_RUNS": "2", "READ_TIMEOUT": "4",
            "CTLD_PORT": str(ctld_port + PORT_OFFSET), "SLURMD_PORT_BASE": str(slurmd_port_base + PORT_OFFSET),
@@ -184,9 +193,13 @@ def start_cluster(name: str, nodes: int, ctld_port: int, slurmd_port_base: int, 
                 pass
 
 
+# topology/block (23.11 on): blocks of 4, n[1-4] and n[5-8], for the failure-domain tests (test_domains.py)
+BLOCKS = tuple(int(x) for x in os.environ.get("SLURM_RELEASE", "22.05").split(".")) >= (23, 11)
+
+
 @pytest.fixture(scope="session")
 def cluster():
-    yield from start_cluster("main", NODES, 26817, 27001)
+    yield from start_cluster("main", NODES, 26817, 27001, **({"BLOCK_SIZE": "4"} if BLOCKS else {}))
 
 
 @pytest.fixture

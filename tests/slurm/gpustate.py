@@ -7,8 +7,9 @@ The node's own code reads it through `tests/fake_pynvml/recorded/pynvml.py`, a p
 the mini-cluster puts on the node interpreter's PYTHONPATH: the health check, prolog and epilog run the
 live NVML reader, exactly as on a real node.
 
-    gpustate.py seed DIR NODE [NODE ...] --gpus 8 [--driver V]   DIR/NODE.json: 8 healthy H200s
+    gpustate.py seed DIR NODE [NODE ...] --gpus 8 [--driver V] [--vbios V]   DIR/NODE.json: 8 healthy H200s
     gpustate.py fault DIR/NODE.json GPU FAULT                     e.g. 5 row_remap_failure
+    gpustate.py module PATH --version V [--unsigned]              an nvidia.ko as `modinfo` reads it
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import copy
 import json
 import os
+import struct
 import sys
 import xml.etree.ElementTree as ET
 import zlib
@@ -52,8 +54,10 @@ def _memory_v2(probe: dict[str, Any]) -> dict[str, Any]:
                "free": v1["total"] - mib["reserved"] - mib["used"], "used": mib["used"]})
 
 
-def healthy_state(gpus: int, node: str, driver: str | None = None) -> dict[str, Any]:
+def healthy_state(gpus: int, node: str, driver: str | None = None, vbios: str | None = None) -> dict[str, Any]:
     probe = json.loads(PROBE.read_text())
+    if vbios:  # flashed firmware (a rollout bundle's)
+        probe["devices"][0]["vbios"] = _v(vbios)
     probe["devices"][0]["memory_v2"] = _memory_v2(probe)
     if driver:  # a node on another driver: the library, and the GSP firmware that ships with it
         probe["system"]["driver_version"] = _v(driver)
@@ -120,6 +124,39 @@ def add_process(path: str, gpu: int, pid: int, used_mib: int = 4096) -> None:
     _edit(path, gpu, change)
 
 
+SIGNATURE_MAGIC = b"~Module signature appended~\n"
+
+
+def elf_module(modinfo: bytes, *, wide=True, little=True, code=b"\x90" * 100) -> bytes:
+    """The parts of a kernel module `modinfo` reads: an ELF header, code, a .modinfo section, the section
+    names and the section headers (null, .text, .modinfo, .shstrtab), as the kernel's build lays them out."""
+    order, word = ("<" if little else ">"), ("Q" if wide else "I")
+    ehsize, shentsize = (64, 64) if wide else (52, 40)
+    names = b"\x00.text\x00.modinfo\x00.shstrtab\x00"
+    body = code + modinfo + names
+    shoff = ehsize + len(body)
+    ident = b"\x7fELF" + bytes([2 if wide else 1, 1 if little else 2, 1]) + bytes(9)
+    header = ident + struct.pack(order + "HHI" + word * 3 + "IHHHHHH", 1, 62, 1, 0, 0, shoff, 0, ehsize, 0, 0,
+                                 shentsize, 4, 3)
+
+    def section(name, kind, offset, size):
+        return struct.pack(order + "II" + word * 4 + "II" + word * 2, name, kind, 0, 0, offset, size, 0, 0, 1, 0)
+
+    headers = (section(0, 0, 0, 0) + section(1, 1, ehsize, len(code))
+               + section(7, 1, ehsize + len(code), len(modinfo))
+               + section(16, 3, ehsize + len(code) + len(modinfo), len(names)))
+    return header + body + headers
+
+
+def nvidia_module(version: str, license_: str = "Dual MIT/GPL", signed: bool = True, vermagic: str | None = None,
+                  **layout) -> bytes:
+    """NVIDIA's module of that version (the open flavour's licence by default), signed or not (the magic
+    only: no signer)."""
+    magic = f"vermagic={vermagic} SMP preempt mod_unload modversions\x00" if vermagic else ""
+    info = f"version={version}\x00license={license_}\x00srcversion=0A1B2C\x00{magic}".encode()
+    return elf_module(info, **layout) + (b"\x00sig" + SIGNATURE_MAGIC if signed else b"")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -128,18 +165,29 @@ def main() -> None:
     seed.add_argument("nodes", nargs="+")
     seed.add_argument("--gpus", type=int, default=8)
     seed.add_argument("--driver", help="driver version the node reports (default: the capture's)")
+    seed.add_argument("--vbios", help="VBIOS version the node reports (default: the capture's)")
     mm = sub.add_parser("mismatch", help="the node's NVML fails to start: library/kernel module mismatch")
     mm.add_argument("file")
     mm.add_argument("driver")
+    vb = sub.add_parser("vbios", help="print the VBIOS version the node's state reports")
+    vb.add_argument("file")
     ft = sub.add_parser("fault")
     ft.add_argument("file")
     ft.add_argument("gpu", type=int)
     ft.add_argument("fault", choices=sorted(FAULTS))
+    md = sub.add_parser("module", help="write an nvidia.ko as the kernel's build leaves it")
+    md.add_argument("path")
+    md.add_argument("--version", required=True)
+    md.add_argument("--unsigned", action="store_true")
     args = ap.parse_args()
-    if args.cmd == "seed":
+    if args.cmd == "module":
+        Path(args.path).write_bytes(nvidia_module(args.version, signed=not args.unsigned))
+    elif args.cmd == "seed":
         os.makedirs(args.dir, exist_ok=True)
         for node in args.nodes:
-            write_atomic(healthy_state(args.gpus, node, args.driver), os.path.join(args.dir, f"{node}.json"))
+            write_atomic(healthy_state(args.gpus, node, args.driver, args.vbios), os.path.join(args.dir, f"{node}.json"))
+    elif args.cmd == "vbios":
+        print(json.loads(open(args.file).read())["devices"][0]["vbios"]["value"])
     elif args.cmd == "mismatch":
         write_atomic(driver_mismatch(args.driver), args.file)
     else:

@@ -112,6 +112,9 @@ def test_apply_killed_with_9_at_random_points_20_times_then_resume_converges(mc,
     kills: list[dict[str, int]] = []
     errors = []
     proc = _apply_in_background(mc, plan_file)
+    # killed before it recorded the rollout, an apply leaves nothing to resume (an admin applies again):
+    # the kills start once the rollout is in the store, however slowly a loaded machine starts Python
+    mc.wait(lambda: bool(_counts(mc)), 60, "the rollout recorded")
     while len(kills) < 22:
         time.sleep(rng.uniform(0.4, 2.5))
         if proc.poll() is not None:

@@ -68,14 +68,18 @@ def test_admin_drain_is_never_touched(mc):
 
 
 def test_row_remap_pending_gets_one_reboot_between_jobs(mc):
-    job = mc.start_job("n4", 2, 6)
+    # the job outlasts a health-check round with room to spare, also on a loaded machine (three releases'
+    # clusters side by side): the reboot must be asked while it runs, and wait for it
+    job = mc.start_job("n4", 2, 40)
     mc.fault("n4", 1, "row_remap_pending")
     # what a GPU reset does: the pending remap is applied, the node comes back healthy
     gpustate.write_atomic(gpustate.healthy_state(8, "n4"), str(mc.gpus / "n4.after-reboot.json"))
-    mc.wait(lambda: "REBOOT_REQUESTED" in mc.state("n4"), mc.hc_interval + 3, "reboot requested")
+    # the next health-check round, or the one after where the first had read the GPUs already (CI's load
+    # made one round take 3 s and more)
+    mc.wait(lambda: "REBOOT_REQUESTED" in mc.state("n4"), 2 * mc.hc_interval + 5, "reboot requested")
     assert mc.job(job)["JobState"] == "RUNNING", f"the running job must not be touched: {mc.job(job)}"
     assert mc.node("n4")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
-    mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 30, "job completed")
+    mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 60, "job completed")
     mc.wait(lambda: mc.state("n4") == "IDLE", 60, "n4 back after the reboot")
     time.sleep(mc.hc_interval + 1)  # one more health-check round: no second reboot
     reboots = (mc.dir / "log" / "reboots.log").read_text().split()
@@ -89,7 +93,7 @@ def test_prolog_failure_requeues_the_job_and_drains_with_our_reason(mc):
     first = mc.start_job("n1", 4, 20)
     gpustate.add_process(mc.gpu_file("n1"), 4, pid=4242)
     second = mc.sbatch("-w", "n1", "--gres=gpu:4", "--time=2", "--wrap", "true")
-    mc.wait(lambda: mc.job(second).get("Restarts") == "1" and mc.job(second).get("JobState") == "PENDING", 30,
+    mc.wait(lambda: mc.job(second).get("Restarts") == "1" and mc.job(second).get("JobState") == "PENDING", 60,
             "second job requeued")
     assert mc.job(second)["Reason"] == "launch_failed_requeued_held"
     assert mc.job(first)["JobState"] == "RUNNING"
@@ -250,3 +254,30 @@ def test_a_broken_history_never_stops_a_drain(mc):
         assert run.returncode == 0 and "history" in run.stderr and "unavailable" in run.stderr, run.stderr
     finally:
         db.rmdir()
+
+
+def test_straggler_drains_go_through_the_breaker(mc, tmp_path):
+    """`fleet stragglers --drain` over three slow nodes with breaker_threshold = 1: the actuator drains
+    the first, the breaker opens for the other two and the command names it."""
+    config = tmp_path / "gpufleet.toml"
+    config.write_text(re.sub(r"(?m)^breaker_threshold = .*$", "breaker_threshold = 1\ndrain_stragglers = true",
+                             (mc.dir / "etc" / "gpufleet.toml").read_text()))
+    results = tmp_path / "bandwidth.jsonl"
+    slow = {"n2", "n3", "n4"}
+    with results.open("w") as fh:
+        for node in mc.nodes:
+            for gpu in range(8):
+                bw = 3000.0 if node in slow and gpu == 3 else 4100.0 + gpu
+                fh.write(json.dumps({"node": node, "gpu": gpu, "model": "NVIDIA H200", "mem_bw_gbps": bw}) + "\n")
+    r = mc.gpufleet("fleet", "--json", "stragglers", "--results", str(results), "--drain",
+                    env={"SLURM_GPUFLEET_CONFIG": str(config)})
+    assert r.returncode == 1, r.stderr  # stragglers found
+    out = json.loads(r.stdout)
+    assert sorted(o["key"] for o in out["stragglers"]) == ["n2/gpu3", "n3/gpu3", "n4/gpu3"]
+    assert out["drained"] == ["n2"] and out["breaker_blocked"] == ["n3", "n4"]
+    assert "drain breaker is open" in r.stderr and "n[3-4]" in r.stderr
+    assert "DRAIN" in mc.state("n2") and mc.node("n2")["Reason"].startswith("gpufleet: performance gpu3 memory")
+    for node in ("n3", "n4"):
+        assert "DRAIN" not in mc.state(node)
+    breaker_file = mc.dir / "state" / "gpufleet" / "breaker.json"
+    assert "limit 1" in json.loads(breaker_file.read_text())["why"]

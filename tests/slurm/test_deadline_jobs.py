@@ -71,3 +71,69 @@ def test_deadline_checkpoints_and_requeues_cancels_what_it_said_and_leaves_the_r
     assert states == {ck: "stopped", norq: "stopped"}
     mc.run("scancel", ck)
     assert leftovers(mc) == ("", [])
+
+
+RECORDER = """#!/bin/sh
+# logs its argv (one JSON line) and runs the real {name}
+{python} -c 'import json, sys; open("{log}", "a").write(json.dumps(sys.argv[1:]) + "\\n")' "$@"
+exec {real} "$@"
+"""
+
+
+def test_job_controlled_text_reaches_slurm_only_as_single_argument_values(mc, tmp_path):
+    """Job comments (the checkpoint convention) are the job owner's text: `;`, `$()`, newlines,
+    `--user=root` and 1,000 characters (Slurm refuses 5,000 at sbatch) go through `plan --deadline` and `apply` as data, never a shell,
+    each only ever inside one argument (recorded by stand-ins for scontrol, scancel, squeue, sbatch)."""
+    import shutil
+    import sys
+
+    mc.wait_published()
+    marker = tmp_path / "PWNED"
+    hostile = {"n1": f"gpufleet:signal=B:USR1@30; touch {marker}",
+               "n2": f"$(touch {marker}) `touch {marker}` --user=root",
+               "n3": "x" * 1000 + " --user=root"}  # Slurm refuses a job comment of 5,000 (too long)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "argv.jsonl"
+    for name in ("scontrol", "scancel", "squeue", "sbatch", "sinfo", "sacct"):
+        real = shutil.which(name, path=mc.env["PATH"])
+        if real:
+            (bin_dir / name).write_text(RECORDER.format(name=name, python=sys.executable, log=log, real=real))
+            (bin_dir / name).chmod(0o755)
+    config = tmp_path / "gpufleet.toml"
+    text = (mc.dir / "etc" / "gpufleet.toml").read_text()
+    text = re.sub(r'(?m)^scontrol = .*$', f'scontrol = "{bin_dir / "scontrol"}"', text)
+    config.write_text(re.sub(r"(?m)^\[maintain\]$", "[maintain]\nupgrade_minutes = 1", text))
+    env = {"SLURM_GPUFLEET_CONFIG": str(config)}
+    jobs = {}
+    for n, c in hostile.items():
+        r = mc.run("sbatch", "--parsable", "-o", "/dev/null", "-w", n, "--no-requeue", "--time=600", "--gres=gpu:8",
+                   f"--comment={c}", "--wrap", "sleep 3600", check=False)
+        assert r.returncode == 0, (len(c), r.stderr)
+        jobs[n] = r.stdout.strip().split(";")[0]
+    mc.wait(lambda: all(mc.job(j).get("JobState") == "RUNNING" for j in jobs.values()), 30, "jobs running")
+    out = tmp_path / "plan.json"
+    r = mc.gpufleet("maintain", "plan", "--target-driver", TARGET, "--nodes", "n[1-3]", "--deadline", "120s",
+                    "--out", str(out), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = mc.gpufleet("maintain", "apply", str(out), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not marker.exists(), "a job comment reached a shell"
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert any(c[:1] == [j] or j in c for c in calls for j in jobs.values()), "the jobs were acted on through argv"
+    for c in calls:
+        assert "--user=root" not in c, c  # never an option of its own
+        for arg in c:
+            for comment in hostile.values():
+                for piece in ("touch", "x" * 100):
+                    if piece in arg and piece in comment:
+                        # a piece of a comment only inside one value that carries the whole comment's words
+                        assert arg.startswith(("comment=", "--comment=")), (arg[:120], c[:3])
+    # the owners' text is never cut: ours is added where the whole fits (Slurm's limit), else left out
+    shown = {n: mc.run("squeue", "-h", "-t", "all", "-j", j, "-o", "%k").stdout.strip() for n, j in jobs.items()}
+    for n in ("n1", "n2"):
+        assert shown[n].startswith(hostile[n]) and " | gpufleet " in shown[n], shown[n][:200]
+    assert shown["n3"] == hostile["n3"], shown["n3"][-80:]
+    for j in jobs.values():
+        assert mc.job(j)["JobState"] == "CANCELLED"
+    assert leftovers(mc) == ("", [])

@@ -24,6 +24,7 @@ NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_UNINITIALIZED = 1
 
 _session: NvmlReplay | None = None
+_loaded: tuple[str, int] | None = None  # the state file and its mtime as read
 
 
 def _state_path() -> str:
@@ -41,6 +42,20 @@ def nvmlInit() -> None:
     session = NvmlReplay(probe)
     session.nvmlInit()
     _session = session
+    global _loaded
+    _loaded = (_state_path(), os.stat(_state_path()).st_mtime_ns)
+
+
+def _live() -> None:
+    """A long-lived reader (the in-job sampler) sees the state as it changes, as a real driver's is live."""
+    if _loaded is None:
+        return
+    try:
+        now = os.stat(_loaded[0]).st_mtime_ns
+    except OSError:
+        return
+    if now != _loaded[1]:
+        nvmlInit()
 
 
 def nvmlShutdown() -> None:
@@ -53,4 +68,5 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(name)
     if _session is None:
         raise ReplayError(NVML_ERROR_UNINITIALIZED, "Uninitialized")
+    _live()
     return getattr(_session, name)

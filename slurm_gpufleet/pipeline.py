@@ -7,6 +7,7 @@ jinja2 or sqlite-utils (see tests/test_imports.py).
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,15 +20,30 @@ from .snapshot import NodeSnapshot, known
 
 @dataclass
 class Source:
-    """Where GPU state comes from: a saved report, our JSON snapshot, or (neither) live NVML."""
+    """Where a node's state comes from: a saved report, our JSON snapshot, or (neither) live NVML; its
+    kernel log (a file, or a directory of `<host>.kmsg` files); its kernels and modules (`host_root`)."""
 
     report: str | None = None
     kernel_log: str | None = None
     level: str = "quick"
     nvml: Any = None  # an injected pynvml-shaped module (tests, replay)
+    host: str | None = None          # the node's name: which file of a kernel-log directory is its
+    host_root: str | None = None     # read the host's kernels and NVIDIA modules under this root
+    # a node's own health check: a kernel log or host that cannot be read is noted in `unread`, never
+    # allowed to hide the GPUs' own state; the CLI (strict) says so in one line instead
+    strict: bool = True
+
+
+def kernel_log_path(kernel_log: str | None, host: str | None) -> str | None:
+    """A file as given; a directory holds one `<host>.kmsg` per node (absent: no log for this node)."""
+    if kernel_log and os.path.isdir(kernel_log):
+        path = os.path.join(kernel_log, f"{host}.kmsg")
+        return path if os.path.exists(path) else None
+    return kernel_log
 
 
 def gather(source: Source) -> NodeSnapshot:
+    """The one read of a node: everything a check needs, each source read once."""
     from .readers import read_report_file
 
     if source.report:
@@ -40,10 +56,27 @@ def gather(source: Source) -> NodeSnapshot:
             from .perf.probe import measure
 
             snap.performance = measure([g.index for g in snap.gpus if not g.lost])
-    if source.kernel_log:
+    if source.host:
+        snap.host = source.host
+    kernel_log = kernel_log_path(source.kernel_log, source.host)
+    if kernel_log:
         from .readers.kernel_log import read_kernel_log_file
 
-        snap.xid_events, snap.boots_seen = read_kernel_log_file(source.kernel_log)
+        try:
+            snap.xid_events, snap.boots_seen = read_kernel_log_file(kernel_log)
+        except OSError as exc:
+            if source.strict:
+                raise
+            snap.unread.append(f"kernel log {kernel_log}: {exc.strerror or exc}")
+    if source.host_root:
+        from .readers.host import read_host
+
+        try:
+            snap.host_facts = read_host(source.host_root)
+        except OSError as exc:  # what cannot be read is not judged
+            if source.strict:
+                raise
+            snap.unread.append(f"host facts under {source.host_root}: {exc.strerror or exc}")
     return snap
 
 

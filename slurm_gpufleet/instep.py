@@ -1,0 +1,209 @@
+"""The slow node inside a running job, from machine metrics alone: each node of a multi-node job is compared
+with that job's other nodes, window by window, and flagged only when it stays apart for `windows`
+consecutive windows.  Pure: samples in, flags out (the sampler, `fleet stragglers --running` and
+`--telemetry` feed it).
+
+Why relative, and why against the node's own start: in a synchronous job every GPU waits for the slowest,
+so a healthy job already shows a spread (up to 14% of GEMM speed between healthy GPUs, Meta): the slowest
+healthy GPU is always the busiest.  A level test would flag it forever.  A node is judged instead by how
+far its position among its job's nodes moved since the job's first windows, beyond a band read off the
+same job's other nodes of its GPU model (their own movement): diurnal drift and a job slow everywhere move
+every node alike and flag none (ByteDance's what-if study: one bad node is the main cause of only 1.7% of
+straggling jobs; Minder compares machines of one job and requires persistence).
+
+Two signatures:
+- **throttled**: a GPU's SM clock below the job's median by more than `clock_drop` while NVML reports a
+  slowdown reason (power cap, HW slowdown, SW/HW thermal, power brake);
+- **silent slow**: clocks normal, but the node's utilisation relative to the job's median rose beyond the
+  band since the job's first windows: its peers idle more, waiting for it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+# NVML clock-event reasons that slow a GPU down (GpuIdle 0x1, application clocks 0x2 and sync boost 0x10 do
+# not): SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, HwPowerBrake 0x80
+SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+FIELDS = ("t", "job", "node", "gpu", "sm_clock_mhz", "power_w", "sm_util", "throttle")
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float
+    job: str
+    node: str
+    gpu: int
+    sm_clock_mhz: float
+    power_w: float
+    sm_util: float
+    throttle: int = 0
+    model: str = ""
+
+
+@dataclass
+class Settings:
+    window_s: float = 60.0        # one digest: the sampler's window
+    windows: int = 3              # consecutive windows apart before a node is flagged
+    baseline_windows: int = 2     # the job's first windows: each node's own position in it
+    clock_drop: float = 0.05      # throttled: SM clock this far below the job's median
+    min_band: float = 0.04        # silent slow: the least movement that counts, whatever the peers show
+    band_k: float = 6.0           # ... and this many robust deviations of the peers' own movement
+    min_nodes: int = 2            # a job on fewer nodes has no peers
+
+
+@dataclass
+class Flag:
+    job: str
+    node: str
+    gpu: int | None               # the throttled GPU; None when the node as a whole is slow
+    t_first: float                # start of the first window of the streak
+    signature: str                # throttled | silent_slow
+    evidence: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"job": self.job, "node": self.node, "gpu": self.gpu, "t_first": self.t_first,
+                "signature": self.signature, "evidence": self.evidence}
+
+
+def _mad(values: list[float]) -> float:
+    med = statistics.median(values)
+    return statistics.median(abs(v - med) for v in values)
+
+
+def windows_of(samples: Iterable[Sample], window_s: float) -> dict[str, dict[int, dict[tuple[str, int], list]]]:
+    """job -> window index -> (node, gpu) -> [clock, power, util, throttle OR, model] averaged."""
+    acc: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0.0, 0, 0, ""])))
+    for s in samples:
+        cell = acc[s.job][int(s.t // window_s)][(s.node, s.gpu)]
+        cell[0] += s.sm_clock_mhz
+        cell[1] += s.power_w
+        cell[2] += s.sm_util
+        cell[3] |= int(s.throttle)
+        cell[4] += 1
+        cell[5] = s.model or cell[5]
+    out: dict = {}
+    for job, by_window in acc.items():
+        out[job] = {w: {k: [c[0] / c[4], c[1] / c[4], c[2] / c[4], c[3], c[5]] for k, c in cells.items()}
+                    for w, cells in by_window.items()}
+    return out
+
+
+def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict[str, float] | None
+                  ) -> tuple[dict[tuple[str, int | None], dict], dict[str, float]]:
+    """One window of one job: (node, gpu or None) -> evidence of what is apart; and each node's position
+    (its median utilisation over the job's median)."""
+    clocks = [c[0] for c in cells.values()]
+    utils = [c[2] for c in cells.values()]
+    med_clock = statistics.median(clocks)
+    med_util = statistics.median(utils) or 1.0
+    by_node: dict[str, list] = defaultdict(list)
+    for (node, gpu), c in cells.items():
+        by_node[node].append((gpu, c))
+    position = {n: statistics.median(c[2] for _, c in gpus) / med_util for n, gpus in by_node.items()}
+    apart: dict[tuple[str, int | None], dict] = {}
+    for node, gpus in by_node.items():
+        for gpu, c in gpus:
+            if c[0] < med_clock * (1 - s.clock_drop) and c[3] & SLOWDOWN_MASK:
+                apart[(node, gpu)] = {"signature": "throttled", "sm_clock_mhz": round(c[0]),
+                                      "job_median_clock_mhz": round(med_clock), "throttle": hex(c[3])}
+    if base:
+        # how far each node moved since the job's first windows; the band from the peers' own movement,
+        # per GPU model
+        moved = {n: position[n] - base[n] for n in position if n in base}
+        models: dict[str, list[str]] = defaultdict(list)
+        for n in moved:
+            models[by_node[n][0][1][4]].append(n)
+        for members in models.values():
+            if len(members) < s.min_nodes:
+                continue
+            shifts = [moved[n] for n in members]
+            med = statistics.median(shifts)
+            band = max(s.min_band, s.band_k * 1.4826 * _mad(shifts))
+            for n in members:
+                if moved[n] - med > band and not any(k[0] == n for k in apart):
+                    apart[(n, None)] = {"signature": "silent_slow", "position": round(position[n], 3),
+                                        "position_at_start": round(base[n], 3), "band": round(band, 3)}
+    return apart, position
+
+
+def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[Flag]:
+    """Every (job, node[, gpu]) apart from its job for `windows` consecutive windows, once, at the first
+    window of its first such streak."""
+    s = settings or Settings()
+    flags: list[Flag] = []
+    for job, by_window in windows_of(samples, s.window_s).items():
+        nodes = {n for cells in by_window.values() for n, _ in cells}
+        if len(nodes) < s.min_nodes:
+            continue
+        order = sorted(by_window)
+        base_sum: dict[str, list[float]] = defaultdict(list)
+        streak: dict[tuple[str, int | None], list] = {}
+        flagged: set[str] = set()
+        for i, w in enumerate(order):
+            base = {n: statistics.median(v) for n, v in base_sum.items()} if i >= s.baseline_windows else None
+            apart, position = _judge_window(by_window[w], s, base)
+            if i < s.baseline_windows:
+                for n, p in position.items():
+                    base_sum[n].append(p)
+            for key in list(streak):
+                if key not in apart:
+                    del streak[key]
+            for key, evidence in apart.items():
+                run = streak.setdefault(key, [w, 0, evidence])
+                run[1] += 1
+                run[2] = evidence
+                if run[1] == s.windows and key[0] not in flagged:
+                    flagged.add(key[0])
+                    flags.append(Flag(job, key[0], key[1], run[0] * s.window_s, evidence["signature"],
+                                      {k: v for k, v in evidence.items() if k != "signature"}))
+    return sorted(flags, key=lambda f: (f.job, f.t_first, f.node))
+
+
+def parse_telemetry(lines: Iterable[str]) -> tuple[list[Sample], list[int]]:
+    """JSON lines {"t", "job", "node", "gpu", "sm_clock_mhz", "power_w", "sm_util", "throttle"} (what the
+    sampler records; `model` optional): (the samples, the numbers of the lines that were not one)."""
+    import json
+
+    samples, bad = [], []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            samples.append(Sample(float(d["t"]), str(d["job"]), str(d["node"]), int(d["gpu"]),
+                                  float(d["sm_clock_mhz"]), float(d["power_w"]), float(d["sm_util"]),
+                                  int(d.get("throttle") or 0), str(d.get("model") or "")))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            bad.append(number)
+    return samples, bad
+
+
+def samples_from_digests(published: dict[str, dict]) -> tuple[list[Sample], float | None]:
+    """What the nodes' samplers published (node -> its summary, with `"is"`: the job, the window length,
+    the job's first windows and the last ones, per GPU [clock, power, util, throttle]) as samples, one per
+    GPU and window; and the window length."""
+    out: list[Sample] = []
+    window_s = None
+    for node, data in published.items():
+        d = data.get("is")
+        if not isinstance(d, dict):
+            continue
+        try:
+            ws = float(d["ws"])
+            window_s = window_s or ws
+            model = str(data.get("gpus") or "")
+            seen = set()
+            for i, gpus in [*d.get("b", []), *d.get("w", [])]:
+                if i in seen:
+                    continue
+                seen.add(i)
+                for g, (clock, power, util, thr) in enumerate(gpus):
+                    out.append(Sample(i * ws + ws / 2, str(d["j"]), node, g, float(clock), float(power),
+                                      float(util), int(thr), model))
+        except (KeyError, TypeError, ValueError):
+            continue  # a digest this release cannot read: that node is not judged
+    return out, window_s

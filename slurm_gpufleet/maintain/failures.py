@@ -1,0 +1,122 @@
+"""Node failures and soft events, drawn at random the same way wherever a rollout is simulated: the
+`--seeds` trials (trials.py) and the full replay (`maintain simulate --failure-rate R`, simulate.py).
+
+Per node in service and per step of `step_s`, from a Poisson law:
+* hard failures at `failure_rate` per 1,000 node-days: the node's jobs end NODE_FAIL (requeued where
+  `requeue`, as Slurm does a batch job with JobRequeue=1, its default, at most MAX_BATCH_REQUEUE times:
+  then Slurm holds it, and here it ends) and the node is drained for `repair_h` by "someone else" (a
+  rollout skips a waiting node it finds so, as on a real fleet);
+* soft events at `soft_rate` per node-day: they raise the `xs` counter the node's health check publishes
+  (soft Xids), harmless to jobs;
+both `driver_effect` times as often on upgraded nodes.  A node out of service (drained, reserved,
+upgrading) draws nothing: no job runs there to fail.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+# NCSA Delta (arXiv 2503.11901): 8,863 MMU errors (Xid 31) on 448 A100s in 895 days = 0.022 per GPU-day,
+# 0.18 per 8-GPU node-day: the soft rate when only a failure rate is given
+DELTA_SOFT_RATE = 0.18
+REPAIR_REASON = "repair: node failure"
+MAX_BATCH_REQUEUE = 5  # slurm.conf MaxBatchRequeue's default: a job requeued more often is held
+
+
+@dataclass
+class Rates:
+    failure_rate: float          # hard node failures per 1,000 node-days
+    soft_rate: float             # soft events per node-day
+    driver_effect: float = 1.0   # both, times this on upgraded nodes
+    repair_h: float = 4.0
+
+
+def poisson(rng: random.Random, mean: float) -> int:
+    if mean <= 0:
+        return 0
+    if mean > 30:  # normal approximation: exact enough, and no long loop
+        return max(0, round(rng.gauss(mean, math.sqrt(mean))))
+    k, p, limit = 0, 1.0, math.exp(-mean)
+    while True:
+        p *= rng.random()
+        if p <= limit:
+            return k
+        k += 1
+
+
+@dataclass
+class Hazards:
+    """One run's draws and what they did."""
+    rates: Rates
+    seed: int = 0
+    step_s: float = 3600.0
+    requeue: bool = True
+    repaired_at: dict[str, float] = field(default_factory=dict)   # node -> when its repair ends
+    failed_at: list[float] = field(default_factory=list)          # when each node failure came
+    soft_events: int = 0
+
+    @property
+    def node_failures(self) -> int:
+        return len(self.failed_at)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+
+def publish_summaries(nodes: list[Any], driver: str) -> None:
+    """Each node's health-check summary on `driver`, as the evidence gate reads the nodes not yet upgraded
+    (the soft events count up in it)."""
+    for n in nodes:
+        n.extra = json.dumps({"gpufleet": 1, "v": "ok", "drv": driver, "gpus": f"{n.gpus}x{n.model}",
+                              "t": "2020-01-01T00:00:00Z"}, separators=(",", ":"))
+
+
+def hazard_step(sim: Any, h: Hazards, dt: float) -> tuple[bool, bool]:
+    """One step of `dt` seconds on the simulated fleet (`sim`: the Simulator): repairs due end, then each
+    node in service draws.  (a node failed: its jobs ended; a node left or came back into service)."""
+    per_s = 1 / 86400
+    failed = repaired = False
+    for n in sim.nodes:
+        if n.name in h.repaired_at and sim.now >= h.repaired_at[n.name]:
+            del h.repaired_at[n.name]
+            if n.reason == REPAIR_REASON:
+                n.drained, n.reason = False, ""
+                repaired = True
+        if n.drained or n.out(sim.now):
+            continue
+        k = h.rates.driver_effect if n.upgraded else 1.0
+        if poisson(h.rng, h.rates.failure_rate / 1000 * per_s * dt * k):
+            fail_node(sim, n, h)
+            failed = True
+            continue
+        soft = poisson(h.rng, h.rates.soft_rate * per_s * dt * k)
+        if soft and n.extra:
+            data = json.loads(n.extra)
+            data["xs"] = data.get("xs", 0) + soft
+            n.extra = json.dumps(data, separators=(",", ":"))
+            h.soft_events += soft
+    return failed, failed or repaired
+
+
+def end_repairs(sim: Any, h: Hazards) -> None:
+    """Every repair in progress ends now (a replay with no work left: its queue may wait for these nodes)."""
+    for n in sim.nodes:
+        if n.name in h.repaired_at and n.reason == REPAIR_REASON:
+            n.drained, n.reason = False, ""
+    h.repaired_at.clear()
+
+
+def fail_node(sim: Any, n: Any, h: Hazards) -> None:
+    for job_id in list(n.running):
+        job = sim.by_id[job_id]
+        names = [sim.nodes[i].name for i in sorted(job.placed)]
+        job.requeues += 1
+        sim.stop(job, h.requeue and job.requeues <= MAX_BATCH_REQUEUE, failed=True)
+        sim.ended.append((job_id, "NODE_FAIL", names, sim.now))
+    n.drained, n.reason = True, REPAIR_REASON
+    h.repaired_at[n.name] = sim.now + h.rates.repair_h * 3600
+    h.failed_at.append(sim.now)

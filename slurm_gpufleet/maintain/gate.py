@@ -1,0 +1,188 @@
+"""The evidence gate in a rollout step (`[maintain] gate = "evidence"`): from this step's read, each
+cohort's new events and node-hours go into the sequential test (maintain/evidence.py); a wave widens
+past a boundary only once the test rules "worse" out after `gate_min_soak_s`, or an admin approves, or
+`gate_max_soak_s` passed with `gate_on_timeout = "proceed"`; a "worse" verdict halts the rollout.
+
+Cohorts, as Slurm shows them this step: the canary cohort is the rollout's nodes that are done and in
+service; the control is its nodes still waiting, in service.  The two are compared within each GPU
+model (base rates differ by model); a model with no control peers in service is judged against the
+fleet's recorded rate for it, which every step's control nodes add to (the store's `event_rates`), and
+`maintain status` says which basis each model had.  Events
+are the increase of the counters each node's health check publishes since its boot (`xs`, `xh`, `ecc`;
+a counter that went down was reset by a reboot), a verdict turning worse than warn, and the jobs Slurm
+shows ended FAILED or NODE_FAIL (one bulk `squeue` per step).  A node counts from its second sighting in
+a cohort, so the reboot that brought it there is not an event.
+
+The state (totals, each node's last counters, the boundary and its soak) is kept in the store after every
+step: an `apply` killed mid-soak resumes with its evidence.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import summary
+from . import states as S
+from .evidence import CANARY, CONTROL, MIN_HISTORY_NODE_HOURS, NOT_WORSE, SIGNALS, WORSE, Gate, recorded_rate
+
+COUNTERS = {"xid_soft": "xs", "xid_hard": "xh", "ecc": "ecc"}
+JOB_FAILED = frozenset({"FAILED", "NODE_FAIL"})
+
+
+@dataclass
+class GateOutcome:
+    state: dict[str, Any]
+    allowed: float                       # the highest boundary the window may open
+    halt: str | None = None              # why the rollout halts
+    audits: list[tuple[str, str]] = field(default_factory=list)
+    # what this step adds to the fleet's record: (GPU model, driver, signal, events, node-hours)
+    recorded: list[tuple[str, str, str, int, float]] = field(default_factory=list)
+
+
+def new_state() -> dict[str, Any]:
+    return {"t": None, "ev": {}, "last": {}, "jobs": [], "boundary": None, "since": None, "passed": 0,
+            "approved": {}, "decision": "open", "why": "no evidence yet"}
+
+
+def cohorts(v: Any) -> dict[str, str]:
+    """node -> canary | control, as Slurm shows the nodes this step."""
+    out: dict[str, str] = {}
+    for n, st in v.state.items():
+        info = v.world.nodes.get(n)
+        if st == S.DONE and info is not None and not (info.drained or info.down) and n not in v.members:
+            out[n] = CANARY
+    for n, st in v.state.items():
+        info = v.world.nodes.get(n)
+        if st == S.PENDING and info is not None and not (info.drained or info.down) and n not in v.in_slot:
+            out[n] = CONTROL  # of every model: those with no canary yet add to the fleet's record
+    return out
+
+
+def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: list[tuple[str, str, list[str]]],
+         history: dict[str, dict[str, tuple[int, float]]] | None = None) -> GateOutcome:
+    """One step of the gate.  `boundary`: the stage the window would open now (0: the canary's, never
+    gated); `ended`: (job id, state, nodes) of the jobs Slurm shows ended; `history`: the fleet's recorded
+    events and node-hours per GPU model and signal on the drivers being replaced (the store's)."""
+    state = saved or new_state()
+    now = v.world.now
+    gate = _gate(s, state)
+    who = cohorts(v)
+    published = {n: summary.from_node(v.world.nodes[n]) or {} for n in who}  # each node's summary, parsed once
+    model = {n: str(published[n].get("gpus") or "?") for n in who}
+    driver = {n: str(published[n].get("drv") or "?") for n in who}
+    dt_h = 0.0 if state["t"] is None else max(0.0, now - state["t"]) / 3600
+    # per GPU model: the cohorts are compared within a model, never across (base rates differ by model)
+    hours: dict[str, dict[str, float]] = defaultdict(lambda: {CANARY: 0.0, CONTROL: 0.0})
+    events: dict[str, dict[str, dict[str, int]]] = defaultdict(
+        lambda: {sig: {CANARY: 0, CONTROL: 0} for sig in gate.signals})
+    recorded: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+    last: dict[str, list[Any]] = state["last"]
+    seen: dict[str, list[Any]] = {}
+    counted: set[str] = set()
+    for n, cohort in who.items():
+        data = published[n]
+        values = [data.get(key, 0) for key in COUNTERS.values()] + [int(data.get("v") not in ("ok", "warn", None))]
+        before = last.get(n)
+        seen[n] = [cohort, *values]
+        if before is None or before[0] != cohort:
+            continue  # first sighting in this cohort: its counters are the baseline
+        counted.add(n)
+        m = model[n]
+        hours[m][cohort] += dt_h
+        new_events = {sig: (new - old if new >= old else new)
+                      for (sig, _), old, new in zip(COUNTERS.items(), before[1:4], values[:3], strict=True)}
+        new_events["verdict"] = int(bool(values[3] and not before[4]))
+        for sig in gate.signals:
+            events[m][sig][cohort] += new_events.get(sig, 0)
+        if cohort == CONTROL:  # the old drivers' record, for a later canary of this model without peers
+            for sig in SIGNALS:
+                row = recorded[(m, driver[n], sig)]
+                row[0] += new_events.get(sig, 0)
+                row[1] += dt_h
+    known_jobs = set(state["jobs"])
+    current_jobs = []
+    for job_id, job_state, nodes in ended:
+        if job_state not in JOB_FAILED:
+            continue
+        current_jobs.append(job_id)
+        if job_id in known_jobs:
+            continue
+        for n in nodes:
+            if n in counted:
+                if "job_fail" in gate.signals:
+                    events[model[n]]["job_fail"][who[n]] += 1
+                if who[n] == CONTROL:
+                    recorded[(model[n], driver[n], "job_fail")][0] += 1
+    out = GateOutcome(state, float(state["passed"]))
+    strata = {}
+    for m in sorted({model[n] for n, c in who.items() if c == CANARY}):
+        canary = sum(1 for n, c in who.items() if c == CANARY and model[n] == m)
+        control = sum(1 for n, c in who.items() if c == CONTROL and model[n] == m)
+        if control:
+            gate.add(events[m], hours[m])
+            strata[m] = {"canary": canary, "control": control, "basis": "control"}
+            continue
+        kept = (history or {}).get(m, {})
+        rates = {sig: recorded_rate(*kept.get(sig, (0, 0.0))) for sig in gate.signals}
+        gate.add_against_history({sig: events[m][sig][CANARY] for sig in gate.signals}, hours[m][CANARY], rates)
+        judged = [sig for sig, r in rates.items() if r is not None]
+        strata[m] = {"canary": canary, "control": 0, "basis": "history" if judged else "none",
+                     "history_node_hours": round(max((kept.get(sig, (0, 0.0))[1] for sig in gate.signals),
+                                                     default=0.0), 1)}
+        if state.get("strata", {}).get(m, {}).get("basis") != strata[m]["basis"]:
+            out.audits.append(("gate history", f"{m}: no control peers of its model in service; " + (
+                f"judged against the fleet's recorded rate on {', '.join(judged)} "
+                f"({strata[m]['history_node_hours']} node-h)" if judged else
+                f"the fleet's record holds under {MIN_HISTORY_NODE_HOURS:g} node-h of it: not judged, "
+                "the soak limits and `maintain approve` decide")))
+    out.recorded = [(m, drv, sig, int(e), h) for (m, drv, sig), (e, h) in recorded.items()]
+    verdict, why = gate.verdict()
+    state.update(t=now, ev=gate.to_dict(), last=seen, jobs=current_jobs, decision=verdict, why=why, strata=strata)
+    if verdict == WORSE:
+        out.halt = f"evidence gate: {why}"
+        out.audits.append(("gate worse", why))
+        return out
+    if boundary <= state["passed"] or boundary < 1:
+        return out
+    if state["boundary"] != boundary:
+        state.update(boundary=boundary, since=now)
+        out.audits.append(("gate open", f"before stage {boundary}: soak {s.gate_min_soak_s} s at least"))
+    soak = now - state["since"]
+    approved = state["approved"].get(str(boundary))
+    if approved:
+        why = f"approved by {approved}"
+    elif verdict == NOT_WORSE and soak >= s.gate_min_soak_s:
+        pass
+    elif soak >= s.gate_max_soak_s and s.gate_on_timeout == "proceed":
+        why = f"no decision after {s.gate_max_soak_s} s: proceeding (gate_on_timeout)"
+    else:
+        if soak >= s.gate_max_soak_s and state.get("waiting") != boundary:
+            state["waiting"] = boundary
+            out.audits.append(("gate waiting", f"no decision after {s.gate_max_soak_s} s: `slurm-gpufleet "
+                                               f"maintain approve {v.rid} --why ...` lets stage {boundary} start"))
+        return out
+    state.update(passed=boundary, boundary=None, since=None)
+    out.allowed = float(boundary)
+    out.audits.append(("gate passed", f"stage {boundary}: {why}"))
+    return out
+
+
+def _gate(s: Any, state: dict[str, Any]) -> Gate:
+    """The settings' test, with the evidence kept so far."""
+    gate = Gate(signals=tuple(s.gate_signals), worse_ratio=s.gate_worse_ratio, confidence=s.gate_confidence,
+                min_events=s.gate_min_events)
+    gate.load(state["ev"])
+    return gate
+
+
+def report(state: dict[str, Any] | None, s: Any) -> dict[str, Any]:
+    """What `maintain status` shows under `gate`."""
+    if state is None:
+        return {"mode": s.gate}
+    gate = _gate(s, state)
+    return {"mode": s.gate, "decision": state["decision"], "why": state["why"], "boundary": state["boundary"],
+            "soak_since": state["since"], "passed": state["passed"], "approved": state["approved"],
+            "worse_ratio": s.gate_worse_ratio, "confidence": s.gate_confidence, "signals": gate.report(),
+            "models": state.get("strata", {})}

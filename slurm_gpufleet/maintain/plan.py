@@ -1,0 +1,97 @@
+"""A rollout's plan, as `maintain plan` writes it and `apply` follows it: waves, budget, gate, each node's
+slot.  Data only; maintain/planner.py makes one."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .bundle import Bundle
+
+RESERVATION_PREFIX = "gpufleet_"
+INF = float("inf")
+
+
+class PlanError(ValueError):
+    """The request cannot be planned (unknown nodes, bad target); one line."""
+
+
+@dataclass
+class Wave:
+    index: int
+    kind: str                    # "canary" or "wave"
+    nodes: list[str]
+    # from its nodes' slots (schedule.node_slots, what `apply` reserves): the first slot, the last slot's
+    # end (inf: a node runs a job without a time limit, so when it is free is unknown)
+    reserve_at: float
+    start: float
+    end: float
+    partitions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    id: str
+    created: float
+    target_driver: str | None   # None: the bundle leaves each node's driver as it is
+    strategy: str
+    node_count: int
+    budget: dict[str, Any]
+    gate: dict[str, dict[str, Any]]
+    forced: bool
+    refused: bool
+    waves: list[Wave] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    gating_jobs: list[dict[str, Any]] = field(default_factory=list)
+    previous_drivers: dict[str, str | None] = field(default_factory=dict)
+    groups: dict[str, str] = field(default_factory=dict)
+    assumptions: dict[str, Any] = field(default_factory=dict)
+    deadline: dict[str, Any] | None = None   # maintain/deadline.py: the jobs at risk and what is done to each
+    # node -> [slot start, slot end] (epoch s): when `apply` takes it at the latest (its maintenance
+    # reservation begins), from schedule.node_slots, the function the engine schedules with
+    slots: dict[str, list[float]] = field(default_factory=dict)
+    # node -> the running job that decides its slot, and when that job ends by its limit
+    decided_by: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the rest of the bundle moved in the same drain (maintain/bundle.py)
+    target_kernel: str | None = None
+    target_firmware: dict[str, str] = field(default_factory=dict)
+    # node -> its bundle before the rollout ({"driver", "kernel", "firmware"}): what rollback returns to
+    previous: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # failure domains (NVLink racks, Slurm blocks): name -> nodes, and where they were read from
+    domains: dict[str, list[str]] = field(default_factory=dict)
+    domains_from: str | None = None
+
+    @property
+    def target(self) -> Bundle:
+        return Bundle(self.target_driver, self.target_kernel, dict(self.target_firmware))
+
+    def previous_bundle(self, node: str) -> Bundle:
+        """The node's recorded bundle; a plan from before bundles recorded its driver alone."""
+        if node in self.previous:
+            return Bundle.from_dict(self.previous[node])
+        return Bundle(self.previous_drivers.get(node))
+
+    @property
+    def makespan_s(self) -> float:
+        return (self.waves[-1].end - self.created) if self.waves else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for w in data["waves"]:
+            for k in ("reserve_at", "start", "end"):
+                if w[k] == INF:
+                    w[k] = None
+        wave_of = {n: w.index for w in self.waves for n in w.nodes}
+        # one line per node, for tools: when it is taken and which job decides it (derived; not read back)
+        data["nodes"] = [{"node": n, "wave": wave_of.get(n), "slot_start": start, "slot_end": end,
+                          "decided_by": self.decided_by.get(n)} for n, (start, end) in self.slots.items()]
+        return {"plan_version": 1, **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        if data.get("plan_version") != 1:
+            raise PlanError("not a slurm-gpufleet plan (plan_version 1)")
+        data = {k: v for k, v in data.items() if k not in ("plan_version", "nodes")}
+        waves = [Wave(**{**w, **{k: (INF if w[k] is None else w[k]) for k in ("reserve_at", "start", "end")}})
+                 for w in data.pop("waves")]
+        return cls(**data, waves=waves)

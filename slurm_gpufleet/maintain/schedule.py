@@ -1,0 +1,327 @@
+"""The one schedule of a rollout: when each node is taken (its slot), and which waiting nodes the rolling
+window admits now.  `maintain plan` shows the slots this module computes; `apply` makes its maintenance
+reservations from the same numbers (the plan carries them) and admits nodes by the same window.
+
+How nodes are taken, a rolling window instead of batches:
+* every node gets a maintenance slot when the rollout is planned: the time its running jobs end by their
+  limits, spread so that no more than the budget would be out at once.  The slots are MAINT reservations
+  (grouped by start time), so new long jobs cannot land on nodes still waiting; backfill fills the gaps;
+* a node is taken as soon as it sits empty and the window has room, so a slot moves earlier when jobs end
+  before their limits; a node taken is drained (nothing runs there, nothing is killed) and upgraded;
+* the waves of the plan are evidence gates: the canary must validate before anything else starts, and the
+  window widens to the next wave's size only once as many nodes as all earlier waves hold have validated;
+* failed nodes stay drained and count against the budget and `max_failures`; a budget filled by failures
+  halts the rollout, never ends it as done.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import states as S
+from .plan import RESERVATION_PREFIX
+
+INF = float("inf")
+MIN_BUCKET_S = 300.0   # slots closer than this share a reservation
+MAX_RESERVATIONS = 24  # ... and a rollout's slots fall into about this many, whatever the fleet's size
+
+
+def slot_times(free_at: dict[str, float], canary: list[str], others: list[str], now: float, budget: int,
+               stages: list[int], upgrade_s: float, bucket_s: float, soak_s: float = 0.0) -> dict[str, float]:
+    """When each node is expected to go, as the engine will take it: the canary first, then the others
+    soonest-free first, each stage of the plan's waves opening once every node before it is done, at most
+    min(budget, stage size) at once.  Rounded up to `bucket_s` so that nodes share reservations; a node
+    whose job has no time limit gets its slot when its turn comes (it empties when that job ends).  An
+    evidence gate's soak (`soak_s`) separates each stage from the one before it."""
+    def free(n: str) -> float:
+        f = free_at.get(n, now)
+        return now if f == INF else max(f, now)
+
+    slots: dict[str, float] = {}
+    gate = now
+    for n in canary:
+        slots[n] = free(n)
+        gate = max(gate, slots[n] + upgrade_s)
+    if canary:
+        gate += soak_s
+    todo = sorted(others, key=free)
+    i = 0
+    for k, size in enumerate(stages or [len(todo)]):
+        if i >= len(todo):
+            break
+        last = k == len(stages) - 1
+        members = todo[i:] if last else todo[i:i + size]
+        width = max(1, min(budget, size))
+        places = [gate] * width
+        end = gate
+        for n in members:
+            start = max(heapq.heappop(places), free(n))
+            heapq.heappush(places, start + upgrade_s)
+            slots[n] = start
+            end = max(end, start + upgrade_s)
+        i += len(members)
+        gate = end + soak_s
+    return {n: math.ceil(t / bucket_s) * bucket_s for n, t in slots.items()}
+
+
+def node_slots(free_at: dict[str, float], canary: list[str], others: list[str], now: float, budget: int,
+               stages: list[int], upgrade_s: float, soak_s: float = 0.0) -> dict[str, float]:
+    """Each node's slot, rounded up so that close slots share one reservation (a few reservations whatever
+    the fleet's size).  The planner shows these; the engine reserves them."""
+    times = slot_times(free_at, canary, others, now, budget, stages, upgrade_s, 1.0, soak_s)
+    if not times:
+        return {}
+    bucket = max(MIN_BUCKET_S, (max(times.values()) - now) / MAX_RESERVATIONS)
+    return {n: math.ceil(t / bucket) * bucket for n, t in times.items()}
+
+
+def soak_of(settings: Any) -> float:
+    """How long each stage waits for the evidence gate before the next one (0 without one)."""
+    return float(settings.gate_min_soak_s) if settings.gate == "evidence" else 0.0
+
+
+def slot_reservations(slots: dict[str, float], already: set[str], rid: str, prefix: str,
+                      existing: Iterable[str]) -> dict[str, tuple[list[str], float, int]]:
+    """The MAINT reservations still to create for waiting nodes: one per distinct slot, each lasting until a
+    day after the last slot (a node taken early leaves its reservation; the last one is deleted at the end)."""
+    by_slot: dict[float, list[str]] = defaultdict(list)
+    for node, slot in slots.items():
+        by_slot[slot].append(node)
+    if not by_slot:
+        return {}
+    last = max(by_slot)
+    existing = set(existing)
+    out = {}
+    for slot, nodes in by_slot.items():
+        name = f"{prefix}{rid}_s{int(slot)}"
+        if name not in existing:
+            missing = [n for n in nodes if n not in already]
+            if missing:
+                out[name] = (missing, slot, int(((last - slot) / 3600 + 24) * 60))
+    return out
+
+
+def admit(view: Any, take: Callable[[str], bool]) -> None:
+    """The rolling window: offer waiting nodes to `take` (the pending unit) while the current stage and the
+    budget have room; `take` says whether it took the node.  `view`: the step's units.StepView."""
+    budget = view.plan.budget
+    counts: dict[str, int] = defaultdict(int)
+    for st in view.state.values():
+        counts[st] += 1
+    failed = counts[S.FAILED]
+    if failed > view.s.max_failures or failed >= budget["max_unavailable"]:
+        return  # the rollout halts at the end of this step
+    # out of service as Slurm shows it: nodes under way, nodes done but not yet given back, and nodes
+    # idle in a slot that has begun
+    in_slot = view.in_slot
+    out = 0
+    for n, st in view.state.items():
+        info = view.world.nodes.get(n)
+        if st in S.IN_FLIGHT or (st == S.PENDING and n in in_slot) or (
+                st in (S.DONE, S.SKIPPED) and info is not None and view.ours(info)):
+            out += 1
+    room = budget["max_unavailable"] - out - failed
+    canary = set(view.canary)
+    planned = [r["node"] for r in view.rows if r["wave"] >= 0 and r["node"] not in canary]
+    if any(view.state.get(n) not in S.FINAL for n in canary):
+        pool = [n for n in canary if view.state.get(n) == S.PENDING]
+        width = limit = len(canary)
+        started = sum(1 for n in canary if view.state.get(n) != S.PENDING)
+    else:
+        sizes = view.stages
+        stage, cum = _stage(view, planned)
+        if stage + (1 if canary else 0) > view.gate_allowed:
+            return  # the evidence gate holds this stage (maintain/gate.py)
+        width = sizes[stage] if sizes else 0
+        limit = cum + width
+        started = sum(1 for n in planned if view.state[n] != S.PENDING)
+        pool = [n for n in planned if view.state[n] == S.PENDING]
+    # the stage bounds our work under way; the budget bounds what Slurm shows out of service (a node
+    # already idle in its slot is out either way, so taking it costs the budget nothing)
+    under_way = sum(counts[s] for s in S.IN_FLIGHT)
+    stage_room = min(width - under_way, limit - started)
+    if stage_room <= 0 or not pool:
+        return
+    per_part = budget.get("per_partition", {})
+    part_out: dict[str, int] = defaultdict(int)
+    for n, st in view.state.items():
+        if st in S.OUT_OF_SERVICE and n in view.world.nodes:
+            for p in view.world.nodes[n].partitions:
+                part_out[p] += 1
+    order = view.order
+    takes_busy = view.strategy.takes_busy
+    if view.plan.domains and any(budget.get(k) for k in ("whole_domain", "max_unavailable_domains",
+                                                          "keep_free_domains")):
+        _admit_domains(view, take, pool, in_slot, room, stage_room, under_way, out)
+        return  # (domains without rules of their own: nodes are taken as without domains)
+
+    # empty nodes first (they cost nothing to take), then the soonest free, then the plan's order
+    # (less critical partitions first)
+    def key(n: str) -> tuple:
+        return (n not in in_slot, 0 if takes_busy or not view.busy(n) else 1, view.world.free_at.get(n, 0.0),
+                order.get(n, 0))
+
+    for n in sorted(pool, key=key):
+        if stage_room <= 0:
+            break
+        if not takes_busy and view.busy(n):
+            continue  # it is taken when it empties, at its slot at the latest
+        if room <= 0 and n not in in_slot:
+            continue
+        info = view.world.nodes.get(n)
+        parts = info.partitions if info else []
+        if any(p in per_part and part_out[p] >= per_part[p] for p in parts):
+            continue
+        if take(n):
+            stage_room -= 1
+            if n not in in_slot:
+                room -= 1
+            for p in parts:
+                part_out[p] += 1
+
+
+def _stage(view: Any, planned: list[str]) -> tuple[int, int]:
+    """The stage of the plan's waves (after the canary) the window is at, and how many nodes the stages
+    before it hold.  Failed nodes that max_failures tolerates count as settled, or the window would never
+    widen."""
+    sizes = view.stages
+    settled = sum(1 for n in planned if view.state[n] in S.FINAL)
+    cum, stage = 0, len(sizes) - 1
+    for k, size in enumerate(sizes):
+        if settled < cum + size:
+            return k, cum
+        cum += size
+    return stage, cum
+
+
+def boundary(view: Any) -> int:
+    """The stage the window would open now, counting the canary's as 0 (with no canary, the first wave's
+    is 0): what the evidence gate must pass before it starts."""
+    canary = set(view.canary)
+    if any(view.state.get(n) not in S.FINAL for n in canary):
+        return 0
+    planned = [r["node"] for r in view.rows if r["wave"] >= 0 and r["node"] not in canary]
+    stage, _ = _stage(view, planned)
+    return stage + (1 if canary else 0)
+
+
+def _admit_domains(view: Any, take: Callable[[str], bool], pool: list[str], in_slot: set[str], room: int,
+                   stage_room: int, under_way: int, out: int) -> None:
+    """The window over failure domains: at most `max_unavailable_domains` domains with a node out, at least
+    `keep_free_domains` domains with every node in service; with `whole_domain`, a domain is taken whole
+    (every waiting node of it at once) once all of them sit empty or its slot has begun.  A domain larger
+    than the node budget is taken alone, when nothing else is out."""
+    whole = bool(view.plan.budget.get("whole_domain"))
+    takes_busy = view.strategy.takes_busy
+    domain_of = view.domain_of
+    domains_out = out_domains(view)
+
+    groups: dict[str, list[str]] = defaultdict(list)
+    for n in pool:
+        groups[domain_of.get(n, f"node:{n}")].append(n)
+
+    def key(d: str) -> tuple:
+        members = groups[d]
+        return (not all(n in in_slot for n in members), max(view.world.free_at.get(n, 0.0) for n in members),
+                min(view.order.get(n, 0) for n in members))
+
+    for d in sorted(groups, key=key):
+        members = groups[d]
+        new_domain = d in view.plan.domains and d not in domains_out
+        slot_begun = all(n in in_slot for n in members)
+        if new_domain and domain_room(view, domains_out) < 1:
+            continue  # even in its slot: that slot is postponed (postpone_slots)
+        if whole:
+            if not takes_busy and not slot_begun and any(view.busy(n) for n in members):
+                continue  # its early-free nodes keep running jobs until the whole domain can go
+            fresh = sum(1 for n in members if n not in in_slot)
+            alone = under_way == 0 and out == 0
+            if not alone and (len(members) > stage_room or fresh > room):
+                continue
+            taken = [n for n in members if take(n)]
+            stage_room -= len(taken)
+            room -= sum(1 for n in taken if n not in in_slot)
+            under_way += len(taken)
+            out += len(taken)
+        else:
+            taken = []
+            for n in members:
+                if stage_room <= 0:
+                    break
+                if (not takes_busy and view.busy(n)) or (room <= 0 and n not in in_slot):
+                    continue
+                if take(n):
+                    taken.append(n)
+                    stage_room -= 1
+                    if n not in in_slot:
+                        room -= 1
+        if taken and new_domain:
+            domains_out.add(d)
+        if stage_room <= 0:
+            return
+
+
+def out_domains(view: Any, slots_count: bool = True) -> set[str]:
+    """Domains with a node out of service: under way, failed, done but not yet given back (drained, or
+    still in a reservation of ours), waiting in a slot that has begun (unless `slots_count` is False), or
+    drained or down by anyone."""
+    domain_of = view.domain_of
+    in_slot = view.in_slot
+    out = set()
+    for n, st in view.state.items():
+        if n not in domain_of:
+            continue
+        info = view.world.nodes.get(n)
+        if st in S.IN_FLIGHT or st == S.FAILED or (n in in_slot and (slots_count or st != S.PENDING)) or (
+                st in (S.DONE, S.SKIPPED) and info is not None and view.ours(info)):
+            out.add(domain_of[n])
+        elif info is not None and (info.drained or info.down):
+            out.add(domain_of[n])
+    return out
+
+
+def domain_room(view: Any, out: set[str]) -> int | float:
+    """How many more domains may go out of service now: `max_unavailable_domains`, and all but
+    `keep_free_domains` domains."""
+    budget = view.plan.budget
+    room: int | float = float("inf")
+    if budget.get("max_unavailable_domains"):
+        room = budget["max_unavailable_domains"] - len(out)
+    if budget.get("keep_free_domains"):
+        room = min(room, len(view.plan.domains) - len(out) - budget["keep_free_domains"])
+    return room
+
+
+def postpone_slots(view: Any, lookahead_s: float, push_s: float) -> dict[str, float]:
+    """Slot reservations of this rollout, begun or about to begin, whose nodes cannot go now (the evidence
+    gate holds their stage) or whose domains cannot (an earlier domain overran its slot): reservation -> a
+    later start.  A slot holds its nodes out of
+    service whether the engine takes them or not, so a late domain must not start the next one's."""
+    held = boundary(view) > view.gate_allowed  # the evidence gate holds the next stage: nothing may go
+    if not view.plan.domains and not held:
+        return {}
+    now = view.world.now
+    committed = out_domains(view, slots_count=False) if view.plan.domains else set()
+    room = domain_room(view, committed)
+    prefix = f"{RESERVATION_PREFIX}{view.rid}_s"
+    out: dict[str, float] = {}
+    for name, r in sorted(view.mine.items(), key=lambda kv: kv[1].start or 0.0):
+        if not name.startswith(prefix) or r.start is None or r.start > now + lookahead_s:
+            continue
+        waiting = [n for n in r.nodes if view.state.get(n) == S.PENDING]
+        if held and waiting and len(waiting) == len(r.nodes):
+            out[name] = now + push_s
+            continue
+        new = {view.domain_of[n] for n in waiting if n in view.domain_of} - committed
+        if not new:
+            continue
+        if len(new) <= room:
+            room -= len(new)
+            committed |= new
+        else:
+            out[name] = now + push_s
+    return out

@@ -1,0 +1,173 @@
+"""The in-job sampler: started by the prolog for a job on two nodes or more, stopped by the epilog.
+
+Every `instep_sample_s` it reads, per GPU through NVML, the SM clock, power, SM utilisation and the
+clock-event (throttle) reasons, and keeps the current window; at each window's end (windows are whole
+multiples of `instep_window_s` of wall-clock time, so every node of a job cuts them at the same moments)
+it publishes a digest into the node's summary (`"is"`: the job, the mean of the job's first windows per
+GPU, the last `instep_windows` windows per GPU): one Slurm read and one write a window, nothing else.
+`fleet stragglers --running` reads every node's digest in one `scontrol show nodes` (instep.py judges).
+
+Bounded: it keeps one window of sums and the last few window means (a few kilobytes); it never outlives
+the job: it stops when its pid file is gone (the epilog removes it and kills it), at SIGTERM, and after
+`max_hours` whatever happens.  It runs detached from the prolog (its own session), so the prolog returns
+at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+NVML_CLOCK_SM = 1
+BASELINE_WINDOWS = 2
+
+
+def pid_path(state_dir: str, job: str, node: str) -> str:
+    """Named by node too: a state directory on shared storage holds every node's."""
+    return os.path.join(state_dir, f"instep-{job}-{node}.pid")
+
+
+def read_gpus(nvml: Any, handles: list[Any]) -> list[list[float]]:
+    """[sm clock MHz, power W, SM util %, throttle mask] per GPU; a value NVML refuses reads 0."""
+    reads = (lambda h: nvml.nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM),
+             lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+             lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu,
+             lambda h: nvml.nvmlDeviceGetCurrentClocksEventReasons(h))
+    out = []
+    for h in handles:
+        row: list[float] = []
+        for read in reads:
+            try:
+                row.append(read(h))
+            except Exception:
+                row.append(0)
+        out.append(row)
+    return out
+
+
+class Digest:
+    """The windows of one job on one node: sums of the current window, the means of the first windows
+    (each node's own start), the last `keep` windows' means."""
+
+    def __init__(self, job: str, window_s: float, keep: int) -> None:
+        self.job, self.window_s, self.keep = job, window_s, keep
+        self.current: int | None = None
+        self.sums: list[list[float]] = []
+        self.n = 0
+        self.first: list[tuple[int, list[list[float]]]] = []
+        self.last: list[tuple[int, list[list[float]]]] = []
+
+    def add(self, t: float, rows: list[list[float]]) -> bool:
+        """One sample; True when it closed a window (a digest to publish)."""
+        w = int(t // self.window_s)
+        closed = self.current is not None and w != self.current and self.n > 0
+        if closed:
+            means = [[round(v / self.n, 1) for v in s[:3]] + [int(s[3])] for s in self.sums]
+            if len(self.first) < BASELINE_WINDOWS:
+                self.first.append((self.current, means))
+            self.last = (self.last + [(self.current, means)])[-self.keep:]
+        if self.current != w:
+            self.current, self.sums, self.n = w, [[0.0, 0.0, 0.0, 0] for _ in rows], 0
+        for s, r in zip(self.sums, rows, strict=False):
+            s[0] += r[0]
+            s[1] += r[1]
+            s[2] += r[2]
+            s[3] = int(s[3]) | int(r[3])
+        self.n += 1
+        return closed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"j": self.job, "ws": self.window_s, "b": [[i, g] for i, g in self.first],
+                "w": [[i, g] for i, g in self.last]}
+
+
+def publish(backend: Any, node: str, field: str, digest: dict[str, Any]) -> None:
+    """The digest into the node's summary, beside what the health check published (its keys kept)."""
+    from . import summary
+
+    info = backend.node(node)
+    current = info.extra if field == "extra" else info.comment
+    data = summary.parse(current) if current else {"gpufleet": 1}
+    if data is None:
+        return  # someone else's text: never overwritten
+    data["is"] = digest
+    backend.set_fields(node, {field: json.dumps(data, separators=(",", ":"))})
+
+
+def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours: float = 240.0) -> int:
+    """Sample until the job ends (the pid file gone or another sampler's, SIGTERM, or `max_hours`)."""
+    s = settings
+    path = pid_path(s.state_dir, job, node)
+    stopping = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
+    nvml.nvmlInit()
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    digest = Digest(job, s.instep_window_s, s.instep_windows)
+    deadline = time.monotonic() + max_hours * 3600
+    while not stopping["now"] and time.monotonic() < deadline:
+        try:
+            with open(path) as fh:
+                if fh.read().strip() != str(os.getpid()):
+                    break  # another sampler took over, or the epilog ran
+        except OSError:
+            break
+        now = time.time()
+        if digest.add(now, read_gpus(nvml, handles)):
+            try:
+                publish(backend, node, s.publish if s.publish != "none" else "extra", digest.to_dict())
+            except Exception as exc:  # Slurm unreachable this window: the next one tries again
+                print(f"slurm-gpufleet-sampler: could not publish: {exc}", file=sys.stderr)
+        time.sleep(max(0.05, s.instep_sample_s - (time.time() - now)))
+    return 0
+
+
+def start(state_dir: str, job: str, node: str) -> int | None:
+    """From the prolog: the sampler, detached; its pid file names it.  None when it could not start."""
+    import subprocess
+
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    code = "import sys; from slurm_gpufleet.hooks import sampler_main; sys.exit(sampler_main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-P", "-c", code, job, node],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, close_fds=True)
+    with open(pid_path(state_dir, job, node), "w") as fh:
+        fh.write(str(proc.pid))
+    return proc.pid
+
+
+def stop(state_dir: str, job: str, node: str, wait_s: float = 2.0) -> bool:
+    """From the epilog: remove the pid file (the sampler stops at its next look) and end the process."""
+    path = pid_path(state_dir, job, node)
+    try:
+        with open(path) as fh:
+            pid = int(fh.read().strip())
+    except (OSError, ValueError):
+        return False
+    os.unlink(path)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return True
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end:
+            try:
+                os.kill(pid, 0)
+                if _zombie(pid):
+                    return True
+            except ProcessLookupError:
+                return True
+            time.sleep(0.05)
+    return True
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False

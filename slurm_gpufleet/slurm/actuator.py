@@ -1,0 +1,190 @@
+"""The one way anything of ours changes a node's state in Slurm: drain, reason, resume, reboot.
+
+Every actor (the health check, prolog and epilog, the NVML-timeout watchdog, `fleet stragglers --drain`,
+a rollout) calls this with the nodes as its one read of Slurm showed them.  It applies
+
+* ownership (slurm/ownership.py): a node is drained only when it is free or the actor's own; a reason is
+  changed and a node resumed only when the actor drained it; someone else's node is left, and said so;
+* the fleet-wide drain breaker (slurm/breaker.py) to every drain an actor makes because of a fault (the
+  health check's, the hooks', the watchdog's, the stragglers'): the fleet is read once, only when a drain
+  is about to happen, and a batch is admitted node by node until the threshold, the rest blocked.  A
+  rollout's drains are planned: its budget bounds them and its failures halt it (maintain/schedule.py).
+
+Writes are batched: one Slurm call per distinct change over a host list.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field, replace
+
+from .base import NodeInfo, SlurmError
+from .ownership import MAINTAIN, left_alone, may_drain, owner, owns
+
+log = logging.getLogger("slurm-gpufleet")
+
+# actors whose drains are a judgement about a fault: the breaker guards them
+UNPLANNED = frozenset({"health", "straggler"})
+
+
+@dataclass
+class Applied:
+    """What one call did: nodes changed, nodes left alone (and why), the breaker's why if it blocked any."""
+
+    done: list[str] = field(default_factory=list)
+    reason_set: list[str] = field(default_factory=list)
+    left: dict[str, str] = field(default_factory=dict)
+    blocked: list[str] = field(default_factory=list)
+    breaker: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+class Actuator:
+    def __init__(self, backend, actor: str, settings=None, *, fleet: list[NodeInfo] | None = None,
+                 clock=time.time):
+        """settings: the [slurm] settings (breaker threshold, window, file); needed by unplanned actors.
+        fleet: a fleet read the caller already holds (the breaker then reads none)."""
+        self.backend = backend
+        self.actor = actor
+        self.settings = settings
+        self.fleet = fleet
+        self.clock = clock
+
+    # -- node state -------------------------------------------------------------------------------
+    def drain(self, nodes: list[NodeInfo], reason: str, fields: dict[str, str] | None = None) -> Applied:
+        """`fields` (comment / extra) go in the same Slurm call: a drain run publishes with its drain."""
+        return self.drain_each([(info, reason) for info in nodes], fields)
+
+    def drain_each(self, pairs: list[tuple[NodeInfo, str]], fields: dict[str, str] | None = None) -> Applied:
+        """Each node with its own reason; judged by the breaker as one batch, in order."""
+        out = Applied()
+        fresh: list[tuple[NodeInfo, str]] = []
+        relabel: dict[str, list[str]] = {}
+        for info, reason in pairs:
+            if not may_drain(info, self.actor):
+                out.left[info.name] = left_alone(info)
+            elif info.drained:
+                if info.reason != reason:
+                    relabel.setdefault(reason, []).append(info.name)  # our own drain: only the reason changes
+            else:
+                fresh.append((info, reason))
+        for reason, names in relabel.items():
+            if self._call(out, "set_reason_nodes", names, reason, *([fields] if fields else [])):
+                out.reason_set += names
+        if fresh and self.actor in UNPLANNED and self.settings is not None:
+            from . import breaker
+
+            # judged and drained under one lock: the next node's count sees this drain in Slurm
+            with breaker.counting_lock(self.settings.breaker_path):
+                passed = {i.name for i in self._breaker([i for i, _ in fresh], out)}
+                self._drains([(i, r) for i, r in fresh if i.name in passed], fields, out)
+        else:
+            self._drains(fresh, fields, out)
+        return out
+
+    def _drains(self, pairs: list[tuple[NodeInfo, str]], fields: dict[str, str] | None, out: Applied) -> None:
+        by_reason: dict[str, list[str]] = {}
+        for info, reason in pairs:
+            by_reason.setdefault(reason, []).append(info.name)
+        for reason, names in by_reason.items():
+            if self._call(out, "drain_nodes", names, reason, *([fields] if fields else [])):
+                out.done += names
+
+    def judge(self, nodes: list[NodeInfo]) -> Applied:
+        """The breaker's answer for draining these nodes, without draining them (a failed prolog: Slurm
+        itself drains the node for it)."""
+        out = Applied()
+        if self.actor in UNPLANNED and self.settings is not None:
+            from . import breaker
+
+            with breaker.counting_lock(self.settings.breaker_path):
+                self._breaker(list(nodes), out)
+        return out
+
+    def set_reason(self, nodes: list[NodeInfo], reason: str, fields: dict[str, str] | None = None) -> Applied:
+        return self._owned(nodes, "set_reason_nodes", reason, *([fields] if fields else []),
+                           skip=lambda i: i.reason == reason)
+
+    def resume(self, nodes: list[NodeInfo], fields: dict[str, str] | None = None) -> Applied:
+        return self._owned(nodes, "resume_nodes", *([fields] if fields else []))
+
+    def reboot_asap(self, nodes: list[NodeInfo], reason: str, next_state: str = "RESUME") -> Applied:
+        """`scontrol reboot ASAP`: Slurm drains the node and reboots it once it is empty."""
+        out = Applied()
+        free = [i.name for i in nodes if may_drain(i, self.actor) or (i.drained and owns(i, self.actor))]
+        out.left = {i.name: left_alone(i) for i in nodes if i.name not in free}
+        if free and self._call(out, "reboot_asap_nodes", free, reason, next_state):
+            out.done = free
+        return out
+
+    def _owned(self, nodes: list[NodeInfo], method: str, *args, skip=None) -> Applied:
+        out = Applied()
+        mine = []
+        for info in nodes:
+            ours = owns(info, self.actor) or (self.actor == "health" and owner(info) == "hook")
+            if not ours:
+                out.left[info.name] = left_alone(info)
+            elif skip is None or not skip(info):
+                mine.append(info.name)
+        if mine and self._call(out, method, mine, *args):
+            out.done = mine
+        return out
+
+    def _call(self, out: Applied, method: str, *args) -> bool:
+        try:
+            getattr(self.backend, method)(*args)
+            return True
+        except SlurmError as exc:
+            out.errors.append(f"{method}: {exc}")
+            if self.actor != MAINTAIN:  # a rollout derives its writes again next step; the others say so now
+                raise
+            return False
+
+    # -- the breaker ------------------------------------------------------------------------------
+    def _breaker(self, fresh: list[NodeInfo], out: Applied) -> list[NodeInfo]:
+        """The nodes of this batch the breaker lets through, in order; the rest are blocked and the
+        breaker opens (it stays open until `slurm-gpufleet breaker reset`).  The caller holds the
+        counting lock."""
+        from . import breaker
+
+        s = self.settings
+        path = s.breaker_path
+        record = breaker.state(path)
+        if record is not None:
+            out.breaker = str(record.get("why", "open"))
+            out.blocked = [i.name for i in fresh]
+            return []
+        try:
+            fleet = list(self.fleet) if self.fleet is not None else self.backend.nodes()
+        except SlurmError as exc:  # cannot count: drain as before (a blind breaker must not hide faults)
+            log.warning("breaker: cannot read the fleet, not judged: %s", exc)
+            return fresh
+        now = self.clock()
+        passed: list[NodeInfo] = []
+        for i, info in enumerate(fresh):
+            trip = breaker.would_trip(fleet, info.name, s.breaker_threshold, s.breaker_window_s, now=now)
+            if trip is not None:
+                why = trip.text(s.breaker_window_s)
+                try:
+                    breaker.open_(path, info.name, why)
+                except OSError as exc:
+                    log.error("breaker: cannot record the open state in %s: %s", path, exc)
+                record = breaker.state(path) or {"why": why}
+                out.breaker = str(record.get("why", why))
+                out.blocked = [n.name for n in fresh[i:]]
+                log.critical("ALERT gpufleet drain breaker OPEN: %s; no node is drained until "
+                             "`slurm-gpufleet breaker reset`", out.breaker)
+                break
+            passed.append(info)
+            # counted at once: the next node of this batch sees this one drained
+            fleet = [replace(n, flags=n.flags | {"DRAIN"}, reason=reason_of(self.actor), reason_time=now)
+                     if n.name == info.name else n for n in fleet]
+        return passed
+
+
+def reason_of(actor: str) -> str:
+    """A stand-in reason with the actor's prefix, for counting a drain not yet in Slurm."""
+    from .ownership import PREFIX, STRAGGLER_PREFIX
+
+    return STRAGGLER_PREFIX if actor == "straggler" else f"{PREFIX} pending"

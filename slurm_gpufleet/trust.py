@@ -1,0 +1,129 @@
+"""Root trusts only root's files.  The health check, prolog and epilog run as root on every node and
+`maintain apply` runs a rendered template as root: whatever they read to decide what to execute or where
+to write must be writable by no one but root.
+
+The rule, as OpenSSH's StrictModes, sudo and cron apply it: a path is trusted when it and every directory
+above it up to `/` are owned by root (or by the user running the program, when that is not root) and
+writable by neither group nor others.  A world-writable directory is never a trusted parent, sticky or
+not (`/tmp`).  A symbolic link is judged by the path it names and by the path it resolves to; a path that
+does not exist yet (a database about to be created) by the directories that would hold it.
+
+The one exception: `[slurm] trusted_group` (a group name) may hold group write on the paths the config
+names (template, state directory, databases, breaker file) and their directories.  The config file and
+its own directories are judged without it: a file cannot vouch for itself.
+
+Paths judged (`policy_paths`): the config file, the upgrade template, every program the config names
+(`[slurm] scontrol`, and the squeue/sinfo/sacct beside it), the state directory, the rollout database and
+the breaker file.  What each program does on refusal is the caller's: the hooks fall back to the packaged
+defaults and say so; `maintain`, `install` and `breaker` refuse.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import stat
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Refusal:
+    path: str          # the path named by the config (or the config itself)
+    where: str         # the path or directory that fails the rule
+    why: str           # owner and mode, in words
+
+    def line(self) -> str:
+        named = "" if self.where == self.path else f" (for {self.path})"
+        return f"{self.where}{named}: {self.why}: not trusted (owned by root, writable by no one else)"
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _judge(p: str, st: os.stat_result, uid: int, group: int | None) -> str | None:
+    if st.st_uid not in (0, uid):
+        return f"owned by {_owner(st.st_uid)}"
+    if stat.S_ISLNK(st.st_mode):
+        return None  # a link's own mode means nothing; where it leads is judged too
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & stat.S_IWOTH:
+        return f"writable by others (mode {mode:04o}{', sticky' if mode & stat.S_ISVTX else ''})"
+    if mode & stat.S_IWGRP and st.st_gid != group:
+        return f"writable by group {_group(st.st_gid)} (mode {mode:04o})"
+    return None
+
+
+def _walk(path: str, uid: int, group: int | None) -> tuple[str, str] | None:
+    """(the first prefix of `path` that fails, why), or None; from `/` down, as the kernel resolves it."""
+    parts = [p for p in path.split("/") if p]
+    prefix = "/"
+    prefixes = [prefix]
+    for part in parts:
+        prefix = os.path.join(prefix, part)
+        prefixes.append(prefix)
+    for p in prefixes:
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            return None  # judged by the directories that would hold it
+        except OSError as exc:
+            return p, f"cannot be examined: {exc.strerror or exc}"
+        why = _judge(p, st, uid, group)
+        if why:
+            return p, why
+    return None
+
+
+def problem(path: str, *, uid: int | None = None, group: int | None = None) -> Refusal | None:
+    """Why a program running as `uid` (default: this process's) must not trust `path`, or None."""
+    uid = os.geteuid() if uid is None else uid
+    absolute = os.path.abspath(path)
+    for candidate in dict.fromkeys((absolute, os.path.realpath(absolute))):
+        found = _walk(candidate, uid, group)
+        if found:
+            return Refusal(path, found[0], found[1])
+    return None
+
+
+def group_id(name: str | None) -> int | None:
+    if not name:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        return None
+
+
+def policy_paths(policy) -> tuple[list[str], list[str]]:
+    """(the config's own paths, the paths it names) that decide what runs and where it writes."""
+    own = [policy.path] if policy.path and policy.path != "<config>" else []
+    s, m = policy.slurm, policy.maintain
+    named = [s.scontrol]
+    bindir = os.path.dirname(s.scontrol)
+    named += [os.path.join(bindir, exe) for exe in ("squeue", "sinfo", "sacct")
+              if os.path.exists(os.path.join(bindir, exe))]
+    named += [s.state_dir, s.breaker_path, s.lemon_path, m.db]
+    if m.upgrade_template:
+        named.append(m.upgrade_template)
+    return own, named
+
+
+def refusals(policy, *, uid: int | None = None) -> list[Refusal]:
+    """Every path of the policy that fails the rule (the config first)."""
+    own, named = policy_paths(policy)
+    group = group_id(getattr(policy.slurm, "trusted_group", None))
+    out = [r for r in (problem(p, uid=uid) for p in own) if r]
+    out += [r for r in (problem(p, uid=uid, group=group) for p in dict.fromkeys(named)) if r]
+    return out

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A GPU node's root file system, for real: Debian bookworm with its 6.1 kernel and headers and Debian's
+# `nvidia-kernel-dkms` 535.261.03 from non-free, DKMS having built the module for that kernel.  Built
+# once by debootstrap and kept (like the Slurm release roots); the upgrade tests copy it and run the
+# sample template's package commands in the copy with chroot.  No GPU is needed: DKMS builds modules
+# from source against the kernel's headers and never loads them.
+#
+#   node_image.sh build        build the image unless it is there; prints how long each part took
+#   node_image.sh copy DEST    a fresh copy of the image at DEST (a test's own node)
+#   node_image.sh path         print where the image is
+#   node_image.sh sh ROOT CMD  run CMD in ROOT (a copy) with /proc and /dev mounted, unmounted after
+#
+# Environment: NODE_IMAGE (default /var/tmp/gpufleet-node-image/bookworm-535), DEBIAN_MIRROR,
+# DEBIAN_SECURITY_MIRROR.  The image's apt sources also name bookworm-security (535.309.01, the upgrade)
+# and bookworm-backports (a 6.12 kernel, the drift); the build installs from bookworm only.
+set -euo pipefail
+
+IMAGE=${NODE_IMAGE:-/var/tmp/gpufleet-node-image/bookworm-535}
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+SECURITY=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+OLD_DRIVER_PKG=535.261.03-1
+APT_WAIT="-o DPkg::Lock::Timeout=600"
+
+log() { echo "node-image: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+mounted_sh() {  # ROOT CMD: CMD in ROOT, as root, /proc and /dev mounted for the maintainer scripts in a
+  # mount namespace of the command's own: nothing is left mounted when it ends, however it ends
+  local root=$1; shift
+  # shellcheck disable=SC2016  # expanded by the inner shell, from its arguments
+  unshare --mount --propagation private /bin/sh -ec 'mount -t proc proc "$1/proc"; mount --rbind /dev "$1/dev"
+    exec chroot "$1" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+      HOME=/root LANG=C.UTF-8 /bin/sh -c "$2"' mounted_sh "$root" "$*"
+}
+
+TIMES=""
+timed() {  # NAME CMD...: run, then print "NAME: S s" and keep it for the image's marker (JSON)
+  local name=$1 t0 rc=0; shift
+  t0=$(date +%s)
+  "$@" || rc=$?
+  echo "$name: $(( $(date +%s) - t0 )) s"
+  TIMES="$TIMES\"${name}_s\": $(( $(date +%s) - t0 )), "
+  return $rc
+}
+
+build() {
+  [ -e "$IMAGE/.gpufleet-node-image" ] && { log "image is there: $IMAGE"; return 0; }
+  [ "$(id -u)" = 0 ] || die "building the node image needs root"
+  command -v debootstrap >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get $APT_WAIT install -y -qq debootstrap \
+    >/dev/null || die "debootstrap is not installed and could not be"; }
+  local tmp=$IMAGE.tmp logs
+  logs=$(dirname "$IMAGE")
+  mkdir -p "$logs"
+  rm -rf "$tmp"
+  log "building $IMAGE (once; several minutes: a kernel, its headers, a compiler and a DKMS build)"
+  local t0
+  t0=$(date +%s)
+  timed debootstrap debootstrap --variant=minbase --components=main,contrib,non-free,non-free-firmware \
+    --include=ca-certificates bookworm "$tmp" "$MIRROR" > "$logs/debootstrap.log" 2>&1 \
+    || die "debootstrap bookworm failed (see $logs/debootstrap.log)"
+  cat > "$tmp/etc/apt/sources.list" <<EOF
+deb $MIRROR bookworm main contrib non-free non-free-firmware
+EOF
+  # a node image carries no documentation; the kernel's postinst runs no bootloader here
+  printf 'path-exclude /usr/share/doc/*\npath-exclude /usr/share/man/*\npath-exclude /usr/share/locale/*\n' \
+    > "$tmp/etc/dpkg/dpkg.cfg.d/01-nodoc"
+  printf 'do_symlinks = no\n' > "$tmp/etc/kernel-img.conf"
+  timed kernel mounted_sh "$tmp" "apt-get $APT_WAIT update -qq && apt-get $APT_WAIT install -y -qq --no-install-recommends \
+    linux-image-amd64 linux-headers-amd64 initramfs-tools" > "$logs/kernel.log" 2>&1 \
+    || die "installing the kernel failed (see $logs/kernel.log)"
+  timed dkms_build mounted_sh "$tmp" "apt-get $APT_WAIT install -y -qq --no-install-recommends \
+    nvidia-kernel-dkms=$OLD_DRIVER_PKG nvidia-kernel-support=$OLD_DRIVER_PKG" > "$logs/dkms.log" 2>&1 \
+    || die "installing nvidia-kernel-dkms $OLD_DRIVER_PKG failed (see $logs/dkms.log)"
+  ls "$tmp"/lib/modules/*/updates/dkms/nvidia*.ko* >/dev/null 2>&1 \
+    || die "DKMS built no nvidia module (see $logs/dkms.log)"
+  # the archives that hold the upgrade (security) and the drift (backports), for the tests
+  cat >> "$tmp/etc/apt/sources.list" <<EOF
+deb $SECURITY bookworm-security main contrib non-free non-free-firmware
+deb $MIRROR bookworm-backports main contrib non-free non-free-firmware
+EOF
+  mounted_sh "$tmp" "apt-get $APT_WAIT update -qq && apt-get clean" > "$logs/update.log" 2>&1 \
+    || die "apt-get update with security and backports failed (see $logs/update.log)"
+  echo "{$TIMES\"image_build_s\": $(( $(date +%s) - t0 ))}" > "$tmp/.gpufleet-node-image"
+  mv "$tmp" "$IMAGE"
+  echo "image_build: $(( $(date +%s) - t0 )) s"
+  log "built $IMAGE ($(du -sh "$IMAGE" | cut -f1))"
+}
+
+case "${1:-}" in
+  build) build ;;
+  copy)
+    [ -n "${2:-}" ] || die "usage: node_image.sh copy DEST"
+    [ -e "$IMAGE/.gpufleet-node-image" ] || die "no image at $IMAGE: run node_image.sh build"
+    rm -rf "$2"; mkdir -p "$(dirname "$2")"
+    cp -a --reflink=auto "$IMAGE" "$2" ;;
+  path) echo "$IMAGE" ;;
+  sh)
+    [ -n "${2:-}" ] && [ -n "${3:-}" ] || die "usage: node_image.sh sh ROOT CMD"
+    root=$2; shift 2
+    mounted_sh "$root" "$*" ;;
+  *) die "usage: node_image.sh build | copy DEST | path | sh ROOT CMD" ;;
+esac

@@ -1,0 +1,145 @@
+"""The in-job sampler on the real mini-cluster (issue 22): a 3-node job, every GPU busy; mid-job one
+node's GPUs drop their SM clock with a thermal slowdown reason.  `fleet stragglers --running` (one read
+of the fleet) flags that node within `instep_windows` windows; the sampler is gone after the epilog; a
+single-node job starts none."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import gpustate
+
+BUSY = {"clock_sm": 1980, "utilization": {"gpu": 96, "memory": 40}, "power_usage_mw": 610000,
+        "clocks_event_reasons": 0}
+
+
+def samplers(mc) -> list[str]:
+    return sorted(p.name for p in (mc.dir / "state" / "gpufleet").glob("instep-*.pid"))
+
+
+def sampler_processes(mc) -> list[str]:
+    out = mc.run("pgrep", "-af", "sampler_main", check=False).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def test_a_throttled_node_in_a_three_node_job_is_flagged_and_the_sampler_ends_with_the_job(mc):
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    config.write_text(re.sub(r"(?m)^\[slurm\]$", "[slurm]\ninstep_sample_s = 0.5\ninstep_window_s = 2\n"
+                             "instep_windows = 3", original))
+    try:
+        mc.wait_published()
+        for node in ("n1", "n2", "n3"):
+            for gpu in range(8):
+                for key, value in BUSY.items():
+                    gpustate.set_value(str(mc.gpu_file(node)), gpu, key, value)
+        single = mc.sbatch("-w", "n4", "--gres=gpu:8", "--time=2", "--wrap", "sleep 5")
+        job = mc.sbatch("-N", "3", "-w", "n[1-3]", "--gres=gpu:8", "--time=3", "--wrap", "sleep 300")
+        mc.wait(lambda: len([p for p in samplers(mc) if f"-{job}-" in p]) == 3, 60, "a sampler on each of 3 nodes")
+        assert not [p for p in samplers(mc) if f"-{single}-" in p], "a single-node job started a sampler"
+        # the job's first windows (its nodes' own start), then one node slows down
+        mc.wait(lambda: all('"is":' in mc.node(n).get("Extra", "") for n in ("n1", "n2", "n3")), 30,
+                "every node of the job publishing its digest")
+        time.sleep(3 * 2)
+        for gpu in range(8):
+            gpustate.set_value(str(mc.gpu_file("n2")), gpu, "clock_sm", 1650)
+            gpustate.set_value(str(mc.gpu_file("n2")), gpu, "clocks_event_reasons", 0x20)
+        onset = time.time()
+
+        def flagged():
+            r = mc.gpufleet("fleet", "stragglers", "--running", "--json")
+            return json.loads(r.stdout)["flags"] if r.returncode == 1 else None
+
+        flags = mc.wait(flagged, 60, lambda: "n2 flagged: " + mc.gpufleet("fleet", "stragglers", "--running", "--json")
+                        .stdout[:1500] + " digests: " + " ".join(mc.node(n).get("Extra", "")[:700] for n in ("n1", "n2")))
+        assert {f["node"] for f in flags} == {"n2"} and {f["job"] for f in flags} == {job}, flags
+        assert flags[0]["signature"] == "throttled" and flags[0]["evidence"]["throttle"] == "0x20"
+        took = time.time() - onset
+        assert took < 60, took
+        text = mc.gpufleet("fleet", "stragglers", "--running").stdout
+        assert f"SLOW job {job} n2" in text, text
+        mc.run("scancel", job)
+        mc.wait(lambda: not [p for p in samplers(mc) if f"-{job}-" in p] and not sampler_processes(mc), 60,
+                "the samplers gone with the job")
+        # the digest leaves with the job: the epilog's summary carries none
+        mc.wait(lambda: not any('"is":' in mc.node(n).get("Extra", "") for n in ("n1", "n2", "n3")), 30,
+                "the digests cleared")
+    finally:
+        config.write_text(original)
+        for node in ("n1", "n2", "n3"):
+            mc.heal(node)
+
+
+def test_a_node_slow_in_two_jobs_is_held_checked_when_it_frees_and_drained_only_on_confirmation(mc):
+    """Part 4: flags feed a lemon score, not a drain.  n2 throttles in two 3-node jobs: after the first
+    `fleet lemons` only counts it; after the second it holds n2 in a maintenance reservation while the
+    job runs on, and queues the deep check there; the check starts when the job ends, confirms (the
+    throttle is still there) in its job comment, and the next step drains n2 with that finding."""
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    check = f"{mc.dir}/sbin/slurm-gpufleet-healthcheck --level deep --confirm"
+    config.write_text(re.sub(r"(?m)^\[slurm\]$", "[slurm]\ninstep_sample_s = 0.5\ninstep_window_s = 2\n"
+                             f"instep_windows = 3\nlemon_jobs = 2\nlemon_check = {json.dumps(check)}\n"
+                             "lemon_check_minutes = 5\nlemon_hold_hours = 1", original))
+    jobs: list[str] = []
+    try:
+        mc.wait_published()
+        for round_ in (1, 2):
+            for node in ("n1", "n2", "n3"):
+                mc.heal(node)
+                for gpu in range(8):
+                    for key, value in BUSY.items():
+                        gpustate.set_value(str(mc.gpu_file(node)), gpu, key, value)
+            job = mc.sbatch("-N", "3", "-w", "n[1-3]", "--gres=gpu:8", "--time=3", "--wrap", "sleep 300")
+            jobs.append(job)
+            mc.wait(lambda job=job: all(f'"j":"{job}"' in mc.node(n).get("Extra", "") for n in ("n1", "n2", "n3")),
+                    60, "every node of the job publishing its digest")
+            time.sleep(2 * 2)
+            for gpu in range(8):
+                gpustate.set_value(str(mc.gpu_file("n2")), gpu, "clock_sm", 1650)
+                gpustate.set_value(str(mc.gpu_file("n2")), gpu, "clocks_event_reasons", 0x20)
+
+            def stepped(job=job):
+                r = mc.gpufleet("fleet", "lemons", "--json")
+                assert r.returncode == 0, r.stdout + r.stderr
+                out = json.loads(r.stdout)
+                return out if any(f["job"] == job for f in out["flags"]) else None
+
+            out = mc.wait(stepped, 60, f"n2 flagged in job {job}")
+            assert {f["node"] for f in out["flags"]} == {"n2"}, out
+            if round_ == 1:
+                assert out["scores"] == {"n2": 1} and out["reserved"] == [] and out["submitted"] == {}, out
+                mc.run("scancel", job)
+                mc.wait(lambda: not sampler_processes(mc), 60, "the samplers gone with the job")
+        # the second job's flag made n2 a lemon: held, and its check queued behind the running job
+        assert out["scores"] == {"n2": 2} and out["reserved"] == ["n2"], out
+        check_job = out["submitted"]["n2"]
+        res = mc.run("scontrol", "show", "reservation", "gpufleet-lemon-n2").stdout
+        assert "Nodes=n2 " in res and "MAINT" in res, res
+        assert mc.job(check_job)["JobState"] == "PENDING" and mc.job(jobs[1])["JobState"] == "RUNNING"
+        assert "DRAIN" not in mc.state("n2"), "a suspect is not drained"
+        mc.run("scancel", jobs[1])
+        mc.wait(lambda: mc.job(check_job)["JobState"] == "FAILED", 90, "the deep check run and confirm")
+        comment = mc.run("squeue", "-h", "-t", "all", "-j", check_job, "-o", "%k").stdout.strip()
+        assert comment.startswith("gpufleet confirmed: thermal"), comment
+        r = mc.gpufleet("fleet", "lemons", "--json")
+        assert r.returncode == 1, r.stdout + r.stderr
+        out = json.loads(r.stdout)
+        assert out["drained"] == ["n2"] and out["released"] == ["gpufleet-lemon-n2"], out
+        reason = mc.node("n2")["Reason"]
+        assert reason.startswith(f"gpufleet: performance lemon: slow in jobs {jobs[0]},{jobs[1]}; deep check: "
+                                 "thermal"), reason
+        assert "gpufleet-lemon-n2" not in mc.run("scontrol", "show", "reservation").stdout
+        # the next step finds nothing to do; the case stays closed
+        again = json.loads(mc.gpufleet("fleet", "lemons", "--json").stdout)
+        assert again["drained"] == [] and again["reserved"] == [] and again["scores"] == {}, again
+    finally:
+        config.write_text(original)
+        for job in jobs:
+            mc.run("scancel", job, check=False)
+        mc.run("scontrol", "delete", "reservation=gpufleet-lemon-n2", check=False)
+        for node in ("n1", "n2", "n3"):
+            mc.heal(node)
+        mc.run("scontrol", "update", "nodename=n2", "state=resume", check=False)

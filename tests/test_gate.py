@@ -1,0 +1,182 @@
+"""The evidence gate in the engine: canary against control over the same hours, on the simulated fleet."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from test_engine import rollout
+
+from slurm_gpufleet.maintain import states as S
+from slurm_gpufleet.maintain.failures import poisson
+from slurm_gpufleet.maintain.reconcile import Engine
+from slurm_gpufleet.maintain.simulate import SimFleet
+from slurm_gpufleet.maintain.store import Store
+
+GATED = ('[maintain]\nwaves = [4, 8, "100%"]\nmax_unavailable = 4\nmax_unavailable_per_partition = "100%"\n'
+         'canary_per_combo = 0\ngate = "evidence"\ngate_signals = ["xid_soft", "job_fail"]\n'
+         'gate_min_soak_s = 3600\ngate_max_soak_s = 86400\npoll_s = 600\n')
+
+
+def publish_old(fleet):
+    for n in fleet.sim.nodes:
+        n.extra = json.dumps({"gpufleet": 1, "v": "ok", "drv": "570.172.08", "gpus": "8xNVIDIA H200",
+                              "t": "2020-01-01T00:00:00Z"})
+
+
+def soft_events(fleet, rng, rate_per_node_h, effect, dt):
+    """Soft Xids on every node in service, `effect` times as many on upgraded ones."""
+    for n in fleet.sim.nodes:
+        if n.out(fleet.sim.now) or not n.extra:
+            continue
+        data = json.loads(n.extra)
+        k = poisson(rng, rate_per_node_h * dt / 3600 * (effect if n.upgraded else 1.0))
+        if k:
+            data["xs"] = data.get("xs", 0) + k
+            n.extra = json.dumps(data)
+
+
+def drive_gated(tmp_path, effect, seed=1, crash_every=None, steps=400, prepare=None):
+    fleet = SimFleet(40)
+    publish_old(fleet)
+    engine, store, plan, executor = rollout(tmp_path, fleet, base=GATED)
+    if prepare:
+        prepare(fleet, store, plan)
+    rng = random.Random(seed)
+    state = ""
+    for i in range(steps):
+        state = engine.step(plan["id"])
+        if state in S.ROLLOUT_FINAL or (state == S.R_HALTED and engine.in_flight(plan["id"]) == 0):
+            break
+        if crash_every and i % crash_every == crash_every - 1:  # kill -9 and `maintain resume`
+            executor.active.clear()
+            engine = Engine(Store(str(tmp_path / "maintain.db")), fleet.slurm, engine.policy, executor,
+                            clock=lambda: fleet.sim.now)
+        soft_events(fleet, rng, 0.5, effect, 600)
+        fleet.advance(fleet.sim.now + 600, executor)
+    return fleet, store, plan, state
+
+
+def test_a_bad_driver_halts_after_the_first_wave_naming_the_signal(tmp_path):
+    fleet, store, plan, state = drive_gated(tmp_path, effect=4.0)
+    assert state == S.R_HALTED
+    assert store.counts(plan["id"]).get(S.DONE, 0) == 4  # the first wave only
+    why = store.db.execute("select detail from audit where event = 'rollout halted'").fetchone()[0]
+    assert why.startswith("evidence gate: xid_soft: canary "), why
+    gate = store.gate(plan["id"])
+    assert gate["decision"] == "worse" and gate["ev"]["xid_soft"]["canary_events"] > 0
+
+
+def test_a_good_driver_passes_every_gate_after_its_soak(tmp_path):
+    fleet, store, plan, state = drive_gated(tmp_path, effect=1.0)
+    assert state == S.R_DONE and store.counts(plan["id"]) == {S.DONE: 40}
+    passed = [d for (d,) in store.db.execute("select detail from audit where event = 'gate passed'")]
+    assert len(passed) == len(plan["waves"]) - 1 and all("ruled out on xid_soft" in d for d in passed), passed
+    opened = dict(store.db.execute("select detail, ts from audit where event = 'gate open'").fetchall())
+    passed_at = [t for (t,) in store.db.execute("select ts from audit where event = 'gate passed' order by ts")]
+    assert min(passed_at) - min(opened.values()) >= 3600  # never before gate_min_soak_s
+
+
+def test_a_crash_mid_soak_keeps_the_evidence(tmp_path):
+    fleet, store, plan, state = drive_gated(tmp_path, effect=4.0, crash_every=3)
+    assert state == S.R_HALTED and store.counts(plan["id"]).get(S.DONE, 0) == 4
+    assert store.gate(plan["id"])["decision"] == "worse"
+
+
+def test_no_decision_waits_for_approval_then_the_stage_starts(tmp_path):
+    fleet = SimFleet(12)
+    publish_old(fleet)
+    config = GATED.replace("gate_max_soak_s = 86400", "gate_max_soak_s = 7200")
+    engine, store, plan, executor = rollout(tmp_path, fleet, base=config)
+    for _ in range(40):  # no events at all: nothing can be ruled out
+        engine.step(plan["id"])
+        fleet.advance(fleet.sim.now + 600, executor)
+    assert store.counts(plan["id"]).get(S.DONE, 0) == 4 and store.counts(plan["id"]).get(S.PENDING) == 8
+    waiting = store.db.execute("select detail from audit where event = 'gate waiting'").fetchall()
+    assert len(waiting) == 1 and "maintain approve" in waiting[0][0]
+    gate = store.gate(plan["id"])
+    gate["approved"][str(gate["boundary"])] = "root: soft Xids are too rare here"
+    store.set_gate(plan["id"], gate, fleet.sim.now)
+    for _ in range(5):
+        engine.step(plan["id"])
+        fleet.advance(fleet.sim.now + 600, executor)
+    assert store.counts(plan["id"]).get(S.PENDING, 0) < 8
+    assert "approved by root" in store.db.execute("select detail from audit where event = 'gate passed'").fetchone()[0]
+
+
+def test_simulate_seeds_reports_the_gate_and_bad_input_is_refused(tmp_path):
+    from support import run_cli
+    from test_simulate import EXCERPT
+
+    config = tmp_path / "gate.toml"
+    config.write_text('[maintain]\ncanary_per_combo = 0\nwaves = ["10%", "100%"]\ngate = "evidence"\n'
+                      'gate_min_soak_s = 7200\ngate_max_soak_s = 86400\n')
+    r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "40", "--strategy", "gpufleet",
+                "--rollout-at", "30", "--max-unavailable", "10%", "--config", str(config), "--seeds", "3",
+                "--failure-rate", "6.5", "--soft-rate", "3", "--driver-effect", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    gate = json.loads(r.stdout)["gate"]
+    assert gate["seeds"] == 3 and gate["halted"] == 1.0 and gate["upgraded_at_halt"]["p90"] <= 0.1
+    assert gate["rates"] == {"failure_per_1000_node_days": 6.5, "soft_per_node_day": 3.0, "driver_effect": 4.0,
+                             "repair_h": 4.0}
+    r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "40", "--driver-effect", "3")
+    assert r.returncode == 2 and b"give --failure-rate R or --soft-rate S" in r.stderr
+    for bad, key in (('gate_signals = ["xid"]', "gate_signals"), ("gate_worse_ratio = 1", "gate_worse_ratio"),
+                     ("gate_min_soak_s = 0", "gate_min_soak_s")):
+        config.write_text(f"[maintain]\n{bad}\n")
+        r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "4", "--config", str(config))
+        err = r.stderr.decode().strip()
+        assert r.returncode == 2 and f":2: {key} " in err and len(err.splitlines()) == 1, err
+
+
+def first_wave_alone(history_h):
+    """The first wave's nodes are the fleet's only B200s: no control peers of their model.  The store holds
+    `history_h` node-hours of B200 record on the old driver at 0.5 soft Xids per node-hour."""
+    def prepare(fleet, store, plan):
+        first = {row["node"] for row in store.nodes(plan["id"]) if row["wave"] == 0}
+        assert len(first) == 4
+        for n in fleet.sim.nodes:
+            if n.name in first:
+                n.model = "NVIDIA B200"
+                n.extra = n.extra.replace("8xNVIDIA H200", "8xNVIDIA B200")
+        if history_h:
+            store.set_gate("earlier", {}, 0.0, recorded=[("8xNVIDIA B200", "570.172.08", "xid_soft",
+                                                         int(0.5 * history_h), float(history_h))])
+    return prepare
+
+
+def test_a_model_without_control_peers_is_judged_against_the_fleets_record_and_says_so(tmp_path):
+    fleet, store, plan, state = drive_gated(tmp_path, effect=4.0, prepare=first_wave_alone(2000))
+    assert state == S.R_HALTED and store.counts(plan["id"]).get(S.DONE, 0) == 4
+    why = store.db.execute("select detail from audit where event = 'rollout halted'").fetchone()[0]
+    assert "the fleet's recorded rate" in why, why
+    said = [d for (d,) in store.db.execute("select detail from audit where event = 'gate history'")]
+    assert said and said[0].startswith("8xNVIDIA B200: no control peers") and "2000.0 node-h" in said[0], said
+    gate = store.gate(plan["id"])
+    assert gate["strata"]["8xNVIDIA B200"]["basis"] == "history"
+    assert gate["ev"]["xid_soft"]["history_events"] == gate["ev"]["xid_soft"]["canary_events"] > 0
+    # the H200s waiting meanwhile were the old driver's record: it grew
+    assert store.event_rates()["8xNVIDIA H200"]["xid_soft"][1] > 0
+    from support import run_cli
+
+    config = tmp_path / "status.toml"
+    config.write_text(f'[maintain]\ndb = "{tmp_path / "maintain.db"}"\ngate = "evidence"\n')
+    r = run_cli("maintain", "status", "--config", str(config))
+    assert r.returncode == 0, r.stderr
+    assert b"8xNVIDIA B200: 4 canary node(s), no control peers: judged against the fleet's record (2000 node-h)" \
+        in r.stdout, r.stdout
+    r = run_cli("maintain", "status", "--config", str(config), "--json")
+    assert json.loads(r.stdout)["gate"]["models"]["8xNVIDIA B200"]["basis"] == "history"
+
+
+def test_against_the_record_a_good_driver_passes_and_without_a_record_nothing_is_judged(tmp_path):
+    for sub in ("good", "none"):
+        (tmp_path / sub).mkdir()
+    fleet, store, plan, state = drive_gated(tmp_path / "good", effect=1.0, prepare=first_wave_alone(2000))
+    assert state == S.R_DONE
+    passed = store.db.execute("select detail from audit where event = 'gate passed'").fetchone()[0]
+    assert "ruled out on xid_soft" in passed, passed
+    fleet, store, plan, state = drive_gated(tmp_path / "none", effect=4.0, prepare=first_wave_alone(0), steps=60)
+    assert state == S.R_RUNNING and store.counts(plan["id"]).get(S.DONE, 0) == 4  # held, never halted
+    said = store.db.execute("select detail from audit where event = 'gate history'").fetchone()[0]
+    assert "not judged" in said and store.gate(plan["id"])["strata"]["8xNVIDIA B200"]["basis"] == "none"

@@ -1,0 +1,62 @@
+"""In-job straggler detection (slurm_gpufleet/instep.py) on generated jobs (bench/instep_stragglers.py's
+model): both signatures flagged, a job slow everywhere and the healthy spread flag nothing, persistence
+is required, and `fleet stragglers --telemetry` reads recorded samples with bad lines named."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+from support import REPO, run_cli
+
+sys.path.insert(0, str(REPO / "bench"))
+from instep_stragglers import job_samples  # noqa: E402
+
+from slurm_gpufleet.instep import Settings, detect  # noqa: E402
+
+
+def test_both_signatures_are_flagged_and_name_the_slowed_node():
+    for kind, signature, seed in (("throttled", "throttled", 3), ("silent", "silent_slow", 4)):
+        samples, bad, onset = job_samples(random.Random(seed), "j1", 20, kind, nodes=12)
+        flags = detect(samples)
+        assert [(f.node, f.signature) for f in flags] == [(bad, signature)], flags
+        assert flags[0].t_first >= onset - 60 and flags[0].t_first + 3 * 60 - onset <= 300  # within 5 minutes
+        if kind == "throttled":
+            assert flags[0].gpu is not None and flags[0].evidence["throttle"] == "0x20"
+
+
+def test_a_job_slow_everywhere_and_healthy_jobs_flag_nothing():
+    for kind, seed in (("uniform", 5), ("healthy", 6), ("healthy", 7)):
+        samples, _, _ = job_samples(random.Random(seed), "j", 20, kind, nodes=12)
+        assert detect(samples) == [], kind
+
+
+def test_a_node_apart_for_fewer_windows_than_required_is_not_flagged():
+    samples, bad, onset = job_samples(random.Random(3), "j1", 20, "throttled", nodes=12)
+    # the throttled GPU recovers two windows after onset: never three windows in a row
+    end = (int(onset // 60) + 2) * 60
+    healed = [s if not (s.node == bad and s.t >= end) else
+              type(s)(s.t, s.job, s.node, s.gpu, 1980.0, s.power_w, s.sm_util, 0, s.model) for s in samples]
+    assert detect(healed, Settings(windows=3)) == []
+    assert detect(healed, Settings(windows=1)) != []
+
+
+def test_telemetry_file_flags_counts_bad_lines_and_an_empty_file_is_exit_3(tmp_path):
+    samples, bad, _ = job_samples(random.Random(3), "j1", 20, "throttled", nodes=12)
+    path = tmp_path / "samples.jsonl"
+    lines = [json.dumps({"t": s.t, "job": s.job, "node": s.node, "gpu": s.gpu, "sm_clock_mhz": s.sm_clock_mhz,
+                         "power_w": s.power_w, "sm_util": s.sm_util, "throttle": s.throttle}) for s in samples]
+    lines.insert(5, "{not json")
+    lines.insert(9, '{"t": 1}')
+    path.write_text("\n".join(lines) + "\n")
+    r = run_cli("fleet", "stragglers", "--telemetry", str(path))
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert [(f["job"], f["node"]) for f in out["flags"]] == [("j1", bad)] and out["skipped"] == 2
+    assert set(out["flags"][0]) >= {"job", "node", "gpu", "t_first"}
+    assert f"{path}:6: not a sample, skipped" in r.stderr.decode() and f"{path}:10:" in r.stderr.decode()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    r = run_cli("fleet", "stragglers", "--telemetry", str(empty))
+    assert r.returncode == 3 and r.stderr.decode().strip().endswith("no samples")

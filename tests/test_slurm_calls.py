@@ -1,0 +1,90 @@
+"""How many Slurm command processes a health check starts, counted at the library boundary: a recording
+`scontrol` that answers for one node (its state kept in a file, as slurmctld would keep it) and logs
+every invocation.  A quiet run reads the node and nothing else; a drain run reads the node, the fleet
+once (the breaker) and makes one write that carries the drain and the published summary."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from support import REPO
+
+sys.path.insert(0, str(REPO / "tests"))
+from fake_slurm.node import fault, healthcheck, setup  # noqa: E402
+
+
+def _healthcheck(bin_dir, env) -> list[list[str]]:
+    calls, _, r = healthcheck(bin_dir, env)
+    assert r.returncode == 0, r.stderr
+    assert "internal error" not in r.stderr, r.stderr
+    return calls
+
+
+def test_a_quiet_health_check_starts_at_most_two_slurm_processes_and_a_drain_at_most_three(tmp_path):
+    bin_dir, gpus, env = setup(tmp_path)
+    first = _healthcheck(bin_dir, env)  # learns the release once, publishes its first summary
+    assert first[0] == ["--version"] and len(first) <= 3, first
+    for _ in range(2):
+        quiet = _healthcheck(bin_dir, env)
+        assert len(quiet) <= 2, quiet
+        assert ["--version"] not in quiet, "the release is learned once, not forked every run"
+        assert not any(c[:2] == ["show", "nodes"] for c in quiet), "no fleet read without a drain"
+    fault(gpus, 5, "row_remap_failure")
+    drain = _healthcheck(bin_dir, env)
+    assert len(drain) <= 3, drain
+    writes = [c for c in drain if c[0] == "update"]
+    assert len(writes) == 1 and "state=drain" in writes[0], drain
+    # the drain and the summary that says why: one write
+    assert any(a.startswith("reason=gpufleet: memory gpu5 row remapping failed") for a in writes[0])
+    assert any(a.startswith("extra=") and '"v":"drain"' in a for a in writes[0]), writes[0]
+    node = json.loads((bin_dir / "node.json").read_text())
+    assert node["drain"] and '"v":"drain"' in node["extra"]
+    # drained already, nothing new: one read, no write
+    again = _healthcheck(bin_dir, env)
+    assert len(again) <= 2 and not [c for c in again if c[0] == "update"], again
+
+
+def test_an_open_breaker_is_published_once_and_the_summary_does_not_flap(tmp_path):
+    """A blocked drain publishes "breaker open" once; the runs after it write nothing, rather than
+    putting back the summary without the breaker every other run (seen on real Slurm 24.11)."""
+    bin_dir, gpus, env = setup(tmp_path)
+    _healthcheck(bin_dir, env)
+    (tmp_path / "state").mkdir(exist_ok=True)
+    (tmp_path / "state" / "breaker.json").write_text(json.dumps({"why": "3 of 20 nodes (limit 2)"}))
+    fault(gpus, 5, "row_remap_failure")
+    published = []
+    for run in range(3):
+        calls = _healthcheck(bin_dir, env)
+        node = json.loads((bin_dir / "node.json").read_text())
+        assert not node.get("drain"), "the breaker held the drain"
+        extra = json.loads(node["extra"])
+        assert extra["v"] == "drain" and extra.get("brk") == 1 and extra["f"].startswith("breaker open"), (run, extra)
+        published.append([c for c in calls if c[0] == "update"])
+    assert len(published[0]) == 1 and published[1:] == [[], []], published
+
+
+def test_a_lemons_deep_check_confirms_a_throttled_node_in_its_job_comment_and_clears_a_healthy_one(tmp_path):
+    """`slurm-gpufleet-healthcheck --level deep --confirm`, run as a lemon's check job: judge only; on a
+    slow node it exits 1 and puts the finding in its job's comment (where `fleet lemons` reads it), with
+    that one Slurm write and nothing else: no drain, no published summary."""
+    import subprocess
+
+    sys.path.insert(0, str(REPO / "tests" / "slurm"))
+    import gpustate
+
+    bin_dir, gpus, env = setup(tmp_path)
+    env = {**env, "SLURM_JOB_ID": "4242"}
+    argv = [sys.executable, str(REPO / "healthcheck" / "slurm-gpufleet-healthcheck"), "--level", "deep", "--confirm"]
+    log = bin_dir / "calls.jsonl"
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and not log.exists(), (r.stdout, r.stderr)
+    for gpu in range(8):
+        gpustate.set_value(str(gpus / "n9.json"), gpu, "clock_sm", 1650)
+        gpustate.set_value(str(gpus / "n9.json"), gpu, "clocks_event_reasons", 0x20)
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "internal error" not in r.stderr, (r.stdout, r.stderr)
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(calls) == 1 and calls[0][:2] == ["update", "jobid=4242"], calls
+    assert calls[0][2] == f"comment=gpufleet confirmed: {r.stdout.strip()}", calls
+    assert r.stdout.startswith(("thermal", "clocks")), r.stdout

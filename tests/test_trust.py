@@ -1,0 +1,133 @@
+"""Root trusts only root's files (slurm_gpufleet/trust.py): each refused case, and what the programs slurmd
+runs do on refusal (the packaged defaults, one ALERT line, never the config's program)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from support import REPO, run_cli
+
+from slurm_gpufleet import trust
+from slurm_gpufleet.policy import parse_policy
+
+sys.path.insert(0, str(REPO / "tests"))
+from fake_slurm.node import healthcheck, setup  # noqa: E402
+
+NOBODY = 65534
+
+
+def owned_by_root_only(*paths):
+    for p in paths:
+        os.chown(p, 0, 0)
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    d = tmp_path / "etc"
+    d.mkdir()
+    f = d / "gpufleet.toml"
+    f.write_text("")
+    owned_by_root_only(tmp_path, d, f)
+    return d, f
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
+
+
+@needs_root
+def test_a_root_only_path_is_trusted(tree):
+    d, f = tree
+    assert trust.problem(str(f), uid=0) is None
+
+
+# case -> (which path changes, its new mode or None for "owned by nobody", why it is refused)
+CASES = {"owner": ("file", None, "owned by nobody"),
+         "group-writable": ("file", 0o664, "writable by group root (mode 0664)"),
+         "other-writable": ("file", 0o646, "writable by others (mode 0646)"),
+         "writable parent": ("dir", 0o775, "writable by group root (mode 0775)"),
+         "sticky parent": ("dir", 0o1777, "writable by others (mode 1777, sticky)")}
+
+
+@needs_root
+@pytest.mark.parametrize("case", [*CASES, "symlink to untrusted"])
+def test_each_refused_case(tree, case):
+    d, f = tree
+    path = f
+    if case in CASES:
+        which, mode, why = CASES[case]
+        target = f if which == "file" else d
+        os.chown(target, NOBODY, 0) if mode is None else os.chmod(target, mode)
+        want = (str(target), why)
+    else:
+        other = d / "theirs.toml"
+        other.write_text("")
+        os.chown(other, NOBODY, 0)
+        path = d / "link.toml"
+        path.symlink_to(other)
+        want = (str(other), "owned by nobody")
+    r = trust.problem(str(path), uid=0)
+    assert r is not None and (r.where, r.why) == want, r
+    assert r.line().endswith("not trusted (owned by root, writable by no one else)")
+
+
+@needs_root
+def test_the_trusted_group_may_write_what_the_config_names_never_the_config(tree):
+    d, f = tree
+    tpl = d / "upgrade.sh.j2"
+    tpl.write_text("")
+    os.chown(tpl, 0, 0)
+    os.chmod(tpl, 0o664)
+    assert trust.problem(str(tpl), uid=0, group=0) is None
+    os.chmod(f, 0o664)
+    policy = parse_policy(f'[slurm]\ntrusted_group = "root"\nstate_dir = "{d}"\nscontrol = "/usr/bin/scontrol"\n'
+                          f'[maintain]\nupgrade_template = "{tpl}"\ndb = "{d}/m.db"\n', str(f))
+    refused = trust.refusals(policy, uid=0)
+    assert [r.where for r in refused] == [str(f)], refused
+
+
+@needs_root
+def test_the_health_check_never_runs_a_program_from_an_untrusted_config(tmp_path):
+    """The scenario of issue 24: a config owned by a user names the program root would run as scontrol."""
+    bin_dir, gpus, env = setup(tmp_path)
+    config = env["SLURM_GPUFLEET_CONFIG"]
+    os.chown(config, NOBODY, 0)
+    calls, _, r = healthcheck(bin_dir, env)
+    assert calls == [], "the config's scontrol was run"
+    assert r.returncode == 0 and "internal error" not in r.stderr
+    alert = [line for line in r.stderr.splitlines() if "ALERT gpufleet config refused" in line]
+    assert alert and f"{config}: owned by nobody" in alert[0], r.stderr
+    os.chown(config, 0, 0)
+    calls, _, r = healthcheck(bin_dir, env)  # trusted again: its scontrol is run
+    assert calls and "ALERT" not in r.stderr
+
+
+@needs_root
+def test_maintain_install_and_breaker_refuse_in_one_line(tmp_path):
+    config = tmp_path / "site.toml"
+    tpl = tmp_path / "upgrade.sh.j2"
+    tpl.write_text("echo hi\n")
+    os.chmod(tpl, 0o666)
+    config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\n[maintain]\nupgrade_template = "{tpl}"\n'
+                      f'db = "{tmp_path}/maintain.db"\n')
+    from slurm_gpufleet.maintain.simulate import SimFleet
+
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps(SimFleet(2).fleet_state().to_dict()))
+    plan = tmp_path / "plan.json"
+    r = run_cli("maintain", "plan", "--nodes", "node[00001-00002]", "--fleet", str(fleet), "--target-driver",
+                "580.159.04", "--force", "--out", str(plan))
+    assert r.returncode == 0, r.stderr
+    for argv in (("breaker", "status"), ("breaker", "reset"), ("maintain", "status"), ("maintain", "apply", str(plan)),
+                 ("maintain", "resume")):
+        r = run_cli(*argv, "--config", str(config))
+        err = r.stderr.decode().strip()
+        assert r.returncode == 2 and len(err.splitlines()) == 1 and f"{tpl}: writable by others" in err, (argv, err)
+    assert not (tmp_path / "maintain.db").exists(), "nothing written before the refusal"
+    # `check` reads GPU state only: unaffected
+    r = run_cli("check", "--nvidia-smi-q", str(REPO / "slurm_gpufleet/data/captures/h200-real/nvidia-smi-q.xml"), "--config", str(config),
+                "--json")
+    assert r.returncode in (0, 1) and json.loads(r.stdout)["verdict"]
