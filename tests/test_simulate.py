@@ -37,7 +37,7 @@ def test_bad_sacct_lines_are_counted_not_fatal():
 def test_times_with_an_offset_mix_with_local_ones():
     import datetime as dt
 
-    start = dt.datetime(2020, 9, 1, 0, 0, tzinfo=dt.timezone.utc)
+    start = dt.datetime(2020, 9, 1, 0, 0, tzinfo=dt.UTC)
     end_local = (start + dt.timedelta(hours=1)).astimezone().replace(tzinfo=None).isoformat()
     lines = [HEADER, f"1|u|2020-09-01T00:00:00|{start.isoformat()}|{end_local}|01:00:00|1|gres/gpu=1|COMPLETED|"]
     assert [j.run_s for j in read_sacct(lines).jobs] == [3600]
