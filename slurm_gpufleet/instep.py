@@ -139,7 +139,10 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
         nodes = {n for cells in by_window.values() for n, _ in cells}
         if len(nodes) < s.min_nodes:
             continue
-        order = sorted(by_window)
+        # Nodes publish at their own moments, so the newest (or oldest) window may hold only some of the
+        # job's nodes: a window with too few nodes is no evidence, and a node missing from a window
+        # neither extends nor ends its streak.
+        order = [w for w in sorted(by_window) if len({n for n, _ in by_window[w]}) >= s.min_nodes]
         base_sum: dict[str, list[float]] = defaultdict(list)
         streak: dict[tuple[str, int | None], list] = {}
         flagged: set[str] = set()
@@ -150,7 +153,7 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
                 for n, p in position.items():
                     base_sum[n].append(p)
             for key in list(streak):
-                if key not in apart:
+                if key not in apart and key[0] in position:
                     del streak[key]
             for key, evidence in apart.items():
                 run = streak.setdefault(key, [w, 0, evidence])

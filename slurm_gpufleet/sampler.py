@@ -4,7 +4,7 @@ Every `instep_sample_s` it reads, per GPU through NVML, the SM clock, power, SM 
 clock-event (throttle) reasons, and keeps the current window; at each window's end (windows are whole
 multiples of `instep_window_s` of wall-clock time, so every node of a job cuts them at the same moments)
 it publishes a digest into the node's summary (`"is"`: the job, the mean of the job's first windows per
-GPU, the last `instep_windows` windows per GPU): one Slurm read and one write a window, nothing else.
+GPU, the last `instep_windows` + 1 windows per GPU): one Slurm read and one write a window, nothing else.
 `fleet stragglers --running` reads every node's digest in one `scontrol show nodes` (instep.py judges).
 
 Bounded: it keeps one window of sums and the last few window means (a few kilobytes); it never outlives
@@ -85,6 +85,13 @@ class Digest:
                 "w": [[i, g] for i, g in self.last]}
 
 
+def digest_for(job: str, settings: Any) -> Digest:
+    """The digest a node keeps for `job`: one window more than a flag needs, since the job's nodes
+    publish at their own moments, so at any instant their newest windows may differ by one, and
+    `instep_windows` shared windows must remain."""
+    return Digest(job, settings.instep_window_s, settings.instep_windows + 1)
+
+
 def publish(backend: Any, node: str, field: str, digest: dict[str, Any]) -> None:
     """The digest into the node's summary, beside what the health check published (its keys kept)."""
     from . import summary
@@ -106,7 +113,7 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
     signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
     nvml.nvmlInit()
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-    digest = Digest(job, s.instep_window_s, s.instep_windows)
+    digest = digest_for(job, s)
     deadline = time.monotonic() + max_hours * 3600
     while not stopping["now"] and time.monotonic() < deadline:
         try:

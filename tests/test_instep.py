@@ -42,6 +42,34 @@ def test_a_node_apart_for_fewer_windows_than_required_is_not_flagged():
     assert detect(healed, Settings(windows=1)) != []
 
 
+def test_digests_a_window_apart_still_flag_the_throttled_node():
+    """What `fleet stragglers --running` reads: each node's digest, published at its own moment.  n2 is
+    throttled from window 4 on; whichever node closed its newest window first, the flag holds."""
+    from types import SimpleNamespace
+
+    from slurm_gpufleet.instep import samples_from_digests
+    from slurm_gpufleet.sampler import digest_for
+
+    settings = SimpleNamespace(instep_window_s=2.0, instep_windows=3)
+
+    def published(last_window: dict[str, int]) -> dict[str, dict]:
+        out = {}
+        for node, last in last_window.items():
+            digest = digest_for("9", settings)
+            for tick in range(0, (last + 1) * 4 + 1):  # four samples a window, the last one opens the next
+                t = tick * 0.5
+                slow = node == "n2" and t >= 8
+                digest.add(t, [[1650.0 if slow else 1980.0, 600.0, 96.0, 0x20 if slow else 0]] * 8)
+            out[node] = {"gpus": "H200", "is": digest.to_dict()}
+        return out
+
+    for lag in ({"n1": 9, "n2": 9, "n3": 9}, {"n1": 9, "n2": 8, "n3": 9}, {"n1": 8, "n2": 9, "n3": 8},
+                {"n1": 9, "n2": 9, "n3": 8}):
+        samples, window_s = samples_from_digests(published(lag))
+        flags = detect(samples, Settings(window_s=window_s, windows=3))
+        assert [(f.node, f.signature) for f in flags] == [("n2", "throttled")], (lag, flags)
+
+
 def test_telemetry_file_flags_counts_bad_lines_and_an_empty_file_is_exit_3(tmp_path):
     samples, bad, _ = job_samples(random.Random(3), "j1", 20, "throttled", nodes=12)
     path = tmp_path / "samples.jsonl"

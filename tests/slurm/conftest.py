@@ -91,7 +91,7 @@ class Cluster:
         marker.mkdir(exist_ok=True)
         job = self.sbatch("-w", node, f"--gres=gpu:{gpus}", "--time=2", "--wrap",
                           f"touch {marker}/$SLURM_JOB_ID; sleep {seconds}")
-        self.wait(lambda: (marker / job).exists(), 30, f"job {job} script started")
+        self.wait(lambda: (marker / job).exists(), 90, f"job {job} script started")
         return job
 
     def job(self, job_id: str) -> dict[str, str]:
@@ -232,7 +232,7 @@ def _reset(c: Cluster) -> None:
     c.run("scancel", "--user=root", check=False)
     c.wait(lambda: c.run("squeue", "-h", "-t", "all", "-o", "%T", check=False).stdout.strip() in ("",)
            or all(s in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT") for s in
-                  c.run("squeue", "-h", "-t", "all", "-o", "%T", check=False).stdout.split()), 60, "jobs to end")
+                  c.run("squeue", "-h", "-t", "all", "-o", "%T", check=False).stdout.split()), 120, "jobs to end")
     for node in c.nodes:
         c.heal(node)
         Path(c.gpus / f"{node}.kmsg").write_text("")

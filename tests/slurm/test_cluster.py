@@ -90,7 +90,8 @@ def test_row_remap_pending_gets_one_reboot_between_jobs(mc):
 
 def test_prolog_failure_requeues_the_job_and_drains_with_our_reason(mc):
     # a leftover process on GPU 4 of n1: only the prolog of a job that gets GPU 4 looks there while n1 is busy
-    first = mc.start_job("n1", 4, 20)
+    # long enough to outlast the requeue under load (CI saw it end first at 20 s); _reset cancels it
+    first = mc.start_job("n1", 4, 110)
     gpustate.add_process(mc.gpu_file("n1"), 4, pid=4242)
     second = mc.sbatch("-w", "n1", "--gres=gpu:4", "--time=2", "--wrap", "true")
     mc.wait(lambda: mc.job(second).get("Restarts") == "1" and mc.job(second).get("JobState") == "PENDING", 60,
