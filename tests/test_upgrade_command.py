@@ -3,61 +3,82 @@ never started twice beside itself when an `apply` killed with -9 left one runnin
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+import sys
 import threading
 import time
+
+import pytest
+from support import REPO
 
 from slurm_gpufleet.maintain.upgrade import run
 
 
-def _alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_a_command_left_by_a_killed_apply_is_waited_for_not_run_beside(tmp_path):
-    pid_file = tmp_path / "n1.pgid"
-    marker = tmp_path / "first-ended"
-    # what a killed apply leaves: its command still running, in its own group, named in the pid file
-    orphan = subprocess.Popen(["/bin/bash", "-c", f"sleep 2; touch {marker}"], start_new_session=True)
-    pid_file.write_text(f"{orphan.pid}\n")
-    threading.Thread(target=orphan.wait, daemon=True).start()  # reaped as init reaps a real orphan
-    started = time.monotonic()
-    result = run(f"test -e {marker} && echo after-the-first", 30, str(pid_file))
+    lock = tmp_path / "run" / "n1.lock"
+    started, ended = tmp_path / "first-started", tmp_path / "first-ended"
+    # what a killed apply leaves: its command still running, the process that ran it gone (kill -9)
+    killed = subprocess.Popen([sys.executable, "-c", "import sys; from slurm_gpufleet.maintain.upgrade import run; "
+                               "run(sys.argv[1], 30, sys.argv[2])",
+                               f"touch {started}; sleep 2; touch {ended}", str(lock)], cwd=REPO)
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed.kill()
+    killed.wait()
+    result = run(f"test -e {ended} && echo after-the-first", 30, str(lock))
     assert result.ok and result.output.strip() == "after-the-first", result
-    assert time.monotonic() - started >= 1.5
-    assert not pid_file.exists()  # removed once the command ended
 
 
-def test_a_daemon_the_command_started_does_not_count_as_the_command(tmp_path):
-    pid_file = tmp_path / "n1.pgid"
+def test_the_lock_is_held_from_before_the_command_starts(tmp_path):
+    """No moment where a command runs unrecorded: the lock is taken before the fork."""
+    lock = tmp_path / "n1.lock"
+    holder = threading.Thread(target=run, args=("sleep 1.5", 30, str(lock)))
+    holder.start()
+    time.sleep(0.2)
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+    holder.join()
+    assert run("true", 1, str(lock)).ok  # released with the command
+
+
+def test_a_command_still_holding_the_lock_at_the_timeout_is_a_failure_not_an_overlap(tmp_path):
+    lock = tmp_path / "n1.lock"
+    holder = threading.Thread(target=run, args=("sleep 3", 30, str(lock)))
+    holder.start()
+    time.sleep(0.2)
+    result = run("echo second", 1, str(lock))
+    holder.join()
+    assert not result.ok and "still runs after 1 s" in result.output and "second" not in result.output
+
+
+def test_a_daemon_the_command_started_does_not_hold_the_lock(tmp_path):
+    lock = tmp_path / "n1.lock"
     # like the upgrade that restarts slurmd: the daemon leaves the group (setsid) and outlives the command
-    first = run("setsid sleep 30 < /dev/null > /dev/null 2>&1 &", 30, str(pid_file))
+    first = run("setsid sleep 30 < /dev/null > /dev/null 2>&1 &", 30, str(lock))
     assert first.ok
     started = time.monotonic()
-    assert run("true", 30, str(pid_file)).ok
+    assert run("true", 30, str(lock)).ok
     assert time.monotonic() - started < 5
     subprocess.run(["pkill", "-f", "^sleep 30$"], check=False)
 
 
 def test_timeout_kills_the_whole_group(tmp_path):
-    pid_file = tmp_path / "n1.pgid"
-    result = run(f"sleep 60 & echo $! > {tmp_path}/child; wait", 1, str(pid_file))
+    lock = tmp_path / "n1.lock"
+    result = run(f"sleep 60 & echo $! > {tmp_path}/child; wait", 1, str(lock))
     assert not result.ok and result.output.startswith("timed out after 1 s")
     child = int((tmp_path / "child").read_text())
     time.sleep(0.2)
     assert not os.path.exists(f"/proc/{child}") or "Z" in open(f"/proc/{child}/stat").read().split()[2]
+    assert run("true", 1, str(lock)).ok
 
 
-def test_a_stale_pid_file_does_not_block(tmp_path):
-    pid_file = tmp_path / "n1.pgid"
-    dead = subprocess.Popen(["true"], start_new_session=True)
-    dead.wait()
-    pid_file.write_text(f"{dead.pid}\n")
-    started = time.monotonic()
-    assert run("true", 30, str(pid_file)).ok
-    assert time.monotonic() - started < 2 and not _alive(dead.pid)
+def test_a_script_sees_its_arguments_and_exit_code_as_written(tmp_path):
+    result = run('echo "$0" >/dev/null; echo out; exit 7', 30, str(tmp_path / "n1.lock"))
+    assert (result.ok, result.rc, result.output) == (False, 7, "out\n")

@@ -22,14 +22,14 @@ class PoolExecutor:
     """A bounded thread pool, each command in its own process group with its own timeout."""
 
     def __init__(self, workers: int, run_dir: str | None = None):
-        """run_dir: where each running command's process group is named (`<node>.pgid`)."""
+        """run_dir: where each node's upgrade lock lives (`<node>.lock`, held while its command runs)."""
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="gpufleet-upgrade")
         self.futures: dict[str, Future] = {}
         self.run_dir = run_dir
 
     def start(self, node: str, script: str, timeout_s: float) -> None:
-        pid_file = os.path.join(self.run_dir, f"{node}.pgid") if self.run_dir else None
-        self.futures[node] = self.pool.submit(run, script, timeout_s, pid_file)
+        lock_file = os.path.join(self.run_dir, f"{node}.lock") if self.run_dir else None
+        self.futures[node] = self.pool.submit(run, script, timeout_s, lock_file)
 
     def running(self) -> set[str]:
         return set(self.futures)

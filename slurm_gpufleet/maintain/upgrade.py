@@ -47,63 +47,57 @@ class CommandResult:
     output: str
 
 
-def run(script: str, timeout_s: float, pid_file: str | None = None) -> CommandResult:
-    """The command in its own process group, killed whole at the timeout.  `pid_file` names that group
-    while it runs: a command left running by an `apply` killed with -9 is waited for by the next run,
-    never started a second time beside itself."""
+def run(script: str, timeout_s: float, lock_file: str | None = None) -> CommandResult:
+    """The command in its own process group, killed whole at the timeout.
+
+    `lock_file`: the node's lock, taken before the command starts and held by its process group's leader
+    until the command ends, whatever happens to this process: a command left running by an `apply`
+    killed with -9 is waited for by the next run, never started a second time beside itself.  The lock
+    is taken before the fork, so no moment exists where a command runs unrecorded; the script itself
+    runs without the lock's descriptor, so a daemon it starts (slurmd after an upgrade) never holds it."""
     deadline = time.monotonic() + timeout_s
-    if pid_file:
-        while _group_alive(pid_file):
-            if time.monotonic() > deadline:
-                return CommandResult(False, -1, f"an earlier upgrade command ({pid_file}) still runs after {timeout_s:g} s")
-            time.sleep(0.5)
-    proc = subprocess.Popen(["/bin/bash", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, stdin=subprocess.DEVNULL, start_new_session=True)
-    if pid_file:
-        _write_pid(pid_file, proc.pid)
+    lock = _take_lock(lock_file, deadline) if lock_file else None
+    if lock == -1:
+        return CommandResult(False, -1, f"an earlier upgrade command ({lock_file}) still runs after {timeout_s:g} s")
+    # the leader keeps the lock's descriptor and waits for the script, which runs without it; `; exit`
+    # keeps bash from replacing itself with the script (which would drop the lock at once)
+    argv = (["/bin/bash", "-c", f'/bin/bash -c "$0" {lock}>&-; exit $?', script] if lock is not None
+            else ["/bin/bash", "-c", script])
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                pass_fds=(lock,) if lock is not None else ())
+    finally:
+        if lock is not None:
+            os.close(lock)  # the leader's copy holds the lock from here on
     try:
         out, _ = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)
         out, _ = proc.communicate()
         return CommandResult(False, -1, f"timed out after {timeout_s:g} s\n{(out or '')[-2000:]}")
-    finally:
-        if pid_file and proc.returncode is not None:
-            _remove(pid_file)
     return CommandResult(proc.returncode == 0, proc.returncode, (out or "")[-4000:])
 
 
-def _group_alive(pid_file: str) -> bool:
-    try:
-        with open(pid_file, encoding="ascii") as fh:
-            pgid = int(fh.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return False
-    try:
-        os.killpg(pgid, 0)  # a daemon the command started (setsid) has left the group: it does not count
-    except ProcessLookupError:
-        _remove(pid_file)
-        return False
-    except PermissionError:
-        return True
-    return True
+def _take_lock(path: str, deadline: float) -> int:
+    """The lock's descriptor, once no earlier command holds it; -1 at the deadline."""
+    import fcntl
 
-
-def _write_pid(path: str, pid: int) -> None:
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    with open(path, "w", encoding="ascii") as fh:
-        fh.write(f"{pid}\n")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                return -1
+            time.sleep(0.5)
 
 
 def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
         pass
