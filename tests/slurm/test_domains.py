@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
-import time
 
 import pytest
 from conftest import BLOCKS, _reset, internal_errors
-from test_maintain import OLD, TARGET, leftovers
+from test_maintain import OLD, TARGET, apply_sampling, leftovers
 
 from slurm_gpufleet.hostlist import fold
 from slurm_gpufleet.slurm.commands import expand_hostlist
@@ -76,23 +74,15 @@ def test_whole_blocks_one_at_a_time_jobs_complete_and_a_segment_job_lands_in_one
     assert p["domains"] == DOMAINS and p["domains_from"] == ("slurm topology/block" if BLOCKS else "config [[domain]]")
     assert p["waves"][0]["kind"] == "canary" and sorted(p["waves"][0]["nodes"]) in DOMAINS.values()
 
-    samples: list[tuple[int, int]] = []  # (blocks with a node out, blocks whose nodes in service run two drivers)
-    stop = threading.Event()
+    def sample() -> tuple[int, int]:  # (blocks with a node out, blocks whose nodes in service run two
+        # drivers), in two reads, so that CI's load leaves samples
+        lines = bc.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout.splitlines()
+        out = {line.split("|")[0] for line in lines if bc.out_of_service(line)}
+        drivers = published_drivers(bc)
+        mixed = sum(1 for nodes in DOMAINS.values() if len({drivers.get(n) for n in nodes if n not in out}) > 1)
+        return sum(1 for nodes in DOMAINS.values() if out & set(nodes)), mixed
 
-    def sample() -> None:  # what Slurm shows, every second: two reads, so that CI's load leaves samples
-        while not stop.is_set():
-            lines = bc.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout.splitlines()
-            out = {line.split("|")[0] for line in lines if bc.out_of_service(line)}
-            drivers = published_drivers(bc)
-            mixed = sum(1 for nodes in DOMAINS.values() if len({drivers.get(n) for n in nodes if n not in out}) > 1)
-            samples.append((sum(1 for nodes in DOMAINS.values() if out & set(nodes)), mixed))
-            time.sleep(1)
-
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    r = bc.gpufleet("maintain", "apply", str(plan_file))
-    stop.set()
-    t.join()
+    r, samples = apply_sampling(bc, plan_file, sample, 1.0)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "done (done 8)" in r.stdout
     assert len(samples) > 5 and max(s[0] for s in samples) == 1, samples

@@ -44,6 +44,25 @@ def max_concurrent(spans) -> int:
     return best
 
 
+def apply_sampling(c, plan_file, sample, every: float) -> tuple:
+    """`maintain apply` of the plan, with what `sample()` reads of Slurm meanwhile, every `every` s."""
+    samples: list = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            samples.append(sample())
+            time.sleep(every)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    try:
+        return c.gpufleet("maintain", "apply", str(plan_file)), samples
+    finally:
+        stop.set()
+        t.join()
+
+
 def leftovers(mc) -> tuple[str, list[str]]:
     resv = mc.run("scontrol", "show", "reservation", "-o").stdout
     drained = [n for n in mc.nodes if "DRAIN" in mc.state(n)]
@@ -70,21 +89,11 @@ def test_rollout_between_jobs_within_budget_canary_first(mc, tmp_path):
     order = [n for w in p["waves"] for n in w["nodes"]]
     assert max(order.index(n) for n in ("n1", "n2", "n3", "n4")) < min(order.index(n) for n in ("n5", "n6", "n7", "n8"))
 
-    samples: list[int] = []
-    stop = threading.Event()
+    def sample() -> int:  # what Slurm itself shows: nodes drained by the rollout or inside its reservations
+        out = mc.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout  # a node per partition
+        return len({line.split("|")[0] for line in out.splitlines() if mc.out_of_service(line)})
 
-    def sample() -> None:  # what Slurm itself shows: nodes drained by the rollout or inside its reservations
-        while not stop.is_set():
-            out = mc.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout  # a node per partition
-            samples.append(len({line.split("|")[0] for line in out.splitlines()
-                                if mc.out_of_service(line)}))
-            time.sleep(0.2)
-
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    r = mc.gpufleet("maintain", "apply", str(plan_file))
-    stop.set()
-    t.join()
+    r, samples = apply_sampling(mc, plan_file, sample, 0.2)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "done (done 8)" in r.stdout
     for job in jobs:
