@@ -59,15 +59,27 @@ class GpuModel:
     max_sm_mhz: int | None
     source: str
     mem_bw_gbps: float | None = None
+    memory_gb: float | None = None
+    nvlink_links: int | None = None
+    nvlink_gbps: float | None = None
+    # an NVL72-style multi-node NVLink domain (GB200/GB300); an HGX board with NVSwitch (fabric manager)
+    multinode_nvlink: bool = False
+    nvswitch_board: bool = False
+
+
+_MODEL_FIELDS = ("mem_bw_gbps", "memory_gb", "nvlink_links", "nvlink_gbps", "multinode_nvlink", "nvswitch_board")
+
+
+def model_from(name: str, pattern: re.Pattern[str], spec: dict[str, Any], source: str) -> GpuModel:
+    """One [[model]] row (data file) or [models."NAME"] table (policy) as a GpuModel."""
+    return GpuModel(name, pattern, spec.get("architecture"), spec.get("max_sm_mhz"), source,
+                    **{k: spec[k] for k in _MODEL_FIELDS if k in spec})
 
 
 @functools.cache
 def gpu_models() -> tuple[GpuModel, ...]:
-    return tuple(
-        GpuModel(m["name"], re.compile(m["match"], re.I), m.get("architecture"), m.get("max_sm_mhz"), m["source"],
-                 m.get("mem_bw_gbps"))
-        for m in _load("gpu_models.toml")["model"]
-    )
+    return tuple(model_from(m["name"], re.compile(m["match"], re.I), m, m["source"])
+                 for m in _load("gpu_models.toml")["model"])
 
 
 def find_model(product_name: str | None, extra: tuple[GpuModel, ...] = ()) -> GpuModel | None:

@@ -463,17 +463,19 @@ def _fleet(policy, fleet_file: str | None):
         _fail(f"cannot read the fleet from Slurm: {exc}", exitcodes.USAGE)
 
 
-def _domains(policy, backend):
-    """The failure domains: the config's [[domain]] rows, else Slurm's blocks (topology/block)."""
-    from .maintain.domains import from_config, parse_topology
+def _domains(policy, backend, nodes=None):
+    """The failure domains (maintain/domains.discover): the config's [[domain]] rows, else Slurm's blocks
+    (topology/block), else the NVLink domains the nodes publish (`nodes`, the caller's one read)."""
+    from .maintain.domains import discover, from_config
     from .slurm import SlurmError
 
     if policy.domains or backend is None:
-        return from_config(policy.domains)
+        return discover(policy.domains, None, nodes)
     try:
-        return parse_topology(backend.topology())
+        return discover((), backend.topology(), nodes)
     except SlurmError as exc:
         _fail(f"cannot read Slurm's topology: {exc}", exitcodes.USAGE)
+    return from_config(())
 
 
 @cli.group(invoke_without_command=True)
@@ -575,7 +577,8 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
             flags = _backend(policy).requeue_flags()
             for job in fleet_state.jobs:
                 job.requeue = flags.get(job.job_id)
-    domains = _domains(policy, None if fleet_file else _backend(policy))
+    domains = _domains(policy, None if fleet_file else _backend(policy),
+                       [(n.name, n.fabric_domain) for n in fleet_state.nodes.values()])
     try:
         plan = make_plan(fleet_state, target_driver, names, policy, strategy=strategy, force=force,
                          now=now, deadline=until, stop_jobs=stop_jobs, kernel=target_kernel, firmware=firmware,

@@ -15,6 +15,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 CAPTURES = DATA_DIR / "captures"
 H200_REAL = CAPTURES / "h200-real"
 PUBLIC = CAPTURES / "public"
+GB_SESSIONS = CAPTURES / "gb-sessions"
 HELIOS_SACCT = DATA_DIR / "traces" / "helios_15k.sacct.txt.gz"
 HELIOS_LABEL = ("bundled Helios trace (SenseTime, SC'21; CC BY 4.0): 15,000 jobs in sacct shape, "
                 "slurm_gpufleet/data/traces/helios_15k.sacct.txt.gz")

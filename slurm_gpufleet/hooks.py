@@ -296,6 +296,7 @@ def summary(report: Report, final: str) -> dict:
             data["modf"] = host.running.module.flavour
     if host is not None and host.cdmm is not None:
         data["cdmm"] = host.cdmm
+    data.update(fabric_fields(s))
     data.update(event_counters(s))
     worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
     if worst:  # why, for a rollout's validation and for `fleet`
@@ -305,6 +306,27 @@ def summary(report: Report, final: str) -> dict:
         data["bw"] = round(min(bw))
         data["bwgpu"] = min((p for p in s.performance if p.mem_bw_gbps), key=lambda p: p.mem_bw_gbps).gpu
     return data
+
+
+# the fabric state as the summary carries it: one letter a state
+_FABRIC_CODES = {"completed": "C", "in_progress": "P", "not_started": "N"}
+
+
+def fabric_fields(s: NodeSnapshot) -> dict[str, str | int]:
+    """The node's NVLink fabric as `fleet` and a rollout discover domains from it (maintain/domains.py):
+    `fab` the GPUs' registration states (C completed, P in progress, N not started, ? other), `clq` the
+    clique, `cuid` the cluster UUID.  Nothing where no GPU has a fabric (single GPUs, no NVSwitch)."""
+    fabrics = [g.fabric for g in s.gpus if not g.lost and isinstance(known(g.fabric.state), str)]
+    if not fabrics:
+        return {}
+    out: dict[str, str | int] = {"fab": "".join(sorted({_FABRIC_CODES.get(f.state, "?") for f in fabrics}))}
+    cliques = sorted({f.clique_id for f in fabrics if isinstance(f.clique_id, int)})
+    uuids = sorted({f.cluster_uuid for f in fabrics if isinstance(known(f.cluster_uuid), str)})
+    if len(cliques) == 1:
+        out["clq"] = cliques[0]
+    if len(uuids) == 1:
+        out["cuid"] = uuids[0]
+    return out
 
 
 def event_counters(s: NodeSnapshot) -> dict[str, int]:
@@ -317,11 +339,13 @@ def event_counters(s: NodeSnapshot) -> dict[str, int]:
     out: dict[str, int] = {}
     if events:
         boot = max(e.boot for e in events) if s.boots_seen <= 1 else s.boots_seen - 1
+        causes = {(e.xid, e.pci, e.boot) for e in events}
         for e in events:
-            if e.boot != boot:
+            if e.boot != boot or (e.caused_by is not None and (e.caused_by, e.pci, e.boot) in causes):
                 continue
             info = xid_info(e.xid)
-            key = "xh" if info is not None and RANK[info.severity] >= RANK["reboot"] else "xs"
+            hard = info is not None and RANK[info.severity] >= RANK["reboot"] and e.fatal is not False
+            key = "xh" if hard else "xs"
             out[key] = out.get(key, 0) + 1
     ecc = sum(v for g in s.gpus for v in (g.ecc.volatile_dram_corrected, g.ecc.volatile_dram_uncorrected,
                                           g.ecc.volatile_sram_corrected, g.ecc.volatile_sram_uncorrected)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .catalog import GpuModel
+from .catalog import GpuModel, model_from
 
 DEFAULT_PATH = "/etc/slurm-gpufleet/gpufleet.toml"
 ENV_VAR = "SLURM_GPUFLEET_CONFIG"
@@ -221,6 +221,21 @@ class NodePolicy:
     pcie_replay_max: int = setting(10_000, _int(0))
     pcie_replay_growth_max: int = setting(100, _int(0))
     nvlink_error_growth_max: int = setting(0, _int(0))
+    # NVLinks running below the model's speed (data/gpu_models.toml nvlink_gbps)
+    nvlink_slow_severity: str = setting("drain", _choice(*SEVERITY_CHOICES))
+    # NVLink fabric (checks/fabric.py): a registration still in progress this long after boot is stuck
+    fabric_grace_s: int = setting(300, _int(0))
+    # degraded bandwidth / limited capacity: "drain" where NCCL uses multi-node NVLink (it fails on
+    # degraded paths, NVIDIA/nccl issue 2186)
+    fabric_degraded: str = setting("warn", _choice(*SEVERITY_CHOICES))
+    # the GPUs sit in a multi-node NVLink domain (clique 0 with a zero cluster UUID never joined it);
+    # unset: as the GPU model says (GB200/GB300 do)
+    fabric_multinode: bool | None = setting(None, _bool)
+    # nvidia-fabricmanager on HGX boards: inactive after this grace from boot drains; this many restarts
+    # with the latest within the window is flapping (NVSentinel's 300 s grace, 3 restarts in 600 s)
+    fabric_manager_grace_s: int = setting(300, _int(0))
+    fabric_manager_flap_restarts: int = setting(3, _int(1))
+    fabric_manager_flap_window_s: int = setting(600, _int(1))
     # modes
     require_persistence: bool = setting(False, _bool)
     compute_mode: str | None = setting(None, _choice(*_COMPUTE_MODES))
@@ -382,7 +397,9 @@ assert set(VALIDATORS) == {f.name for f in fields(NodePolicy)} - {"groups"}
 assert set(MAINTAIN_VALIDATORS) == {f.name for f in fields(MaintainSettings)}
 assert set(SLURM_VALIDATORS) == {f.name for f in fields(SlurmSettings)}
 
-_MODEL_KEYS = {"match": _str, "architecture": _str, "max_sm_mhz": _int(1), "mem_bw_gbps": _number}
+_MODEL_KEYS = {"match": _str, "architecture": _str, "max_sm_mhz": _int(1), "mem_bw_gbps": _number,
+               "memory_gb": _number, "nvlink_links": _int(1), "nvlink_gbps": _number, "multinode_nvlink": _bool,
+               "nvswitch_board": _bool}
 
 
 @dataclass
@@ -516,8 +533,7 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
             pattern = re.compile(spec.get("match", re.escape(name)), re.I)
         except re.error as exc:
             raise PolicyError(f"{path}:{lines.find(section, 'match')}: match is not a valid regular expression: {exc}") from None
-        extra.append(GpuModel(name, pattern, spec.get("architecture"), spec.get("max_sm_mhz"), f"policy {path}",
-                              spec.get("mem_bw_gbps")))
+        extra.append(model_from(name, pattern, {k: _MODEL_KEYS[k](v) for k, v in spec.items()}, f"policy {path}"))
     policy.models = tuple(extra)
     policy.requires = tuple(_requirements(data.get("requires", []), path, lines))
     policy.domains = tuple(_domains(data.get("domain", []), path, lines))

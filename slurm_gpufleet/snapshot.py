@@ -155,6 +155,27 @@ class NvLink:
 
 
 @dataclass
+class Fabric:
+    """A GPU's NVLink fabric registration and health (NVML nvmlDeviceGetGpuFabricInfoV, nvidia-smi's
+    Fabric block).  Text values are normalised: state not_supported / not_started / in_progress /
+    completed; status "success" or the failure NVML names; a value no reader understood is kept as
+    "unknown:<what it said>" so the check can say so instead of guessing."""
+
+    state: Str = None
+    status: Str = None
+    clique_id: Int = None
+    cluster_uuid: Str = None
+    health_mask: Int = None          # NVML's raw mask (0 = the driver reported no health at all)
+    summary: Str = None              # healthy / unhealthy / limited_capacity
+    # True / False where the driver reported the field (NVML mask or nvidia-smi's Health rows)
+    degraded_bandwidth: Bool = None
+    route_recovery: Bool = None
+    route_unhealthy: Bool = None
+    access_timeout_recovery: Bool = None
+    incorrect_configuration: Str = None   # "none" or the cause: insufficient_nvlinks, incompatible_gpu_fw, ...
+
+
+@dataclass
 class Process:
     pid: int
     name: str | None = None
@@ -195,6 +216,7 @@ class Gpu:
     mig_mode_current: Bool = None
     mig_mode_pending: Bool = None
     processes: list[Process] | None = None
+    fabric: Fabric = field(default_factory=Fabric)
     # none, gpu_reset, node_reboot, drain_p2p, drain_and_reset (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
     recovery_action: Str = None
     # set when the GPU answered nothing useful ("GPU is lost", NVML_ERROR_GPU_IS_LOST)
@@ -234,6 +256,14 @@ class XidEvent:
     timestamp: str | None = None
     boot: int = 0
     raw: str = ""
+    # NVLink5 Xids (144-150) say "Fatal" or "Nonfatal"; None where the line does not
+    fatal: bool | None = None
+    # NVLink5 Xids: the sub-code from the first register ("149.37" names Xid 149, sub-code 37)
+    subcode: int | None = None
+    # "... caused by previous Xid N": this line repeats an event already counted
+    caused_by: int | None = None
+    # the line is an Xid header the parser could read only in part (cut, or a form it does not know)
+    partial: bool = False
 
 
 @dataclass
@@ -257,6 +287,16 @@ class KernelFacts:
 
 
 @dataclass
+class FabricManager:
+    """The nvidia-fabricmanager service as systemd shows it (readers/host.py)."""
+
+    installed: bool = False
+    active: str | None = None          # systemd ActiveState: active, inactive, failed, activating, ...
+    restarts: int | None = None        # NRestarts since the unit was loaded
+    active_since_s: float | None = None  # seconds the service has been in its current state
+
+
+@dataclass
 class HostFacts:
     """What decides whether a reboot brings the GPUs back: the kernel that boots next and its module."""
 
@@ -270,6 +310,8 @@ class HostFacts:
     cdmm: str | None = None
     # names (CN) of the keys the running kernel trusts for modules (/proc/keys); None where unreadable
     trusted_keys: list[str] | None = None
+    # nvidia-fabricmanager on the node (HGX boards with NVSwitch): None where not read
+    fabric_manager: FabricManager | None = None
     root: str = "/"
 
 
@@ -300,6 +342,10 @@ class NodeSnapshot:
     host_facts: HostFacts | None = None
     # what could not be read for a node's own health check (a kernel log, the host): said in its log
     unread: list[str] = field(default_factory=list)
+    # seconds since the node booted, where the reader knows (live reads); grace periods after boot use it
+    uptime_s: Float = None
+    # Xid lines in the kernel log the parser could not read whole (counted, never dropped silently)
+    xid_unparsed: int = 0
 
     def gpu_by_pci(self, pci: str | None) -> Gpu | None:
         if not pci:

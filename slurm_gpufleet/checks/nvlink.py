@@ -1,9 +1,11 @@
-"""NVLink: links down on a GPU whose peers' links are up; error counters that keep growing."""
+"""NVLink: links down on a GPU whose peers' links are up; fewer links, or slower ones, than the GPU's model
+has (data/gpu_models.toml: 18 NVLink5 links at 53.125 GB/s on Blackwell); error counters that keep growing."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..catalog import find_model
 from ..findings import Finding
 from ..snapshot import known
 from ._util import previous_gpu, readable_gpus
@@ -26,6 +28,21 @@ def check(ctx: Context) -> list[Finding]:
             out.append(Finding(NAME, "drain", "inspect_hardware", g.index,
                                f"{len(down)} NVLink(s) inactive",
                                f"links {', '.join(map(str, down))} of {len(g.nvlinks)} are inactive"))
+        model = find_model(known(g.name), ctx.models)
+        if model is not None and model.nvlink_links and len(g.nvlinks) < model.nvlink_links:
+            out.append(Finding(NAME, "drain", "inspect_hardware", g.index,
+                               f"{len(g.nvlinks)} of {model.nvlink_links} NVLinks present",
+                               f"a healthy {model.name} has {model.nvlink_links} NVLinks ({model.source})"))
+        speeds = [link.speed_gbps for link in g.nvlinks if link.active and isinstance(link.speed_gbps, float)]
+        if model is not None and model.nvlink_gbps and speeds and \
+                min(speeds) < model.nvlink_gbps * (1 - pol.clock_tolerance_pct / 100):
+            slow = [link.link for link in g.nvlinks if link.active and isinstance(link.speed_gbps, float)
+                    and link.speed_gbps < model.nvlink_gbps * (1 - pol.clock_tolerance_pct / 100)]
+            out.append(Finding(NAME, pol.nvlink_slow_severity,
+                               "inspect_hardware" if pol.nvlink_slow_severity == "drain" else "watch", g.index,
+                               f"NVLink at {min(speeds):g} GB/s < {model.nvlink_gbps:g}",
+                               f"links {', '.join(map(str, slow))} run below the {model.name}'s "
+                               f"{model.nvlink_gbps:g} GB/s"))
         prev = previous_gpu(ctx.previous, g)
         if prev is None or not isinstance(known(prev.nvlinks), list):
             continue

@@ -15,6 +15,7 @@ from typing import Any
 
 FROM_SLURM = "slurm topology/block"
 FROM_CONFIG = "config [[domain]]"
+FROM_FABRIC = "published NVLink fabric (cluster UUID, clique)"
 
 
 @dataclass
@@ -60,6 +61,36 @@ def from_config(specs: Iterable[Any]) -> Domains:
     """The config's [[domain]] rows (policy.DomainSpec)."""
     members = {s.name: list(s.nodes) for s in specs}
     return Domains(members, FROM_CONFIG if members else None)
+
+
+def fabric_domain(published: dict[str, Any] | None) -> str | None:
+    """The NVLink domain a node's published summary names (hooks.fabric_fields): its cluster UUID and
+    clique.  A clique 0 with a zero UUID never joined a domain; a node that publishes none is in none."""
+    data = published or {}
+    uuid, clique = data.get("cuid"), data.get("clq")
+    if not isinstance(uuid, str) or not isinstance(clique, int) or (clique == 0 and set(uuid) <= {"0", "-"}):
+        return None
+    return f"nvl-{uuid[:8]}-{clique}"
+
+
+def from_fabric(nodes: Iterable[tuple[str, str | None]]) -> Domains:
+    """NVLink domains as the nodes themselves report them: (node, fabric_domain) pairs."""
+    members: dict[str, list[str]] = {}
+    for name, domain in nodes:
+        if domain:
+            members.setdefault(domain, []).append(name)
+    return Domains(members, FROM_FABRIC if members else None)
+
+
+def discover(specs: Iterable[Any], topology: str | None, nodes: Iterable[tuple[str, str | None]] | None) -> Domains:
+    """The one rule for a node's failure domain: the config's [[domain]] rows, else Slurm's blocks, else
+    the NVLink fabric the nodes publish ((node, fabric_domain) pairs)."""
+    found = from_config(specs)
+    if not found and topology:
+        found = parse_topology(topology)
+    if not found and nodes is not None:
+        found = from_fabric(nodes)
+    return found
 
 
 def consecutive(names: list[str], size: int) -> Domains:

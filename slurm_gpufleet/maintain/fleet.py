@@ -35,6 +35,7 @@ class FleetNode:
     kernel: str | None = None              # the running kernel's release
     inforom: str | None = None             # InfoROM image version(s)
     config_refused: bool = False           # its health check refused the config (trust.py): on defaults
+    fabric_domain: str | None = None       # the NVLink domain its GPUs registered in (maintain/domains.py)
 
     @property
     def model(self) -> str | None:
@@ -59,6 +60,9 @@ class FleetNode:
             node.verdict, node.checked = published.get("v"), published.get("t")
             node.kernel, node.inforom = published.get("kern"), published.get("ifr")
             node.config_refused = published.get("cfg") == "refused"
+            from .domains import fabric_domain
+
+            node.fabric_domain = fabric_domain(published)
         return node
 
     @property

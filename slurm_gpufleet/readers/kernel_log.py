@@ -11,15 +11,25 @@ from collections.abc import Iterable
 
 from ..snapshot import XidEvent, normalize_pci
 
-# Header forms seen in the field:
+# Header forms, as the open GPU kernel modules print them (nvErrorLog: "NVRM: Xid (%s): %d, " with the
+# GPU's PCI name, then the message) and as seen in the field:
 #   NVRM: Xid (PCI:0000:3b:00): 79, pid=123, name=python, GPU has fallen off the bus.
 #   NVRM: Xid (0000:02:00): 79, GPU has fallen off the bus.              (older drivers)
 #   NVRM: Xid (PCI:0000:07:00 GPU-I:05): 31, pid=..., ...                (MIG: GPU instance)
 #   NVRM: Xid (PCI:0000:07:00 GPU-I:05 GPU-C:01): 13, ...
+#   NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 ...)
+#   NVRM: Xid (PCI:0000:01:00): 154 (                                    (a line cut after the number)
 _XID = re.compile(
     r"NVRM:\s*Xid\s*\(\s*(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
-    r"(?P<mig>(?:\s+GPU-[IC]:\s*\d+)*)\s*\)\s*:\s*(?P<xid>\d+)\s*(?:,\s*(?P<rest>.*))?$"
+    r"(?P<mig>(?:\s+GPU-[IC]:\s*\d+)*)\s*\)\s*:\s*(?P<xid>\d+)\b\s*(?P<sep>,)?\s*(?P<rest>.*)$"
 )
+# any other line that says it is an Xid: read as far as it goes, and counted
+_XID_LOOSE = re.compile(r"NVRM:\s*Xid\b(?P<head>[^:]*(?::[^:)]*)*\)?)\s*:?\s*(?P<xid>\d+)?")
+_PCI_ANY = re.compile(r"(?P<pci>(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)")
+# NVLink5 Xids 144-150: "<unit> Fatal|Nonfatal ... (0x<first register> ...)"; the sub-code is bits 20-25
+_NVL5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Non-?fatal)\b.*?\((?P<reg>0x[0-9A-Fa-f]+)", re.I)
+NVLINK5_XIDS = range(144, 151)
+_CAUSED = re.compile(r"caused by previous Xid\s*(?P<xid>\d+)", re.I)
 _PID = re.compile(r"^pid\s*=\s*'?(?P<pid><unknown>|\d+)'?\s*(?:,\s*)?")
 _NAME = re.compile(r"^name\s*=\s*(?P<name>[^,]*)\s*(?:,\s*)?")
 _TS_MONO = re.compile(r"\[\s*(?P<s>\d+\.\d+)\]")
@@ -67,7 +77,9 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
 # The kernel's own "GPU has fallen off the bus" line, without an Xid header: the event behind Xid 79.
 #   NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.
 #   NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.
-_FELL = re.compile(r"(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
+#   NVRM: GPU 18:00.0: GPU has fallen off the bus.                      (the short PCI form, no domain)
+_FELL = re.compile(r"NVRM:\s*GPU\s+(?:at\s+)?(?:PCI:)?"
+                   r"(?P<pci>(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
                    r"[^\n]*?fallen off the bus", re.I)
 
 
@@ -86,8 +98,10 @@ def _fallen_off(line: str, number: int, events: list[XidEvent], boot: int) -> Xi
 def parse_xid_line(line: str, number: int = 1) -> XidEvent | None:
     m = _XID.search(line)
     if not m:
-        return None
+        return _loose(line, number)
     rest = (m.group("rest") or "").strip()
+    # a number with no ", message" after it but something else: the line was cut or is of a new form
+    partial = m.group("sep") is None and bool(rest)
     pid: int | None = None
     process: str | None = None
     pm = _PID.match(rest)
@@ -99,16 +113,40 @@ def parse_xid_line(line: str, number: int = 1) -> XidEvent | None:
             name = nm.group("name").strip()
             process = None if name in ("<unknown>", "") else name
             rest = rest[nm.end():]
-    return XidEvent(
+    xid = int(m.group("xid"))
+    event = XidEvent(
         line=number,
-        xid=int(m.group("xid")),
+        xid=xid,
         pci=normalize_pci(m.group("pci")),
         message=rest.strip()[:500],
         pid=pid,
         process=process,
         timestamp=_timestamp(line[: m.start()]),
         raw=line[:1000],
+        partial=partial,
     )
+    if xid in NVLINK5_XIDS:
+        nv = _NVL5.search(rest.strip())
+        if nv:
+            event.fatal = not nv.group("sev").lower().startswith("non")
+            event.subcode = (int(nv.group("reg"), 16) >> 20) & 0x3F
+    caused = _CAUSED.search(rest)
+    if caused and int(caused.group("xid")) != xid:
+        event.caused_by = int(caused.group("xid"))
+    return event
+
+
+def _loose(line: str, number: int) -> XidEvent | None:
+    """An Xid header of a form the strict pattern does not know: its number and GPU where they can be
+    read (xid 0 where not), marked partial.  Counted, never dropped."""
+    m = _XID_LOOSE.search(line)
+    if not m:
+        return None
+    pci = _PCI_ANY.search(m.group("head") or "")
+    return XidEvent(line=number, xid=int(m.group("xid")) if m.group("xid") else 0,
+                    pci=normalize_pci(pci.group("pci")) if pci else None,
+                    message=line[m.start() + line[m.start():].find("Xid") + 3:].strip()[:500], timestamp=_timestamp(line[: m.start()]),
+                    raw=line[:1000], partial=True)
 
 
 def _monotonic(line: str) -> float | None:

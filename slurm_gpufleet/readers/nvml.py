@@ -14,6 +14,7 @@ from typing import Any
 
 from ..snapshot import (
     UNSUPPORTED,
+    Fabric,
     Gpu,
     NodeSnapshot,
     NvLink,
@@ -27,6 +28,21 @@ ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing"
 COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
                     5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot"}
+# nvmlGpuFabricState_t, and the 2-bit fields of the fabric health mask (NVML_GPU_FABRIC_HEALTH_MASK_*:
+# 0 not supported, 1 true, 2 false) with their shifts; the configuration field is 4 bits at shift 8
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+FABRIC_HEALTH_BITS = {"degraded_bandwidth": 0, "route_recovery": 2, "route_unhealthy": 4,
+                      "access_timeout_recovery": 6}
+FABRIC_CONFIGURATION = {1: "none", 2: "incorrect_system_guid", 3: "incorrect_chassis_serial",
+                        4: "no_partition", 5: "insufficient_nvlinks", 6: "incompatible_gpu_fw",
+                        7: "invalid_location", 8: "gpu_state_invalid"}
+FABRIC_SUMMARY = {1: "healthy", 2: "unhealthy", 3: "limited_capacity"}
+# NVML return codes a fabric registration's status may carry (nvml.h), for the finding's words
+FABRIC_STATUS = {0: "success", 2: "invalid_argument", 3: "not_supported", 6: "not_found", 10: "timeout",
+                 17: "operating_system", 20: "memory", 23: "insufficient_resources", 27: "not_ready",
+                 29: "invalid_state", 999: "unknown_error"}
+# NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON: the speed every active link of the GPU runs at
+NVLINK_SPEED_COMMON_FIELD = 90
 # error counters per NVLink (nvmlNvLinkErrorCounter_t)
 NVLINK_ERRORS = {0: "replay", 1: "recovery", 2: "crc_flit", 3: "crc_data"}
 
@@ -70,6 +86,7 @@ class NvmlReader:
         snap.host = socket.gethostname()
         snap.kernel_release = os.uname().release
         snap.kernel_module_version = read_kernel_module_version(self.module_version_path)
+        snap.uptime_s = read_uptime()
         try:
             n = self._lib()
         except ImportError:
@@ -277,6 +294,51 @@ class NvmlReader:
                 for pr in procs
             ]
         g.recovery_action = self._recovery_action(n, h)
+        g.fabric = self._fabric(n, h)
+        if isinstance(g.nvlinks, list) and g.nvlinks:
+            speed = self._field_value(n, h, NVLINK_SPEED_COMMON_FIELD)
+            if isinstance(speed, int) and speed > 0:
+                for link in g.nvlinks:
+                    if link.active:
+                        link.speed_gbps = speed / 1000.0
+
+    def _fabric(self, n: Any, h: Any) -> Fabric:
+        """nvmlDeviceGetGpuFabricInfoV with the v3 struct (the pointer form NVML's C API takes), else
+        the older nvmlDeviceGetGpuFabricInfo; NotSupported (no NVSwitch, a single GPU) is not a fault."""
+        import ctypes
+
+        fab = Fabric()
+        struct = getattr(n, "c_nvmlGpuFabricInfo_v3_t", None)
+        fn = getattr(n, "nvmlDeviceGetGpuFabricInfoV", None)
+        if struct is None or fn is None:
+            struct, fn = getattr(n, "c_nvmlGpuFabricInfo_t", None), getattr(n, "nvmlDeviceGetGpuFabricInfo", None)
+        if struct is None or fn is None:
+            return fab
+        info = struct()
+        answer = self._call(fn, h, ctypes.byref(info))
+        if answer is UNSUPPORTED:
+            fab.state = UNSUPPORTED
+            return fab
+        if answer is None:  # the call failed: nothing is known, which is not a fault of the fabric
+            return fab
+        return decode_fabric(info)
+
+    def _field_value(self, n: Any, h: Any, field_id: int) -> Any:
+        fn = getattr(n, "nvmlDeviceGetFieldValues", None)
+        if fn is None:
+            return None
+        values = self._call(fn, h, [field_id])
+        if not isinstance(values, list | tuple) or not values:
+            return None
+        fv = values[0]
+        if getattr(fv, "nvmlReturn", 0) != 0:
+            return None
+        value = getattr(fv, "value", None)
+        for name in ("uiVal", "ullVal", "ulVal", "sllVal", "siVal"):
+            raw = getattr(value, name, None)
+            if isinstance(raw, int):
+                return raw
+        return None
 
     def _ecc(self, n: Any, h: Any, g: Gpu) -> None:
         c = self._call
@@ -325,6 +387,44 @@ class NvmlReader:
         return RECOVERY_ACTIONS.get(raw, f"action-{raw}") if isinstance(raw, int) else None
 
 
+def decode_fabric(info: Any) -> Fabric:
+    """A filled fabric-info struct (v1, v2 or v3: the fields they have) as the snapshot's Fabric."""
+    fab = Fabric()
+    state = getattr(info, "state", None)
+    if isinstance(state, int):
+        fab.state = FABRIC_STATES.get(state, f"unknown:{state}")
+    if fab.state == "not_supported":
+        fab.state = UNSUPPORTED
+        return fab
+    status = getattr(info, "status", None)
+    if isinstance(status, int):
+        fab.status = FABRIC_STATUS.get(status, f"nvml_error_{status}")
+    clique = getattr(info, "cliqueId", None)
+    if isinstance(clique, int):
+        fab.clique_id = clique
+    uuid = getattr(info, "clusterUuid", None)
+    if uuid is not None:
+        raw = bytes(uuid) if not isinstance(uuid, str) else None
+        if raw is not None and len(raw) == 16:
+            h = raw.hex()
+            fab.cluster_uuid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        elif isinstance(uuid, str):
+            fab.cluster_uuid = uuid
+    mask = getattr(info, "healthMask", None)
+    if isinstance(mask, int):
+        fab.health_mask = mask
+        for name, shift in FABRIC_HEALTH_BITS.items():
+            bits = (mask >> shift) & 0x3
+            setattr(fab, name, {1: True, 2: False}.get(bits))
+        config = (mask >> 8) & 0xF
+        if config:
+            fab.incorrect_configuration = FABRIC_CONFIGURATION.get(config, f"unknown:{config}")
+    summary = getattr(info, "healthSummary", None)
+    if isinstance(summary, int) and summary:
+        fab.summary = FABRIC_SUMMARY.get(summary, f"unknown:{summary}")
+    return fab
+
+
 def _field(obj: Any, name: str) -> Any:
     return obj[name] if isinstance(obj, dict) else getattr(obj, name)
 
@@ -335,6 +435,15 @@ def _mw(value: Any) -> Any:
 
 def _bytes_to_mib(value: Any) -> Any:
     return int(value) // (1 << 20) if isinstance(value, int) else None
+
+
+def read_uptime(path: str = "/proc/uptime") -> float | None:
+    """Seconds since boot: the fabric's registration grace counts from there."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            return float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def read_kernel_module_version(path: str | None = None) -> str | None:

@@ -7,6 +7,7 @@ live reader's exact code path on a machine without a GPU; faults are injected by
 
 from __future__ import annotations
 
+import ctypes
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -30,9 +31,22 @@ _CLOCKS = {0: "graphics", 1: "sm", 2: "mem"}
 _INFOROM = {0: "inforom_oem", 1: "inforom_ecc", 2: "inforom_power"}
 
 
+class FabricInfoV3(ctypes.Structure):
+    """nvml.h's nvmlGpuFabricInfo_v3_t, laid out as nvidia-ml-py's c_nvmlGpuFabricInfo_v3_t."""
+
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_int),
+                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_int), ("healthMask", ctypes.c_uint32),
+                ("healthSummary", ctypes.c_uint8)]
+
+
+# field ids of nvmlDeviceGetFieldValues the recording answers, and the key each is recorded under
+_FIELDS = {230: "recovery_action", 90: "nvlink_speed_mbps_common"}
+
+
 class NvmlReplay:
     NVML_NVLINK_MAX_LINKS = 18
     NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+    c_nvmlGpuFabricInfo_v3_t = FabricInfoV3
 
     def __init__(self, probe: dict[str, Any]):
         self.probe = probe
@@ -249,6 +263,25 @@ class NvmlReplay:
         return [SimpleNamespace(**p) for p in self._dev(h, "compute_processes")]
 
     def nvmlDeviceGetFieldValues(self, h: int, field_ids: list[int]) -> list[Any]:
-        action = self.probe["devices"][h].get("recovery_action")
-        value = self._value(action)
-        return [SimpleNamespace(nvmlReturn=0, value=SimpleNamespace(uiVal=int(value)))]
+        out = []
+        for field_id in field_ids:
+            entry = self.probe["devices"][h].get(_FIELDS.get(field_id, ""))
+            if entry is None and field_id != 230:  # NVML answers per field: not recorded is not supported
+                self.calls += 1
+                out.append(SimpleNamespace(nvmlReturn=3, value=SimpleNamespace(uiVal=0)))
+                continue
+            out.append(SimpleNamespace(nvmlReturn=0, value=SimpleNamespace(uiVal=int(self._value(entry)))))
+        return out
+
+    def nvmlDeviceGetGpuFabricInfoV(self, h: int, ref: Any) -> int:
+        """Fills the struct behind the pointer from the recorded `fabric` entry: {"state": 3,
+        "status": 0, "cliqueId": 1, "clusterUuid": "UUID text", "healthMask": 426, "healthSummary": 1}."""
+        value = self._dev(h, "fabric")
+        info = getattr(ref, "_obj", ref)
+        for key, raw in value.items():
+            if key == "clusterUuid":
+                data = bytes.fromhex(str(raw).replace("-", ""))[:16].ljust(16, b"\0")
+                info.clusterUuid = (ctypes.c_uint8 * 16)(*data)
+            elif key in ("state", "status", "cliqueId", "healthMask", "healthSummary"):
+                setattr(info, key, int(raw))
+        return 0

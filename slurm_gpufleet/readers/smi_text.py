@@ -137,6 +137,13 @@ def _unknown_errors(node: _Node, path: str = "") -> list[str]:
     return out
 
 
+# the Health rows of nvidia-smi -q's Fabric block, by the names its XML gives them
+_FABRIC_HEALTH_ROWS = {"summary": "Summary", "bandwidth": "Bandwidth",
+                       "route_recovery_in_progress": "Route Recovery in progress",
+                       "route_unhealthy": "Route Unhealthy", "access_timeout_recovery": "Access Timeout Recovery",
+                       "incorrect_configuration": "Incorrect Configuration"}
+
+
 def _gpu_from_tree(index: int, pci: str | None, t: _Node) -> Gpu:
     g = Gpu(index=index, pci_bus_id=pci)
     g.minor_number = v.to_int(t.get("Minor Number"))
@@ -160,6 +167,10 @@ def _gpu_from_tree(index: int, pci: str | None, t: _Node) -> Gpu:
     if g.recovery_action is None:
         g.recovery_action = _reset_status(t.get("GPU Reset Status", "Reset Required"),
                                           t.get("GPU Reset Status", "Drain and Reset Recommended"))
+
+    g.fabric = v.to_fabric(t.get("Fabric", "State"), t.get("Fabric", "Status"), t.get("Fabric", "CliqueId"),
+                           t.get("Fabric", "ClusterUUID"),
+                           {key: t.get("Fabric", "Health", row) for key, row in _FABRIC_HEALTH_ROWS.items()})
 
     g.memory_total_mib = v.to_int(t.get("FB Memory Usage", "Total"))
     g.memory_used_mib = v.to_int(t.get("FB Memory Usage", "Used"))

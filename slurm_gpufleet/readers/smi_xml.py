@@ -185,6 +185,13 @@ def _gpu(index: int, el: ET.Element) -> Gpu:
             if isinstance(pid, int):
                 g.processes.append(Process(pid=pid, name=_t(p_el, "process_name"),
                                            used_memory_mib=v.to_int(_t(p_el, "used_memory"))))
+    fabric = el.find("fabric")
+    if fabric is not None:
+        g.fabric = v.to_fabric(_t(fabric, "state"), _t(fabric, "status"), _t(fabric, "cliqueId"),
+                               _t(fabric, "clusterUuid"),
+                               {key: _t(fabric, f"health/{key}") for key in (
+                                   "summary", "bandwidth", "route_recovery_in_progress", "route_unhealthy",
+                                   "access_timeout_recovery", "incorrect_configuration")})
     nvlink = el.find("nvlink")
     if nvlink is not None:
         links = []

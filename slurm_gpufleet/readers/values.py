@@ -109,3 +109,63 @@ def add_ints(*values: object) -> int | _Unsupported | None:
 def below_limit(limit: int, relative: object) -> object:
     """R550+ prints temperature thresholds as distances below T.Limit; turn one into degrees C."""
     return limit - relative if isinstance(relative, int) else relative
+
+
+# nvidia-smi's Fabric block, text and XML: field -> the words it prints
+_FABRIC_STATES = {"not supported": "not_supported", "not started": "not_started", "in progress": "in_progress",
+                  "completed": "completed"}
+_FABRIC_SUMMARY = {"healthy": "healthy", "unhealthy": "unhealthy", "limited capacity": "limited_capacity"}
+
+
+def _code(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.strip().lower()).strip("_")
+
+
+def to_fabric(state: str | None, status: str | None, clique: str | None, cluster_uuid: str | None,
+              health: dict[str, str | None]) -> object:
+    """The Fabric block as the snapshot's Fabric.  `health` holds the rows under Health by their XML
+    names (summary, bandwidth, route_recovery_in_progress, route_unhealthy, access_timeout_recovery,
+    incorrect_configuration).  N/A everywhere (no NVSwitch) is "not supported"; a value nvidia-smi
+    never prints is kept as "unknown:<it>" for the check to name, never guessed."""
+    from ..snapshot import Fabric
+
+    fab = Fabric()
+    if state is None:
+        # a block with rows but no State: something cut it; said, never taken for "no fabric"
+        if any(x is not None and not is_na(x) for x in (status, clique, cluster_uuid, *health.values())):
+            fab.state = "unknown:no State row"
+        return fab
+    if is_na(state) or state.strip().lower() == "not supported":
+        fab.state = UNSUPPORTED
+        return fab
+    fab.state = _FABRIC_STATES.get(state.strip().lower(), f"unknown:{state.strip()[:40]}")
+    if status is not None and not is_na(status):
+        fab.status = _code(status) or None
+    c = to_int(clique)
+    fab.clique_id = c if isinstance(c, int) else None
+    u = to_str(cluster_uuid)
+    fab.cluster_uuid = u if isinstance(u, str) else None
+
+    def flag(name: str) -> bool | None:
+        raw = health.get(name)
+        b = to_bool(raw)
+        if isinstance(b, bool):
+            return b
+        return None
+
+    bandwidth = health.get("bandwidth")
+    if bandwidth and not is_na(bandwidth):
+        low = bandwidth.strip().lower()
+        fab.degraded_bandwidth = True if low.startswith("degraded") else (False if low == "full" else None)
+    fab.route_recovery = flag("route_recovery_in_progress")
+    fab.route_unhealthy = flag("route_unhealthy")
+    fab.access_timeout_recovery = flag("access_timeout_recovery")
+    config = health.get("incorrect_configuration")
+    if config and not is_na(config):
+        fab.incorrect_configuration = _code(config) or None
+        if fab.incorrect_configuration == "incompatible_gpu_firmware":
+            fab.incorrect_configuration = "incompatible_gpu_fw"
+    summary = health.get("summary")
+    if summary and not is_na(summary):
+        fab.summary = _FABRIC_SUMMARY.get(summary.strip().lower(), f"unknown:{summary.strip()[:40]}")
+    return fab

@@ -1,0 +1,249 @@
+"""The NVLink fabric domain on GB200/GB300 sessions, nvidia-smi Fabric blocks, NVLink5 and Xid forms."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+
+import pytest
+
+from slurm_gpufleet import evaluate
+from slurm_gpufleet.checks import Context
+from slurm_gpufleet.checks import fabric as fabric_check
+from slurm_gpufleet.datafiles import GB_SESSIONS
+from slurm_gpufleet.policy import parse_policy
+from slurm_gpufleet.readers import read_report_file
+from slurm_gpufleet.readers.kernel_log import parse_kernel_log, parse_xid_line
+from slurm_gpufleet.readers.nvml import NvmlReader
+from slurm_gpufleet.readers.nvml_replay import NvmlReplay
+from slurm_gpufleet.snapshot import FabricManager, HostFacts, NodeSnapshot, XidEvent
+
+FAULTS = tomllib.loads((GB_SESSIONS / "fabric_faults.toml").read_text())
+SESSIONS = ["gb200-tray", "gb300-board"]
+
+
+def session(kind: str) -> dict:
+    return json.loads((GB_SESSIONS / f"{kind}.json").read_text())
+
+
+def read(probe: dict) -> NodeSnapshot:
+    return NvmlReader(nvml=NvmlReplay(probe)).read()
+
+
+def noisy(report) -> list:
+    return [f for f in report.findings if f.severity != "ok"]
+
+
+@pytest.mark.parametrize("kind", SESSIONS)
+def test_healthy_trays_are_quiet_and_known(kind):
+    snap = read(session(kind))
+    report = evaluate(snap)
+    assert report.verdict == "ok", [f.line() for f in noisy(report)]
+    assert not noisy(report)  # "not in GPU table" was the first thing a GB200 user saw
+    g = snap.gpus[0]
+    assert g.fabric.state == "completed" and g.fabric.status == "success" and g.fabric.clique_id == 32766
+    assert g.fabric.route_unhealthy is False and g.fabric.incorrect_configuration == "none"
+    assert len(g.nvlinks) == 18 and {link.speed_gbps for link in g.nvlinks} == {53.125}
+
+
+@pytest.mark.parametrize("kind", SESSIONS)
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_every_fabric_fault_is_caught_and_names_its_gpu(kind, fault):
+    probe = session(kind)
+    gpu = 2 if kind == "gb300-board" else 1
+    probe["devices"][gpu]["fabric"]["value"].update(FAULTS[fault]["fabric"])
+    report = evaluate(read(probe))
+    hits = [f for f in report.findings if f.check == "fabric"]
+    assert [(f.gpu, f.severity, f.message) for f in hits][:1] == [(gpu, FAULTS[fault]["severity"],
+                                                                    FAULTS[fault]["message"])]
+    assert all(f.gpu == gpu for f in noisy(report))  # the other GPUs stay quiet
+    assert "fabric." in hits[0].detail or "state" in hits[0].detail  # the field it read
+
+
+def test_incompatible_firmware_is_a_firmware_finding_too():
+    probe = session("gb200-tray")
+    probe["devices"][0]["fabric"]["value"].update(FAULTS["incompatible_gpu_firmware"]["fabric"])
+    checks = {f.check for f in noisy(evaluate(read(probe)))}
+    assert checks == {"fabric", "firmware"}
+
+
+def test_in_progress_is_a_warning_within_the_grace_then_a_drain():
+    probe = session("gb200-tray")
+    probe["devices"][0]["fabric"]["value"].update(FAULTS["stuck_in_progress"]["fabric"])
+    snap = read(probe)
+    policy = parse_policy("[defaults]\nfabric_grace_s = 300").for_node("n1")
+    snap.uptime_s = 120.0
+    assert [f.severity for f in fabric_check.check(Context(snap, policy))] == ["warn"]
+    snap.uptime_s = 301.0
+    assert [f.severity for f in fabric_check.check(Context(snap, policy))] == ["drain"]
+    snap.uptime_s = None  # a saved report: time since boot unknown, never called stuck
+    assert [f.severity for f in fabric_check.check(Context(snap, policy))] == ["warn"]
+
+
+def test_degraded_bandwidth_follows_the_site_policy():
+    probe = session("gb200-tray")
+    probe["devices"][0]["fabric"]["value"].update(FAULTS["degraded_bandwidth"]["fabric"])
+    snap = read(probe)
+    assert evaluate(snap).verdict == "warn"
+    assert evaluate(snap, parse_policy("[defaults]\nfabric_degraded = 'drain'")).verdict == "drain"
+
+
+def test_clique_zero_is_healthy_on_a_single_node_hgx_board():
+    # the real H100 x8 capture: Completed / Success / clique 0 / zero UUID on an HGX board is normal
+    from slurm_gpufleet.datafiles import PUBLIC
+
+    snap = read_report_file(str(PUBLIC / "nvidia-smi" / "healthy_h200_1.txt"))
+    assert snap.gpus[0].fabric.clique_id == 0
+    assert not [f for f in evaluate(snap).findings if f.check == "fabric"]
+    # a site that says its nodes are in a multi-node NVLink domain gets the drain
+    policy = parse_policy("[defaults]\nfabric_multinode = true")
+    assert [f.message for f in evaluate(snap, policy).findings if f.check == "fabric"][0].startswith("fabric clique 0")
+
+
+@pytest.mark.parametrize("name,verdict,message", [
+    ("healthy", "ok", None),
+    ("insufficient-resources", "drain", "fabric registration failed: insufficient resources"),
+    ("in-progress", "warn", "fabric registration in progress"),
+    ("route-unhealthy", "drain", "fabric route unhealthy"),
+    ("garbage", "warn", "unknown fabric state"),
+])
+def test_nvidia_smi_fabric_blocks(name, verdict, message):
+    for ext in ("txt", "xml"):
+        path = GB_SESSIONS / f"gb200-tray-{name}.{ext}"
+        if not path.exists():
+            continue
+        report = evaluate(read_report_file(str(path)))
+        assert report.verdict == verdict, (ext, [f.line() for f in noisy(report)])
+        if message:
+            assert [(f.gpu, f.message) for f in noisy(report) if f.check == "fabric"] == [(1, message)]
+
+
+def test_missing_fields_in_a_fabric_block_are_an_unknown_state():
+    text = (GB_SESSIONS / "gb200-tray-healthy.txt").read_text()
+    cut = text.replace("        State                                          : Completed\n", "", 1)
+    path = GB_SESSIONS.parent / "x"  # never written: read_text from a string
+    from slurm_gpufleet.readers.smi_text import read_text
+
+    report = evaluate(read_text(cut))
+    assert [(f.gpu, f.severity, f.message) for f in noisy(report)] == [(0, "warn", "unknown fabric state")]
+    assert not path.exists()
+
+
+def test_nvlink5_count_and_speed_are_judged_per_model():
+    probe = session("gb200-tray")
+    probe["devices"][3]["nvlink_speed_mbps_common"]["value"] = 26562
+    for link in ("16", "17"):
+        del probe["devices"][1]["nvlink"][link]
+    report = evaluate(read(probe))
+    got = sorted((f.gpu, f.severity, f.message) for f in noisy(report))
+    assert got == [(1, "drain", "16 of 18 NVLinks present"), (3, "drain", "NVLink at 26.562 GB/s < 53.125")]
+
+
+def test_summary_publishes_the_fabric_and_domains_are_discovered_from_it():
+    from slurm_gpufleet.hooks import fabric_fields
+    from slurm_gpufleet.maintain.domains import discover, fabric_domain
+
+    fields = fabric_fields(read(session("gb200-tray")))
+    assert fields == {"fab": "C", "clq": 32766, "cuid": "4f6a7c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b"}
+    assert fabric_fields(read_report_file(str(GB_SESSIONS.parent / "h200-real" / "nvidia-smi-q.xml"))) == {}
+    rack = fabric_domain(fields)
+    nodes = [("t1", rack), ("t2", rack), ("t3", fabric_domain({"clq": 0, "cuid": "0" * 8 + "-0000"})), ("t4", None)]
+    found = discover((), None, nodes)
+    assert found.members == {"nvl-4f6a7c1e-32766": ["t1", "t2"]}
+
+
+# -- fabric manager on HGX boards ----------------------------------------------------------------
+def _hgx(model: str, fm: FabricManager | None, uptime: float = 3600.0) -> NodeSnapshot:
+    snap = read(session("gb300-board"))
+    for g in snap.gpus:
+        g.name = model
+        g.fabric.state = None
+    snap.host_facts = HostFacts(fabric_manager=fm)
+    snap.uptime_s = uptime
+    return snap
+
+
+@pytest.mark.parametrize("fm,uptime,expect", [
+    (FabricManager(True, "active", 0, 9000.0), 9000.0, []),
+    (FabricManager(True, "failed", 1, 50.0), 3600.0, [("drain", "nvidia-fabricmanager failed")]),
+    (FabricManager(True, "activating", 0, 5.0), 60.0, [("warn", "nvidia-fabricmanager activating")]),
+    (FabricManager(False), 3600.0, [("drain", "nvidia-fabricmanager not installed")]),
+    (FabricManager(True, "active", 4, 120.0), 3600.0, [("drain", "nvidia-fabricmanager flapping")]),
+    (FabricManager(True, "active", 4, 5000.0), 9000.0, []),
+])
+def test_fabric_manager_on_hgx_boards(fm, uptime, expect):
+    snap = _hgx("NVIDIA B200", fm, uptime)
+    got = [(f.severity, f.message) for f in evaluate(snap).findings if f.check == "fabric"]
+    assert got == expect
+
+
+def test_fabric_manager_is_never_judged_on_gb200_trays_or_small_nodes():
+    snap = _hgx("NVIDIA GB200", FabricManager(False))
+    assert not [f for f in evaluate(snap).findings if f.check == "fabric"]
+    snap = _hgx("NVIDIA B200", FabricManager(False))
+    snap.gpus = snap.gpus[:1]
+    assert not [f for f in evaluate(snap).findings if f.check == "fabric"]
+
+
+# -- Xid lines -------------------------------------------------------------------------------
+def test_nvlink5_xids_nonfatal_is_a_warning_and_fatal_follows_the_catalog():
+    lines = ["[171167.6] NVRM: Xid (PCI:0008:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 01 "
+             "(0x00082226 0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)"]
+    snap = read(session("gb200-tray"))
+    snap.xid_events, snap.boots_seen = parse_kernel_log(lines)
+    assert [(f.severity, f.message) for f in noisy(evaluate(snap))] == [
+        ("warn", "Xid 149 NVLink5 NETIR error (Nonfatal)")]
+    lines.append("[171167.7] NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
+                 "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)")
+    snap.xid_events, snap.boots_seen = parse_kernel_log(lines)
+    found = noisy(evaluate(snap))
+    assert [(f.gpu, f.severity, f.message) for f in found] == [(0, "reboot", "Xid 149.33 NVLink5 NETIR error (Fatal)")]
+
+
+def test_caused_by_previous_xid_counts_the_cause_once():
+    from slurm_gpufleet.hooks import event_counters
+
+    lines = ["NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 01 (0x021425c6 0x0)",
+             "NVRM: Xid (PCI:0008:01:00): 45, pid=7, name=python, Ch 00000010, caused by previous Xid 149",
+             "NVRM: Xid (PCI:0009:01:00): 45, pid=7, name=python, Ch 00000010, caused by previous Xid 149"]
+    snap = read(session("gb200-tray"))
+    snap.xid_events, snap.boots_seen = parse_kernel_log(lines)
+    found = sorted((f.gpu, f.xid) for f in evaluate(snap).findings if f.check == "xid")
+    # GPU 0: Xid 149 once, its Xid 45 not again; GPU 1's 45 has no cause in the log: counted as itself
+    assert found == [(0, 149), (1, 45)]
+    assert event_counters(snap) == {"xh": 1, "xs": 1}
+
+
+@pytest.mark.parametrize("line,xid,pci,partial", [
+    ("NVRM: Xid (PCI:0000:01:00): 154 (", 154, "0000:01:00", True),
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=123, name=python, GPU has fallen off the bus.", 79, "0000:3b:00", False),
+    ("NVRM: Xid (PCI:0000:07:00 GPU-I:05 GPU-C:01): 13, pid=1, name=x, Graphics Exception", 13, "0000:07:00", False),
+    ("NVRM: Xid (0000:02:00): 79, GPU has fallen off the bus.", 79, "0000:02:00", False),
+    ("NVRM: Xid (PCI:0000:02:00 new-field): 48, DBE", 48, "0000:02:00", True),
+    ("NVRM: Xid: something the parser has never seen", 0, None, True),
+])
+def test_xid_line_forms(line, xid, pci, partial):
+    e = parse_xid_line(line)
+    assert (e.xid, e.pci, e.partial) == (xid, pci, partial)
+
+
+def test_short_pci_fallen_off_the_bus_form():
+    events, _ = parse_kernel_log(["[Sun Feb 23 16:24:18 2025] NVRM: GPU 18:00.0: GPU has fallen off the bus."])
+    assert [(e.xid, e.pci) for e in events] == [(79, "0000:18:00")]
+
+
+def test_an_unreadable_xid_line_is_a_warning_not_silence():
+    snap = read(session("gb200-tray"))
+    snap.xid_events = [XidEvent(line=4, xid=0, pci=None, raw="NVRM: Xid: ???", partial=True)]
+    snap.boots_seen = 1
+    assert [(f.severity, f.message) for f in noisy(evaluate(snap))] == [("warn", "1 Xid line(s) of an unknown form")]
+
+
+def test_a_fabric_finding_fits_a_slurm_reason():
+    from slurm_gpufleet.slurm.actions import make_reason, worst
+
+    probe = session("gb200-tray")
+    probe["devices"][2]["fabric"]["value"].update(FAULTS["route_unhealthy"]["fabric"])
+    report = evaluate(read(copy.deepcopy(probe)))
+    assert make_reason(worst(report.findings)) == "gpufleet: fabric gpu2 fabric route unhealthy"
