@@ -155,7 +155,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     from .slurm import SlurmError
     from .slurm.actions import decide
     from .slurm.actuator import Actuator
-    from .slurm.ownership import HEALTH
+    from .slurm.ownership import HEALTH, rack_of_reason
 
     findings = report.findings + (extra_findings or [])
     final = verdict(findings)
@@ -200,6 +200,12 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                 action = type(action)("none", why=f"not drained, breaker open: {blocked}")
         elif action.kind == "set_reason":
             published = bool(actuator.set_reason([info], action.reason, fields or None).done)
+        elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
+            from .slurm.escalation import resume_domain
+
+            said = resume_domain(backend, settings, setup.policy.domains, info, fields or None)
+            published = said.startswith("rack ") and " resumed: " in said
+            action = type(action)("resume" if published else "none", why=said)
         elif action.kind == "resume":
             published = bool(actuator.resume([info], fields or None).done)
         elif action.kind == "reboot":
@@ -207,6 +213,12 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
             history.record_reboot(node, action.fault or "", info.boot_time)
     except SlurmError as exc:
         ok, error = False, str(exc)
+    if ok and action.kind in ("drain", "set_reason") and published and _rack_fault(findings):
+        from .slurm.escalation import escalate
+
+        said = escalate(backend, settings, setup.policy.domains, node)
+        if said:
+            history.record_action(node, hook, "rack", "", said, True)
     if action.kind != "none" or not ok:
         history.record_action(node, hook, action.kind, action.reason, action.why, ok, error)
         (log.info if ok else log.error)("%s %s%s: %s%s", hook, action.kind,
@@ -235,6 +247,15 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         history.prune()
     history.close()
     return action.kind if ok else "error"
+
+
+def _rack_fault(findings: list[Finding]) -> bool:
+    """The node's worst finding is one a rack can cause (fabric, NVLink): its drain may be the rack's."""
+    from .slurm.actions import worst
+    from .slurm.escalation import RACK_CHECKS
+
+    f = worst(findings)
+    return f is not None and f.severity == "drain" and f.check in RACK_CHECKS
 
 
 class KeptHistory:
@@ -584,6 +605,11 @@ def _prolog(argv: list[str] | None = None) -> int:
     watchdog.cancel()
     gpus = _job_gpus()
     report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
+    from .imex import job_findings as imex_findings
+
+    # IMEX is the job's to judge (imex.py): only a job that uses it, never an idle node
+    report.findings += imex_findings(os.environ, setup.settings)
+    report.verdict = verdict(report.findings)
     if job:
         _write_window(setup.settings, setup.node, job, snap, gpus)
         if report.verdict not in ("reboot", "drain") and _job_nodes() >= 2:
@@ -739,7 +765,9 @@ def _epilog(argv: list[str] | None = None) -> int:
             window = {}
     gpus = _job_gpus() or (frozenset(window["gpus"]) if window.get("gpus") else None)
     report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
-    extra = job_findings(snap, job, gpus, window)
+    from .imex import job_findings as imex_findings
+
+    extra = job_findings(snap, job, gpus, window) + imex_findings(os.environ, setup.settings)
     for f in extra:
         log.warning("job %s: %s gpu %s: %s", job, f.check, f.gpu, f.detail or f.message)
     result = act(setup, report, "epilog", job=job, extra_findings=extra)

@@ -77,7 +77,14 @@ def gather(source: Source) -> NodeSnapshot:
             if source.strict:
                 raise
             snap.unread.append(f"host facts under {source.host_root}: {exc.strerror or exc}")
+        from .checks.fabric import needs_fabric_manager
+
+        if snap.host_facts is not None and source.host_root == "/" and needs_fabric_manager(snap):
+            from .readers.host import read_fabric_manager
+
+            snap.host_facts.fabric_manager = read_fabric_manager(uptime_s=known(snap.uptime_s))
     return snap
+
 
 
 @dataclass

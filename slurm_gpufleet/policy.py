@@ -283,6 +283,11 @@ class SlurmSettings:
     # opens it instead
     breaker_threshold: int | str = setting("10%", _count_or_pct)
     breaker_window_s: float = setting(300.0, _number)
+    # rack escalation (slurm/escalation.py): a failure domain (NVLink rack, Slurm block) is drained whole,
+    # with one reason, when this many of its nodes were drained for fabric or NVLink faults within the
+    # window, or when 2 or more show the same fabric fault at once (a switch-side signature)
+    rack_escalate_nodes: int = setting(3, _int(2))
+    rack_escalate_window_s: float = setting(600.0, _number)
     # where an open breaker is recorded (default <state_dir>/breaker.json; shared storage: one reset)
     breaker_file: str | None = setting(None, _abs_path)
     # driver and CUDA as node features (gpufleet_drv580, gpufleet_drv580.159.04, gpufleet_cuda13.0), so
@@ -304,6 +309,14 @@ class SlurmSettings:
     lemon_hold_hours: float = setting(48.0, _number)
     lemon_partition: str = setting("", _str)
     lemon_db: str | None = setting(None, _abs_path)
+    # IMEX (imex.py), judged only in the prolog and epilog of a job that uses it, never on an idle node:
+    # "all" where SwitchType=switch/nvidia_imex gives every job a channel, "marked" for jobs that ask for
+    # one of imex_features (--constraint) or carry one of imex_env (NAME or NAME=VALUE, e.g. set by a
+    # job_submit plugin from --network or a GRES), "none" to never judge it
+    imex_jobs: str = setting("marked", _choice("none", "marked", "all"))
+    imex_features: tuple[str, ...] = setting((), _tuple_of_str)
+    imex_env: tuple[str, ...] = setting((), _tuple_of_str)
+    imex_ctl: str = setting("/usr/bin/nvidia-imex-ctl", _abs_path)
     # the one exception to "root trusts only root's files" (slurm_gpufleet/trust.py): this group may hold
     # group write on the paths the config names (never on the config itself)
     trusted_group: str | None = setting(None, _str)

@@ -247,3 +247,28 @@ def test_a_fabric_finding_fits_a_slurm_reason():
     probe["devices"][2]["fabric"]["value"].update(FAULTS["route_unhealthy"]["fabric"])
     report = evaluate(read(copy.deepcopy(probe)))
     assert make_reason(worst(report.findings)) == "gpufleet: fabric gpu2 fabric route unhealthy"
+
+
+def test_systemctl_show_is_read_into_the_fabric_manager_state():
+    from slurm_gpufleet.readers.host import parse_systemctl_show
+
+    fm = parse_systemctl_show("LoadState=loaded\nActiveState=active\nNRestarts=4\n"
+                              "StateChangeTimestampMonotonic=3500000000\n", uptime_s=3600.0)
+    assert fm == FabricManager(True, "active", 4, 100.0)
+    assert parse_systemctl_show("LoadState=not-found\nActiveState=inactive\n", 10.0) == FabricManager(False, "inactive")
+    assert parse_systemctl_show("garbage", 10.0) is None
+
+
+def test_a_missing_or_hung_systemctl_is_not_read(tmp_path):
+    import os
+    import time
+
+    from slurm_gpufleet.readers.host import read_fabric_manager
+
+    hung = tmp_path / "systemctl"
+    hung.write_text("#!/bin/sh\nsleep 30\n")
+    os.chmod(hung, 0o755)
+    started = time.monotonic()
+    assert read_fabric_manager(str(hung), 10.0, timeout_s=0.5) is None
+    assert time.monotonic() - started < 5
+    assert read_fabric_manager(str(tmp_path / "absent"), 10.0) is None

@@ -124,9 +124,7 @@ def _fabric_manager(ctx: Context) -> list[Finding]:
     compute trays have no fabric manager of their own and are never judged here."""
     snap, pol = ctx.snapshot, ctx.policy
     fm = snap.host_facts.fabric_manager if snap.host_facts is not None else None
-    gpus = [g for g in snap.gpus if not g.lost]
-    models = {find_model(known(g.name), ctx.models) for g in gpus}
-    if fm is None or len(gpus) < 8 or not models or not all(m is not None and m.nvswitch_board for m in models):
+    if fm is None or not needs_fabric_manager(snap, ctx.models):
         return []
     up = known(snap.uptime_s)
     in_grace = isinstance(up, int | float) and up <= pol.fabric_manager_grace_s
@@ -145,3 +143,13 @@ def _fabric_manager(ctx: Context) -> list[Finding]:
                         f"{fm.restarts} restarts, the latest {fm.active_since_s:.0f} s ago "
                         f"(limit {pol.fabric_manager_flap_restarts} within {pol.fabric_manager_flap_window_s} s)")]
     return []
+
+
+def needs_fabric_manager(snap, models: tuple = ()) -> bool:
+    """An HGX board: 8 GPUs or more, all of a model with NVSwitch on the board (data/gpu_models.toml).
+    Only such a node asks systemd about nvidia-fabricmanager (one process more, so not on every node)."""
+    gpus = [g for g in snap.gpus if not g.lost]
+    if len(gpus) < 8:
+        return False
+    found = {find_model(known(g.name), models) for g in gpus}
+    return all(m is not None and m.nvswitch_board for m in found)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..snapshot import HostFacts, KernelFacts, KernelModule
+from ..snapshot import FabricManager, HostFacts, KernelFacts, KernelModule
 
 # NVIDIA's own name, and Debian's (its DKMS package builds nvidia-current.ko, loaded under the alias nvidia)
 MODULE_NAMES = frozenset(f"{name}.ko{ext}" for name in ("nvidia", "nvidia-current") for ext in ("", ".xz", ".gz", ".zst"))
@@ -246,3 +246,36 @@ def _text(path: Path) -> str | None:
         return None
 
 
+
+
+def read_fabric_manager(systemctl: str = "systemctl", uptime_s: float | None = None,
+                        timeout_s: float = 5.0) -> FabricManager | None:
+    """nvidia-fabricmanager as systemd shows it (`systemctl show`), within `timeout_s`.  None where
+    systemd cannot be asked (no systemctl, a container without it, a hang): not read is not judged."""
+    import subprocess
+
+    try:
+        done = subprocess.run([systemctl, "show", "nvidia-fabricmanager.service", "--no-pager", "-p",
+                               "LoadState,ActiveState,NRestarts,StateChangeTimestampMonotonic"],
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    return parse_systemctl_show(done.stdout, uptime_s)
+
+
+def parse_systemctl_show(text: str, uptime_s: float | None) -> FabricManager | None:
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    load = values.get("LoadState")
+    if load is None:
+        return None
+    if load in ("not-found", "masked"):
+        return FabricManager(installed=False, active=values.get("ActiveState"))
+    restarts = values.get("NRestarts", "")
+    changed = values.get("StateChangeTimestampMonotonic", "")
+    since = None
+    if changed.isdecimal() and int(changed) > 0 and uptime_s is not None:
+        since = max(0.0, uptime_s - int(changed) / 1e6)
+    return FabricManager(installed=True, active=values.get("ActiveState"),
+                         restarts=int(restarts) if restarts.isdecimal() else None, active_since_s=since)

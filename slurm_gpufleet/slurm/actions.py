@@ -23,6 +23,7 @@ from .ownership import (  # noqa: F401  (re-exported: one place names them)
     HEALTH,
     MAINTAIN_PREFIX,
     PREFIX,
+    RACK_PREFIX,
     SLURM_HOOK_REASONS,
     STRAGGLER_PREFIX,
     left_alone,
@@ -128,6 +129,8 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
 
 def _drain(node: NodeInfo, ours: bool, reason: str, why: str, key: str) -> Action:
     if node.drained and ours:
+        if node.reason.startswith(RACK_PREFIX):  # the rack's reason stands until the rack comes back whole
+            return Action("none", why=f"held by its rack's escalation ({why})", fault=key)
         if node.reason == reason:
             return Action("none", why="already drained by us for this", fault=key)
         return Action("set_reason", reason=reason, why=why, fault=key)

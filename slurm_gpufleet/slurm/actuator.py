@@ -59,6 +59,22 @@ class Actuator:
     def drain_each(self, pairs: list[tuple[NodeInfo, str]], fields: dict[str, str] | None = None) -> Applied:
         """Each node with its own reason; judged by the breaker as one batch, in order."""
         out = Applied()
+        fresh = self._relabel_ours(pairs, fields, out)
+        if fresh and self.actor in UNPLANNED and self.settings is not None:
+            from . import breaker
+
+            # judged and drained under one lock: the next node's count sees this drain in Slurm
+            with breaker.counting_lock(self.settings.breaker_path):
+                passed = {i.name for i in self._breaker([i for i, _ in fresh], out)}
+                self._drains([(i, r) for i, r in fresh if i.name in passed], fields, out)
+        else:
+            self._drains(fresh, fields, out)
+        return out
+
+    def _relabel_ours(self, pairs: list[tuple[NodeInfo, str]], fields: dict[str, str] | None,
+                      out: Applied) -> list[tuple[NodeInfo, str]]:
+        """Ownership: nodes someone else holds are left (and said so), our own drains get the new reason;
+        returns the free nodes, still to drain."""
         fresh: list[tuple[NodeInfo, str]] = []
         relabel: dict[str, list[str]] = {}
         for info, reason in pairs:
@@ -72,16 +88,7 @@ class Actuator:
         for reason, names in relabel.items():
             if self._call(out, "set_reason_nodes", names, reason, *([fields] if fields else [])):
                 out.reason_set += names
-        if fresh and self.actor in UNPLANNED and self.settings is not None:
-            from . import breaker
-
-            # judged and drained under one lock: the next node's count sees this drain in Slurm
-            with breaker.counting_lock(self.settings.breaker_path):
-                passed = {i.name for i in self._breaker([i for i, _ in fresh], out)}
-                self._drains([(i, r) for i, r in fresh if i.name in passed], fields, out)
-        else:
-            self._drains(fresh, fields, out)
-        return out
+        return fresh
 
     def _drains(self, pairs: list[tuple[NodeInfo, str]], fields: dict[str, str] | None, out: Applied) -> None:
         by_reason: dict[str, list[str]] = {}
@@ -90,6 +97,41 @@ class Actuator:
         for reason, names in by_reason.items():
             if self._call(out, "drain_nodes", names, reason, *([fields] if fields else [])):
                 out.done += names
+
+    def drain_domain(self, domain: str, nodes: list[NodeInfo], reason: str, domains: int) -> Applied:
+        """A whole failure domain drained as one decision (rack escalation): the breaker counts it as one
+        domain among `domains`, never node by node; members someone else holds are left, ours get the
+        domain's reason, free ones are drained, in one write per change."""
+        from . import breaker
+
+        out = Applied()
+        s = self.settings
+        with breaker.counting_lock(s.breaker_path):
+            record = breaker.state(s.breaker_path)
+            if record is None:
+                try:
+                    fleet = list(self.fleet) if self.fleet is not None else self.backend.nodes()
+                except SlurmError as exc:
+                    log.warning("breaker: cannot read the fleet, not judged: %s", exc)
+                    fleet = []
+                trip = breaker.would_trip_domain(fleet, domain, domains, s.breaker_threshold, s.breaker_window_s,
+                                                 now=self.clock()) if fleet else None
+                if trip is not None:
+                    why = trip.text(s.breaker_window_s)
+                    try:
+                        breaker.open_(s.breaker_path, domain, why)
+                    except OSError as exc:
+                        log.error("breaker: cannot record the open state in %s: %s", s.breaker_path, exc)
+                    record = breaker.state(s.breaker_path) or {"why": why}
+                    log.critical("ALERT gpufleet drain breaker OPEN: %s; no node is drained until "
+                                 "`slurm-gpufleet breaker reset`", record.get("why", why))
+            if record is not None:
+                out.breaker = str(record.get("why", "open"))
+                out.blocked = [i.name for i in nodes]
+                return out
+            # judged above, as one decision: the free members drain without a count of their own
+            self._drains(self._relabel_ours([(i, reason) for i in nodes], None, out), None, out)
+        return out
 
     def judge(self, nodes: list[NodeInfo]) -> Applied:
         """The breaker's answer for draining these nodes, without draining them (a failed prolog: Slurm

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import NodeInfo
-from .ownership import HEALTH, STRAGGLER, owner
+from .ownership import HEALTH, STRAGGLER, owner, rack_of_reason
 
 
 @dataclass
@@ -35,9 +35,10 @@ class Trip:
     drained: int    # nodes drained by us within the window, this one included
     limit: int      # the most the threshold allows
     total: int      # nodes in the scope
+    unit: str = "nodes"
 
     def text(self, window_s: float) -> str:
-        return (f"{self.drained} of {self.total} nodes in the {self.scope} drained by gpufleet within "
+        return (f"{self.drained} of {self.total} {self.unit} in the {self.scope} drained by gpufleet within "
                 f"{window_s:g} s (limit {self.limit})")
 
 
@@ -49,10 +50,21 @@ def limit_of(threshold: int | str, total: int) -> int:
 
 def would_trip(fleet: list[NodeInfo], node: str, threshold: int | str, window_s: float,
                now: float | None = None) -> Trip | None:
-    """Would draining `node` now pass the threshold?  Pure: the fleet as one read of Slurm shows it."""
+    """Would draining `node` now pass the threshold?  Pure: the fleet as one read of Slurm shows it.
+    A rack escalation is one decision: its nodes count as one, the first of them (slurm/escalation.py)."""
     now = time.time() if now is None else now
-    recent = {n.name for n in fleet if n.name != node and owner(n) in (HEALTH, STRAGGLER) and n.reason_time is not None
-              and now - n.reason_time <= window_s}
+    recent: set[str] = set()
+    racks: set[str] = set()
+    for n in sorted(fleet, key=lambda n: n.name):
+        if n.name == node or owner(n) not in (HEALTH, STRAGGLER) or n.reason_time is None \
+                or now - n.reason_time > window_s:
+            continue
+        rack = rack_of_reason(n.reason)
+        if rack is not None:
+            if rack in racks:
+                continue
+            racks.add(rack)
+        recent.add(n.name)
     me = next((n for n in fleet if n.name == node), None)
     scopes = [("fleet", [n.name for n in fleet])]
     for p in (me.partitions if me else []):
@@ -62,6 +74,20 @@ def would_trip(fleet: list[NodeInfo], node: str, threshold: int | str, window_s:
         limit = limit_of(threshold, len(members))
         if drained > limit:
             return Trip(scope, drained, limit, len(members))
+    return None
+
+
+def would_trip_domain(fleet: list[NodeInfo], domain: str, domains: int, threshold: int | str, window_s: float,
+                      now: float | None = None) -> Trip | None:
+    """Would escalating `domain` now pass the threshold, counted in domains: the racks drained whole by
+    escalation within the window, this one included, against `breaker_threshold` of the `domains` there
+    are.  One escalation is one decision; no more than the threshold's domains are ever drained whole."""
+    now = time.time() if now is None else now
+    racks = {rack_of_reason(n.reason) for n in fleet if owner(n) == HEALTH and n.reason_time is not None
+             and now - n.reason_time <= window_s} - {None, domain}
+    limit = limit_of(threshold, max(domains, 1))
+    if len(racks) + 1 > limit:
+        return Trip("fleet", len(racks) + 1, limit, domains, unit="failure domains")
     return None
 
 

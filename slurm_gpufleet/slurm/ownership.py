@@ -22,6 +22,15 @@ MAINTAIN_PREFIX = "gpufleet: maintain"   # a rollout's drains: the rollout gives
 # a straggler drain: the quick health check measures no performance, so a clean run proves nothing about it
 STRAGGLER_PREFIX = "gpufleet: performance"
 SLURM_HOOK_REASONS = ("Prolog error", "Epilog error")
+# a whole failure domain drained by rack escalation (slurm/escalation.py): "gpufleet: rack <domain> ..."
+RACK_PREFIX = "gpufleet: rack "
+
+
+def rack_of_reason(reason: str) -> str | None:
+    """The domain a rack-escalation reason names, or None for any other reason."""
+    if not reason.startswith(RACK_PREFIX):
+        return None
+    return (reason[len(RACK_PREFIX):].split() or [None])[0]
 
 FREE, HEALTH, MAINTAIN, STRAGGLER, HOOK, OTHER = "free", "health", "maintain", "straggler", "hook", "other"
 

@@ -1,0 +1,152 @@
+"""Rack escalation: when the fault is the rack's, drain the rack.
+
+A GB200/GB300 NVL72 rack is one NVLink domain: a switch-tray fault takes every compute tray of it at
+once, and a job on a rack with one bad switch fails wherever in the rack it lands.  After the health
+check drains a node for a fabric or NVLink finding, it looks at the node's failure domain (the config's
+[[domain]], Slurm's topology blocks, or the NVLink domain the nodes publish: maintain/domains.discover)
+and drains the whole domain with one owned reason naming the trigger when either
+
+* `rack_escalate_nodes` of its nodes were drained by us for fabric or NVLink findings within
+  `rack_escalate_window_s`; or
+* the same fabric fault shows on 2 or more of its trays at once (a switch-side signature).
+
+The breaker counts one escalation as one decision (slurm/breaker.would_trip_domain).  The domain comes
+back as one: a member whose own checks pass waits until every member the escalation drained passes too,
+then all of them are resumed in one write.  IMEX findings are the job's and never escalate.
+
+Pure decisions (`trigger`, `ready_to_resume`) and one function each that reads and writes through the
+actuator; a Slurm call only on this path, which a fabric drain starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+
+from ..summary import from_node, published_at
+from .actions import one_line
+from .base import NodeInfo
+from .ownership import HEALTH, PREFIX, RACK_PREFIX, owner, rack_of_reason
+
+log = logging.getLogger("slurm-gpufleet")
+
+# the checks whose drains can be the rack's fault
+RACK_CHECKS = ("fabric", "nvlink")
+_FAULT = re.compile(rf"^{re.escape(PREFIX)} (?P<check>{'|'.join(RACK_CHECKS)}) (?:gpu\d+|node) (?P<what>.+)$")
+
+
+@dataclass
+class Trigger:
+    domain: str
+    why: str           # what the reason says
+    nodes: list[str]   # the members whose drains made it
+
+
+def fault_of(reason: str) -> tuple[str, str] | None:
+    """(check, what) of one of our fabric/NVLink drains: the same fault on two trays reads the same."""
+    m = _FAULT.match(reason)
+    return (m.group("check"), m.group("what")) if m else None
+
+
+def trigger(domain: str, members: list[NodeInfo], min_nodes: int, window_s: float, now: float) -> Trigger | None:
+    """Pure: does this domain's state call for draining it whole?"""
+    recent = [(n, fault_of(n.reason)) for n in members
+              if owner(n) == HEALTH and n.reason_time is not None and now - n.reason_time <= window_s]
+    faulty = [(n, f) for n, f in recent if f is not None]
+    by_fault: dict[tuple[str, str], list[str]] = {}
+    for n, f in faulty:
+        by_fault.setdefault(f, []).append(n.name)
+    same = max(((f, names) for f, names in by_fault.items() if f[0] == "fabric" and len(names) >= 2),
+               key=lambda x: len(x[1]), default=None)
+    if same is not None:
+        return Trigger(domain, f"switch-side: {same[1][0]} and {len(same[1]) - 1} more tray(s) {same[0][1]}",
+                       sorted(same[1]))
+    if len(faulty) >= min_nodes:
+        names = sorted(n.name for n, _ in faulty)
+        return Trigger(domain, f"{len(faulty)} trays with fabric/NVLink faults in {window_s:g} s, first {names[0]}",
+                       names)
+    return None
+
+
+def reason_for(t: Trigger) -> str:
+    return one_line(f"{RACK_PREFIX}{t.domain} {t.why}")
+
+
+def escalate(backend, settings, policy_domains, node: str, clock=time.time) -> str | None:
+    """After `node` was drained for a fabric/NVLink finding: drain its domain whole if the domain calls
+    for it.  Returns what was done, for the log; never raises for Slurm's sake (the node's own drain
+    stands either way)."""
+    from ..maintain.domains import discover, fabric_domain
+    from .actuator import Actuator
+    from .base import SlurmError
+
+    try:
+        fleet = backend.nodes()
+        topology = None if policy_domains else backend.topology()
+    except SlurmError as exc:
+        log.warning("rack escalation not judged: %s", exc)
+        return None
+    domains = discover(policy_domains, topology, [(n.name, fabric_domain(from_node(n))) for n in fleet])
+    domain = domains.of.get(node)
+    if domain is None:
+        return None
+    by_name = {n.name: n for n in fleet}
+    members = [by_name[m] for m in domains.members[domain] if m in by_name]
+    if any(rack_of_reason(n.reason) == domain for n in members):
+        return None  # already escalated: its members carry the domain's reason
+    t = trigger(domain, members, settings.rack_escalate_nodes, settings.rack_escalate_window_s, clock())
+    if t is None:
+        return None
+    reason = reason_for(t)
+    try:
+        done = Actuator(backend, HEALTH, settings, fleet=fleet, clock=clock).drain_domain(
+            domain, members, reason, len(domains.members))
+    except SlurmError as exc:
+        log.error("rack escalation of %s failed: %s", domain, exc)
+        return f"rack {domain} not drained: {exc}"
+    if done.breaker:
+        log.critical("ALERT rack %s not drained, the breaker is open: %s", domain, done.breaker)
+        return f"rack {domain} not drained: breaker open ({done.breaker})"
+    log.critical("ALERT rack escalation: %s drained whole (%s): %s", domain, ", ".join(done.done + done.reason_set),
+                 reason)
+    return f"rack {domain} drained: {reason}"
+
+
+def ready_to_resume(domain: str, members: list[NodeInfo], drained_at: float | None,
+                    clean_now: str | None = None) -> list[NodeInfo] | None:
+    """Pure: the members to resume together once every one the escalation drained published a clean
+    check (ok or warn) after the escalation; None while any has not.  `clean_now`: the member whose
+    clean run is deciding this (its summary goes out in the same write)."""
+    ours = [n for n in members if rack_of_reason(n.reason) == domain and n.drained]
+    for n in ours:
+        if n.name == clean_now:
+            continue
+        data = from_node(n) or {}
+        at = published_at(data)
+        if data.get("v") not in ("ok", "warn") or at is None or (drained_at is not None and at < drained_at):
+            return None
+    return ours
+
+
+def resume_domain(backend, settings, policy_domains, info: NodeInfo, fields=None) -> str:
+    """A rack-escalated node whose own checks pass: resume the whole domain when every member passes."""
+    from ..maintain.domains import discover, fabric_domain
+    from .actuator import Actuator
+    from .base import SlurmError
+
+    domain = rack_of_reason(info.reason)
+    try:
+        fleet = backend.nodes()
+        topology = None if policy_domains else backend.topology()
+    except SlurmError as exc:
+        return f"waiting: {exc}"
+    found = discover(policy_domains, topology, [(n.name, fabric_domain(from_node(n))) for n in fleet])
+    names = set(found.members.get(domain or "", [])) | {n.name for n in fleet if rack_of_reason(n.reason) == domain}
+    members = [n for n in fleet if n.name in names]
+    ready = ready_to_resume(domain or "", members, info.reason_time, clean_now=info.name)
+    if ready is None:
+        return f"waiting for every member of rack {domain} to pass its checks"
+    done = Actuator(backend, HEALTH, settings).resume(ready, fields)
+    return f"rack {domain} resumed: {', '.join(done.done)}" if done.done else f"rack {domain} not resumed"

@@ -1,0 +1,158 @@
+"""Rack escalation and IMEX: the pure decisions (real Slurm: tests/slurm/test_fabric_slurm.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from slurm_gpufleet.imex import ImexState, job_findings, job_uses_imex, judge, parse_domain, read_imex
+from slurm_gpufleet.policy import SlurmSettings
+from slurm_gpufleet.slurm.base import NodeInfo
+from slurm_gpufleet.slurm.breaker import would_trip, would_trip_domain
+from slurm_gpufleet.slurm.escalation import ready_to_resume, reason_for, trigger
+from slurm_gpufleet.summary import stamp
+
+NOW = 1_800_000_000.0
+
+
+def node(name, reason="", at=NOW - 60, drained=True, extra=""):
+    return NodeInfo(name=name, state="IDLE", flags={"DRAIN"} if drained else set(), reason=reason,
+                    reason_time=at if reason else None, extra=extra)
+
+
+def test_three_trays_with_fabric_or_nvlink_faults_in_the_window_trigger():
+    members = [node("t1", "gpufleet: fabric gpu0 fabric route unhealthy"),
+               node("t2", "gpufleet: nvlink gpu3 16 of 18 NVLinks present"),
+               node("t3", "gpufleet: fabric gpu1 fabric access timeout recovery"),
+               node("t4", drained=False)]
+    t = trigger("rack1", members, 3, 600, NOW)
+    assert t is not None and t.nodes == ["t1", "t2", "t3"]
+    assert reason_for(t) == "gpufleet: rack rack1 3 trays with fabric/NVLink faults in 600 s, first t1"
+    # two are not three; an old drain is out of the window; an admin's or a memory drain is not the rack's
+    assert trigger("rack1", members[:2] + members[3:], 3, 600, NOW) is None
+    old = [*members[:2], node("t3", "gpufleet: fabric gpu1 fabric access timeout recovery", at=NOW - 700)]
+    assert trigger("rack1", old, 3, 600, NOW) is None
+    other = [*members[:2], node("t3", "gpufleet: memory gpu1 row remapping failed")]
+    assert trigger("rack1", other, 3, 600, NOW) is None
+
+
+def test_the_same_fabric_fault_on_two_trays_is_a_switch_side_signature():
+    members = [node("t1", "gpufleet: fabric gpu0 fabric route unhealthy"),
+               node("t2", "gpufleet: fabric gpu2 fabric route unhealthy"), node("t3", drained=False)]
+    t = trigger("rack1", members, 3, 600, NOW)
+    assert t is not None and t.why.startswith("switch-side: t1 and 1 more tray(s) fabric route unhealthy")
+    # two different faults on two trays are not a signature
+    members[1] = node("t2", "gpufleet: fabric gpu2 fabric bandwidth degraded")
+    assert trigger("rack1", members, 3, 600, NOW) is None
+
+
+def test_the_breaker_counts_an_escalation_as_one_decision():
+    rack = [node(f"t{i}", "gpufleet: rack rack1 3 trays ...") for i in range(1, 19)]
+    free = [node(f"x{i}", drained=False) for i in range(1, 83)]
+    fleet = rack + free
+    # 18 nodes of one rack count as one drain: a node drain beside it still passes a threshold of 4
+    assert would_trip(fleet, "x1", 4, 300, now=NOW) is None
+    # counted in domains: with 10 domains and a threshold of 10%, a second rack is one too many
+    assert would_trip_domain(fleet, "rack2", 10, "10%", 300, now=NOW) is not None
+    assert would_trip_domain(fleet, "rack2", 10, 2, 300, now=NOW) is None
+    trip = would_trip_domain(fleet, "rack2", 10, "10%", 300, now=NOW)
+    assert "2 of 10 failure domains" in trip.text(300)
+
+
+def test_a_rack_resumes_only_when_every_member_escalated_has_passed():
+    reason = "gpufleet: rack rack1 switch-side: t1 and 1 more tray(s) fabric route unhealthy"
+    drained_at = NOW - 600
+    ok = json.dumps({"gpufleet": 1, "v": "ok", "t": stamp(NOW - 10)})
+    bad = json.dumps({"gpufleet": 1, "v": "drain", "t": stamp(NOW - 10)})
+    stale = json.dumps({"gpufleet": 1, "v": "ok", "t": stamp(NOW - 900)})
+    members = [node("t1", reason, drained_at, extra=bad), node("t2", reason, drained_at, extra=ok),
+               node("t3", "admin: PSU", drained_at, extra=bad)]
+    # t1 is the one deciding now (its clean summary goes out in the same write): t1, t2 resume together
+    assert [n.name for n in ready_to_resume("rack1", members, drained_at, clean_now="t1")] == ["t1", "t2"]
+    # from t2's side, t1 still shows its drain verdict: wait
+    assert ready_to_resume("rack1", members, drained_at, clean_now="t2") is None
+    members[1] = node("t2", reason, drained_at, extra=stale)  # a clean check from before the escalation
+    assert ready_to_resume("rack1", members, drained_at, clean_now="t1") is None
+
+
+# -- IMEX ----------------------------------------------------------------------------------------
+UP = {"status": "UP", "nodes": {"0": {"status": "READY", "host": "10.0.0.1", "connections": {
+    "0": {"host": "10.0.0.1", "status": "CONNECTED"}, "1": {"host": "10.0.0.2", "status": "CONNECTED"}}}}}
+
+
+def settings(**kw):
+    return SlurmSettings(**kw)
+
+
+def test_only_a_job_that_uses_imex_is_judged():
+    s = settings(imex_features=("imex",), imex_env=("GPUFLEET_IMEX=1",))
+    assert job_uses_imex({"SLURM_JOB_CONSTRAINTS": "gb200&imex"}, s) == "feature imex"
+    assert job_uses_imex({"SLURM_JOB_CONSTRAINTS": "gb200"}, s) is None
+    assert job_uses_imex({"GPUFLEET_IMEX": "1"}, s) == "environment GPUFLEET_IMEX=1"
+    assert job_uses_imex({"GPUFLEET_IMEX": "0"}, s) is None
+    assert job_uses_imex({}, settings(imex_jobs="all")).startswith("every job")
+    assert job_uses_imex({"SLURM_JOB_CONSTRAINTS": "imex"}, settings(imex_jobs="none", imex_features=("imex",))) is None
+
+
+@pytest.mark.parametrize("state,message", [
+    (ImexState(daemon="READY", domain="UP"), None),
+    (ImexState(installed=False), None),
+    (ImexState(daemon="WAITING_FOR_PEERS", domain="UP"), "IMEX daemon WAITING_FOR_PEERS"),
+    (ImexState(daemon="READY", domain="DOWN"), "IMEX domain DOWN"),
+    (ImexState(daemon="READY", domain="DEGRADED"), "IMEX domain DEGRADED"),
+    (ImexState(daemon="READY", domain="UP", version_mismatch=["10.0.0.2"]), "IMEX version mismatch"),
+    (ImexState(error="nvidia-imex-ctl -q did not answer within 2 s"), "IMEX not readable"),
+])
+def test_imex_judgement(state, message):
+    found = judge(state, "feature imex")
+    assert [f.message for f in found] == ([message] if message else [])
+    assert all(f.severity == "drain" and f.check == "imex" for f in found)
+
+
+def test_imex_domain_json_and_text_marks():
+    st = ImexState()
+    parse_domain(json.dumps(UP), st)
+    assert (st.domain, st.version_mismatch, st.not_connected) == ("UP", [], [])
+    down = json.loads(json.dumps(UP))
+    down["status"] = "DEGRADED"
+    down["nodes"]["0"]["connections"]["1"]["status"] = "VERSION_MISMATCH"
+    st = ImexState()
+    parse_domain(json.dumps(down), st)
+    assert (st.domain, st.version_mismatch) == ("DEGRADED", ["10.0.0.2"])
+    st = ImexState()
+    parse_domain("garbage !V!", st)
+    assert st.error and st.domain is None
+
+
+def _fake_ctl(tmp_path, q="READY", n=None, sleep=0):
+    ctl = tmp_path / "nvidia-imex-ctl"
+    (tmp_path / "q").write_text(q + "\n")
+    (tmp_path / "n").write_text(n or json.dumps(UP))
+    ctl.write_text(f"#!/bin/sh\nsleep {sleep}\n"
+                   f"if [ \"$1\" = -q ]; then exec cat {tmp_path}/q; else exec cat {tmp_path}/n; fi\n")
+    os.chmod(ctl, 0o755)
+    return str(ctl)
+
+
+def test_imex_read_through_the_real_command_path(tmp_path):
+    ctl = _fake_ctl(tmp_path)
+    assert read_imex(ctl, 5) == ImexState(daemon="READY", domain="UP")
+    s = settings(imex_features=("imex",), imex_ctl=ctl)
+    assert job_findings({"SLURM_JOB_CONSTRAINTS": "imex"}, s) == []
+    (tmp_path / "q").write_text("UNAVAILABLE\n")
+    assert [f.message for f in job_findings({"SLURM_JOB_CONSTRAINTS": "imex"}, s)] == ["IMEX daemon UNAVAILABLE"]
+    assert job_findings({}, s) == []  # an idle node, a job without IMEX: never asked
+    assert job_findings({"SLURM_JOB_CONSTRAINTS": "imex"}, settings(imex_features=("imex",),
+                                                                     imex_ctl=str(tmp_path / "none"))) == []
+
+
+def test_a_hanging_imex_ctl_is_bounded_by_the_read_timeout(tmp_path):
+    ctl = _fake_ctl(tmp_path, sleep=30)
+    s = settings(imex_features=("imex",), imex_ctl=ctl, read_timeout_s=2.0)
+    started = time.monotonic()
+    found = job_findings({"SLURM_JOB_CONSTRAINTS": "imex"}, s)
+    assert time.monotonic() - started < 10
+    assert [f.message for f in found] == ["IMEX not readable"] and "did not answer within 1 s" in found[0].detail
