@@ -69,7 +69,7 @@ lint: setup
 #              bench/real_upgrade.py from there (tests/slurm/test_real_image_node.py).
 # `SLURM_RELEASE=24.11 make test` runs the whole real-Slurm tier on that release only.
 OTHER_RELEASES ?= 24.11 26.05
-RELEASE_TESTS  ?= tests/slurm/test_backends.py tests/slurm/test_cluster.py tests/slurm/test_maintain.py tests/slurm/test_domains.py
+RELEASE_TESTS  ?= tests/slurm/test_backends.py tests/slurm/test_cluster.py tests/slurm/test_maintain.py tests/slurm/test_domains.py tests/slurm/test_fabric_slurm.py
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 TIMED  = t=$$(date +%s); $(1); rc=$$?; echo "== tier $(2): $$(( $$(date +%s) - t )) s, rc $$rc"; exit $$rc
 

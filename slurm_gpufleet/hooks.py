@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from . import watchdog
@@ -341,12 +342,14 @@ def fabric_fields(s: NodeSnapshot) -> dict[str, str | int]:
     if not fabrics:
         return {}
     out: dict[str, str | int] = {"fab": "".join(sorted({_FABRIC_CODES.get(f.state, "?") for f in fabrics}))}
-    cliques = sorted({f.clique_id for f in fabrics if isinstance(f.clique_id, int)})
-    uuids = sorted({f.cluster_uuid for f in fabrics if isinstance(known(f.cluster_uuid), str)})
-    if len(cliques) == 1:
-        out["clq"] = cliques[0]
-    if len(uuids) == 1:
-        out["cuid"] = uuids[0]
+    # the domain the node's registered GPUs joined: a GPU whose registration failed (clique 0, a zero
+    # UUID) must not take its node out of the domain, or a faulty tray would hide from its rack
+    joined = Counter((f.cluster_uuid, f.clique_id) for f in fabrics
+                     if isinstance(known(f.cluster_uuid), str) and isinstance(f.clique_id, int)
+                     and f.cluster_uuid.strip("0-") != "")
+    if joined:
+        (uuid, clique), _ = joined.most_common(1)[0]
+        out["clq"], out["cuid"] = clique, uuid
     return out
 
 

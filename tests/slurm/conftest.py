@@ -120,6 +120,13 @@ class Cluster:
         """The driver version the node's NVML reports."""
         return gpustate.driver_of(self.gpu_file(node))
 
+    def gb300(self, node: str) -> None:
+        """The node becomes an 8-GPU GB300 board of the one NVLink domain all such nodes share."""
+        gpustate.write_atomic(gpustate.gb_state(node), self.gpu_file(node))
+
+    def fabric_fault(self, node: str, gpu: int, name: str) -> None:
+        gpustate.fabric_fault(self.gpu_file(node), gpu, name)
+
     def heal(self, node: str) -> None:
         path = self.gpu_file(node)
         if os.path.exists(path) and not os.path.isfile(path):
@@ -246,7 +253,7 @@ def _reset(c: Cluster) -> None:
     (c.dir / "log" / "reboots.log").unlink(missing_ok=True)
     (c.dir / "log" / "upgrades.log").unlink(missing_ok=True)
     (c.dir / "log" / "upgrade-overlaps.log").unlink(missing_ok=True)
-    for marker in [*c.gpus.glob("*.bad-driver"), *(c.dir / "hooks").glob("*")]:
+    for marker in [*c.gpus.glob("*.bad-driver"), *c.gpus.glob("*.imex-*"), *(c.dir / "hooks").glob("*")]:
         marker.unlink()
     shutil.rmtree(c.dir / "hosts", ignore_errors=True)  # per-node host trees a test gave its nodes
     for line in c.run("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines():

@@ -80,6 +80,26 @@ def healthy_state(gpus: int, node: str, driver: str | None = None, vbios: str | 
     return probe
 
 
+GB_SESSIONS = Path(__file__).resolve().parents[2] / "slurm_gpufleet" / "data" / "captures" / "gb-sessions"
+
+
+def gb_state(node: str, kind: str = "gb300-board") -> dict[str, Any]:
+    """A node on the vendored GB300 board session (8 GPUs): every node of one NVL domain shares its cluster
+    UUID and clique, so the nodes publish one NVLink domain; each GPU gets the node's own UUID."""
+    probe = json.loads((GB_SESSIONS / f"{kind}.json").read_text())
+    for i, dev in enumerate(probe["devices"]):
+        dev["uuid"] = _v(f"GPU-{zlib.crc32(f'{node}-{i}'.encode()):08x}-6a1c-4e0f-9b2d-5c3e7f9a1b2c")
+    return probe
+
+
+def fabric_fault(path: str, gpu: int, name: str) -> None:
+    """One of captures/gb-sessions/fabric_faults.toml on one GPU of the node's session."""
+    import tomllib
+
+    edit = tomllib.loads((GB_SESSIONS / "fabric_faults.toml").read_text())[name]["fabric"]
+    _edit(path, gpu, lambda dev: dev["fabric"]["value"].update(edit))
+
+
 def driver_mismatch(driver: str) -> dict[str, Any]:
     """What a node whose new library meets the old kernel module answers: nvmlInit fails."""
     return {"init": {"error": "NVMLError_LibRmVersionMismatch"}, "system": {"driver_version": _v(driver)},

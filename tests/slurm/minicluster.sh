@@ -269,6 +269,8 @@ scontrol = "$scontrol"
 state_dir = "$DIR/state/gpufleet"
 host_root = "$DIR/host"
 kernel_log = "$GPUDIR"
+imex_features = ["imex"]
+imex_ctl = "$DIR/bin/nvidia-imex-ctl"
 
 [maintain]
 upgrade_template = "$DIR/etc/upgrade.sh.j2"
@@ -284,6 +286,19 @@ upgrade_timeout_s = 60
 return_timeout_s = 60
 validate_timeout_s = 30
 EOF
+
+  # nvidia-imex-ctl as a node's IMEX daemon answers: READY and an UP domain, unless the test wrote the
+  # node's $GPUDIR/<node>.imex-q (the daemon's state) or .imex-n (the domain's JSON)
+  cat > "$DIR/bin/nvidia-imex-ctl" <<EOF
+#!/bin/bash
+node=\${SLURMD_NODENAME:-\$(hostname -s)}
+if [ "\$1" = -q ]; then
+  cat "$GPUDIR/\$node.imex-q" 2>/dev/null || echo READY
+else
+  cat "$GPUDIR/\$node.imex-n" 2>/dev/null || echo '{"status": "UP", "nodes": {}}'
+fi
+EOF
+  chmod 755 "$DIR/bin/nvidia-imex-ctl"
 
   # A node's slurmd stopped and started again, as a reboot does to it (the upgrade's, an image's boot).
   # A reboot does not wait for a slurmd that will not stop: seen on 24.11, a slurmd that caught SIGTERM

@@ -17,9 +17,11 @@ import os
 import socket
 from typing import Any
 
-from slurm_gpufleet.readers.nvml_replay import NvmlReplay, ReplayError
+from slurm_gpufleet.readers.nvml_replay import FabricInfoV3, NvmlReplay, ReplayError
 
 NVMLError = ReplayError
+# the struct nvidia-ml-py defines for nvmlDeviceGetGpuFabricInfoV, laid out the same
+c_nvmlGpuFabricInfo_v3_t = FabricInfoV3
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_UNINITIALIZED = 1
 

@@ -1,0 +1,99 @@
+"""GB300 nodes of one NVLink domain on real Slurm: a fabric fault drains its node, three trays drain the
+rack once (one breaker decision) and it comes back whole; IMEX is judged per job, never on idle nodes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+RACK = ["n5", "n6", "n7", "n8"]
+
+
+def _gb300_rack(mc) -> str:
+    """n5-n8 become GB300 boards of one NVLink domain; returns the domain's name once all four publish it
+    (22.05 has no blocks: the domain is discovered from what the nodes publish; 24.11 has block n[5-8])."""
+    for n in RACK:
+        mc.gb300(n)
+
+    def published() -> bool:
+        return all('"cuid":"9a8b7c6d-' in mc.node(n).get("Extra", "") for n in RACK)
+
+    mc.wait(published, 4 * mc.hc_interval, "n5-n8 publishing their NVLink fabric")
+    summary = json.loads(mc.node("n5")["Extra"])
+    assert (summary["fab"], summary["clq"]) == ("C", 32766) and summary["v"] == "ok", summary
+    return f"nvl-9a8b7c6d-{summary['clq']}"
+
+
+def test_route_unhealthy_on_one_gpu_drains_its_tray_naming_the_gpu(mc):
+    _gb300_rack(mc)
+    mc.fabric_fault("n6", 2, "route_unhealthy")
+    mc.wait(lambda: "DRAIN" in mc.state("n6"), 3 * mc.hc_interval, "n6 drained")
+    assert mc.node("n6")["Reason"].startswith("gpufleet: fabric gpu2 fabric route unhealthy [")
+    time.sleep(mc.hc_interval + 1)
+    assert [mc.state(n) for n in ("n5", "n7", "n8")] == ["IDLE"] * 3  # one tray is not the rack
+
+
+def test_three_trays_drain_the_rack_once_and_it_returns_whole(mc):
+    domain = _gb300_rack(mc)
+    for node, fault in (("n5", "not_started"), ("n6", "access_timeout_recovery"), ("n7", "insufficient_nvlinks")):
+        mc.fabric_fault(node, 1, fault)
+    mc.wait(lambda: all("DRAIN" in mc.state(n) for n in RACK), 6 * mc.hc_interval, "the whole rack drained")
+    reasons = {n: mc.node(n)["Reason"].rsplit(" [", 1)[0] for n in RACK}
+    assert len(set(reasons.values())) == 1, reasons  # one reason, on every member, n8 included
+    reason = reasons["n8"]
+    assert reason.startswith(f"gpufleet: rack {domain} 3 trays with fabric/NVLink faults"), reason
+    escalations = [row for n in RACK for row in mc.history(n, "select why from actions where action = 'rack'")]
+    assert escalations and all(w.startswith(f"rack {domain} drained") for (w,) in escalations), escalations
+    # the breaker counted the rack as one decision: two more nodes drain under a threshold of 4 nodes
+    mc.fault("n1", 0, "row_remap_failure")
+    mc.fault("n2", 0, "row_remap_failure")
+    mc.wait(lambda: "DRAIN" in mc.state("n1") and "DRAIN" in mc.state("n2"), 4 * mc.hc_interval, "n1, n2 drained")
+    assert not (mc.dir / "state" / "gpufleet" / "breaker.json").exists()
+    # n8 has no fault of its own, yet stays out while its rack is out
+    time.sleep(3 * mc.hc_interval)
+    assert "DRAIN" in mc.state("n8")
+    # the faults clear: the rack returns as one
+    for n in RACK:
+        mc.gb300(n)
+    samples = []
+
+    def back() -> bool:
+        states = [mc.state(n) for n in RACK]
+        samples.append(states)
+        return all(s == "IDLE" for s in states)
+
+    mc.wait(back, 8 * mc.hc_interval, "the rack resumed")
+    mixed = [s for s in samples if len({"DRAIN" in x for x in s}) > 1]
+    assert not mixed, f"the rack came back in parts: {mixed}"
+    assert all(mc.node(n).get("Reason", "") in ("", "(null)") or mc.release >= (24, 11) for n in RACK)
+
+
+def test_a_job_that_asks_for_imex_fails_its_prolog_while_imex_is_not_ready(mc):
+    mc.run("scontrol", "update", "nodename=n6", "availablefeatures=imex", "activefeatures=imex")
+    try:
+        (mc.gpus / "n6.imex-q").write_text("WAITING_FOR_PEERS\n")
+        job = mc.sbatch("-w", "n6", "--constraint=imex", "--time=2", "--wrap", "true")
+        mc.wait(lambda: mc.job(job).get("Restarts") == "1", 60, "the job requeued")
+        mc.wait(lambda: mc.node("n6").get("Reason", "").startswith("gpufleet: imex node IMEX daemon WAITING_FOR_PEERS"),
+                25, "our reason in place of 'Prolog error'")
+        assert "DRAIN" in mc.state("n6")
+        rows = mc.history("n6", "select hook, verdict, job_id from runs where hook='prolog'")
+        assert rows == [("prolog", "drain", job)]
+    finally:
+        mc.run("scancel", "--user=root", check=False)
+        mc.run("scontrol", "update", "nodename=n6", "availablefeatures=", "activefeatures=", check=False)
+
+
+def test_idle_nodes_and_jobs_without_imex_never_judge_it(mc):
+    for n in RACK:
+        (mc.gpus / f"{n}.imex-q").write_text("UNAVAILABLE\n")
+        (mc.gpus / f"{n}.imex-n").write_text('{"status": "DOWN", "nodes": {}}')
+    # health checks on idle nodes with IMEX down: nothing
+    mc.wait(lambda: all(len(mc.history(n, "select 1 from runs where hook='healthcheck'")) >= 2 for n in RACK),
+            6 * mc.hc_interval, "two health checks on n5-n8")
+    # a job that does not ask for IMEX: its prolog passes
+    job = mc.sbatch("-w", "n5", "--time=2", "--wrap", "true")
+    mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 60, "the job without IMEX completed")
+    time.sleep(mc.hc_interval)
+    assert [mc.state(n) for n in RACK] == ["IDLE"] * 4
+    assert all(mc.history(n, "select count(*) from actions") == [(0,)] for n in RACK)
