@@ -1191,6 +1191,34 @@ def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
     return flags, jobs, published
 
 
+@fleet.command("domains")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json domains`).")
+@click.pass_context
+def fleet_domains(ctx: click.Context, as_json: bool) -> None:
+    """The failure domains (NVLink racks, Slurm blocks) and where they come from: the config's [[domain]],
+    else Slurm's topology blocks, else the NVLink domain each node's GPUs registered in, as its health
+    check publishes it (cluster UUID and clique).  Per domain: its nodes, and those out of service."""
+    from .hostlist import fold
+
+    policy = _load_policy(ctx.obj["config"])
+    fleet_file = ctx.obj["fleet_file"]
+    state = _fleet(policy, fleet_file)
+    domains = _domains(policy, None if fleet_file else _backend(policy),
+                       [(n.name, n.fabric_domain) for n in state.nodes.values()])
+    rows = [{"domain": d, "nodes": fold(members), "count": len(members),
+             "out": fold([n for n in members if n in state.nodes and state.nodes[n].held])}
+            for d, members in domains.members.items()]
+    if as_json or ctx.obj["as_json"]:
+        click.echo(json.dumps({"source": domains.source, "domains": rows}, indent=1))
+        return
+    if not rows:
+        click.echo("no failure domains: no [[domain]] in the config, no Slurm blocks, no NVLink domain published")
+        return
+    click.echo(f"{len(rows)} failure domain(s), from {domains.source}")
+    for r in rows:
+        click.echo(f"  {r['domain']:<24} {r['count']:>4} node(s) {r['nodes']}" + (f"  out: {r['out']}" if r["out"] else ""))
+
+
 @fleet.command("lemons")
 @click.option("--dry-run", is_flag=True, help="Say what this step would reserve, submit, drain and release; "
                                               "record nothing, change nothing.")

@@ -272,3 +272,55 @@ def test_a_missing_or_hung_systemctl_is_not_read(tmp_path):
     assert read_fabric_manager(str(hung), 10.0, timeout_s=0.5) is None
     assert time.monotonic() - started < 5
     assert read_fabric_manager(str(tmp_path / "absent"), 10.0) is None
+
+
+# Every form the open GPU kernel modules (595.45.04) print an Xid in, filled in as printf would:
+# kernel_rc.c krcReportXid's two formats with the three attributions, the root-cause suffix, the
+# tracepoint (nv-tracepoint.h), and osinit.c/osapi.c's fallen-off-the-bus lines.
+SOURCE_FORMS = [
+    ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s" % (0, 0x3B, 0, 48, "1234", "python3",
+                                                                   "DBE (0x1) detected", ""), 48, "0000:3b:00"),
+    ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, %s%s" % (8, 1, 0, 149, "NETIR_LINK_EVT Fatal XC0 i0 Link 01 (0x0)", ""),
+     149, "0008:01:00"),
+    ("NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u): %d, pid=%s, name=%s, %s%s" % (0, 7, 0, 5, 31, "9", "a", "MMU", ""),
+     31, "0000:07:00"),
+    ("NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, %s%s" % (0, 7, 0, 5, 1, 13, "Graphics", ""),
+     13, "0000:07:00"),
+    ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s" % (8, 1, 0, 45, "7", "python", "Ch 00000010",
+                                                                   " caused by previous Xid 149"), 45, "0008:01:00"),
+    ("nvidia_dev_xid: Xid (PCI:%s): %u, %s" % ("0000:5d:00", 79, "GPU has fallen off the bus."), 79, "0000:5d:00"),
+]
+
+
+@pytest.mark.parametrize("line,xid,pci", SOURCE_FORMS, ids=[f"form{i}" for i in range(len(SOURCE_FORMS))])
+def test_every_xid_form_in_the_open_driver_source(line, xid, pci):
+    e = parse_xid_line(line)
+    assert (e.xid, e.pci, e.partial) == (xid, pci, False)
+    if "caused by previous Xid" in line:
+        assert e.caused_by == 149
+
+
+def test_the_three_line_fallen_off_the_bus_form():
+    lines = ["NVRM: The NVIDIA GPU 0000:3b:00.0", "NVRM: (PCI ID: 10de:2335) installed in this system has",
+             "NVRM: fallen off the bus and is not responding to commands."]
+    events, _ = parse_kernel_log(lines)
+    assert [(e.xid, e.pci, e.line) for e in events] == [(79, "0000:3b:00", 3)]
+    # an SXid (NVSwitch) line is never a GPU Xid, with or without NVRM
+    assert parse_xid_line("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up") is None
+
+
+def test_fleet_domains_lists_the_nvlink_domains_the_nodes_publish(tmp_path):
+    from support import run_cli
+
+    rack = "nvl-9a8b7c6d-32766"
+    nodes = [{"name": f"t{i}", "fabric_domain": rack, **({"flags": ["DRAIN"]} if i == 2 else {})} for i in range(1, 5)]
+    nodes.append({"name": "h1"})
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"taken_at": 0, "nodes": nodes}))
+    r = run_cli("fleet", "--fleet", str(fleet), "domains", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data == {"source": "published NVLink fabric (cluster UUID, clique)",
+                    "domains": [{"domain": rack, "nodes": "t[1-4]", "count": 4, "out": "t2"}]}
+    text = run_cli("fleet", "--fleet", str(fleet), "domains").stdout.decode()
+    assert text.splitlines()[0] == "1 failure domain(s), from published NVLink fabric (cluster UUID, clique)"

@@ -11,20 +11,30 @@ from collections.abc import Iterable
 
 from ..snapshot import XidEvent, normalize_pci
 
-# Header forms, as the open GPU kernel modules print them (nvErrorLog: "NVRM: Xid (%s): %d, " with the
-# GPU's PCI name, then the message) and as seen in the field:
+# Header forms, as the open GPU kernel modules print them (src/nvidia/src/kernel/gpu/rc/kernel_rc.c,
+# krcReportXid: "NVRM: Xid (" attr "): %d, pid=%s, name=%s, %s%s" or "NVRM: Xid (" attr "): %d, %s%s",
+# attr "PCI:%04x:%02x:%02x" with " GPU-I:%02u" and " GPU-CI:%02u" for MIG; the last %s is
+# " caused by previous Xid %d" or nothing), their tracepoint (kernel-open/nvidia/nv-tracepoint.h:
+# "Xid (PCI:%s): %u, %s", no NVRM prefix), and as seen in the field:
 #   NVRM: Xid (PCI:0000:3b:00): 79, pid=123, name=python, GPU has fallen off the bus.
 #   NVRM: Xid (0000:02:00): 79, GPU has fallen off the bus.              (older drivers)
 #   NVRM: Xid (PCI:0000:07:00 GPU-I:05): 31, pid=..., ...                (MIG: GPU instance)
-#   NVRM: Xid (PCI:0000:07:00 GPU-I:05 GPU-C:01): 13, ...
+#   NVRM: Xid (PCI:0000:07:00 GPU-I:05 GPU-CI:01): 13, ...               (MIG: and compute instance)
 #   NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 ...)
 #   NVRM: Xid (PCI:0000:01:00): 154 (                                    (a line cut after the number)
+# "SXid" (NVSwitch) lines are not GPU Xids: the header must not follow a letter.
 _XID = re.compile(
-    r"NVRM:\s*Xid\s*\(\s*(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
-    r"(?P<mig>(?:\s+GPU-[IC]:\s*\d+)*)\s*\)\s*:\s*(?P<xid>\d+)\b\s*(?P<sep>,)?\s*(?P<rest>.*)$"
+    r"(?<![A-Za-z])Xid\s*\(\s*(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)"
+    r"(?P<mig>(?:\s+GPU-(?:I|CI|C):\s*\d+)*)\s*\)\s*:\s*(?P<xid>\d+)\b\s*(?P<sep>,)?\s*(?P<rest>.*)$"
 )
 # any other line that says it is an Xid: read as far as it goes, and counted
 _XID_LOOSE = re.compile(r"NVRM:\s*Xid\b(?P<head>[^:]*(?::[^:)]*)*\)?)\s*:?\s*(?P<xid>\d+)?")
+# osapi.c's three-line form for a GPU that is gone before the driver binds it:
+#   NVRM: The NVIDIA GPU 0000:3b:00.0
+#   NVRM: (PCI ID: 10de:2335) installed in this system has
+#   NVRM: fallen off the bus and is not responding to commands.
+_THE_GPU = re.compile(r"NVRM:\s*The NVIDIA GPU\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)")
+_NOT_RESPONDING = re.compile(r"NVRM:\s*fallen off the bus and is not responding", re.I)
 _PCI_ANY = re.compile(r"(?P<pci>(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)")
 # NVLink5 Xids 144-150: "<unit> Fatal|Nonfatal ... (0x<first register> ...)"; the sub-code is bits 20-25
 _NVL5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Non-?fatal)\b.*?\((?P<reg>0x[0-9A-Fa-f]+)", re.I)
@@ -49,6 +59,7 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
     # only the first mark after other lines starts a new boot
     content_since_mark = False
     last_mono: float | None = None
+    the_gpu: tuple[str, int] | None = None  # "NVRM: The NVIDIA GPU <pci>" seen, and on which line
     for number, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r\n")
         if not line.strip():
@@ -67,7 +78,14 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
         if banner:
             continue
         content_since_mark = True
+        gone = _THE_GPU.search(line)
+        if gone:
+            the_gpu = (normalize_pci(gone.group("pci")), number)
         event = parse_xid_line(line, number) or _fallen_off(line, number, events, boot)
+        if event is None and the_gpu is not None and number - the_gpu[1] <= 3 and _NOT_RESPONDING.search(line):
+            event = XidEvent(line=number, xid=79, pci=the_gpu[0], timestamp=_timestamp(line), raw=line[:1000],
+                             message="GPU has fallen off the bus and is not responding (kernel lines, no Xid header)")
+            the_gpu = None
         if event is not None:
             event.boot = boot
             events.append(event)
