@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -27,14 +25,8 @@ from slurm_gpufleet.datafiles import GB_SESSIONS  # noqa: E402
 from slurm_gpufleet.readers.nvml import NvmlReader  # noqa: E402
 from slurm_gpufleet.readers.nvml_replay import NvmlReplay  # noqa: E402
 
-
-def median_ms(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_speed import median_ms  # noqa: E402
 
 
 def main() -> None:
@@ -57,7 +49,7 @@ def main() -> None:
                                 args.repeat)
             check = median_ms(lambda s=snap: evaluate(s, only=["fabric"]), args.repeat)
             reader = NvmlReader(nvml=NvmlReplay(probe))
-            reads = median_ms(lambda r=reader: [r._fabric(r._nvml, h) for h in range(gpus)], args.repeat)
+            reads = median_ms(lambda r=reader, n=gpus: [r._fabric(r._nvml, h) for h in range(n)], args.repeat)
             print(f"{label:<28} {gpus:>4} {whole:>9.2f} {without:>15.2f} {whole - without:>7.2f} "
                   f"{check:>13.3f} {reads:>13.3f}")
     print("(ms, median; 'added' = read+all minus read+no fabric: the fabric check's cost, the reads of the "

@@ -238,18 +238,27 @@ def xid(file: str, as_json: bool) -> None:
     events, boots = parse_kernel_log(data.decode("utf-8", "replace").splitlines())
     for e in events:
         info = xid_info(e.xid)
+        nonfatal = e.fatal is False
         row: dict[str, Any] = {
             "line": e.line, "xid": e.xid, "pci": e.pci,
-            "name": info.name if info else "unknown Xid",
-            "action": info.action if info else "watch",
-            "severity": info.severity if info else "warn",
+            "name": info.name if info else ("an Xid line of an unknown form" if e.xid == 0 else "unknown Xid"),
+            "action": info.action if info and not nonfatal else "watch",
+            "severity": info.severity if info and not nonfatal else "warn",
             "pid": e.pid, "process": e.process, "timestamp": e.timestamp, "boot": e.boot,
             "message": e.message,
         }
+        # NVLink5 marks, a repeat of an earlier Xid, a line read only in part: said where they apply
+        row.update({k: v for k, v in (("fatal", e.fatal), ("subcode", e.subcode), ("caused_by", e.caused_by),
+                                       ("partial", e.partial or None)) if v is not None})
         if as_json:
             click.echo(json.dumps(row))
         else:
-            click.echo(f"{e.line:>6}  Xid {e.xid:<4} {e.pci or '-':<12} {row['severity']:<6} {row['action']:<16} {row['name']}")
+            label = f"{e.xid}.{e.subcode}" if e.subcode is not None else str(e.xid)
+            marks = "".join(f" ({m})" for m in ((("Fatal" if e.fatal else "Nonfatal") if e.fatal is not None else ""),
+                                                 (f"caused by Xid {e.caused_by}" if e.caused_by else ""),
+                                                 ("partial line" if e.partial else "")) if m)
+            click.echo(f"{e.line:>6}  Xid {label:<6} {e.pci or '-':<12} {row['severity']:<6} {row['action']:<16} "
+                       f"{row['name']}{marks}")
     if not as_json:
         click.echo(f"{len(events)} GPU Xid event(s) in {boots} boot(s)", err=True)
 

@@ -274,21 +274,26 @@ def test_a_missing_or_hung_systemctl_is_not_read(tmp_path):
     assert read_fabric_manager(str(tmp_path / "absent"), 10.0) is None
 
 
+def printf(fmt: str, *args) -> str:
+    """C's printf, for the driver's own format strings as its source has them."""
+    return fmt % args  # noqa: UP031
+
+
 # Every form the open GPU kernel modules (595.45.04) print an Xid in, filled in as printf would:
 # kernel_rc.c krcReportXid's two formats with the three attributions, the root-cause suffix, the
 # tracepoint (nv-tracepoint.h), and osinit.c/osapi.c's fallen-off-the-bus lines.
 SOURCE_FORMS = [
-    ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s" % (0, 0x3B, 0, 48, "1234", "python3",
+    (printf("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s", 0, 0x3B, 0, 48, "1234", "python3",
                                                                    "DBE (0x1) detected", ""), 48, "0000:3b:00"),
-    ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, %s%s" % (8, 1, 0, 149, "NETIR_LINK_EVT Fatal XC0 i0 Link 01 (0x0)", ""),
+    (printf("NVRM: Xid (PCI:%04x:%02x:%02x): %d, %s%s", 8, 1, 0, 149, "NETIR_LINK_EVT Fatal XC0 i0 Link 01 (0x0)", ""),
      149, "0008:01:00"),
-    ("NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u): %d, pid=%s, name=%s, %s%s" % (0, 7, 0, 5, 31, "9", "a", "MMU", ""),
+    (printf("NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u): %d, pid=%s, name=%s, %s%s", 0, 7, 0, 5, 31, "9", "a", "MMU", ""),
      31, "0000:07:00"),
-    ("NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, %s%s" % (0, 7, 0, 5, 1, 13, "Graphics", ""),
+    (printf("NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, %s%s", 0, 7, 0, 5, 1, 13, "Graphics", ""),
      13, "0000:07:00"),
-    ("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s" % (8, 1, 0, 45, "7", "python", "Ch 00000010",
+    (printf("NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s%s", 8, 1, 0, 45, "7", "python", "Ch 00000010",
                                                                    " caused by previous Xid 149"), 45, "0008:01:00"),
-    ("nvidia_dev_xid: Xid (PCI:%s): %u, %s" % ("0000:5d:00", 79, "GPU has fallen off the bus."), 79, "0000:5d:00"),
+    (printf("nvidia_dev_xid: Xid (PCI:%s): %u, %s", "0000:5d:00", 79, "GPU has fallen off the bus."), 79, "0000:5d:00"),
 ]
 
 
