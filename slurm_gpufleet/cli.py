@@ -61,7 +61,8 @@ def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: f
     try:
         return gather(Source(report=report, kernel_log=kmsg, level=level, host_root=host_root))
     except ReportError as exc:
-        _fail(str(exc) if report is None or report in str(exc) else f"{report}: {exc}", exitcodes.NO_STATE)
+        named = report is None or report in str(exc) or bool(kmsg and kmsg in str(exc))
+        _fail(str(exc) if named else f"{report}: {exc}", exitcodes.NO_STATE)
     except OSError as exc:
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}", exitcodes.USAGE)
     finally:
@@ -229,13 +230,17 @@ def snapshot(report: str | None, kmsg: str | None, level: str, output: str, time
 def xid(file: str, as_json: bool) -> None:
     """List the GPU Xid events in a kernel log (FILE or - for stdin), with the catalog's action."""
     from .catalog import xid_info
-    from .readers.kernel_log import parse_kernel_log
+    from .readers.kernel_log import kernel_log_text, parse_kernel_log
 
     try:
         data = sys.stdin.buffer.read() if file == "-" else open(file, "rb").read()
     except OSError as exc:
         _fail(f"{file}: {exc.strerror or exc}", exitcodes.USAGE)
-    events, boots = parse_kernel_log(data.decode("utf-8", "replace").splitlines())
+    try:
+        text = kernel_log_text(data, "standard input" if file == "-" else file)
+    except ReportError as exc:
+        _fail(str(exc), exitcodes.NO_STATE)
+    events, boots = parse_kernel_log(text.splitlines())
     for e in events:
         info = xid_info(e.xid)
         nonfatal = e.fatal is False

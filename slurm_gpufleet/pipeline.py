@@ -64,10 +64,10 @@ def gather(source: Source) -> NodeSnapshot:
 
         try:
             snap.xid_events, snap.boots_seen = read_kernel_log_file(kernel_log)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # unreadable, or binary (a ReportError)
             if source.strict:
                 raise
-            snap.unread.append(f"kernel log {kernel_log}: {exc.strerror or exc}")
+            snap.unread.append(f"kernel log {kernel_log}: {getattr(exc, 'strerror', None) or exc}")
     if source.host_root:
         from .readers.host import read_host
 

@@ -519,3 +519,24 @@ def test_a_boot_time_a_second_off_is_not_a_reboot():
     epoch = str(int(dt.datetime.fromisoformat("2026-12-01T07:40:41").timestamp()))
     assert not rebooted(jitter, {**row, "boot": epoch})
     assert rebooted(NodeInfo("n1", "IDLE", boot_time="2026-12-01T09:00:00", slurmd_start=1000.0), {**row, "boot": epoch})
+
+
+def test_a_failure_reason_with_a_quote_and_over_120_characters_settles(tmp_path):
+    # the in-memory Slurm cleans reasons as the real backend does: before, such a node was rewritten every
+    # step and a 3-node rollout was still running after 200 steps
+    fleet = SimFleet(3)
+    said = ("E: Sub-process /usr/bin/dpkg returned an error code (1): 'nvidia-kernel-dkms' failed to build "
+            "against 6.1.0-31-amd64, see /var/lib/dkms/nvidia-current/580.159.04/build/make.log for the \"why\"")
+    canary_first = {n.name for n in fleet.sim.nodes}
+    engine, store, plan, executor = rollout(tmp_path, fleet, "max_failures = 2\n", output=said)
+    canary = plan["waves"][0]["nodes"][0]
+    executor.ok = canary_first - {plan["waves"][-1]["nodes"][-1]}  # the last node's command fails
+    state = drive(fleet, engine, plan, executor, max_steps=200)
+    assert state in S.ROLLOUT_FINAL, state
+    failed = next(n for n in fleet.sim.nodes if n.drained)
+    assert failed.reason.startswith("gpufleet: maintain") and "'" not in failed.reason and '"' not in failed.reason
+    assert len(failed.reason) <= 120 and canary != failed.name
+    # once failed, the node's reason is written once: the steps after it write nothing more
+    steps_after = engine.step(plan["id"]), fleet.slurm.calls["write"]
+    engine.step(plan["id"])
+    assert fleet.slurm.calls["write"] == steps_after[1]

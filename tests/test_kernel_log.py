@@ -79,3 +79,29 @@ def test_real_dev_kmsg_reads_without_blocking():
     assert lines and all("\n" not in line for line in lines)
     events, boots = parse_kernel_log(lines)
     assert boots >= 1 and all(e.xid >= 0 for e in events)
+
+
+def test_a_binary_kernel_log_is_exit_3_in_one_line_never_zero_events(tmp_path):
+    from support import H200, run_cli
+
+    junk = tmp_path / "core"
+    junk.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    for args in (("xid", str(junk)), ("check", "--nvidia-smi-q", str(H200 / "nvidia-smi-q.xml"), "--kmsg", str(junk))):
+        r = run_cli(*args)
+        err = r.stderr.decode()
+        assert r.returncode == 3 and err.count("\n") == 1, (args, r.returncode, err)
+        assert err == f"slurm-gpufleet: error: {junk}: input is binary, not a kernel log\n"
+    r = run_cli("xid", "-", stdin=junk.read_bytes())
+    assert r.returncode == 3 and "standard input: input is binary" in r.stderr.decode()
+
+
+def test_a_binary_kernel_log_never_stops_a_nodes_own_check(tmp_path):
+    # the health check reads its kernel log leniently (strict=False): said in its log, the GPUs still judged
+    from support import H200
+
+    from slurm_gpufleet.pipeline import Source, gather
+
+    junk = tmp_path / "kmsg"
+    junk.write_bytes(b"\x00\x01" * 100)
+    snap = gather(Source(report=str(H200 / "nvidia-smi-q.xml"), kernel_log=str(junk), strict=False))
+    assert snap.gpus and snap.xid_events == [] and snap.unread == [f"kernel log {junk}: {junk}: input is binary, not a kernel log"]

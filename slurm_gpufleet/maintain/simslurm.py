@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..slurm.actions import one_line
 from ..slurm.base import JobInfo, NodeInfo, Reservation
 from ..summary import stamp
 from .bundle import PUBLISHED
@@ -137,9 +138,11 @@ class SimSlurm:
         for name in names:
             yield self.index[name]
 
+    # reasons are cleaned as the real backends clean them (slurm/actions.one_line): what the engine reads
+    # back is what Slurm would show, so a reason that could never settle there cannot settle here either
     def drain_nodes(self, names: list[str], reason: str) -> None:
         for n in self._each(names):
-            n.drained, n.reason = True, reason
+            n.drained, n.reason = True, one_line(reason)
         self.sim.nodes_changed()
 
     def resume_nodes(self, names: list[str]) -> None:
@@ -149,7 +152,7 @@ class SimSlurm:
 
     def set_reason_nodes(self, names: list[str], reason: str) -> None:
         for n in self._each(names):
-            n.reason = reason
+            n.reason = one_line(reason)
 
     def set_weight_nodes(self, names: list[str], weight: int) -> None:
         for n in self._each(names):
@@ -158,7 +161,7 @@ class SimSlurm:
     def reboot_asap_nodes(self, names: list[str], reason: str, next_state: str = "RESUME") -> None:
         """As Slurm does: drained at once (no new job lands), rebooted once it is empty, then resumed."""
         for n in self._each(names):
-            n.drained, n.reason, n.reboot_requested = True, reason, True
+            n.drained, n.reason, n.reboot_requested = True, one_line(reason), True
         self.sim.nodes_changed()
 
     def _reboot_the_empty(self) -> None:
@@ -232,13 +235,15 @@ class SimExecutor:
     TEMPLATE = ("{{ node }} {{ target_driver }} {{ action }}{% if target_kernel %} kern={{ target_kernel }}{% endif %}"
                 "{% for c, v in target_firmware.items() %} {{ c }}={{ v }}{% endfor %}\n")
 
-    def __init__(self, sim: Any, upgrade_s: float, *, ok: bool = True, reboots: bool = True,
-                 publishes: str | None = "target", fields: Any = None):
-        """ok: the command's exit status; reboots: the node comes back rebooted (or merely up);
-        publishes: "target" (the driver installed), another version (a bad install), or None (no check)."""
+    def __init__(self, sim: Any, upgrade_s: float, *, ok: bool | set[str] = True, reboots: bool = True,
+                 publishes: str | None = "target", fields: Any = None, output: str = ""):
+        """ok: the command's exit status (or the nodes whose command succeeds); reboots: the node comes back
+        rebooted (or merely up); publishes: "target" (the driver installed), another version (a bad
+        install), or None (no check); output: what a failed command printed last."""
         self.sim = sim
         self.upgrade_s = upgrade_s
         self.ok, self.reboots, self.publishes = ok, reboots, publishes
+        self.output = output
         self.fields = fields  # node -> extra summary keys (kern, modf, gsp) its health check publishes
         self.active: dict[str, float] = {}
         self.done: dict[str, CommandResult] = {}
@@ -265,7 +270,8 @@ class SimExecutor:
                        **(self.fields(name) if self.fields else {})}
             n.extra = json.dumps(summary, separators=(",", ":"))
         n.upgraded = True
-        self.done[name] = CommandResult(self.ok, 0 if self.ok else 1, "")
+        ok = name in self.ok if isinstance(self.ok, set) else self.ok
+        self.done[name] = CommandResult(ok, 0 if ok else 1, "" if ok else self.output)
 
     def running(self) -> set[str]:
         return set(self.active)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import summary
+from ..slurm.actions import one_line
 from ..slurm.base import NodeInfo
 from ..slurm.ownership import MAINTAIN, owns
 from . import states as S
@@ -65,6 +66,16 @@ class Effect:
 
     kind: str
     arg: Any = None
+
+    def __post_init__(self) -> None:
+        # a reason is cleaned where it is built, as every backend writes it (one line, no quotes, at most
+        # MAX_REASON): the engine then compares what Slurm shows with what it wrote, and a reason with a
+        # quote or over 120 characters settles instead of being rewritten every step
+        if self.kind in REASON_EFFECTS and isinstance(self.arg, str):
+            object.__setattr__(self, "arg", one_line(self.arg))
+
+
+REASON_EFFECTS = ("drain", "reason", "reboot")
 
 
 # ----------------------------------------------------------------------------- the step's view
@@ -237,7 +248,7 @@ class Unit:
 
 def _drain_reason(v: StepView, row: dict[str, Any]) -> Effect:
     verb = "rolling back to" if v.backward else "upgrading to"
-    return Effect("drain", f"{v.reason_prefix} {verb} {v.bundle(row).label()}"[:200])
+    return Effect("drain", f"{v.reason_prefix} {verb} {v.bundle(row).label()}")
 
 
 class Pending(Unit):
@@ -308,7 +319,7 @@ class Reserved(Unit):
         if not any(info.name in r.nodes for r in v.world.ours.values()):
             out.append(Effect("hold"))
         if not info.rebooting and not rebooted(info, row):
-            out.append(Effect("reboot", f"{v.reason_prefix} emptying for {v.bundle(row).label()}"[:200]))
+            out.append(Effect("reboot", f"{v.reason_prefix} emptying for {v.bundle(row).label()}"))
         return out
 
 
@@ -491,7 +502,7 @@ class Final(Unit):
     def effects(self, v, row, info):
         out: list[Effect] = []
         if self.state == S.FAILED:
-            out.append(Effect("drain", f"{v.reason_prefix} failed: {row['error'] or 'see maintain status'}"[:120]))
+            out.append(Effect("drain", f"{v.reason_prefix} failed: {row['error'] or 'see maintain status'}"))
         elif self.state == S.DONE and row["prior"] and v.ours(info) and not v.domain_settled(row["node"]):
             # its domain returns as one: held until every other node of it is through
             return [Effect("drain", f"{v.reason_prefix} done, waiting for domain {v.domain_of[row['node']]}")]

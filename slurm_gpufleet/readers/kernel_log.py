@@ -190,7 +190,17 @@ def read_kernel_log_file(path: str) -> tuple[list[XidEvent], int]:
         return parse_kernel_log(read_kmsg(path))
     with open(path, "rb") as fh:
         data = fh.read()
-    return parse_kernel_log(data.decode("utf-8", "replace").splitlines())
+    return parse_kernel_log(kernel_log_text(data, path).splitlines())
+
+
+def kernel_log_text(data: bytes, where: str = "input") -> str:
+    """A kernel log's text; binary junk (a core file, a gzip given by mistake) is no log at all, said as
+    a binary nvidia-smi file is, never read as "0 Xid events"."""
+    if b"\x00" in data[:4096]:
+        from .smi_text import ReportError
+
+        raise ReportError(f"{where}: input is binary, not a kernel log")
+    return data.decode("utf-8", "replace")
 
 
 def event_epoch(event: XidEvent, boot_epoch: float | None = None, year: int | None = None) -> float | None:
