@@ -544,10 +544,12 @@ def _maintain_policy(policy_file: str | None, config: str | None):
 @click.option("--stop-jobs", type=click.Choice(["earliest", "latest"]), default="earliest", show_default=True,
               help="With --deadline, when a job without a checkpoint that cannot end in time stops: at the start "
                    "(least work lost when time limits are tight) or at the last moment (loose time limits).")
+@click.option("--max-unavailable", default=None, metavar="N|P%",
+              help="Budget: nodes out at once (default: the config's [maintain] max_unavailable), as for simulate.")
 @click.option("--json", "as_json", is_flag=True)
 def maintain_plan(target_driver: str | None, target_kernel: str | None, target_firmware: tuple[str, ...], nodeset: str, strategy: str, policy_file: str | None, config: str | None,
                   fleet_file: str | None, out: str | None, html_out: str | None, force: bool, deadline: str | None,
-                  stop_jobs: str, as_json: bool) -> None:
+                  stop_jobs: str, max_unavailable: str | None, as_json: bool) -> None:
     """Plan a rollout: compatibility gate, canary, growing waves within the budget, placed between jobs.
 
     With --deadline, the jobs that would hold a node past its last possible slot are stopped early, the
@@ -572,11 +574,13 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
         _fail(str(exc), exitcodes.USAGE)
     if not (target_driver or target_kernel or firmware):
         _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware", exitcodes.USAGE)
-    policy = _maintain_policy(policy_file, config)
+    policy = _with_budget(_maintain_policy(policy_file, config), max_unavailable)
     try:
         names = list(NodeSet(nodeset))
     except NodeSetException as exc:
         _fail(f"--nodes {nodeset!r} is not a host list: {exc}", exitcodes.USAGE)
+    if not names:
+        _fail(f"--nodes {nodeset!r} names no node: give a Slurm host list, e.g. gpu[001-128]", exitcodes.USAGE)
     fleet_state = _fleet(policy, fleet_file)
     now = fleet_state.taken_at if fleet_file else time.time()
     until = None
@@ -606,6 +610,21 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
         _write_atomic(html_out, report.html(plan))
     click.echo(json.dumps(data, indent=1) if as_json else report.text(plan))
     sys.exit(exitcodes.UNHEALTHY if plan.refused else exitcodes.OK)
+
+
+def _with_budget(policy, max_unavailable: str | None):
+    """The policy with `--max-unavailable` in place of its [maintain] max_unavailable (plan and simulate)."""
+    from dataclasses import replace
+
+    from .policy import parse_budget
+
+    if max_unavailable is None:
+        return policy
+    try:
+        budget = parse_budget(max_unavailable)
+    except ValueError as exc:
+        _fail(f"--max-unavailable {exc}", exitcodes.USAGE)
+    return replace(policy, maintain=replace(policy.maintain, max_unavailable=budget))
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -819,8 +838,9 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 @click.option("--time-limit-assumption", default="runtime-ceil-hour", show_default=True,
               help="For histories without Timelimit: runtime-ceil-hour, factor:X, or partition:D-HH:MM:SS.")
 @click.option("--upgrade-minutes", type=click.IntRange(1, 1440), default=None, help="Per node (default: the policy's).")
-@click.option("--deadline", "deadline_h", type=click.FloatRange(min=0, min_open=True), default=None, metavar="HOURS",
-              help="Every node done this long after the rollout starts; jobs may be stopped early.")
+@click.option("--deadline", "deadline_text", default=None, metavar="DURATION",
+              help="Every node done this long after the rollout starts (72h, 3d; a bare number is hours, as for "
+                   "`maintain plan --deadline`); jobs may be stopped early.")
 @click.option("--checkpoint-every", "checkpoint_every_h", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="HOURS", help="Every job checkpoints this often, and says so in its comment.")
 @click.option("--domain-size", type=click.IntRange(1, 100_000), default=None, metavar="N",
@@ -839,22 +859,16 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 @click.option("--json", "as_json", is_flag=True)
 def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
                       rollout_at: float, max_unavailable: str | None, policy_file: str | None,
-                      time_limit_assumption: str, upgrade_minutes: int | None, deadline_h: float | None,
+                      time_limit_assumption: str, upgrade_minutes: int | None, deadline_text: str | None,
                       checkpoint_every_h: float | None, domain_size: int | None, failure_rate: float | None,
                       soft_rate: float | None, driver_effect: float, seeds: int | None, plot_file: str | None,
                       as_json: bool) -> None:
     """Replay a job history on a simulated fleet and compare rollout strategies (same planner code)."""
     from .maintain.sacct import SacctError, assume_limit, read_sacct
     from .maintain.simulate import simulate
-    from .policy import _count_or_pct
 
-    policy = _load_policy(policy_file)
+    policy = _with_budget(_load_policy(policy_file), max_unavailable)
     budget = policy.maintain.max_unavailable
-    if max_unavailable is not None:
-        try:
-            budget = _count_or_pct(int(max_unavailable) if max_unavailable.isdecimal() else max_unavailable)
-        except ValueError as exc:
-            _fail(f"--max-unavailable {exc}", exitcodes.USAGE)
     try:
         assume_limit(3600, time_limit_assumption)
     except (ValueError, TypeError):
@@ -872,8 +886,16 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
         _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
     except SacctError as exc:
         _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
+    deadline_h = None
+    if deadline_text is not None:
+        from .maintain.deadline import DeadlineError, parse_simulated_deadline
+
+        try:
+            deadline_h = parse_simulated_deadline(deadline_text)
+        except DeadlineError as exc:
+            _fail(str(exc), exitcodes.USAGE)
     if "wait-then-kill" in strategies and deadline_h is None:
-        _fail("--strategy wait-then-kill needs --deadline HOURS", exitcodes.USAGE)
+        _fail("--strategy wait-then-kill needs --deadline DURATION (72h, 3d)", exitcodes.USAGE)
     default = ("gpufleet", "wait-then-kill") if deadline_h else ("gpufleet", "reboot-asap", "drain-all")
     from .maintain.deadline import DeadlineError
     from .maintain.failures import DELTA_SOFT_RATE, Rates

@@ -127,6 +127,11 @@ def _count_or_pct(v: Any) -> Any:
     raise ValueError('must be a node count >= 1 or a percentage like "25%"')
 
 
+def parse_budget(text: str) -> int | str:
+    """A budget given on a command line (`--max-unavailable`): a node count or "N%"; ValueError says why."""
+    return _count_or_pct(int(text) if text.strip().isdecimal() else text)
+
+
 def _pct(v: Any) -> Any:
     v = _count_or_pct(v)
     if not isinstance(v, str):

@@ -108,3 +108,40 @@ def test_live_check_without_driver_is_a_clear_verdict():
     out = json.loads(r.stdout)
     assert r.returncode == 1 and out["verdict"] == "drain"
     assert out["findings"][0]["check"] == "driver"
+
+
+def test_plan_nodes_empty_is_exit_2_and_missing_nodes_are_folded_with_their_count():
+    from support import run_cli
+
+    r = run_cli("maintain", "plan", "--nodes", "", "--target-driver", "580.159.04", "--fleet", "etc/sample-fleet.json")
+    assert r.returncode == 2 and r.stderr.decode() == (
+        "slurm-gpufleet: error: --nodes '' names no node: give a Slurm host list, e.g. gpu[001-128]\n")
+    r = run_cli("maintain", "plan", "--nodes", "zz[1-8]", "--target-driver", "580.159.04", "--fleet",
+                "etc/sample-fleet.json")
+    assert r.returncode == 2 and r.stderr.decode() == "slurm-gpufleet: error: 8 node(s) not in the fleet: zz[1-8]\n"
+    many = ",".join(f"zz{i}" for i in range(1, 400, 2))  # 200 nodes no fold can shorten: cut, with the count
+    r = run_cli("maintain", "plan", "--nodes", many, "--target-driver", "580.159.04", "--fleet", "etc/sample-fleet.json")
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.startswith("slurm-gpufleet: error: 200 node(s) not in the fleet: zz[1,3,")
+    assert err.rstrip().endswith("... (200 nodes)") and len(err) < 140
+
+
+def test_deadline_has_one_grammar_and_plan_takes_max_unavailable():
+    from support import run_cli
+
+    from slurm_gpufleet.maintain.deadline import DeadlineError, parse_deadline, parse_simulated_deadline
+
+    assert parse_simulated_deadline("72h") == parse_simulated_deadline("72") == parse_simulated_deadline("3d") == 72.0
+    assert parse_deadline("72", 1000.0) == parse_deadline("72h", 1000.0) == 1000.0 + 72 * 3600
+    for bad in ("2026-12-04", "soon", "0h"):
+        with pytest.raises(DeadlineError):
+            parse_simulated_deadline(bad)
+    r = run_cli("maintain", "simulate", "--nodes", "4", "--deadline", "2026-12-04")
+    assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"a replay has no calendar date" in r.stderr
+    base = ("maintain", "plan", "--nodes", "gpu[001-032]", "--target-driver", "580.159.04", "--fleet",
+            "etc/sample-fleet.json")
+    r = run_cli(*base, "--max-unavailable", "3", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["budget"]["max_unavailable"] == 3
+    r = run_cli(*base, "--max-unavailable", "0")
+    assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"--max-unavailable must be" in r.stderr

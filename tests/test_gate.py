@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from test_engine import rollout
 
 from slurm_gpufleet.maintain import states as S
@@ -104,6 +105,7 @@ def test_no_decision_waits_for_approval_then_the_stage_starts(tmp_path):
     assert "approved by root" in store.db.execute("select detail from audit where event = 'gate passed'").fetchone()[0]
 
 
+@pytest.mark.slow  # whole replays / 12,500 nodes: the slow tier (make test, CI)
 def test_simulate_seeds_reports_the_gate_and_bad_input_is_refused(tmp_path):
     from support import run_cli
     from test_simulate import EXCERPT

@@ -3,6 +3,7 @@
 
 import json
 
+import pytest
 from support import run_cli
 
 from slurm_gpufleet.hostlist import fold, fold_short, grouped
@@ -29,6 +30,7 @@ def _fleet(path, n=12500, old=2500):
     path.write_text(json.dumps({"taken_at": 1795996800.0, "nodes": nodes, "jobs": [], "reservations": []}))
 
 
+@pytest.mark.slow  # whole replays / 12,500 nodes: the slow tier (make test, CI)
 def test_fleet_and_plan_text_fold_at_12500_nodes(tmp_path):
     fleet = tmp_path / "fleet.json"
     _fleet(fleet)

@@ -107,6 +107,7 @@ def test_helios_strategies_side_by_side():
     assert waves[0]["nodes"] == 1  # the planner's canary, the same code `maintain plan` runs
 
 
+@pytest.mark.slow  # whole replays / 12,500 nodes: the slow tier (make test, CI)
 def test_cli_json_contract_and_bad_input(tmp_path):
     r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "20", "--gpus-per-node", "8",
                 "--strategy", "gpufleet", "--strategy", "reboot-asap", "--rollout-at", "30",
@@ -218,6 +219,7 @@ def _excerpt_replay(rates, seed=1, config="", strategies=("gpufleet", "reboot-as
                     rates=Rates(*rates) if rates else None, seed=seed)
 
 
+@pytest.mark.slow  # whole replays / 12,500 nodes: the slow tier (make test, CI)
 def test_the_full_replay_draws_failures_from_the_rollouts_start_the_same_way_in_every_run():
     out = _excerpt_replay((300.0, 3.0))  # 0.3 failures a node-day: enough to see in 40 nodes over days
     again = _excerpt_replay((300.0, 3.0), strategies=("gpufleet",))

@@ -91,9 +91,30 @@ def checkpointing(comment: str) -> Checkpointing:
     return Checkpointing(signal, batch, grace, every or None, at)
 
 
+def deadline_seconds(text: str) -> float | None:
+    """The one grammar of a deadline as a duration, for `maintain plan` and `maintain simulate` alike:
+    '72h', '3d', '90m', '3600s'; a bare number is hours ('72' is 72 h, as simulate always took it)."""
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", t):
+        return float(t) * 3600
+    return duration_s(t)
+
+
+def parse_simulated_deadline(text: str) -> float:
+    """`maintain simulate --deadline`: hours after the replayed rollout starts (a replay has no date)."""
+    rel = deadline_seconds(text)
+    if rel is None:
+        raise DeadlineError(f"deadline {text!r}: give a duration (72h, 3d, 90m; a bare number is hours); "
+                            "a replay has no calendar date")
+    if rel <= 0:
+        raise DeadlineError(f"deadline {text!r} is not after the rollout's start")
+    return rel / 3600
+
+
 def parse_deadline(text: str, now: float) -> float:
-    """'72h', '3d', '90m' from now, or a local date/time ('2026-12-04T18:00', '2026-12-04')."""
-    rel = duration_s(text)
+    """'72h', '3d', '90m' (a bare number is hours) from now, or a local date/time ('2026-12-04T18:00',
+    '2026-12-04')."""
+    rel = deadline_seconds(text)
     if rel is not None:
         if rel <= 0:
             raise DeadlineError(f"deadline {text!r} is not in the future")
@@ -101,7 +122,8 @@ def parse_deadline(text: str, now: float) -> float:
     try:
         at = dt.datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
-        raise DeadlineError(f"deadline {text!r}: give a duration (72h, 3d) or a date (2026-12-04T18:00)") from None
+        raise DeadlineError(f"deadline {text!r}: give a duration (72h, 3d, 90m; a bare number is hours) or a "
+                            "date (2026-12-04T18:00)") from None
     if at <= now:
         raise DeadlineError(f"deadline {text} is in the past")
     return at

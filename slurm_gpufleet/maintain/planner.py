@@ -17,6 +17,7 @@ from typing import Any
 from .. import compat
 from ..catalog import find_model
 from ..checks.compatibility import branch_refused
+from ..hostlist import fold_short
 from ..policy import MaintainSettings, Policy
 from .bundle import Bundle, at_least, unpublished, wanted
 from .domains import Domains
@@ -69,7 +70,7 @@ def requirement_problems(fleet: FleetState, names: list[str], bundle: Bundle, po
     for (group, comp, minimum, key), nodes in broken.items():
         where, driver, seen = key.split("|")
         out[group].append(f"driver {driver} needs {comp} >= {minimum} ({where}); {len(nodes)} node(s) would have "
-                          f"{seen}: {', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}")
+                          f"{seen}: {fold_short(nodes, 60)}")
     return out
 
 
@@ -151,7 +152,7 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
             raise PlanError(f"target driver {target!r} is not a version number") from None
     missing = [n for n in names if n not in fleet.nodes]
     if missing:
-        raise PlanError(f"{len(missing)} node(s) not in the fleet: {', '.join(missing[:5])}")
+        raise PlanError(f"{len(missing)} node(s) not in the fleet: {fold_short(missing, 80)}")
     now = time.time() if now is None else now
     today = today or dt.date.fromtimestamp(now)
     s: MaintainSettings = policy.maintain
