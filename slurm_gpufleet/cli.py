@@ -287,6 +287,13 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
             compat_mod.parse_version(value)
         except ValueError:
             _fail(f"{label} {value!r} is not a version number", exitcodes.USAGE)
+    if arch and compat_mod.architecture(arch) is None:
+        from .catalog import find_model
+
+        names = ", ".join(a["name"] for a in compat_mod.compat_data()["architecture"])
+        model = find_model(arch)
+        hint = f" ({arch} is a GPU model: --arch {model.architecture})" if model and model.architecture else ""
+        _fail(f"--arch {arch!r} is not an architecture{hint}; known: {names}", exitcodes.USAGE)
     result = compat_mod.evaluate(driver, arch=arch, cc=cc, cuda=cuda)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1))
@@ -1225,6 +1232,29 @@ def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
                                      windows=policy.slurm.instep_windows)) if samples else []
     jobs = sorted({str(d["is"].get("j")) for d in published.values() if isinstance(d["is"], dict)})
     return flags, jobs, published
+
+
+@fleet.command("save")
+@click.option("-o", "--out", "out", required=True, metavar="FLEET.json", help="Where to write the saved fleet.")
+@click.pass_context
+def fleet_save(ctx: click.Context, out: str) -> None:
+    """Save the fleet as Slurm shows it now, for offline planning (`maintain plan --fleet FLEET.json`,
+    `fleet --fleet FLEET.json`): every node with what its health check published, the running jobs and the
+    reservations, in one read of each (README, "Offline planning")."""
+    from .maintain.fleet import FleetState
+    from .slurm import SlurmError
+
+    policy = _load_policy(ctx.obj["config"])
+    try:
+        state = FleetState.from_backend(_backend(policy))
+    except SlurmError as exc:
+        _fail(f"cannot read the fleet from Slurm: {exc}", exitcodes.USAGE)
+    try:
+        _write_atomic(out, json.dumps(state.to_dict(), indent=1) + "\n")
+    except OSError as exc:
+        _fail(f"{out}: {exc.strerror or exc}", exitcodes.USAGE)
+    click.echo(f"saved {len(state.nodes)} node(s), {len(state.jobs)} running job(s), "
+               f"{len(state.reservations)} reservation(s) to {out}", err=True)
 
 
 @fleet.command("domains")

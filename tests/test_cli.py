@@ -145,3 +145,13 @@ def test_deadline_has_one_grammar_and_plan_takes_max_unavailable():
     assert json.loads(r.stdout)["budget"]["max_unavailable"] == 3
     r = run_cli(*base, "--max-unavailable", "0")
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"--max-unavailable must be" in r.stderr
+
+
+def test_arch_given_as_a_model_name_is_exit_2_with_the_list():
+    from support import run_cli
+
+    r = run_cli("compat", "--driver", "580.159.04", "--arch", "H200")
+    assert r.returncode == 2 and r.stderr.decode() == (
+        "slurm-gpufleet: error: --arch 'H200' is not an architecture (H200 is a GPU model: --arch Hopper); "
+        "known: Kepler, Maxwell, Pascal, Volta, Turing, Ampere, Ada Lovelace, Hopper, Blackwell\n")
+    assert run_cli("compat", "--driver", "580.159.04", "--arch", "hopper").returncode == 0

@@ -25,8 +25,17 @@ def _gb300_rack(mc) -> str:
     return "b2" if mc.release >= (23, 11) else f"nvl-9a8b7c6d-{summary['clq']}"
 
 
-def test_route_unhealthy_on_one_gpu_drains_its_tray_naming_the_gpu(mc):
-    _gb300_rack(mc)
+def test_route_unhealthy_on_one_gpu_drains_its_tray_naming_the_gpu(mc, tmp_path):
+    domain = _gb300_rack(mc)
+    # a saved fleet names the same domains offline as Slurm does live
+    saved = tmp_path / "fleet.json"
+    r = mc.gpufleet("fleet", "save", "-o", str(saved))
+    assert r.returncode == 0 and "saved 8 node(s)" in r.stderr, r.stderr
+    live = json.loads(mc.gpufleet("fleet", "domains", "--json").stdout)
+    offline = json.loads(mc.gpufleet("fleet", "--fleet", str(saved), "domains", "--json").stdout)
+    assert [d["nodes"] for d in live["domains"] if d["domain"] == domain] == ["n[5-8]"]
+    if mc.release < (23, 11):  # without blocks both read what the nodes publish
+        assert offline == live
     mc.fabric_fault("n6", 2, "route_unhealthy")
     mc.wait(lambda: "DRAIN" in mc.state("n6"), 3 * mc.hc_interval, "n6 drained")
     assert mc.node("n6")["Reason"].startswith("gpufleet: fabric gpu2 fabric route unhealthy [")
