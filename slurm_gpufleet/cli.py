@@ -708,11 +708,33 @@ def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
         _fail(f"{plan_file}: the compatibility gate refused this plan; re-plan with --force to override",
               exitcodes.USAGE)
     _require_rights(config)
+    _preflight(plan_file, plan, config)
     runner, store = _runner(config)
     _check_soak(runner)
     with _rollout_errors(runner.s.db):
         state = runner.apply(plan.to_dict())
     _finish(state, as_json, store, runner)
+
+
+def _preflight(plan_file: str, plan, config: str | None) -> None:
+    """What `apply` checks before it records anything: the plan file is one only root could have written
+    (it decides what root does to the fleet), and Slurm answers, within 5 s.  Exit 2, nothing recorded."""
+    from .slurm import SlurmError, get_backend
+    from .trust import problem
+
+    refused = problem(plan_file)
+    if refused:
+        _fail(f"refused: {refused.line()}; write the plan where only root can (maintain plan --out "
+              "/var/lib/slurm-gpufleet/plan.json) and apply it from there", exitcodes.USAGE)
+    policy = _load_policy(config, trusted=True)
+    first = next((row["node"] for row in plan.to_dict().get("nodes", [])), None)
+    try:
+        backend = get_backend(policy.slurm.backend, policy.slurm.scontrol, timeout=5.0, cache_dir=_cache_dir(policy))
+        if first is not None:
+            backend.node(first)
+    except SlurmError as exc:
+        _fail(f"Slurm does not answer ({exc}); nothing recorded: apply again once `scontrol ping` answers",
+              exitcodes.USAGE)
 
 
 def _check_soak(runner) -> None:

@@ -131,3 +131,33 @@ def test_maintain_install_and_breaker_refuse_in_one_line(tmp_path):
     r = run_cli("check", "--nvidia-smi-q", str(REPO / "slurm_gpufleet/data/captures/h200-real/nvidia-smi-q.xml"), "--config", str(config),
                 "--json")
     assert r.returncode in (0, 1) and json.loads(r.stdout)["verdict"]
+
+
+@needs_root
+def test_apply_checks_the_plan_file_and_slurm_before_it_records_anything(tmp_path):
+    tpl = tmp_path / "upgrade.sh.j2"
+    tpl.write_text("echo hi\n")
+    config = tmp_path / "site.toml"
+    config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\nscontrol = "{tmp_path}/bin/scontrol"\n'
+                      f'[maintain]\nupgrade_template = "{tpl}"\ndb = "{tmp_path}/maintain.db"\n')
+    from slurm_gpufleet.maintain.simulate import SimFleet
+
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps(SimFleet(2).fleet_state().to_dict()))
+    plan = tmp_path / "plan.json"
+    r = run_cli("maintain", "plan", "--nodes", "node[00001-00002]", "--fleet", str(fleet), "--target-driver",
+                "580.159.04", "--force", "--out", str(plan))
+    assert r.returncode == 0, r.stderr
+    # no scontrol at all: exit 2, said in one line, nothing recorded (no wait: the README has the time)
+    r = run_cli("maintain", "apply", str(plan), "--config", str(config))
+    err = r.stderr.decode().strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and "Slurm does not answer" in err, err
+    assert err.endswith("not found); nothing recorded: apply again once `scontrol ping` answers"), err
+    assert not (tmp_path / "maintain.db").exists()
+    # a plan file others could have written decides nothing
+    os.chmod(plan, 0o666)
+    r = run_cli("maintain", "apply", str(plan), "--config", str(config))
+    err = r.stderr.decode().strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and f"{plan}: writable by others" in err, err
+    assert "write the plan where only root can" in err
+    assert not (tmp_path / "maintain.db").exists()
