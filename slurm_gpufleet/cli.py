@@ -830,6 +830,11 @@ def maintain_status(config: str | None, as_json: bool) -> None:
                 click.echo(f"    {model}: {m['canary']} canary node(s), no control peers: " + (
                     f"judged against the fleet's record ({m['history_node_hours']:g} node-h)"
                     if m["basis"] == "history" else "too little fleet record to judge by"))
+    if data["events"]:  # what it did last, newest first: the same events as --json
+        click.echo("  last events:")
+        for e in data["events"][:10]:
+            at = time.strftime("%Y-%m-%d %H:%M:%S%z", time.localtime(e["ts"])) if e["ts"] else "-"
+            click.echo(f"    {at}  {e['node'] or '-':<12} {e['event']:<16} {e['detail'] or ''}"[:160])
 
 
 for _name, _help in (("resume", "Continue the unfinished rollout (after a crash, or after a halt once fixed)."),

@@ -404,6 +404,8 @@ class MaintainSettings:
     poll_s: float = setting(5.0, _number)
     # Slurm unreachable this long (slurmctld restarting, failing over) ends `apply`; `resume` continues
     slurm_outage_s: float = setting(600.0, _number)
+    # a running `apply` with nothing new to say says what it waits for this often (node, job or slot)
+    progress_s: float = setting(30.0, _number)
     # the rollout's state (SQLite, created 0600)
     db: str = setting("/var/lib/slurm-gpufleet/maintain.db", _abs_path)
 

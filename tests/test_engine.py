@@ -540,3 +540,50 @@ def test_a_failure_reason_with_a_quote_and_over_120_characters_settles(tmp_path)
     steps_after = engine.step(plan["id"]), fleet.slurm.calls["write"]
     engine.step(plan["id"])
     assert fleet.slurm.calls["write"] == steps_after[1]
+
+
+def test_abort_while_slurm_is_away_is_recorded_and_carried_out_when_it_answers(tmp_path):
+    from slurm_gpufleet.maintain.runner import Progress, Runner
+    from slurm_gpufleet.slurm.base import SlurmError
+
+    fleet = SimFleet(4)
+    engine, store, plan, executor = rollout(tmp_path, fleet, "slurm_outage_s = 0\n")
+    real_nodes = fleet.slurm.nodes
+
+    def away():
+        raise SlurmError("scontrol show nodes: Unable to contact slurm controller (connect failure)")
+
+    fleet.slurm.nodes = away
+    said = io.StringIO()
+    runner = Runner(store, fleet.slurm, engine.policy, Progress(said), sleep=lambda _s: None, executor=executor,
+                    clock=lambda: fleet.sim.now)
+    with pytest.raises(SlurmError, match="the abort is recorded"):
+        runner.abort(plan["id"])
+    assert store.rollout(plan["id"])["state"] == S.R_RUNNING and store.abort_requested(plan["id"])
+    assert "abort of" in said.getvalue() and "recorded" in said.getvalue()
+    # Slurm is back: a resume carries the abort out (never resumes the rollout instead)
+    fleet.slurm.nodes = real_nodes
+    assert runner.resume(plan["id"]) == S.R_ABORTED
+    assert store.rollout(plan["id"])["state"] == S.R_ABORTED
+    assert fleet.slurm.reservations_ == {} and not any(n.drained for n in fleet.sim.nodes)
+
+
+def test_a_quiet_apply_says_what_it_waits_for(tmp_path):
+    from slurm_gpufleet.maintain.runner import Progress, Runner
+
+    fleet = SimFleet(3)
+    fleet.add_job("long", 0, 8, T0 + 3 * 3600)
+    fleet.add_job("long2", 1, 8, T0 + 3 * 3600)
+    fleet.add_job("long3", 2, 8, T0 + 3 * 3600)
+    engine, store, plan, executor = rollout(tmp_path, fleet, "progress_s = 0\n")
+    said = io.StringIO()
+
+    def between(_seconds):
+        fleet.advance(fleet.sim.now + 600, executor)
+
+    runner = Runner(store, fleet.slurm, engine.policy, Progress(said), sleep=between, executor=executor,
+                    clock=lambda: fleet.sim.now)
+    assert runner.apply(plan) == S.R_DONE
+    lines = [line for line in said.getvalue().splitlines() if "waiting for" in line]
+    assert lines and "slot at" in lines[0] and lines[0].split(" ", 1)[1].startswith(f"{plan['id']}: 0/3 done")
+    assert any(" upgrading" in line or " returning" in line or " validating" in line for line in lines), lines

@@ -35,8 +35,16 @@ class Progress:
 
     def __post_init__(self) -> None:
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.last = time.monotonic()  # when something was last said: a quiet apply says what it waits for
+
+    def say(self, text: str) -> None:
+        """A line of its own (a terminal's progress bar goes on below it)."""
+        self.stream.write(("\n" if self.tty else "") + f"{time.strftime('%H:%M:%S')} {text}\n")
+        self.stream.flush()
+        self.last = time.monotonic()
 
     def event(self, rollout: str, node: str | None, text: str, counts: dict[str, int]) -> None:
+        self.last = time.monotonic()
         total = sum(counts.values()) or 1
         finished = sum(counts.get(s, 0) for s in S.FINAL)
         summary = " ".join(f"{s}={counts[s]}" for s in S.NODE_STATES if counts.get(s))
@@ -94,15 +102,37 @@ class Runner:
             raise RolloutError("no rollout to resume")
         if r["state"] in S.ROLLOUT_FINAL:
             return r["state"]
+        if self.store.abort_requested(r["id"]):
+            return self.abort(r["id"])  # asked while Slurm was away: carried out, never resumed instead
         if r["state"] == S.R_HALTED:
             self.store.set_rollout_state(r["id"], S.R_RUNNING, "resumed")
         return self._drive(r["id"])
 
     def abort(self, rollout_id: str | None = None) -> str:
+        """Stop the rollout.  While Slurm does not answer, the abort is recorded first: this command
+        retries it every poll for up to slurm_outage_s, and any `apply` or `resume` of the rollout (one
+        running now included) carries it out at its next step once Slurm is back."""
         r = self.store.rollout(rollout_id) if rollout_id else self.store.active()
         if r is None:
             raise RolloutError("no rollout to abort")
-        return self.engine.abort(r["id"])
+        if r["state"] in S.ROLLOUT_FINAL:
+            return r["state"]
+        outage_since: float | None = None
+        while True:
+            try:
+                return self.engine.abort(r["id"])
+            except SlurmError as exc:
+                now = time.monotonic()
+                if outage_since is None:
+                    outage_since = now
+                    self.store.audit(r["id"], None, self.store.ABORT_REQUESTED,
+                                     f"Slurm does not answer ({exc}); carried out once it does")
+                    self.progress.say(f"abort of {r['id']} recorded; Slurm does not answer ({exc}): retrying "
+                                      f"every {self.s.poll_s:g} s for up to {self.s.slurm_outage_s:g} s")
+                if now - outage_since > self.s.slurm_outage_s:
+                    raise SlurmError(f"{exc}; the abort is recorded and `maintain abort` or `resume` carries it "
+                                     "out once Slurm answers") from None
+                self.sleep(self.s.poll_s)
 
     def rollback(self, rollout_id: str | None = None) -> str:
         r = self.store.rollout(rollout_id) if rollout_id else (self.store.active() or self.store.rollout())
@@ -138,7 +168,8 @@ class Runner:
         try:
             while True:
                 try:
-                    state = self.engine.step(rid)
+                    # an abort recorded by `maintain abort` while Slurm was away ends this apply here
+                    state = self.engine.abort(rid) if self.store.abort_requested(rid) else self.engine.step(rid)
                 except SlurmError as exc:
                     # slurmctld restarting, a failover, a network blip: the state is in the store, every
                     # step is repeatable; wait and step again, up to slurm_outage_s
@@ -153,6 +184,8 @@ class Runner:
                 self.store.heartbeat(rid, holder, time.time())
                 if state in S.ROLLOUT_FINAL:
                     break
+                if time.monotonic() - self.progress.last >= self.s.progress_s:
+                    self.progress.say(waiting_for(self.store, rid, self.engine.clock()))
                 # halted: no new node is taken; what is under way finishes (or fails) first
                 if state == S.R_HALTED and self.engine.in_flight(rid) == 0:
                     break
@@ -187,3 +220,27 @@ def can_change_slurm(scontrol: str) -> tuple[bool, str]:
     if me == slurm_user:
         return True, me
     return False, f"running as {me}; changing Slurm (drain, reservations) needs root or SlurmUser ({slurm_user or '?'})"
+
+
+def waiting_for(store: Store, rid: str, now: float) -> str:
+    """What a rollout that changed nothing since the last line waits for: the nodes under way and their
+    state, else the next node's slot (from the plan) and when it begins."""
+    from ..hostlist import fold_short
+
+    rows = store.nodes(rid)
+    busy: dict[str, list[str]] = {}
+    for r in rows:
+        if r["state"] not in S.FINAL and r["state"] != S.PENDING:
+            busy.setdefault(r["state"], []).append(r["node"])
+    done = sum(1 for r in rows if r["state"] in S.FINAL)
+    head = f"{rid}: {done}/{len(rows)} done; waiting for "
+    if busy:
+        return head + "; ".join(f"{fold_short(nodes, 40)} {state}" for state, nodes in busy.items())
+    plan = json.loads(store.rollout(rid)["plan"])
+    pending = {r["node"] for r in rows if r["state"] == S.PENDING}
+    slots = sorted((n.get("slot_start") or now, n["node"]) for n in plan.get("nodes", []) if n["node"] in pending)
+    if not slots:
+        return head + "the rollout to settle"
+    at, node = slots[0]
+    when = time.strftime("%Y-%m-%d %H:%M %z", time.localtime(at))
+    return head + (f"{node}'s slot at {when}" if at > now else f"{node} to be taken (its slot began {when})")

@@ -170,6 +170,14 @@ class Store:
         self.db["audit"].insert({"ts": time.time() if at is None else at, "rollout": rollout_id, "node": node,
                                  "event": event, "detail": detail[:2000]})
 
+    ABORT_REQUESTED = "abort requested"
+
+    def abort_requested(self, rollout_id: str) -> bool:
+        """`maintain abort` asked while Slurm did not answer: whoever steps the rollout next carries it out."""
+        rows = list(self.db.query("select 1 from audit where rollout = ? and event = ? limit 1",
+                                  [rollout_id, self.ABORT_REQUESTED]))
+        return bool(rows)
+
     def log(self, rollout_id: str, limit: int = 50) -> list[dict[str, Any]]:
         return list(self.db.query("select * from audit where rollout = ? order by ts desc limit ?",
                                   [rollout_id, limit]))
