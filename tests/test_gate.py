@@ -182,3 +182,32 @@ def test_against_the_record_a_good_driver_passes_and_without_a_record_nothing_is
     assert state == S.R_RUNNING and store.counts(plan["id"]).get(S.DONE, 0) == 4  # held, never halted
     said = store.db.execute("select detail from audit where event = 'gate history'").fetchone()[0]
     assert "not judged" in said and store.gate(plan["id"])["strata"]["8xNVIDIA B200"]["basis"] == "none"
+
+
+HARD = GATED.replace('gate_signals = ["xid_soft", "job_fail"]', 'gate_signals = ["xid_hard", "verdict", "job_fail"]')
+
+
+def test_a_driver_whose_failures_drain_their_node_is_halted(tmp_path):
+    # the hard Xid and the drain verdict are published in the write that drains the node, and its jobs end
+    # NODE_FAIL: the gate counts them for the node that left its cohort (before, all of it counted 0)
+    from slurm_gpufleet.maintain.failures import Hazards, Rates, hazard_step
+
+    fleet = SimFleet(40)
+    publish_old(fleet)
+    engine, store, plan, executor = rollout(tmp_path, fleet, base=HARD)
+    # the old driver fails about once in 200 node-days, the new one 2,000 times as often
+    hazards = Hazards(Rates(failure_rate=5.0, soft_rate=0.0, driver_effect=2000.0, repair_h=1.0), seed=3,
+                      step_s=600)
+    state = ""
+    for _ in range(600):
+        state = engine.step(plan["id"])
+        if state in S.ROLLOUT_FINAL or (state == S.R_HALTED and engine.in_flight(plan["id"]) == 0):
+            break
+        hazard_step(fleet.sim, hazards, 600)
+        fleet.advance(fleet.sim.now + 600, executor)
+    assert state == S.R_HALTED, (state, store.counts(plan["id"]))
+    why = store.db.execute("select detail from audit where event = 'rollout halted'").fetchone()[0]
+    assert why.startswith("evidence gate: "), why
+    gate = store.gate(plan["id"])
+    assert sum(gate["ev"][sig]["canary_events"] for sig in ("xid_hard", "verdict", "job_fail")) > 0
+    assert store.counts(plan["id"]).get(S.DONE, 0) <= 8

@@ -84,7 +84,7 @@ def hazard_step(sim: Any, h: Hazards, dt: float) -> tuple[bool, bool]:
         if n.name in h.repaired_at and sim.now >= h.repaired_at[n.name]:
             del h.repaired_at[n.name]
             if n.reason == REPAIR_REASON:
-                n.drained, n.reason = False, ""
+                repair_done(n)
                 repaired = True
         if n.drained or n.out(sim.now):
             continue
@@ -106,8 +106,17 @@ def end_repairs(sim: Any, h: Hazards) -> None:
     """Every repair in progress ends now (a replay with no work left: its queue may wait for these nodes)."""
     for n in sim.nodes:
         if n.name in h.repaired_at and n.reason == REPAIR_REASON:
-            n.drained, n.reason = False, ""
+            repair_done(n)
     h.repaired_at.clear()
+
+
+def repair_done(n: Any) -> None:
+    """Back in service after its repair: its health check's next run publishes a clean verdict."""
+    n.drained, n.reason = False, ""
+    if n.extra:
+        data = json.loads(n.extra)
+        data["v"] = "ok"
+        n.extra = json.dumps(data, separators=(",", ":"))
 
 
 def fail_node(sim: Any, n: Any, h: Hazards) -> None:
@@ -118,5 +127,10 @@ def fail_node(sim: Any, n: Any, h: Hazards) -> None:
         sim.stop(job, h.requeue and job.requeues <= MAX_BATCH_REQUEUE, failed=True)
         sim.ended.append((job_id, "NODE_FAIL", names, sim.now))
     n.drained, n.reason = True, REPAIR_REASON
+    if n.extra:  # what a real node's health check publishes in the write that drains it: a hard Xid, its verdict
+        data = json.loads(n.extra)
+        data["xh"] = data.get("xh", 0) + 1
+        data["v"] = "drain"
+        n.extra = json.dumps(data, separators=(",", ":"))
     h.repaired_at[n.name] = sim.now + h.rates.repair_h * 3600
     h.failed_at.append(sim.now)

@@ -11,7 +11,8 @@ fleet's recorded rate for it, which every step's control nodes add to (the store
 are the increase of the counters each node's health check publishes since its boot (`xs`, `xh`, `ecc`;
 a counter that went down was reset by a reboot), a verdict turning worse than warn, and the jobs Slurm
 shows ended FAILED or NODE_FAIL (one bulk `squeue` per step).  A node counts from its second sighting in
-a cohort, so the reboot that brought it there is not an event.
+a cohort, so the reboot that brought it there is not an event; a node that leaves its cohort drained or
+down still counts the events it published with its drain and its jobs' NODE_FAIL, once, with no hours.
 
 The state (totals, each node's last counters, the boundary and its soak) is kept in the store after every
 step: an `apply` killed mid-soak resumes with its evidence.
@@ -69,28 +70,35 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
     now = v.world.now
     gate = _gate(s, state)
     who = cohorts(v)
-    published = {n: summary.from_node(v.world.nodes[n]) or {} for n in who}  # each node's summary, parsed once
-    model = {n: str(published[n].get("gpus") or "?") for n in who}
-    driver = {n: str(published[n].get("drv") or "?") for n in who}
+    last: dict[str, list[Any]] = state["last"]
+    # a node of a cohort that left service since the last step (drained, down) still counts what it did:
+    # the health check publishes a hard Xid or a bad verdict in the same write that drains the node, and
+    # its jobs end NODE_FAIL; without this the most severe events would count 0.  No hours: it is out.
+    leaving = {n: before[0] for n, before in last.items() if n not in who and n in v.world.nodes
+               and (v.world.nodes[n].drained or v.world.nodes[n].down) and v.state.get(n) in (S.DONE, S.PENDING)}
+    published = {n: summary.from_node(v.world.nodes[n]) or {} for n in (*who, *leaving)}  # parsed once
+    model = {n: str(published[n].get("gpus") or "?") for n in published}
+    driver = {n: str(published[n].get("drv") or "?") for n in published}
     dt_h = 0.0 if state["t"] is None else max(0.0, now - state["t"]) / 3600
     # per GPU model: the cohorts are compared within a model, never across (base rates differ by model)
     hours: dict[str, dict[str, float]] = defaultdict(lambda: {CANARY: 0.0, CONTROL: 0.0})
     events: dict[str, dict[str, dict[str, int]]] = defaultdict(
         lambda: {sig: {CANARY: 0, CONTROL: 0} for sig in gate.signals})
     recorded: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0])
-    last: dict[str, list[Any]] = state["last"]
     seen: dict[str, list[Any]] = {}
     counted: set[str] = set()
-    for n, cohort in who.items():
+    for n, cohort in (*who.items(), *leaving.items()):
         data = published[n]
         values = [data.get(key, 0) for key in COUNTERS.values()] + [int(data.get("v") not in ("ok", "warn", None))]
         before = last.get(n)
-        seen[n] = [cohort, *values]
+        if n in who:
+            seen[n] = [cohort, *values]
         if before is None or before[0] != cohort:
             continue  # first sighting in this cohort: its counters are the baseline
         counted.add(n)
         m = model[n]
-        hours[m][cohort] += dt_h
+        if n in who:
+            hours[m][cohort] += dt_h
         new_events = {sig: (new - old if new >= old else new)
                       for (sig, _), old, new in zip(COUNTERS.items(), before[1:4], values[:3], strict=True)}
         new_events["verdict"] = int(bool(values[3] and not before[4]))
@@ -111,13 +119,14 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
             continue
         for n in nodes:
             if n in counted:
+                cohort = who.get(n) or leaving[n]
                 if "job_fail" in gate.signals:
-                    events[model[n]]["job_fail"][who[n]] += 1
-                if who[n] == CONTROL:
+                    events[model[n]]["job_fail"][cohort] += 1
+                if cohort == CONTROL:
                     recorded[(model[n], driver[n], "job_fail")][0] += 1
     out = GateOutcome(state, float(state["passed"]))
     strata = {}
-    for m in sorted({model[n] for n, c in who.items() if c == CANARY}):
+    for m in sorted({model[n] for n, c in (*who.items(), *leaving.items()) if c == CANARY}):
         canary = sum(1 for n, c in who.items() if c == CANARY and model[n] == m)
         control = sum(1 for n, c in who.items() if c == CONTROL and model[n] == m)
         if control:
