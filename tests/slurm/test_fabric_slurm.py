@@ -68,12 +68,14 @@ def test_three_trays_drain_the_rack_once_and_it_returns_whole(mc):
     samples = []
 
     def back() -> bool:
-        states = [mc.state(n) for n in RACK]
+        # the four states in one read (one sinfo): four reads apart could straddle the one resume write
+        out = mc.run("sinfo", "-h", "-N", "-n", ",".join(RACK), "-o", "%N %T", check=False).stdout
+        states = dict(line.split(None, 1) for line in out.splitlines() if line.strip())
         samples.append(states)
-        return all(s == "IDLE" for s in states)
+        return sorted(states) == RACK and all(st.strip() == "idle" for st in states.values())
 
     mc.wait(back, 8 * mc.hc_interval, "the rack resumed")
-    mixed = [s for s in samples if len({"DRAIN" in x for x in s}) > 1]
+    mixed = [s for s in samples if len({st.startswith("drain") for st in s.values()}) > 1]
     assert not mixed, f"the rack came back in parts: {mixed}"
     assert all(mc.node(n).get("Reason", "") in ("", "(null)") or mc.release >= (24, 11) for n in RACK)
 
