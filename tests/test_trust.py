@@ -105,14 +105,8 @@ def test_the_health_check_never_runs_a_program_from_an_untrusted_config(tmp_path
     assert calls and "ALERT" not in r.stderr
 
 
-@needs_root
-def test_maintain_install_and_breaker_refuse_in_one_line(tmp_path):
-    config = tmp_path / "site.toml"
-    tpl = tmp_path / "upgrade.sh.j2"
-    tpl.write_text("echo hi\n")
-    os.chmod(tpl, 0o666)
-    config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\n[maintain]\nupgrade_template = "{tpl}"\n'
-                      f'db = "{tmp_path}/maintain.db"\n')
+def _two_node_plan(tmp_path):
+    """A plan of two simulated nodes, written by `maintain plan --fleet` as an admin would."""
     from slurm_gpufleet.maintain.simulate import SimFleet
 
     fleet = tmp_path / "fleet.json"
@@ -121,6 +115,18 @@ def test_maintain_install_and_breaker_refuse_in_one_line(tmp_path):
     r = run_cli("maintain", "plan", "--nodes", "node[00001-00002]", "--fleet", str(fleet), "--target-driver",
                 "580.159.04", "--force", "--out", str(plan))
     assert r.returncode == 0, r.stderr
+    return plan
+
+
+@needs_root
+def test_maintain_install_and_breaker_refuse_in_one_line(tmp_path):
+    config = tmp_path / "site.toml"
+    tpl = tmp_path / "upgrade.sh.j2"
+    tpl.write_text("echo hi\n")
+    os.chmod(tpl, 0o666)
+    config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\n[maintain]\nupgrade_template = "{tpl}"\n'
+                      f'db = "{tmp_path}/maintain.db"\n')
+    plan = _two_node_plan(tmp_path)
     for argv in (("breaker", "status"), ("breaker", "reset"), ("maintain", "status"), ("maintain", "apply", str(plan)),
                  ("maintain", "resume")):
         r = run_cli(*argv, "--config", str(config))
@@ -140,14 +146,7 @@ def test_apply_checks_the_plan_file_and_slurm_before_it_records_anything(tmp_pat
     config = tmp_path / "site.toml"
     config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\nscontrol = "{tmp_path}/bin/scontrol"\n'
                       f'[maintain]\nupgrade_template = "{tpl}"\ndb = "{tmp_path}/maintain.db"\n')
-    from slurm_gpufleet.maintain.simulate import SimFleet
-
-    fleet = tmp_path / "fleet.json"
-    fleet.write_text(json.dumps(SimFleet(2).fleet_state().to_dict()))
-    plan = tmp_path / "plan.json"
-    r = run_cli("maintain", "plan", "--nodes", "node[00001-00002]", "--fleet", str(fleet), "--target-driver",
-                "580.159.04", "--force", "--out", str(plan))
-    assert r.returncode == 0, r.stderr
+    plan = _two_node_plan(tmp_path)
     # no scontrol at all: exit 2, said in one line, nothing recorded (no wait: the README has the time)
     r = run_cli("maintain", "apply", str(plan), "--config", str(config))
     err = r.stderr.decode().strip()
