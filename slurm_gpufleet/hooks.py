@@ -204,9 +204,9 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
             from .slurm.escalation import resume_domain
 
-            said = resume_domain(backend, settings, setup.policy.domains, info, fields or None)
-            published = said.startswith("rack ") and " resumed: " in said
-            action = type(action)("resume" if published else "none", why=said)
+            said = resume_domain(backend, settings, setup.policy.domains, info)
+            # the summary and features are this node's alone: they go out below, in a write of their own
+            action = type(action)("resume" if said.startswith("rack ") and " resumed: " in said else "none", why=said)
         elif action.kind == "resume":
             published = bool(actuator.resume([info], fields or None).done)
         elif action.kind == "reboot":

@@ -130,8 +130,9 @@ def ready_to_resume(domain: str, members: list[NodeInfo], drained_at: float | No
     return ours
 
 
-def resume_domain(backend, settings, policy_domains, info: NodeInfo, fields=None) -> str:
-    """A rack-escalated node whose own checks pass: resume the whole domain when every member passes."""
+def resume_domain(backend, settings, policy_domains, info: NodeInfo) -> str:
+    """A rack-escalated node whose own checks pass: resume the whole domain when every member passes.
+    One write over the members, with no fields: the deciding node's summary is its own, published apart."""
     from ..maintain.domains import discover, fabric_domain
     from .actuator import Actuator
     from .base import SlurmError
@@ -148,5 +149,5 @@ def resume_domain(backend, settings, policy_domains, info: NodeInfo, fields=None
     ready = ready_to_resume(domain or "", members, info.reason_time, clean_now=info.name)
     if ready is None:
         return f"waiting for every member of rack {domain} to pass its checks"
-    done = Actuator(backend, HEALTH, settings).resume(ready, fields)
+    done = Actuator(backend, HEALTH, settings).resume(ready)
     return f"rack {domain} resumed: {', '.join(done.done)}" if done.done else f"rack {domain} not resumed"
