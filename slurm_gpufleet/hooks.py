@@ -505,6 +505,10 @@ def _healthcheck(argv: list[str] | None = None) -> int:
     setup = _setup("healthcheck", args.config, args.node)
     if setup is None:
         return 0 if not judge_only else 2
+    if not judge_only and not _one_run_at_a_time(setup):
+        log.warning("the previous health check of %s still runs after %g s: this run is skipped",
+                    setup.node, setup.settings.read_timeout_s)
+        return 0
     _start_watchdog(setup, 1, None if judge_only else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
         snap = read_node(setup.settings, setup.node, args.level)
@@ -546,6 +550,40 @@ def _healthcheck(argv: list[str] | None = None) -> int:
         return 0
     act(setup, report, "healthcheck", info=node_info, backend=backend)
     return 0
+
+
+_RUN_LOCK: int | None = None  # held until this process exits (the watchdog's os._exit included)
+
+
+def _one_run_at_a_time(setup: Setup) -> bool:
+    """At most one acting health check per node: slurmd starts a run every HealthCheckInterval whether
+    the last one ended or not (22.05 and 24.11 never kill it), so on a loaded node runs pile up, each
+    slower than the last.  A run waits for the previous one for up to `read_timeout_s` (itself bounded by
+    the watchdog), then gives way.  A lock that cannot be made never stops the check."""
+    import fcntl
+
+    global _RUN_LOCK
+    try:
+        os.makedirs(setup.settings.state_dir, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(setup.settings.state_dir, f"healthcheck-{setup.node}.lock"),
+                     os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        log.warning("no run lock (%s): running anyway", exc)
+        return True
+    deadline = time.monotonic() + setup.settings.read_timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _RUN_LOCK = fd
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return False
+            time.sleep(0.1)
+        except OSError as exc:
+            log.warning("run lock failed (%s): running anyway", exc)
+            return True
 
 
 def _confirm(setup, finding: str) -> int:

@@ -88,3 +88,27 @@ def test_a_lemons_deep_check_confirms_a_throttled_node_in_its_job_comment_and_cl
     assert len(calls) == 1 and calls[0][:2] == ["update", "jobid=4242"], calls
     assert calls[0][2] == f"comment=gpufleet confirmed: {r.stdout.strip()}", calls
     assert r.stdout.startswith(("thermal", "clocks")), r.stdout
+
+
+def test_a_run_gives_way_to_the_previous_one_still_running_and_waits_for_a_short_one(tmp_path):
+    # slurmd starts a health check every interval whether the last ended or not: runs must not pile up
+    import fcntl
+    import os
+    import threading
+
+    bin_dir, gpus, env = setup(tmp_path)
+    cfg = env["SLURM_GPUFLEET_CONFIG"]
+    with open(cfg, "a") as fh:
+        fh.write("read_timeout_s = 1\n")
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    lock = os.open(state / "healthcheck-n9.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the previous run, still reading the GPUs
+    calls, _, r = healthcheck(bin_dir, env)
+    assert r.returncode == 0 and calls == [], (calls, r.stderr)
+    assert "the previous health check of n9 still runs after 1 s: this run is skipped" in r.stderr
+    # a previous run that ends within the wait: this one waits for it, then runs
+    threading.Timer(0.3, lambda: fcntl.flock(lock, fcntl.LOCK_UN)).start()
+    calls, _, r = healthcheck(bin_dir, env)
+    os.close(lock)
+    assert r.returncode == 0 and calls and "skipped" not in r.stderr, r.stderr
