@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from . import exitcodes
+from .maintain.strategy import STRATEGIES
 from .readers import ReportError
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug in slurm-gpufleet, never a verdict
@@ -537,7 +538,7 @@ def _maintain_policy(policy_file: str | None, config: str | None):
               help="Firmware in the same drain, e.g. vbios=96.00.AF.00.01 (repeat it); the template is told to "
                    "power-cycle the node.")
 @click.option("--nodes", "nodeset", required=True, metavar="NODESET", help="Slurm host list, e.g. gpu[001-128].")
-@click.option("--strategy", type=click.Choice(["reservation", "reboot-asap"]), default="reservation", show_default=True,
+@click.option("--strategy", type=click.Choice(list(STRATEGIES)), default="reservation", show_default=True,
               help="reservation: MAINT reservations placed when the nodes' jobs end; reboot-asap: scontrol reboot ASAP.")
 @click.option("--config", metavar="FILE", help="Config with [maintain] and node groups (as for apply, status...).")
 @click.option("--policy", "policy_file", metavar="FILE", hidden=True, help="Old name of --config.")
@@ -1063,7 +1064,7 @@ def history(config: str | None, node: str | None, db: str | None, since: str | N
     if since:
         m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", since.strip())
         if m:
-            t0 = __import__("time").time() - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+            t0 = time.time() - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
         else:
             try:
                 t0 = dt.datetime.fromisoformat(since).timestamp()

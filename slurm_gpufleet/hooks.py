@@ -20,16 +20,22 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import watchdog
-from .findings import RANK, Finding, verdict
-from .pipeline import Report, evaluate
 from .policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
-from .readers import ReportError
-from .slurm.base import NodeInfo
-from .snapshot import NodeSnapshot, known
 from .summary import parse as parse_summary
 from .summary import published_at, stamp
+
+if TYPE_CHECKING:
+    from .findings import Finding
+    from .pipeline import Report
+    from .slurm.base import NodeInfo
+    from .snapshot import NodeSnapshot
+
+# The checks, readers and Slurm layer are imported inside the functions that use them: slurmd starts a
+# health check every interval whether the last one ended or not, and a run that only finds the previous
+# one still going (the run lock) must cost a config parse, not the whole engine.
 
 log = logging.getLogger("slurm-gpufleet")
 TIMEOUT_REASON = "gpufleet: NVML timeout"
@@ -152,11 +158,13 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     Slurm calls: the node's state (one read, unless the caller has it), the fleet only when a drain is
     about to happen (the breaker counts it), and one write that carries both the change and the summary;
     a quiet run writes only when its summary changed."""
+    from .findings import verdict
     from .history import History, db_path
     from .slurm import SlurmError
     from .slurm.actions import decide
     from .slurm.actuator import Actuator
     from .slurm.ownership import HEALTH, rack_of_reason
+    from .snapshot import known
 
     findings = report.findings + (extra_findings or [])
     final = verdict(findings)
@@ -298,6 +306,9 @@ class KeptHistory:
 
 
 def summary(report: Report, final: str) -> dict:
+    from .findings import RANK
+    from .snapshot import known
+
     s = report.snapshot
     names = sorted({known(g.name) or "?" for g in s.gpus})
     vbios = sorted({known(g.vbios) for g in s.gpus if known(g.vbios)})
@@ -338,6 +349,8 @@ def fabric_fields(s: NodeSnapshot) -> dict[str, str | int]:
     """The node's NVLink fabric as `fleet` and a rollout discover domains from it (maintain/domains.py):
     `fab` the GPUs' registration states (C completed, P in progress, N not started, ? other), `clq` the
     clique, `cuid` the cluster UUID.  Nothing where no GPU has a fabric (single GPUs, no NVSwitch)."""
+    from .snapshot import known
+
     fabrics = [g.fabric for g in s.gpus if not g.lost and isinstance(known(g.fabric.state), str)]
     if not fabrics:
         return {}
@@ -358,6 +371,7 @@ def event_counters(s: NodeSnapshot) -> dict[str, int]:
     increase per node-hour: `xs` soft Xid events (the catalog's severity below reboot), `xh` the others,
     `ecc` volatile ECC errors (reset by the reboot or driver reload).  Zero counters are left out."""
     from .catalog import xid_info
+    from .findings import RANK
 
     events = s.xid_events
     out: dict[str, int] = {}
@@ -509,6 +523,9 @@ def _healthcheck(argv: list[str] | None = None) -> int:
         log.warning("the previous health check of %s still runs after %g s: this run is skipped",
                     setup.node, setup.settings.read_timeout_s)
         return 0
+    from .pipeline import evaluate
+    from .readers import ReportError
+
     _start_watchdog(setup, 1, None if judge_only else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
         snap = read_node(setup.settings, setup.node, args.level)
@@ -631,6 +648,11 @@ def _prolog(argv: list[str] | None = None) -> int:
     setup = _setup("prolog", None, None, job)
     if setup is None:
         return 0  # our config problem must not stop jobs
+    from .findings import verdict
+    from .pipeline import evaluate
+    from .readers import ReportError
+    from .snapshot import known
+
     # slurmd drains the node for the failed prolog; the helper then puts our reason on it
     _start_watchdog(setup, 1, lambda: _prolog_timeout(setup))
     try:
@@ -770,6 +792,8 @@ def _write_window(settings: SlurmSettings, node: str, job: str, snap: NodeSnapsh
 
 
 def _counters(g) -> dict[str, int | None]:
+    from .snapshot import known
+
     def n(v):
         v = known(v)
         return v if isinstance(v, int) and not isinstance(v, bool) else None
@@ -788,6 +812,10 @@ def _epilog(argv: list[str] | None = None) -> int:
         from . import sampler
 
         sampler.stop(setup.settings.state_dir, job, setup.node)  # never outlives the job
+    from .findings import verdict
+    from .pipeline import evaluate
+    from .readers import ReportError
+
     _start_watchdog(setup, 1, lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
         snap = read_node(setup.settings, setup.node, "quick")

@@ -15,7 +15,7 @@ A check job that ended without a verdict (cancelled, timed out, the node failed)
 `ATTEMPTS` times, then the case closes `unchecked` and the reservation goes: a check that cannot run
 must not hold a node for ever.
 
-Pure: `decide` takes what one step read (the scores, the open cases, the fleet, the reservations and the
+Pure: `decide_cases` takes what one step read (the scores, the open cases, the fleet, the reservations and the
 check jobs) and returns what to write; `lemon_step.run_step` reads, records and writes (`fleet lemons`).
 """
 
@@ -27,7 +27,7 @@ from .findings import RANK, Finding
 from .slurm.base import NodeInfo
 from .slurm.ownership import FREE, STRAGGLER_PREFIX, owner
 
-RESERVATION_PREFIX = "gpufleet-lemon-"  # not a rollout's "gpufleet_": a rollout leaves these nodes alone
+LEMON_RESERVATION_PREFIX = "gpufleet-lemon-"  # not a rollout's "gpufleet_": a rollout leaves these nodes alone
 JOB_NAME = "gpufleet-lemon-check"
 CONFIRMED_PREFIX = "gpufleet confirmed:"  # what `slurm-gpufleet-healthcheck --confirm` puts in its job comment
 ATTEMPTS = 2
@@ -66,7 +66,7 @@ def confirming(findings: list[Finding]) -> Finding | None:
 
 
 def reservation_name(node: str) -> str:
-    return f"{RESERVATION_PREFIX}{node}"
+    return f"{LEMON_RESERVATION_PREFIX}{node}"
 
 
 def drain_reason(case: Case, finding: str) -> str:
@@ -85,7 +85,7 @@ class Decisions:
     notes: list[str] = field(default_factory=list)
 
 
-def decide(now: float, suspects: dict[str, list[str]], cases: dict[str, Case], nodes: dict[str, NodeInfo],
+def decide_cases(now: float, suspects: dict[str, list[str]], cases: dict[str, Case], nodes: dict[str, NodeInfo],
            reservations: set[str], check_jobs: dict[str, tuple[str, str]], lemon_jobs: int) -> Decisions:
     """suspects: node -> the distinct jobs it was flagged in since its last case closed; cases: the open
     ones; check_jobs: job id -> (state, comment) of the deep checks squeue still shows."""

@@ -2,7 +2,7 @@
 
 It takes the flags the in-job detector raised over one read of the fleet, records them (LemonStore),
 reads Slurm only while a case is open or about to be (the lemon reservations, the check jobs), lets the
-pure `lemon.decide` say what to do, and does it: reservations made and deleted, deep checks submitted,
+pure `lemon.decide_cases` say what to do, and does it: reservations made and deleted, deep checks submitted,
 confirmed nodes drained through the actuator (the breaker guards it), stale check jobs cancelled.  A
 write that fails is named in `errors` and the rest goes on; what a step leaves, the next one decides
 again from the stored cases and what Slurm shows.
@@ -51,11 +51,11 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     reservations: set[str] = set()
     check_jobs: dict[str, tuple[str, str]] = {}
     if cases or any(len(j) >= settings.lemon_jobs for j in suspects.values()):
-        reservations = {r.name for r in backend.reservations() if r.name.startswith(L.RESERVATION_PREFIX)}
+        reservations = {r.name for r in backend.reservations() if r.name.startswith(L.LEMON_RESERVATION_PREFIX)}
     if any(c.check_job for c in cases.values()):
         check_jobs = {job_id: (state, comment) for job_id, state, comment in backend.jobs_named(L.JOB_NAME)}
     infos = {n.name: n for n in nodes}
-    d = L.decide(now, suspects, cases, infos, reservations, check_jobs, settings.lemon_jobs)
+    d = L.decide_cases(now, suspects, cases, infos, reservations, check_jobs, settings.lemon_jobs)
     moved = {**cases, **d.cases}
     step = LemonStep(flags, new_flags, {node: len(j) for node, j in suspects.items()}, moved, reserved=d.reserve,
                      released=d.release, notes=d.notes)

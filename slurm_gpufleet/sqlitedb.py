@@ -13,27 +13,43 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import sqlite_utils
+if TYPE_CHECKING:
+    import sqlite_utils
 
 
 def open_db(path: str, schema: Callable[[sqlite_utils.Database], None], timeout_s: float = 15) -> sqlite_utils.Database:
+    """The file as a sqlite-utils Database, its schema made by `schema`."""
+    import sqlite_utils
+
+    holder: dict[int, sqlite_utils.Database] = {}
+
+    def made(conn: sqlite3.Connection) -> None:
+        schema(holder.setdefault(0, sqlite_utils.Database(conn)))
+
+    conn = open_conn(path, made, timeout_s)
+    return holder.get(0) or sqlite_utils.Database(conn)
+
+
+def open_conn(path: str, schema: Callable[[sqlite3.Connection], None], timeout_s: float = 15) -> sqlite3.Connection:
+    """The file as a plain sqlite3 connection, for the hooks slurmd runs every interval: importing
+    sqlite-utils (and click, which it imports) costs about as much as the rest of a health check's work."""
     os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
     if not os.path.exists(path):
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
     conn = sqlite3.connect(path, timeout=timeout_s)
     conn.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-    db = sqlite_utils.Database(conn)
 
     def setup() -> None:
-        if db.journal_mode != "wal":
-            db.enable_wal()
-        with db.conn:
-            db.execute("begin immediate")
-            schema(db)
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode=wal")
+        with conn:
+            conn.execute("begin immediate")
+            schema(conn)  # checks before it makes: a retry after "locked" finds what is there
 
     retry_locked(setup, deadline=time.monotonic() + timeout_s)
-    return db
+    return conn
 
 
 def retry_locked(fn: Callable[[], None], deadline: float) -> None:

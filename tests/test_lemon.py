@@ -23,9 +23,9 @@ def fleet(*infos: NodeInfo) -> dict[str, NodeInfo]:
 
 
 def test_a_node_flagged_in_one_job_is_only_a_score_and_in_two_it_is_reserved_and_checked():
-    one = L.decide(NOW, {"n1": ["10"]}, {}, fleet(node("n1")), set(), {}, lemon_jobs=2)
+    one = L.decide_cases(NOW, {"n1": ["10"]}, {}, fleet(node("n1")), set(), {}, lemon_jobs=2)
     assert (one.reserve, one.submit, one.drain, one.cases) == ([], [], [], {})
-    two = L.decide(NOW, {"n1": ["10", "11"]}, {}, fleet(node("n1")), set(), {}, lemon_jobs=2)
+    two = L.decide_cases(NOW, {"n1": ["10", "11"]}, {}, fleet(node("n1")), set(), {}, lemon_jobs=2)
     assert two.reserve == ["n1"] and two.submit == ["n1"] and two.drain == []
     assert two.cases["n1"].state == L.CHECKING and two.cases["n1"].jobs == ["10", "11"]
 
@@ -36,7 +36,7 @@ def test_a_node_flagged_in_one_job_is_only_a_score_and_in_two_it_is_reserved_and
     node("n1", "IDLE", {"DRAIN"}, "gpufleet: maintain 7b0c upgrading"),  # a rollout holds it
 ])
 def test_a_suspect_someone_else_holds_is_left_alone_and_said_so(held):
-    d = L.decide(NOW, {"n1": ["10", "11"]}, {}, fleet(held), set(), {}, lemon_jobs=2)
+    d = L.decide_cases(NOW, {"n1": ["10", "11"]}, {}, fleet(held), set(), {}, lemon_jobs=2)
     assert (d.reserve, d.submit, d.cases) == ([], [], {})
     assert "left alone" in d.notes[0]
 
@@ -47,13 +47,13 @@ def checking(job: str | None = "77", attempts: int = 1) -> L.Case:
 
 def test_a_check_still_pending_or_running_waits():
     for state in ("PENDING", "RUNNING", "COMPLETING"):
-        d = L.decide(NOW, {}, {"n1": checking()}, fleet(node("n1")), {"gpufleet-lemon-n1"}, {"77": (state, "")}, 2)
+        d = L.decide_cases(NOW, {}, {"n1": checking()}, fleet(node("n1")), {"gpufleet-lemon-n1"}, {"77": (state, "")}, 2)
         assert (d.reserve, d.submit, d.drain, d.release, d.cases) == ([], [], [], [], {})
 
 
 def test_a_confirmed_check_drains_with_its_finding_and_releases_the_reservation():
     comment = "gpufleet confirmed: thermal gpu3: HW thermal slowdown active"
-    d = L.decide(NOW, {}, {"n1": checking()}, fleet(node("n1", "IDLE")), {"gpufleet-lemon-n1"},
+    d = L.decide_cases(NOW, {}, {"n1": checking()}, fleet(node("n1", "IDLE")), {"gpufleet-lemon-n1"},
                  {"77": ("FAILED", comment)}, 2)
     assert d.drain == [("n1", "gpufleet: performance lemon: slow in jobs 10,11; deep check: thermal gpu3: "
                                "HW thermal slowdown active")]
@@ -61,7 +61,7 @@ def test_a_confirmed_check_drains_with_its_finding_and_releases_the_reservation(
 
 
 def test_a_clean_check_clears_the_case_and_drains_nothing():
-    d = L.decide(NOW, {}, {"n1": checking()}, fleet(node("n1", "IDLE")), {"gpufleet-lemon-n1"},
+    d = L.decide_cases(NOW, {}, {"n1": checking()}, fleet(node("n1", "IDLE")), {"gpufleet-lemon-n1"},
                  {"77": ("COMPLETED", "gpufleet lemon check of n1")}, 2)
     assert d.drain == [] and d.release == ["gpufleet-lemon-n1"]
     assert d.cases["n1"].state == L.CLEARED and d.cases["n1"].closed == NOW
@@ -69,22 +69,22 @@ def test_a_clean_check_clears_the_case_and_drains_nothing():
 
 def test_a_check_that_ended_without_a_verdict_runs_again_then_closes_unchecked():
     # a FAILED job without our comment did not judge (the command was missing, the node failed)
-    again = L.decide(NOW, {}, {"n1": checking(attempts=1)}, fleet(node("n1")), {"gpufleet-lemon-n1"},
+    again = L.decide_cases(NOW, {}, {"n1": checking(attempts=1)}, fleet(node("n1")), {"gpufleet-lemon-n1"},
                      {"77": ("FAILED", "gpufleet lemon check of n1")}, 2)
     assert again.submit == ["n1"] and again.drain == [] and again.release == []
-    gone = L.decide(NOW, {}, {"n1": checking(attempts=L.ATTEMPTS)}, fleet(node("n1")), {"gpufleet-lemon-n1"},
+    gone = L.decide_cases(NOW, {}, {"n1": checking(attempts=L.ATTEMPTS)}, fleet(node("n1")), {"gpufleet-lemon-n1"},
                     {}, 2)
     assert gone.cases["n1"].state == L.UNCHECKED and gone.release == ["gpufleet-lemon-n1"]
     assert "gone from squeue" in gone.cases["n1"].detail and gone.drain == []
 
 
 def test_a_case_whose_reservation_someone_deleted_closes_and_its_job_is_cancelled():
-    d = L.decide(NOW, {}, {"n1": checking()}, fleet(node("n1")), set(), {"77": ("PENDING", "")}, 2)
+    d = L.decide_cases(NOW, {}, {"n1": checking()}, fleet(node("n1")), set(), {"77": ("PENDING", "")}, 2)
     assert d.cases["n1"].state == L.UNCHECKED and d.cancel == ["77"] and d.release == []
 
 
 def test_a_step_that_crashed_after_recording_the_case_reserves_and_submits_again():
-    d = L.decide(NOW, {}, {"n1": checking(job=None, attempts=0)}, fleet(node("n1")), set(), {}, 2)
+    d = L.decide_cases(NOW, {}, {"n1": checking(job=None, attempts=0)}, fleet(node("n1")), set(), {}, 2)
     assert d.reserve == ["n1"] and d.submit == ["n1"]
 
 

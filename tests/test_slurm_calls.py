@@ -112,3 +112,55 @@ def test_a_run_gives_way_to_the_previous_one_still_running_and_waits_for_a_short
     calls, _, r = healthcheck(bin_dir, env)
     os.close(lock)
     assert r.returncode == 0 and calls and "skipped" not in r.stderr, r.stderr
+
+
+_MODULES_AT_EXIT = """
+import json, sys
+from slurm_gpufleet.hooks import healthcheck_main
+rc = healthcheck_main([])
+print(json.dumps({"rc": rc, "modules": sorted(m for m in sys.modules if m.split(".")[0] in
+                  ("click", "jinja2", "sqlite_utils", "slurm_gpufleet"))}))
+"""
+
+
+def _modules_of_a_run(env) -> dict:
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", _MODULES_AT_EXIT], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "internal error" not in r.stderr, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_health_check_records_and_publishes_without_sqlite_utils_or_click(tmp_path):
+    """slurmd runs it every interval on every node: its history goes through the standard sqlite3."""
+    from slurm_gpufleet.history import History
+
+    bin_dir, gpus, env = setup(tmp_path)
+    fault(gpus, 5, "row_remap_failure")  # a drain: the run records its findings and its action
+    out = _modules_of_a_run(env)
+    assert out["rc"] == 0 and not [m for m in out["modules"] if not m.startswith("slurm_gpufleet")], out
+    assert json.loads((bin_dir / "node.json").read_text()).get("drain"), "the drain went out"
+    h = History(str(tmp_path / "state" / "n9.db"))
+    (run,) = h.runs()
+    assert run["verdict"] == "drain" and run["hook"] == "healthcheck"
+    assert [r["action"] for r in h.db.query("select action from actions")] == ["drain"]
+    assert h.db["findings"].count >= 1  # the same file, read through sqlite-utils
+    h.close()
+
+
+def test_a_run_that_gives_way_to_the_previous_one_loads_no_check(tmp_path):
+    """slurmd starts a run every interval whether the last ended or not: one that finds the previous run
+    still holding the node's lock gives way after `read_timeout_s`, having parsed only its config."""
+    import fcntl
+
+    bin_dir, gpus, env = setup(tmp_path)
+    cfg = tmp_path / "gpufleet.toml"
+    cfg.write_text(cfg.read_text() + "read_timeout_s = 1\n")
+    (tmp_path / "state").mkdir()
+    with open(tmp_path / "state" / "healthcheck-n9.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        out = _modules_of_a_run(env)
+    assert out["rc"] == 0
+    assert "slurm_gpufleet.checks" not in out["modules"] and "slurm_gpufleet.pipeline" not in out["modules"], out
+    assert not (bin_dir / "calls.jsonl").exists(), "a run that gave way asked Slurm nothing"
+    assert not (tmp_path / "state" / "n9.db").exists()

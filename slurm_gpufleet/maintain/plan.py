@@ -8,7 +8,7 @@ from typing import Any
 
 from .bundle import Bundle
 
-RESERVATION_PREFIX = "gpufleet_"
+ROLLOUT_RESERVATION_PREFIX = "gpufleet_"
 INF = float("inf")
 
 

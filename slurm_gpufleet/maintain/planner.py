@@ -22,7 +22,7 @@ from ..policy import MaintainSettings, Policy
 from .bundle import Bundle, at_least, unpublished, wanted
 from .domains import Domains
 from .fleet import FleetState
-from .plan import INF, RESERVATION_PREFIX, Plan, PlanError, Wave
+from .plan import INF, ROLLOUT_RESERVATION_PREFIX, Plan, PlanError, Wave
 from .schedule import node_slots, soak_of
 from .strategy import STRATEGIES
 
@@ -175,7 +175,7 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     if plan.refused:
         return plan
 
-    others = fleet.reserved_by_others(RESERVATION_PREFIX)
+    others = fleet.reserved_by_others(ROLLOUT_RESERVATION_PREFIX)
     todo: list[str] = []
     for name in names:
         node = fleet.nodes[name]

@@ -28,7 +28,7 @@ from . import states as S
 from .domains import FROM_SLURM
 from .executor import Executor
 from .gate import step as gate_step
-from .plan import RESERVATION_PREFIX, Plan
+from .plan import ROLLOUT_RESERVATION_PREFIX, Plan
 from .preempt import preempt
 from .schedule import MIN_BUCKET_S, admit, boundary, node_slots, postpone_slots, slot_reservations, soak_of
 from .store import Store
@@ -185,7 +185,7 @@ class Engine:
             writes.weight[arg].add(info.name)
         elif kind == "hold":  # held in a reservation of ours from now (MAINT reservations may overlap its slot)
             if v.holding(info.name) is None:
-                name = f"{RESERVATION_PREFIX}{v.rid}_h{int(v.world.now)}"
+                name = f"{ROLLOUT_RESERVATION_PREFIX}{v.rid}_h{int(v.world.now)}"
                 nodes, start, minutes = writes.create.get(name, ([], v.world.now, 24 * 60))
                 writes.create[name] = (nodes + [info.name], start, minutes)
         elif kind == "note":
@@ -217,7 +217,7 @@ class Engine:
         writes.postpone.update(postpone_slots(v, ahead, max(2 * ahead, 60.0 * self.s.upgrade_minutes)))
         member = {n for res in v.world.ours.values() for n in res.nodes}
         writes.create.update(slot_reservations({r["node"]: r["slot"] for r in pending}, member, v.rid,
-                                               RESERVATION_PREFIX, v.world.ours))
+                                               ROLLOUT_RESERVATION_PREFIX, v.world.ours))
 
     # -- one step --------------------------------------------------------------------------------
     def step(self, rid: str) -> str:
@@ -385,7 +385,7 @@ class Engine:
         """The end (done, rolled back, aborted): no reservation of ours and no raised weight stays."""
         writes = Writes()
         reservations = world.reservations.values() if world else self.slurm.reservations()
-        writes.delete.update(r.name for r in reservations if r.name.startswith(f"{RESERVATION_PREFIX}{rid}_"))
+        writes.delete.update(r.name for r in reservations if r.name.startswith(f"{ROLLOUT_RESERVATION_PREFIX}{rid}_"))
         rows = [row for row in self.store.nodes(rid) if row["weight"] is not None]
         for row in rows:
             writes.weight[row["weight"]].add(row["node"])

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import states as S
-from .plan import RESERVATION_PREFIX
+from .plan import ROLLOUT_RESERVATION_PREFIX
 
 INF = float("inf")
 MIN_BUCKET_S = 300.0   # slots closer than this share a reservation
@@ -307,7 +307,7 @@ def postpone_slots(view: Any, lookahead_s: float, push_s: float) -> dict[str, fl
     now = view.world.now
     committed = out_domains(view, slots_count=False) if view.plan.domains else set()
     room = domain_room(view, committed)
-    prefix = f"{RESERVATION_PREFIX}{view.rid}_s"
+    prefix = f"{ROLLOUT_RESERVATION_PREFIX}{view.rid}_s"
     out: dict[str, float] = {}
     for name, r in sorted(view.mine.items(), key=lambda kv: kv[1].start or 0.0):
         if not name.startswith(prefix) or r.start is None or r.start > now + lookahead_s:

@@ -23,7 +23,7 @@ from ..slurm.base import NodeInfo
 from ..slurm.ownership import MAINTAIN, owns
 from . import states as S
 from .bundle import Bundle, first_difference, restricted
-from .plan import RESERVATION_PREFIX, Plan
+from .plan import ROLLOUT_RESERVATION_PREFIX, Plan
 from .strategy import Strategy
 from .upgrade import CommandResult, UpgradeError, render
 from .world import World
@@ -263,7 +263,7 @@ class Pending(Unit):
         info = v.info(row)
         if info is None:
             return move(S.SKIPPED, "not in Slurm any more")
-        others = {n: r.name for r in v.world.reservations.values() if not r.name.startswith(RESERVATION_PREFIX)
+        others = {n: r.name for r in v.world.reservations.values() if not r.name.startswith(ROLLOUT_RESERVATION_PREFIX)
                   for n in r.nodes}
         prior = {"state": info.state, "flags": sorted(info.flags), "reason": info.reason,
                  "reason_user": info.reason_user, "reservation": others.get(row["node"]), "boot": info.boot_time}

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..slurm.base import JobInfo, NodeInfo, Reservation
 from .fleet import free_times
-from .plan import RESERVATION_PREFIX
+from .plan import ROLLOUT_RESERVATION_PREFIX
 
 INF = float("inf")
 READS = frozenset({"nodes", "running_jobs", "reservations", "jobs_named", "node", "topology", "ended_jobs"})
@@ -48,10 +48,10 @@ class World:
 
     @property
     def ours(self) -> dict[str, Reservation]:
-        return {k: r for k, r in self.reservations.items() if k.startswith(RESERVATION_PREFIX)}
+        return {k: r for k, r in self.reservations.items() if k.startswith(ROLLOUT_RESERVATION_PREFIX)}
 
     def of_rollout(self, rid: str) -> dict[str, Reservation]:
-        prefix = f"{RESERVATION_PREFIX}{rid}_"
+        prefix = f"{ROLLOUT_RESERVATION_PREFIX}{rid}_"
         return {k: r for k, r in self.reservations.items() if k.startswith(prefix)}
 
 
