@@ -57,16 +57,19 @@ lint: setup
 # Tiers, each timed:
 #   test-fast: lint and every unit and engine test (the in-memory fleet, a small trace excerpt), no daemons;
 #   slow:      the fuzz at 3,000 new cases a property and the measures on the whole Helios trace;
-#   slurm:     the real-Slurm tests on the host's Slurm (Debian 12: 22.05), side by side with their backend,
-#              health-check, prolog, epilog and rollout scenarios on the other releases below, one release
-#              after the other (two clusters at a time: three at once overload 2 cores, load average 20,
-#              and the tests' health-check timing fails), each in a Debian root built once by debootstrap
-#              (tests/slurm/minicluster.sh), on their own ports, all below the kernel's ephemeral range
-#              (32768 up): an outgoing connection may take one of those while a slurmd restarts.
-#              Beside them, at the lowest CPU priority (DKMS builds would starve the clusters' health
-#              checks), the real package path in a Debian node image: a 2-node cluster of its own (ports
-#              -18000) with one node on that image, a rollout through the real packages, then the rest of
-#              bench/real_upgrade.py from there (tests/slurm/test_real_image_node.py).
+#   slurm:     the real-Slurm tests, two clusters at a time (2 cores: an idle 8-node cluster's health checks
+#              alone take 0.4 of a core; three clusters and a DKMS build at once drove the load average to
+#              70 and starved the lowest-priority tier for 15 minutes):
+#              - on the host's Slurm (Debian 12: 22.05), every real-Slurm test;
+#              - beside it, one after the other: the backend, health-check, prolog, epilog, rollout and
+#                fabric scenarios on each of the other releases below, each in a Debian root built once by
+#                debootstrap (tests/slurm/minicluster.sh), then the real package path in the Debian node
+#                image (tests/slurm/test_real_image_node.py: a 2-node cluster of its own, one node on that
+#                image, a rollout through the real packages, then the rest of bench/real_upgrade.py).
+#                The image's DKMS builds compile through ccache (node_image.sh), so a build whose inputs
+#                were built before takes the cache's time, not the compiler's; they run at nice 10.
+#              Every cluster has ports of its own, all below the kernel's ephemeral range (32768 up): an
+#              outgoing connection may take one of those while a slurmd restarts.
 # `SLURM_RELEASE=24.11 make test` runs the whole real-Slurm tier on that release only.
 OTHER_RELEASES ?= 24.11 26.05
 RELEASE_TESTS  ?= tests/slurm/test_backends.py tests/slurm/test_cluster.py tests/slurm/test_maintain.py tests/slurm/test_domains.py tests/slurm/test_fabric_slurm.py
@@ -86,8 +89,8 @@ test-slurm: setup
 	(off=-10000; for r in $(OTHER_RELEASES); do \
 	  SLURM_RELEASE=$$r GPUFLEET_TEST_PORT_OFFSET=$$off $(PYTEST) $(RELEASE_TESTS) \
 	    > out/test-slurm-$$r.log 2>&1; echo $$? > out/test-slurm-$$r.rc; \
-	  off=$$((off - 4000)); done) & \
-	(nice -n 19 env GPUFLEET_TEST_PORT_OFFSET=-18000 $(PYTEST) -m image \
+	  off=$$((off - 4000)); done; \
+	 nice -n 10 env GPUFLEET_TEST_PORT_OFFSET=-18000 $(PYTEST) -m image \
 	  tests/slurm/test_real_image_node.py > out/test-slurm-image.log 2>&1; \
 	  echo $$? > out/test-slurm-image.rc) & \
 	wait; rc=0; \

@@ -144,6 +144,8 @@ def main() -> int:
     # 5. bad input: a package that does not exist fails the template half-way, with apt's last line
     ok, _, output = template(root, "upgrade", "535.999.99", OLD)
     out["failed_ok"], out["failed_reason"] = ok, (output.strip().splitlines() or [""])[-1]
+    # what DKMS compiled here serves the next copies (node_image.sh: builds cached by their inputs)
+    subprocess.run([str(IMAGE_SCRIPT), "keep-cache", str(root)], check=False, timeout=600)
     if args.json:
         print(json.dumps(out, indent=1))
     else:

@@ -855,6 +855,7 @@ def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | Non
     Severity "ok": these record what happened to the job; what the node needs is the normal checks' call.
     """
     from .catalog import xid_info
+    from .findings import Finding
     from .readers.kernel_log import boot_epoch, event_epoch
 
     out: list[Finding] = []

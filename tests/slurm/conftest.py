@@ -103,9 +103,11 @@ class Cluster:
         out = self.run("scontrol", "show", "job", job_id, check=False).stdout
         return dict(tok.partition("=")[::2] for tok in out.split() if "=" in tok)
 
-    def healthcheck(self, node: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        """One health-check run on `node`, exactly as slurmd starts it (same wrapper, no PATH)."""
-        return subprocess.run([str(self.dir / "sbin" / "slurm-gpufleet-healthcheck"), "--node", node],
+    def healthcheck(self, node: str, timeout: float = 60, config: Path | None = None) -> subprocess.CompletedProcess:
+        """One health-check run on `node`, exactly as slurmd starts it (same wrapper, no PATH); `config`
+        in place of the cluster's (a file under the cluster's directory: the release roots see only that)."""
+        return subprocess.run([str(self.dir / "sbin" / "slurm-gpufleet-healthcheck"), "--node", node]
+                              + (["--config", str(config)] if config else []),
                               capture_output=True, text=True, env={"SLURMD_NODENAME": node}, timeout=timeout)
 
     # -- GPUs ------------------------------------------------------------------------------------

@@ -8,7 +8,14 @@
 #   node_image.sh build        build the image unless it is there; prints how long each part took
 #   node_image.sh copy DEST    a fresh copy of the image at DEST (a test's own node)
 #   node_image.sh path         print where the image is
+#   node_image.sh keep-cache ROOT   keep ROOT's new compiler cache entries for the next copies (see below)
 #   node_image.sh sh ROOT CMD  run CMD in ROOT (a copy) with /proc and /dev mounted, unmounted after
+#
+# Heavy builds are cached by their inputs: the image's compiler runs through ccache (its links come first
+# on the PATH that maintainer scripts and the upgrade template give: /usr/sbin), so DKMS really builds on
+# every install, and a compilation it made before (same source, headers, flags and compiler) comes from
+# the cache.  The cache travels with each copy; `keep-cache` merges what a copy added into the host's
+# (NODE_IMAGE_CCACHE, default beside the image) and `copy` brings it into the next copy.
 #
 # Environment: NODE_IMAGE (default /var/tmp/gpufleet-node-image/bookworm-535), DEBIAN_MIRROR,
 # DEBIAN_SECURITY_MIRROR.  The image's apt sources also name bookworm-security (535.309.01, the upgrade)
@@ -20,6 +27,8 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 OLD_DRIVER_PKG=535.261.03-1
 APT_WAIT="-o DPkg::Lock::Timeout=600"
+CCACHE_HOST=${NODE_IMAGE_CCACHE:-$(dirname "$IMAGE")/ccache}
+CCACHE_IN=var/cache/gpufleet-ccache   # in the image
 
 log() { echo "node-image: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -43,8 +52,26 @@ timed() {  # NAME CMD...: run, then print "NAME: S s" and keep it for the image'
   return $rc
 }
 
+with_ccache() {  # ROOT: ccache installed, its links for the compiler first on the maintainer scripts' PATH
+  local root=$1
+  if [ ! -x "$root/usr/bin/ccache" ]; then
+    mounted_sh "$root" "apt-get $APT_WAIT install -y -qq --no-install-recommends ccache && apt-get clean" \
+      || return 1
+  fi
+  for cc in gcc cc gcc-12 x86_64-linux-gnu-gcc x86_64-linux-gnu-gcc-12; do ln -sf ../bin/ccache "$root/usr/sbin/$cc"; done
+  mkdir -p "$root/$CCACHE_IN"
+  # kbuild and DKMS copy sources at build time (new mtimes) and stamp no dates: hash contents, not times
+  printf 'cache_dir = /%s\nmax_size = 1G\nsloppiness = include_file_mtime,include_file_ctime,time_macros\n' \
+    "$CCACHE_IN" > "$root/etc/ccache.conf"
+}
+
 build() {
-  [ -e "$IMAGE/.gpufleet-node-image" ] && { log "image is there: $IMAGE"; return 0; }
+  if [ -e "$IMAGE/.gpufleet-node-image" ]; then
+    # an image built before the cache: given ccache once (its next DKMS build fills the cache)
+    [ -L "$IMAGE/usr/sbin/gcc" ] || { log "adding ccache to $IMAGE"; with_ccache "$IMAGE" > "$(dirname "$IMAGE")/ccache.log" 2>&1 \
+      || die "installing ccache in the image failed (see $(dirname "$IMAGE")/ccache.log)"; }
+    log "image is there: $IMAGE"; return 0
+  fi
   [ "$(id -u)" = 0 ] || die "building the node image needs root"
   command -v debootstrap >/dev/null || { DEBIAN_FRONTEND=noninteractive apt-get $APT_WAIT install -y -qq debootstrap \
     >/dev/null || die "debootstrap is not installed and could not be"; }
@@ -68,6 +95,7 @@ EOF
   timed kernel mounted_sh "$tmp" "apt-get $APT_WAIT update -qq && apt-get $APT_WAIT install -y -qq --no-install-recommends \
     linux-image-amd64 linux-headers-amd64 initramfs-tools" > "$logs/kernel.log" 2>&1 \
     || die "installing the kernel failed (see $logs/kernel.log)"
+  timed ccache with_ccache "$tmp" > "$logs/ccache.log" 2>&1 || die "installing ccache failed (see $logs/ccache.log)"
   timed dkms_build mounted_sh "$tmp" "apt-get $APT_WAIT install -y -qq --no-install-recommends \
     nvidia-kernel-dkms=$OLD_DRIVER_PKG nvidia-kernel-support=$OLD_DRIVER_PKG" > "$logs/dkms.log" 2>&1 \
     || die "installing nvidia-kernel-dkms $OLD_DRIVER_PKG failed (see $logs/dkms.log)"
@@ -92,11 +120,17 @@ case "${1:-}" in
     [ -n "${2:-}" ] || die "usage: node_image.sh copy DEST"
     [ -e "$IMAGE/.gpufleet-node-image" ] || die "no image at $IMAGE: run node_image.sh build"
     rm -rf "$2"; mkdir -p "$(dirname "$2")"
-    cp -a --reflink=auto "$IMAGE" "$2" ;;
+    cp -a --reflink=auto "$IMAGE" "$2"
+    if [ -d "$CCACHE_HOST" ]; then cp -a "$CCACHE_HOST/." "$2/$CCACHE_IN/"; fi ;;
+  keep-cache)
+    [ -n "${2:-}" ] || die "usage: node_image.sh keep-cache ROOT"
+    [ -d "$2/$CCACHE_IN" ] || exit 0
+    mkdir -p "$CCACHE_HOST"
+    cp -a -n "$2/$CCACHE_IN/." "$CCACHE_HOST/" ;;
   path) echo "$IMAGE" ;;
   sh)
     [ -n "${2:-}" ] && [ -n "${3:-}" ] || die "usage: node_image.sh sh ROOT CMD"
     root=$2; shift 2
     mounted_sh "$root" "$*" ;;
-  *) die "usage: node_image.sh build | copy DEST | path | sh ROOT CMD" ;;
+  *) die "usage: node_image.sh build | copy DEST | keep-cache ROOT | path | sh ROOT CMD" ;;
 esac

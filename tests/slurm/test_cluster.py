@@ -140,7 +140,13 @@ def test_nvml_timeout_leaves_a_rollouts_drain_and_reason_alone(mc):
     path = mc.gpu_file("n4")
     os.unlink(path)
     os.mkfifo(path)
-    run = mc.healthcheck("n4", timeout=30)
+    # a state directory of its own: slurmd's own runs, stuck on the same read, hold n4's run lock most of
+    # the time, and a run that finds it held gives way (test_slurm_calls.py) instead of timing out
+    config = mc.dir / "etc" / "gpufleet-own-state.toml"
+    text = (mc.dir / "etc" / "gpufleet.toml").read_text()
+    config.write_text(text.replace(f'state_dir = "{mc.dir}/state/gpufleet"', f'state_dir = "{mc.dir}/state/manual"'))
+    assert config.read_text() != text
+    run = mc.healthcheck("n4", timeout=30, config=config)
     assert run.returncode == 1 and "timed out after 4 s" in run.stderr
     info = mc.node("n4")
     assert "DRAIN" in info["State"] and info["Reason"].startswith(rollout_reason), info["Reason"]

@@ -77,6 +77,8 @@ def imaged():
         c.wait(registered_and_published, 120, lambda: f"n1 registered after its boot: {c.node('n1')}")
         yield c
     finally:
+        # the compilations DKMS made in this copy serve the next run's (node_image.sh keep-cache)
+        subprocess.run([str(IMAGE_SCRIPT), "keep-cache", str(c.dir / "nodehosts" / "n1")], check=False, timeout=600)
         next(gen, None)
 
 
