@@ -18,14 +18,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import watchdog
 from .policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
+from .summary import encode as encode_summary
 from .summary import parse as parse_summary
-from .summary import published_at, stamp
+from .summary import published_at
 
 if TYPE_CHECKING:
     from .findings import Finding
@@ -184,7 +184,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         return "error"
     action = decide(info, final, findings, history.node_history(node), settings.clean_runs_to_resume,
                     settings.reboots_before_drain, host=s.host_facts, driver=known(s.driver_version))
-    data = summary(report, final) if settings.publish != "none" else None
+    data = encode_summary(report, final) if settings.publish != "none" else None
     if data is not None and setup.refused:
         data["cfg"] = "refused"
     shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
@@ -303,94 +303,6 @@ class KeptHistory:
                 self._fail(exc)
                 return empty.get(name)
         return call
-
-
-def summary(report: Report, final: str) -> dict:
-    from .findings import RANK
-    from .snapshot import known
-
-    s = report.snapshot
-    names = sorted({known(g.name) or "?" for g in s.gpus})
-    vbios = sorted({known(g.vbios) for g in s.gpus if known(g.vbios)})
-    data = {"gpufleet": 1, "v": final, "drv": known(s.driver_version), "cuda": known(s.cuda_driver_version),
-            "gpus": f"{len(s.gpus)}x{'/'.join(names)}", "fw": ",".join(vbios),
-            "t": stamp()}
-    # what a rollout compares against its canary after each upgrade
-    gsp = sorted({known(g.gsp_firmware) for g in s.gpus if known(g.gsp_firmware)})
-    if gsp:
-        data["gsp"] = ",".join(gsp)
-    inforom = sorted({known(g.inforom.image) for g in s.gpus if known(g.inforom.image)})
-    if inforom:  # a firmware component a rollout bundle may move (maintain/bundle.py)
-        data["ifr"] = ",".join(inforom)
-    host = s.host_facts
-    if host is not None and host.running is not None:
-        data["kern"] = host.running.release
-        if host.running.module is not None and host.running.module.flavour:
-            data["modf"] = host.running.module.flavour
-    if host is not None and host.cdmm is not None:
-        data["cdmm"] = host.cdmm
-    data.update(fabric_fields(s))
-    data.update(event_counters(s))
-    worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
-    if worst:  # why, for a rollout's validation and for `fleet`
-        data["f"] = max(worst, key=lambda f: RANK[f.severity]).message[:80]
-    bw = [p.mem_bw_gbps for p in s.performance if p.mem_bw_gbps]
-    if bw:  # the slowest GPU is what stalls a synchronous job: the fleet's straggler view reads this
-        data["bw"] = round(min(bw))
-        data["bwgpu"] = min((p for p in s.performance if p.mem_bw_gbps), key=lambda p: p.mem_bw_gbps).gpu
-    return data
-
-
-# the fabric state as the summary carries it: one letter a state
-_FABRIC_CODES = {"completed": "C", "in_progress": "P", "not_started": "N"}
-
-
-def fabric_fields(s: NodeSnapshot) -> dict[str, str | int]:
-    """The node's NVLink fabric as `fleet` and a rollout discover domains from it (maintain/domains.py):
-    `fab` the GPUs' registration states (C completed, P in progress, N not started, ? other), `clq` the
-    clique, `cuid` the cluster UUID.  Nothing where no GPU has a fabric (single GPUs, no NVSwitch)."""
-    from .snapshot import known
-
-    fabrics = [g.fabric for g in s.gpus if not g.lost and isinstance(known(g.fabric.state), str)]
-    if not fabrics:
-        return {}
-    out: dict[str, str | int] = {"fab": "".join(sorted({_FABRIC_CODES.get(f.state, "?") for f in fabrics}))}
-    # the domain the node's registered GPUs joined: a GPU whose registration failed (clique 0, a zero
-    # UUID) must not take its node out of the domain, or a faulty tray would hide from its rack
-    joined = Counter((f.cluster_uuid, f.clique_id) for f in fabrics
-                     if isinstance(known(f.cluster_uuid), str) and isinstance(f.clique_id, int)
-                     and f.cluster_uuid.strip("0-") != "")
-    if joined:
-        (uuid, clique), _ = joined.most_common(1)[0]
-        out["clq"], out["cuid"] = clique, uuid
-    return out
-
-
-def event_counters(s: NodeSnapshot) -> dict[str, int]:
-    """Counters since this boot, for a rollout's evidence gate (maintain/evidence.py), which counts their
-    increase per node-hour: `xs` soft Xid events (the catalog's severity below reboot), `xh` the others,
-    `ecc` volatile ECC errors (reset by the reboot or driver reload).  Zero counters are left out."""
-    from .catalog import xid_info
-    from .findings import RANK
-
-    events = s.xid_events
-    out: dict[str, int] = {}
-    if events:
-        boot = max(e.boot for e in events) if s.boots_seen <= 1 else s.boots_seen - 1
-        causes = {(e.xid, e.pci, e.boot) for e in events}
-        for e in events:
-            if e.boot != boot or (e.caused_by is not None and (e.caused_by, e.pci, e.boot) in causes):
-                continue
-            info = xid_info(e.xid)
-            hard = info is not None and RANK[info.severity] >= RANK["reboot"] and e.fatal is not False
-            key = "xh" if hard else "xs"
-            out[key] = out.get(key, 0) + 1
-    ecc = sum(v for g in s.gpus for v in (g.ecc.volatile_dram_corrected, g.ecc.volatile_dram_uncorrected,
-                                          g.ecc.volatile_sram_corrected, g.ecc.volatile_sram_uncorrected)
-              if isinstance(v, int) and not isinstance(v, bool))
-    if ecc:
-        out["ecc"] = ecc
-    return out
 
 
 def driver_features(prefix: str, driver: str | None, cuda: str | None) -> list[str]:

@@ -1,8 +1,11 @@
 """The GPU summary a node's health check publishes to Slurm (its Extra, or its Comment): one JSON object
-marked `"gpufleet": 1`, with `t`, the UTC time of the check.  Written by `hooks.summary`; read by a
-rollout's validation, `fleet`, the straggler view and the health check itself (it writes only news).
+marked `"gpufleet": 1`, with `t`, the UTC time of the check; its keys are `Summary`'s.  Made by `encode`
+(the health check, the prolog and the epilog), with the in-job sampler's digest `is` added by
+sampler.py; read by a rollout's validation and evidence gate, `fleet`, the straggler views, the rack
+escalation and the health check itself (it writes only news).
 
-Light on purpose (json and time only): the health check imports it on every run.
+Light on purpose (json and time only): the health check imports it on every run; `encode` imports the
+engine's pieces it needs when it runs.
 """
 
 from __future__ import annotations
@@ -10,7 +13,43 @@ from __future__ import annotations
 import calendar
 import json
 import time
-from typing import Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from .pipeline import Report
+    from .snapshot import NodeSnapshot
+
+# The published keys: short, because slurmctld sends a node's Extra in every node record it answers with.
+# (The functional form: "is" is a keyword.)
+Summary = TypedDict("Summary", {
+    "gpufleet": int,              # 1: the mark that the text is ours
+    "v": str,                     # the verdict: ok, warn, reboot, drain
+    "t": str,                     # when the check ran (UTC, TIME_FORMAT)
+    "drv": str | None,            # driver version, as NVML reports it
+    "cuda": str | None,           # the driver's CUDA version
+    "gpus": str,                  # "8xNVIDIA H200": count and models
+    "fw": str,                    # VBIOS versions, comma-separated
+    "gsp": str,                   # GSP firmware versions
+    "ifr": str,                   # InfoROM image versions
+    "kern": str,                  # the running kernel
+    "modf": str,                  # the nvidia module's flavour (open, proprietary)
+    "cdmm": str,                  # coherent driver memory management mode (Grace systems)
+    "fab": str,                   # NVLink fabric registration states, one letter each (C, P, N, ?)
+    "clq": int,                   # the fabric clique the node's GPUs joined
+    "cuid": str,                  # the fabric's cluster UUID: the NVLink domain
+    "xs": int,                    # soft Xid events since boot (the evidence gate)
+    "xh": int,                    # hard Xid events since boot
+    "ecc": int,                   # volatile ECC errors since the driver loaded
+    "f": str,                     # the worst finding's message, when it is reboot or drain
+    "bw": int,                    # the slowest GPU's memory bandwidth, GB/s (deep check)
+    "bwgpu": int,                 # which GPU that is
+    "cfg": str,                   # "refused": the node runs on the packaged defaults (trust.py)
+    "brk": int,                   # 1: a drain was held by the open breaker
+    # the in-job sampler's digest (sampler.py): job, window length, first and last windows per GPU
+    "is": dict[str, Any],
+}, total=False)
+
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _MINUTES_FORMAT = "%Y-%m-%dT%H:%MZ"  # what older versions published
@@ -20,7 +59,7 @@ def stamp(at: float | None = None) -> str:
     return time.strftime(TIME_FORMAT, time.gmtime(at))
 
 
-def parse(text: str | None) -> dict[str, Any] | None:
+def parse(text: str | None) -> Summary | None:
     """Our summary, or None: empty, not JSON, or someone else's text."""
     if not text or not text.lstrip().startswith("{"):
         return None
@@ -28,10 +67,10 @@ def parse(text: str | None) -> dict[str, Any] | None:
         data = json.loads(text)
     except json.JSONDecodeError:
         return None
-    return data if isinstance(data, dict) and "gpufleet" in data else None
+    return data if isinstance(data, dict) and "gpufleet" in data else None  # type: ignore[return-value]
 
 
-def from_node(info: Any) -> dict[str, Any] | None:
+def from_node(info: Any) -> Summary | None:
     """The summary a node carries: its Extra first, then its Comment."""
     for text in (info.extra, info.comment):
         data = parse(text)
@@ -49,3 +88,92 @@ def published_at(data: dict[str, Any]) -> float | None:
         except ValueError:
             continue
     return None
+
+
+def encode(report: Report, final: str) -> Summary:
+    """What the health check publishes about the node it judged (`final`: the run's verdict)."""
+    from .findings import RANK
+    from .snapshot import known
+
+    s = report.snapshot
+    names = sorted({known(g.name) or "?" for g in s.gpus})
+    vbios = sorted({known(g.vbios) for g in s.gpus if known(g.vbios)})
+    data: Summary = {"gpufleet": 1, "v": final, "drv": known(s.driver_version), "cuda": known(s.cuda_driver_version),
+            "gpus": f"{len(s.gpus)}x{'/'.join(names)}", "fw": ",".join(vbios),
+            "t": stamp()}
+    # what a rollout compares against its canary after each upgrade
+    gsp = sorted({known(g.gsp_firmware) for g in s.gpus if known(g.gsp_firmware)})
+    if gsp:
+        data["gsp"] = ",".join(gsp)
+    inforom = sorted({known(g.inforom.image) for g in s.gpus if known(g.inforom.image)})
+    if inforom:  # a firmware component a rollout bundle may move (maintain/bundle.py)
+        data["ifr"] = ",".join(inforom)
+    host = s.host_facts
+    if host is not None and host.running is not None:
+        data["kern"] = host.running.release
+        if host.running.module is not None and host.running.module.flavour:
+            data["modf"] = host.running.module.flavour
+    if host is not None and host.cdmm is not None:
+        data["cdmm"] = host.cdmm
+    data.update(fabric_fields(s))
+    data.update(event_counters(s))
+    worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
+    if worst:  # why, for a rollout's validation and for `fleet`
+        data["f"] = max(worst, key=lambda f: RANK[f.severity]).message[:80]
+    bw = [p.mem_bw_gbps for p in s.performance if p.mem_bw_gbps]
+    if bw:  # the slowest GPU is what stalls a synchronous job: the fleet's straggler view reads this
+        data["bw"] = round(min(bw))
+        data["bwgpu"] = min((p for p in s.performance if p.mem_bw_gbps), key=lambda p: p.mem_bw_gbps).gpu
+    return data
+
+
+# the fabric state as the summary carries it: one letter a state
+_FABRIC_CODES = {"completed": "C", "in_progress": "P", "not_started": "N"}
+
+
+def fabric_fields(s: NodeSnapshot) -> dict[str, str | int]:
+    """The node's NVLink fabric as `fleet` and a rollout discover domains from it (maintain/domains.py):
+    `fab` the GPUs' registration states (C completed, P in progress, N not started, ? other), `clq` the
+    clique, `cuid` the cluster UUID.  Nothing where no GPU has a fabric (single GPUs, no NVSwitch)."""
+    from .snapshot import known
+
+    fabrics = [g.fabric for g in s.gpus if not g.lost and isinstance(known(g.fabric.state), str)]
+    if not fabrics:
+        return {}
+    out: dict[str, str | int] = {"fab": "".join(sorted({_FABRIC_CODES.get(f.state, "?") for f in fabrics}))}
+    # the domain the node's registered GPUs joined: a GPU whose registration failed (clique 0, a zero
+    # UUID) must not take its node out of the domain, or a faulty tray would hide from its rack
+    joined = Counter((f.cluster_uuid, f.clique_id) for f in fabrics
+                     if isinstance(known(f.cluster_uuid), str) and isinstance(f.clique_id, int)
+                     and f.cluster_uuid.strip("0-") != "")
+    if joined:
+        (uuid, clique), _ = joined.most_common(1)[0]
+        out["clq"], out["cuid"] = clique, uuid
+    return out
+
+
+def event_counters(s: NodeSnapshot) -> dict[str, int]:
+    """Counters since this boot, for a rollout's evidence gate (maintain/evidence.py), which counts their
+    increase per node-hour: `xs` soft Xid events (the catalog's severity below reboot), `xh` the others,
+    `ecc` volatile ECC errors (reset by the reboot or driver reload).  Zero counters are left out."""
+    from .catalog import xid_info
+    from .findings import RANK
+
+    events = s.xid_events
+    out: dict[str, int] = {}
+    if events:
+        boot = max(e.boot for e in events) if s.boots_seen <= 1 else s.boots_seen - 1
+        causes = {(e.xid, e.pci, e.boot) for e in events}
+        for e in events:
+            if e.boot != boot or (e.caused_by is not None and (e.caused_by, e.pci, e.boot) in causes):
+                continue
+            info = xid_info(e.xid)
+            hard = info is not None and RANK[info.severity] >= RANK["reboot"] and e.fatal is not False
+            key = "xh" if hard else "xs"
+            out[key] = out.get(key, 0) + 1
+    ecc = sum(v for g in s.gpus for v in (g.ecc.volatile_dram_corrected, g.ecc.volatile_dram_uncorrected,
+                                          g.ecc.volatile_sram_corrected, g.ecc.volatile_sram_uncorrected)
+              if isinstance(v, int) and not isinstance(v, bool))
+    if ecc:
+        out["ecc"] = ecc
+    return out

@@ -141,8 +141,8 @@ def test_nvlink5_count_and_speed_are_judged_per_model():
 
 
 def test_summary_publishes_the_fabric_and_domains_are_discovered_from_it():
-    from slurm_gpufleet.hooks import fabric_fields
     from slurm_gpufleet.maintain.domains import discover, fabric_domain
+    from slurm_gpufleet.summary import fabric_fields
 
     fields = fabric_fields(read(session("gb200-tray")))
     assert fields == {"fab": "C", "clq": 32766, "cuid": "4f6a7c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b"}
@@ -202,7 +202,7 @@ def test_nvlink5_xids_nonfatal_is_a_warning_and_fatal_follows_the_catalog():
 
 
 def test_caused_by_previous_xid_counts_the_cause_once():
-    from slurm_gpufleet.hooks import event_counters
+    from slurm_gpufleet.summary import event_counters
 
     lines = ["NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 01 (0x021425c6 0x0)",
              "NVRM: Xid (PCI:0008:01:00): 45, pid=7, name=python, Ch 00000010, caused by previous Xid 149",
@@ -329,3 +329,23 @@ def test_fleet_domains_lists_the_nvlink_domains_the_nodes_publish(tmp_path):
                     "domains": [{"domain": rack, "nodes": "t[1-4]", "count": 4, "out": "t2"}]}
     text = run_cli("fleet", "--fleet", str(fleet), "domains").stdout.decode()
     assert text.splitlines()[0] == "1 failure domain(s), from published NVLink fabric (cluster UUID, clique)"
+
+
+def test_every_key_the_summary_carries_is_a_declared_one():
+    """`summary.Summary` is the one list of published keys: what the encoder makes from a GB200 tray with
+    Xids, a failed check and a deep check's figures, and the sampler's digest, are all in it."""
+    from slurm_gpufleet.findings import Finding
+    from slurm_gpufleet.pipeline import Report
+    from slurm_gpufleet.snapshot import PerfSample
+    from slurm_gpufleet.summary import Summary, encode
+
+    snap = read(session("gb200-tray"))
+    snap.xid_events, snap.boots_seen = parse_kernel_log(
+        ["NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 01 (0x021425c6 0x0)",
+         "NVRM: Xid (PCI:0009:01:00): 45, pid=7, name=python, Ch 00000010"])
+    snap.performance = [PerfSample(gpu=1, mem_bw_gbps=7000.0)]
+    report = Report("drain", [Finding("memory", "drain", "inspect_hardware", 0, "row remap failed")], snap)
+    data = encode(report, "drain")
+    assert {"fab", "clq", "cuid", "xh", "xs", "f", "bw", "bwgpu", "t", "v", "drv"} <= set(data)
+    assert set(data) <= set(Summary.__annotations__), set(data) - set(Summary.__annotations__)
+    assert "is" in Summary.__annotations__ and data["f"] == "row remap failed" and data["bwgpu"] == 1

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# firmware component -> the summary key the health check publishes it under (hooks.summary)
+# firmware component -> the summary key the health check publishes it under (summary.encode)
 PUBLISHED = {"vbios": "fw", "inforom": "ifr"}
 # the other parts of a bundle -> their summary key
 DRIVER_KEY, KERNEL_KEY = "drv", "kern"
