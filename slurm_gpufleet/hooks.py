@@ -218,8 +218,13 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         elif action.kind == "resume":
             published = bool(actuator.resume([info], fields or None).done)
         elif action.kind == "reboot":
-            actuator.reboot_asap([info], action.reason)
-            history.record_reboot(node, action.fault or "", info.boot_time)
+            done = actuator.reboot_asap([info], action.reason)
+            if done.blocked:
+                blocked = done.breaker
+                history.record_action(node, hook, "breaker", action.reason, blocked, True)
+                action = type(action)("none", why=f"not rebooted, breaker open: {blocked}")
+            elif done.done:
+                history.record_reboot(node, action.fault or "", info.boot_time)
     except SlurmError as exc:
         ok, error = False, str(exc)
     if ok and action.kind in ("drain", "set_reason") and published and _rack_fault(findings):
@@ -249,7 +254,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                 fields.pop(settings.publish, None)
         if fields:
             try:
-                backend.set_fields(info.name, fields)
+                actuator.publish(info.name, fields)
             except SlurmError as exc:
                 log.warning("could not publish the GPU summary and features: %s", exc)
     if hook == "healthcheck":
@@ -526,7 +531,11 @@ def _confirm(setup, finding: str) -> int:
         from .slurm import SlurmError
 
         try:
-            _backend(setup.settings).set_job_comment(job, f"{CONFIRMED_PREFIX} {finding}"[:JOB_COMMENT_MAX])
+            from .slurm.actuator import Actuator
+            from .slurm.ownership import STRAGGLER
+
+            Actuator(_backend(setup.settings), STRAGGLER, setup.settings).job(
+                "set_job_comment", job, f"{CONFIRMED_PREFIX} {finding}"[:JOB_COMMENT_MAX])
         except SlurmError as exc:
             log.error("cannot set job %s's comment: %s", job, exc)
     return 1

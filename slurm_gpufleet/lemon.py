@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 from .findings import RANK, Finding
 from .slurm.base import NodeInfo
-from .slurm.ownership import FREE, STRAGGLER_PREFIX, owner
+from .slurm.ownership import FREE, LEMON_RESERVATION_PREFIX, STRAGGLER_PREFIX, owner
 
-LEMON_RESERVATION_PREFIX = "gpufleet-lemon-"  # not a rollout's "gpufleet_": a rollout leaves these nodes alone
 JOB_NAME = "gpufleet-lemon-check"
 CONFIRMED_PREFIX = "gpufleet confirmed:"  # what `slurm-gpufleet-healthcheck --confirm` puts in its job comment
 ATTEMPTS = 2

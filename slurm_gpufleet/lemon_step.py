@@ -62,18 +62,19 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     if dry_run:
         return step
     errors = step.errors
+    actuator = Actuator(backend, STRAGGLER, settings, fleet=nodes)
     for node in d.reserve:
         try:
-            backend.create_reservation(L.reservation_name(node), [node], None, int(settings.lemon_hold_hours * 60))
+            actuator.reservation("create_reservation", L.reservation_name(node), [node], None,
+                                 int(settings.lemon_hold_hours * 60))
         except SlurmError as exc:
             errors.append(f"{node}: reservation not made: {exc}")
             d.submit = [n for n in d.submit if n != node]
     for node in d.submit:
         case = moved[node]
         try:
-            job_id = backend.submit_job(L.JOB_NAME, node, case.reservation, settings.lemon_partition,
-                                        settings.lemon_check, settings.lemon_check_minutes,
-                                        f"gpufleet lemon check of {node}")
+            job_id = actuator.job("submit_job", L.JOB_NAME, node, case.reservation, settings.lemon_partition,
+                                  settings.lemon_check, settings.lemon_check_minutes, f"gpufleet lemon check of {node}")
         except SlurmError as exc:
             errors.append(f"{node}: deep check not submitted: {exc}")
             continue
@@ -82,7 +83,7 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
         step.submitted[node] = job_id
     if d.drain:
         try:
-            done = Actuator(backend, STRAGGLER, settings, fleet=nodes).drain_each(
+            done = actuator.drain_each(
                 [(infos[node], reason) for node, reason in d.drain])
         except SlurmError as exc:
             errors.append(f"drain: {exc}")
@@ -100,12 +101,12 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     step.released = d.release
     for name in d.release:
         try:
-            backend.delete_reservation(name)
+            actuator.reservation("delete_reservation", name)
         except SlurmError as exc:
             errors.append(f"{name}: not deleted: {exc}")
     if d.cancel:
         try:
-            backend.cancel_jobs(d.cancel)
+            actuator.job("cancel_jobs", d.cancel)
         except SlurmError as exc:
             errors.append(f"cancel {','.join(d.cancel)}: {exc}")
     store.save(list(d.cases.values()))

@@ -92,9 +92,11 @@ def digest_for(job: str, settings: Any) -> Digest:
     return Digest(job, settings.instep_window_s, settings.instep_windows + 1)
 
 
-def publish(backend: Any, node: str, field: str, digest: dict[str, Any]) -> None:
+def publish(backend: Any, node: str, field: str, digest: dict[str, Any], settings: Any) -> None:
     """The digest into the node's summary, beside what the health check published (its keys kept)."""
     from . import summary
+    from .slurm.actuator import Actuator
+    from .slurm.ownership import HEALTH
 
     info = backend.node(node)
     current = info.extra if field == "extra" else info.comment
@@ -102,7 +104,7 @@ def publish(backend: Any, node: str, field: str, digest: dict[str, Any]) -> None
     if data is None:
         return  # someone else's text: never overwritten
     data["is"] = digest
-    backend.set_fields(node, {field: json.dumps(data, separators=(",", ":"))})
+    Actuator(backend, HEALTH, settings).publish(node, {field: json.dumps(data, separators=(",", ":"))})
 
 
 def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours: float = 240.0) -> int:
@@ -125,7 +127,7 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
         now = time.time()
         if digest.add(now, read_gpus(nvml, handles)):
             try:
-                publish(backend, node, s.publish if s.publish != "none" else "extra", digest.to_dict())
+                publish(backend, node, s.publish if s.publish != "none" else "extra", digest.to_dict(), s)
             except Exception as exc:  # Slurm unreachable this window: the next one tries again
                 print(f"slurm-gpufleet-sampler: could not publish: {exc}", file=sys.stderr)
         time.sleep(max(0.05, s.instep_sample_s - (time.time() - now)))

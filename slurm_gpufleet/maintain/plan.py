@@ -8,7 +8,6 @@ from typing import Any
 
 from .bundle import Bundle
 
-ROLLOUT_RESERVATION_PREFIX = "gpufleet_"
 INF = float("inf")
 
 

@@ -19,10 +19,11 @@ from ..catalog import find_model
 from ..checks.compatibility import branch_refused
 from ..hostlist import fold_short
 from ..policy import MaintainSettings, Policy
+from ..slurm.ownership import ROLLOUT_RESERVATION_PREFIX
 from .bundle import Bundle, at_least, unpublished, wanted
 from .domains import Domains
 from .fleet import FleetState
-from .plan import INF, ROLLOUT_RESERVATION_PREFIX, Plan, PlanError, Wave
+from .plan import INF, Plan, PlanError, Wave
 from .schedule import node_slots, soak_of
 from .strategy import STRATEGIES
 

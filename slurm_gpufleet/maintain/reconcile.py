@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..policy import Policy
+from ..slurm.actuator import Actuator
 from ..slurm.base import SlurmError
+from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX
 from . import states as S
 from .domains import FROM_SLURM
 from .executor import Executor
 from .gate import step as gate_step
-from .plan import ROLLOUT_RESERVATION_PREFIX, Plan
+from .plan import Plan
 from .preempt import preempt
 from .schedule import MIN_BUCKET_S, admit, boundary, node_slots, postpone_slots, slot_reservations, soak_of
 from .store import Store
@@ -293,8 +295,9 @@ class Engine:
         for node, reservation, partition in submit:
             minutes = -(-self.s.validation_job_timeout_s // 60)
             try:
-                job_id = self.slurm.submit_job(validation_job_name(rid), node, reservation, partition,
-                                               self.s.validation_job, minutes, f"gpufleet validation of {node}")
+                job_id = Actuator(self.slurm, MAINTAIN).job(
+                    "submit_job", validation_job_name(rid), node, reservation, partition, self.s.validation_job,
+                    minutes, f"gpufleet validation of {node}")
             except SlurmError as exc:
                 self.store.audit(rid, node, "validation job not submitted (retried next step)", str(exc), now)
                 continue

@@ -22,8 +22,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..slurm.ownership import ROLLOUT_RESERVATION_PREFIX
 from . import states as S
-from .plan import ROLLOUT_RESERVATION_PREFIX
 
 INF = float("inf")
 MIN_BUCKET_S = 300.0   # slots closer than this share a reservation

@@ -20,10 +20,10 @@ from typing import Any
 from .. import summary
 from ..slurm.actions import one_line
 from ..slurm.base import NodeInfo
-from ..slurm.ownership import MAINTAIN, owns
+from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX, owns
 from . import states as S
 from .bundle import Bundle, first_difference, restricted
-from .plan import ROLLOUT_RESERVATION_PREFIX, Plan
+from .plan import Plan
 from .strategy import Strategy
 from .upgrade import CommandResult, UpgradeError, render
 from .world import World

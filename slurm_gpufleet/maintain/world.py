@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..slurm.base import JobInfo, NodeInfo, Reservation
+from ..slurm.ownership import ROLLOUT_RESERVATION_PREFIX
 from .fleet import free_times
-from .plan import ROLLOUT_RESERVATION_PREFIX
 
 INF = float("inf")
 READS = frozenset({"nodes", "running_jobs", "reservations", "jobs_named", "node", "topology", "ended_jobs"})

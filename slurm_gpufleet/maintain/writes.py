@@ -75,12 +75,18 @@ class Writes:
         jobs = [c for c in calls if c[0] in JOB_CALLS]
         for method, args in [c for c in calls if c[0] not in JOB_CALLS][:cap] + jobs:
             try:
-                if method in NODE_STATE_CALLS and nodes is not None:
+                if method in NODE_STATE_CALLS:
+                    if nodes is None:  # a caller without a read (cleanup): one bulk read, for ownership
+                        nodes = {n.name: n for n in slurm.nodes()}
                     infos = [nodes[n] for n in args[0] if n in nodes]
                     done = getattr(actuator, NODE_STATE_CALLS[method])(infos, *args[1:])
                     self.errors += done.errors + [f"{n}: {why}" for n, why in done.left.items()]
+                elif method in JOB_CALLS:
+                    actuator.job(method, *args)
+                elif method == "set_weight_nodes":
+                    actuator.set_weight(*args)
                 else:
-                    getattr(slurm, method)(*args)
+                    actuator.reservation(method, *args)
             except SlurmError as exc:  # derived again next step; said in the audit log
                 self.errors.append(f"{method}: {exc}")
             self.made.append((method, " ".join(fold(a) if isinstance(a, list) else str(a) for a in args)))

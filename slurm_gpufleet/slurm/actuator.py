@@ -1,4 +1,5 @@
-"""The one way anything of ours changes a node's state in Slurm: drain, reason, resume, reboot.
+"""The one way anything of ours writes to Slurm: node states (drain, reason, resume, reboot), the nodes'
+published facts, weights, reservations and job calls.
 
 Every actor (the health check, prolog and epilog, the NVML-timeout watchdog, `fleet stragglers --drain`,
 a rollout) calls this with the nodes as its one read of Slurm showed them.  It applies
@@ -10,6 +11,15 @@ a rollout) calls this with the nodes as its one read of Slurm showed them.  It a
   is about to happen, and a batch is admitted node by node until the threshold, the rest blocked.  A
   rollout's drains are planned: its budget bounds them and its failures halt it (maintain/schedule.py).
 
+* the breaker to a health check's reboots too: `scontrol reboot ASAP` takes a node out of service
+  as surely as a drain, and a fleet-wide fault would otherwise reboot the fleet;
+* reservations by name: an actor changes and deletes only the reservations of its own prefix
+  (ownership.RESERVATION_PREFIXES), so a rollout never touches a lemon hold or a site's reservation.
+
+A node's published summary and features, a node's weight and job calls carry no ownership (they are the
+node's own facts, or a rollout's own jobs), but they go through here too: one place writes to Slurm,
+and tests/test_actuator_only.py holds every other module to it.
+
 Writes are batched: one Slurm call per distinct change over a host list.
 """
 
@@ -20,7 +30,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from .base import NodeInfo, SlurmError
-from .ownership import MAINTAIN, left_alone, may_drain, owner, owns
+from .ownership import MAINTAIN, RESERVATION_PREFIXES, left_alone, may_drain, owner, owns
 
 log = logging.getLogger("slurm-gpufleet")
 
@@ -43,8 +53,11 @@ class Applied:
 class Actuator:
     def __init__(self, backend, actor: str, settings=None, *, fleet: list[NodeInfo] | None = None,
                  clock=time.time):
-        """settings: the [slurm] settings (breaker threshold, window, file); needed by unplanned actors.
+        """settings: the [slurm] settings (breaker threshold, window, file); an unplanned actor without them
+        is a programming error, never a silently unguarded drain.
         fleet: a fleet read the caller already holds (the breaker then reads none)."""
+        if actor in UNPLANNED and settings is None:
+            raise TypeError(f"the {actor} actor needs the [slurm] settings: its drains go through the breaker")
         self.backend = backend
         self.actor = actor
         self.settings = settings
@@ -60,7 +73,7 @@ class Actuator:
         """Each node with its own reason; judged by the breaker as one batch, in order."""
         out = Applied()
         fresh = self._relabel_ours(pairs, fields, out)
-        if fresh and self.actor in UNPLANNED and self.settings is not None:
+        if fresh and self.actor in UNPLANNED:
             from . import breaker
 
             # judged and drained under one lock: the next node's count sees this drain in Slurm
@@ -137,7 +150,7 @@ class Actuator:
         """The breaker's answer for draining these nodes, without draining them (a failed prolog: Slurm
         itself drains the node for it)."""
         out = Applied()
-        if self.actor in UNPLANNED and self.settings is not None:
+        if self.actor in UNPLANNED:
             from . import breaker
 
             with breaker.counting_lock(self.settings.breaker_path):
@@ -152,13 +165,51 @@ class Actuator:
         return self._owned(nodes, "resume_nodes", *([fields] if fields else []))
 
     def reboot_asap(self, nodes: list[NodeInfo], reason: str, next_state: str = "RESUME") -> Applied:
-        """`scontrol reboot ASAP`: Slurm drains the node and reboots it once it is empty."""
+        """`scontrol reboot ASAP`: Slurm drains the node and reboots it once it is empty.  An unplanned
+        actor's reboots are counted by the breaker as drains are."""
         out = Applied()
-        free = [i.name for i in nodes if may_drain(i, self.actor) or (i.drained and owns(i, self.actor))]
-        out.left = {i.name: left_alone(i) for i in nodes if i.name not in free}
-        if free and self._call(out, "reboot_asap_nodes", free, reason, next_state):
-            out.done = free
+        free = [i for i in nodes if may_drain(i, self.actor) or (i.drained and owns(i, self.actor))]
+        taken = {i.name for i in free}
+        out.left = {i.name: left_alone(i) for i in nodes if i.name not in taken}
+        if free and self.actor in UNPLANNED:
+            from . import breaker
+
+            with breaker.counting_lock(self.settings.breaker_path):
+                self._reboots(self._breaker(free, out), reason, next_state, out)
+        else:
+            self._reboots(free, reason, next_state, out)
         return out
+
+    def _reboots(self, nodes: list[NodeInfo], reason: str, next_state: str, out: Applied) -> None:
+        names = [i.name for i in nodes]
+        if names and self._call(out, "reboot_asap_nodes", names, reason, next_state):
+            out.done = names
+
+    # -- the rest of what we write ----------------------------------------------------------------
+    def publish(self, node: str, fields: dict[str, str]) -> None:
+        """The node's published summary and features (Extra or Comment, AvailableFeatures, ActiveFeatures),
+        in one write.  A drain, reason or resume carries them in its own write instead (`fields`)."""
+        if fields:
+            self.backend.set_fields(node, fields)
+
+    def set_weight(self, names: list[str], weight: int) -> None:
+        self.backend.set_weight_nodes(names, weight)
+
+    def reservation(self, method: str, name: str, *args):
+        """create_reservation, update_reservation, postpone_reservation or delete_reservation, on a
+        reservation of this actor's own prefix only."""
+        prefix = RESERVATION_PREFIXES.get(self.actor)
+        if method not in _RESERVATION_CALLS:
+            raise ValueError(f"not a reservation call: {method}")
+        if prefix is None or not name.startswith(prefix):
+            raise SlurmError(f"{self.actor} may not {method.split('_')[0]} reservation {name} (not {prefix or 'its'}*)")
+        return getattr(self.backend, method)(name, *args)
+
+    def job(self, method: str, *args):
+        """set_job_comment, signal_job, requeue_jobs, cancel_jobs or submit_job (which returns the id)."""
+        if method not in _JOB_CALLS:
+            raise ValueError(f"not a job call: {method}")
+        return getattr(self.backend, method)(*args)
 
     def _owned(self, nodes: list[NodeInfo], method: str, *args, skip=None) -> Applied:
         out = Applied()
@@ -223,6 +274,11 @@ class Actuator:
             fleet = [replace(n, flags=n.flags | {"DRAIN"}, reason=reason_of(self.actor), reason_time=now)
                      if n.name == info.name else n for n in fleet]
         return passed
+
+
+_RESERVATION_CALLS = frozenset({"create_reservation", "update_reservation", "postpone_reservation",
+                                "delete_reservation"})
+_JOB_CALLS = frozenset({"set_job_comment", "signal_job", "requeue_jobs", "cancel_jobs", "submit_job"})
 
 
 def reason_of(actor: str) -> str:

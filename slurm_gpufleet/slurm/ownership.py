@@ -34,6 +34,12 @@ def rack_of_reason(reason: str) -> str | None:
 
 FREE, HEALTH, MAINTAIN, STRAGGLER, HOOK, OTHER = "free", "health", "maintain", "straggler", "hook", "other"
 
+# the reservations each actor makes, by name: it changes and deletes only those (a rollout's MAINT slots;
+# the lemon hold of a node under a deep check, which a rollout leaves alone)
+ROLLOUT_RESERVATION_PREFIX = "gpufleet_"
+LEMON_RESERVATION_PREFIX = "gpufleet-lemon-"
+RESERVATION_PREFIXES = {MAINTAIN: ROLLOUT_RESERVATION_PREFIX, STRAGGLER: LEMON_RESERVATION_PREFIX}
+
 
 def owner_of_reason(reason: str) -> str:
     reason = reason.strip()

@@ -1,0 +1,79 @@
+"""One place writes to Slurm: slurm/actuator.py.  Every other module of the product asks it, so ownership,
+the breaker and reservation prefixes apply to every write (issue 31)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+import pytest
+from support import REPO
+
+from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
+
+# what a backend writes with (slurm/base.py); the actuator's own node-state methods take NodeInfo lists
+BACKEND_WRITES = {"set_fields", "set_field", "set_features", "drain_nodes", "resume_nodes", "set_reason_nodes",
+                  "reboot_asap_nodes", "set_weight_nodes", "create_reservation", "update_reservation",
+                  "postpone_reservation", "delete_reservation", "set_job_comment", "signal_job", "requeue_jobs",
+                  "cancel_jobs", "submit_job"}
+# the backends themselves, the in-memory Slurm of the simulator, and the actuator
+ALLOWED = {"slurm/actuator.py", "slurm/commands.py", "slurm/pyslurm_backend.py", "slurm/base.py",
+           "maintain/simslurm.py"}
+
+
+def test_no_module_but_the_actuator_calls_a_backend_write():
+    package = REPO / "slurm_gpufleet"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel in ALLOWED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BACKEND_WRITES:
+                found.append(f"{rel}:{node.lineno} .{node.func.attr}(")
+    assert found == []
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        return lambda *args: self.calls.append((name, *args))
+
+
+def test_reservations_are_changed_only_under_the_actors_own_prefix():
+    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.ownership import MAINTAIN
+
+    backend = Recorder()
+    rollout = Actuator(backend, MAINTAIN)
+    rollout.reservation("delete_reservation", "gpufleet_abc_s1")
+    with pytest.raises(SlurmError, match="may not delete reservation gpufleet-lemon-n1"):
+        rollout.reservation("delete_reservation", "gpufleet-lemon-n1")
+    with pytest.raises(SlurmError, match="may not update reservation site_maint"):
+        rollout.reservation("update_reservation", "site_maint", ["n1"])
+    with pytest.raises(ValueError):
+        rollout.reservation("drain_nodes", "gpufleet_abc_s1")
+    assert backend.calls == [("delete_reservation", "gpufleet_abc_s1")]
+
+
+def test_an_unplanned_actor_without_settings_is_refused_and_its_reboots_meet_the_breaker(tmp_path):
+    from slurm_gpufleet.policy import default_policy
+    from slurm_gpufleet.slurm import breaker
+    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.ownership import HEALTH
+
+    with pytest.raises(TypeError, match="breaker"):
+        Actuator(Recorder(), HEALTH)
+    settings = default_policy().slurm
+    settings = dataclasses.replace(settings, state_dir=str(tmp_path))
+    breaker.open_(settings.breaker_path, "n9", "3 of 20 nodes (limit 2)")
+    backend = Recorder()
+    node = NodeInfo(name="n1", state="IDLE")
+    done = Actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "gpufleet: memory gpu1 remap pending")
+    assert done.blocked == ["n1"] and done.done == [] and "3 of 20" in (done.breaker or "")
+    assert backend.calls == []
+    breaker.reset(settings.breaker_path)
+    done = Actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "gpufleet: memory gpu1 remap pending")
+    assert done.done == ["n1"] and backend.calls[0][0] == "reboot_asap_nodes"
