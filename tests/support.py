@@ -16,6 +16,25 @@ if not (H200 / "nvidia-smi-q.xml").is_file():  # fail loudly: these tests are th
     raise RuntimeError(f"real GPU captures not found at {H200}; the vendored data folder is incomplete")
 
 
+def trusted(path: Path) -> Path:
+    """A file of the repository as root's programs may read it (slurm_gpufleet/trust.py): the file itself
+    where the clone's path passes the rule, else a copy in the tests' own trusted directory (conftest.py).
+    A clone under /tmp fails it: /tmp is writable by everyone."""
+    import shutil
+    import tempfile
+
+    from slurm_gpufleet.trust import problem
+
+    if problem(str(path)) is None:
+        return path
+    dest = Path(tempfile.gettempdir()) / f"gpufleet-repo-{os.getuid()}" / path.relative_to(REPO)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(f".{dest.name}.{os.getpid()}")  # pytest-xdist workers copy side by side
+    shutil.copyfile(path, part)
+    os.replace(part, dest)
+    return dest
+
+
 def public_index() -> list[dict[str, str]]:
     with open(PUBLIC / "nvidia-smi" / "INDEX.tsv", newline="") as fh:
         return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))

@@ -7,10 +7,10 @@ import struct
 import subprocess
 
 import pytest
-from support import REPO, run_cli
+from support import REPO, run_cli, trusted
 
 FLEET = str(REPO / "etc" / "sample-fleet.json")
-POLICY = str(REPO / "etc" / "gpufleet.toml")
+POLICY = str(trusted(REPO / "etc" / "gpufleet.toml"))  # also from a clone under /tmp
 NODES = "gpu[001-032],a100-[01-08]"
 
 

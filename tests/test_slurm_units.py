@@ -210,7 +210,7 @@ def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(tmp_path):
     import json as _json
     import stat
 
-    from slurm_gpufleet import hooks
+    from slurm_gpufleet.hooks import common as hooks
     from slurm_gpufleet.policy import SlurmSettings
 
     log = tmp_path / "updates.jsonl"
@@ -232,7 +232,7 @@ def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(tmp_path):
 
 
 def test_driver_features_are_ours_alone_to_change():
-    from slurm_gpufleet.hooks import _feature_fields, driver_features
+    from slurm_gpufleet.hooks.common import _feature_fields, driver_features
 
     assert driver_features("gpufleet_", "580.159.04", "13.0") == [
         "gpufleet_drv580", "gpufleet_drv580.159.04", "gpufleet_cuda13.0"]
@@ -257,7 +257,7 @@ def test_an_unchanged_summary_is_published_again_once_slurmd_restarted():
     """An upgrade repeated after a crash installs the same driver again: the first check after the node's
     slurmd restarts must still publish, or a rollout waiting for a summary newer than its command waits
     in vain (found by the kill -9 chaos test on real Slurm)."""
-    from slurm_gpufleet.hooks import _news
+    from slurm_gpufleet.hooks.common import _news
     from slurm_gpufleet.slurm.base import NodeInfo
 
     summary = {"gpufleet": 1, "v": "ok", "drv": "595.71.05"}

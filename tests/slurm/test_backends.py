@@ -15,6 +15,9 @@ from slurm_gpufleet.slurm import SlurmError
 from slurm_gpufleet.slurm.commands import CommandBackend
 from slurm_gpufleet.slurm.pyslurm_backend import PyslurmBackend, pyslurm_usable
 
+# every case here is about what a release's commands answer
+pytestmark = pytest.mark.release("the backends' reads and writes against each release's commands")
+
 HERE = Path(__file__).resolve().parent
 
 

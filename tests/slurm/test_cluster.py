@@ -10,8 +10,10 @@ import shutil
 import time
 
 import gpustate
+import pytest
 
 
+@pytest.mark.release("what a quiet run writes: Extra or Comment, and when")
 def test_healthy_node_stays_idle_and_is_never_drained(mc):
     # two full health-check rounds on every node
     mc.wait(lambda: all(len(mc.history(n, "select 1 from runs where hook='healthcheck'")) >= 2 for n in mc.nodes),
@@ -30,6 +32,7 @@ def test_healthy_node_stays_idle_and_is_never_drained(mc):
             "kern": "6.1.0-28-amd64", "modf": "open", "gsp": "580.159.04", "cdmm": "default"}, summary
 
 
+@pytest.mark.release("drain and resume with the summary in one scontrol update")
 def test_fault_drains_within_one_interval_and_fix_resumes_after_hysteresis(mc):
     mc.fault("n2", 5, "row_remap_failure")
     injected = time.monotonic()
@@ -50,6 +53,7 @@ def test_fault_drains_within_one_interval_and_fix_resumes_after_hysteresis(mc):
     assert mc.history("n2", "select action from actions order by ts") == [("drain",), ("resume",)]
 
 
+@pytest.mark.release("the reason's [user@time] suffix, read per release")
 def test_admin_drain_is_never_touched(mc):
     mc.run("scontrol", "update", "nodename=n3", "state=drain", "reason=admin: fan replaced tomorrow")
     mc.fault("n3", 0, "row_remap_failure")
@@ -67,6 +71,7 @@ def test_admin_drain_is_never_touched(mc):
     assert mc.history("n3", "select count(*) from actions where action in ('drain','resume','set_reason')") == [(0,)]
 
 
+@pytest.mark.release("scontrol reboot ASAP nextstate=RESUME and RebootProgram")
 def test_row_remap_pending_gets_one_reboot_between_jobs(mc):
     # the job outlasts a health-check round with room to spare, also on a loaded machine (three releases'
     # clusters side by side): the reboot must be asked while it runs, and wait for it
@@ -88,6 +93,7 @@ def test_row_remap_pending_gets_one_reboot_between_jobs(mc):
     assert mc.state("n4") == "IDLE"
 
 
+@pytest.mark.release("what slurmd does with a failed prolog")
 def test_prolog_failure_requeues_the_job_and_drains_with_our_reason(mc):
     # a leftover process on GPU 4 of n1: only the prolog of a job that gets GPU 4 looks there while n1 is busy
     # long enough to outlast the requeue under load (CI saw it end first at 20 s); _reset cancels it
@@ -104,6 +110,7 @@ def test_prolog_failure_requeues_the_job_and_drains_with_our_reason(mc):
     assert mc.history("n1", "select hook, verdict, job_id from runs where hook='prolog'") == [("prolog", "drain", second)]
 
 
+@pytest.mark.release("the epilog's environment")
 def test_epilog_attributes_an_xid_to_the_job(mc):
     job = mc.start_job("n2", 8, 3)
     stamp = dt.datetime.now().astimezone().isoformat(timespec="microseconds").replace(".", ",")
@@ -120,6 +127,7 @@ def test_epilog_attributes_an_xid_to_the_job(mc):
     assert mc.history("n2", "select hook from runs where job_id = ?", (job,)) == [("epilog",)]
 
 
+@pytest.mark.release("how slurmd treats a health check that overruns")
 def test_stuck_reader_returns_within_timeout_and_drains(mc):
     path = mc.gpu_file("n3")
     os.unlink(path)
@@ -134,6 +142,7 @@ def test_stuck_reader_returns_within_timeout_and_drains(mc):
     mc.heal("n3")
 
 
+@pytest.mark.release("reason ownership as each release shows it")
 def test_nvml_timeout_leaves_a_rollouts_drain_and_reason_alone(mc):
     rollout_reason = "gpufleet: maintain 0abc1234 upgrading to 580.95.05"
     mc.run("scontrol", "update", "nodename=n4", "state=drain", f"reason={rollout_reason}")
@@ -223,6 +232,7 @@ def test_a_reboot_into_a_kernel_without_the_module_becomes_a_drain(mc):
         shutil.rmtree(host / "lib" / "modules" / "6.1.0-31-amd64")
 
 
+@pytest.mark.release("AvailableFeatures/ActiveFeatures updates and --constraint")
 def test_driver_features_let_jobs_pick_the_driver(mc):
     """During a mixed-driver period a job constrained to one driver runs only where it is installed; the
     site's own features stay."""

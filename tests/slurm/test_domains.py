@@ -63,6 +63,7 @@ def plan(c, tmp_path, *extra: str) -> tuple[str, dict]:
     return str(out), json.loads(out.read_text())
 
 
+@pytest.mark.release("topology/block (23.11 on)")
 def test_whole_blocks_one_at_a_time_jobs_complete_and_a_segment_job_lands_in_one_block(bc, tmp_path):
     bc.wait_published()
     if BLOCKS:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 RACK = ["n5", "n6", "n7", "n8"]
 
 
@@ -43,6 +45,7 @@ def test_route_unhealthy_on_one_gpu_drains_its_tray_naming_the_gpu(mc, tmp_path)
     assert [mc.state(n) for n in ("n5", "n7", "n8")] == ["IDLE"] * 3  # one tray is not the rack
 
 
+@pytest.mark.release("the domain from a block where Slurm has them")
 def test_three_trays_drain_the_rack_once_and_it_returns_whole(mc):
     domain = _gb300_rack(mc)
     for node, fault in (("n5", "not_started"), ("n6", "access_timeout_recovery"), ("n7", "insufficient_nvlinks")):
@@ -80,6 +83,7 @@ def test_three_trays_drain_the_rack_once_and_it_returns_whole(mc):
     assert all(mc.node(n).get("Reason", "") in ("", "(null)") or mc.release >= (24, 11) for n in RACK)
 
 
+@pytest.mark.release("the prolog's SLURM_JOB_CONSTRAINTS")
 def test_a_job_that_asks_for_imex_fails_its_prolog_while_imex_is_not_ready(mc):
     mc.run("scontrol", "update", "nodename=n6", "availablefeatures=imex", "activefeatures=imex")
     try:
@@ -96,6 +100,7 @@ def test_a_job_that_asks_for_imex_fails_its_prolog_while_imex_is_not_ready(mc):
         mc.run("scontrol", "update", "nodename=n6", "availablefeatures=", "activefeatures=", check=False)
 
 
+@pytest.mark.release("the prolog's and epilog's job environment")
 def test_idle_nodes_and_jobs_without_imex_never_judge_it(mc):
     for n in RACK:
         (mc.gpus / f"{n}.imex-q").write_text("UNAVAILABLE\n")

@@ -78,6 +78,7 @@ def test_plan_gate_refuses_an_architecture_the_driver_dropped(mc, tmp_path):
     assert r.returncode == 0 and json.loads(r.stdout)["forced"] is True
 
 
+@pytest.mark.release("MAINT reservations, their flags and updates")
 def test_rollout_between_jobs_within_budget_canary_first(mc, tmp_path):
     mc.wait_published()
     jobs = [mc.start_job(n, 2, secs) for n, secs in (("n2", 12), ("n3", 25), ("n6", 8), ("n7", 18))]
@@ -184,6 +185,7 @@ def test_kill_9_at_each_transition_then_resume_converges(mc, tmp_path, crash_aft
         assert mc.driver(node) == TARGET
 
 
+@pytest.mark.release("the published summary in one scontrol show nodes")
 def test_fleet_inventory_reads_what_nodes_publish(mc):
     mc.wait_published()
     gpustate.write_atomic(gpustate.healthy_state(8, "n5", "570.172.08"), mc.gpu_file("n5"))
@@ -198,6 +200,7 @@ def test_fleet_inventory_reads_what_nodes_publish(mc):
     assert "off standard: 1" in text and "n5" in text
 
 
+@pytest.mark.release("scontrol reboot ASAP and the states it shows")
 def test_reboot_asap_strategy(mc, tmp_path):
     mc.wait_published()
     job = mc.start_job("n2", 2, 6)
@@ -213,6 +216,7 @@ def test_reboot_asap_strategy(mc, tmp_path):
     assert leftovers(mc) == ("", [])
 
 
+@pytest.mark.release("reservation deletes and weights")
 def test_abort_gives_everything_back(mc, tmp_path):
     mc.wait_published()
     plan_file, p = plan(mc, tmp_path, nodes="n[1-4]")
@@ -230,6 +234,7 @@ def test_abort_gives_everything_back(mc, tmp_path):
     assert mc.gpufleet("maintain", "apply", str(plan_file2)).returncode == 0
 
 
+@pytest.mark.release("sbatch --reservation and sacct")
 def test_validation_job_runs_in_the_nodes_reservation_and_gates_release(mc, tmp_path):
     """validation_job: each upgraded node leaves the drain inside its maintenance reservation, and a real
     batch job (our own full check, through the node's NVML) runs there; a failing job fails the node."""

@@ -1,0 +1,386 @@
+"""What the health check, the prolog and the epilog share: the config and its trust, logging, the one
+read of the node, the watchdog, and `act`: record the run, decide, carry it out through the actuator,
+publish the summary.
+
+A broken config never acts: it is logged and the program exits 0 (a typo must not drain a fleet).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .. import watchdog
+from ..policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
+from ..summary import encode as encode_summary
+from ..summary import parse as parse_summary
+from ..summary import published_at
+
+if TYPE_CHECKING:
+    from ..findings import Finding
+    from ..pipeline import Report
+    from ..slurm.base import NodeInfo
+    from ..snapshot import NodeSnapshot
+
+# The checks, readers and Slurm layer are imported inside the functions that use them: slurmd starts a
+# health check every interval whether the last one ended or not, and a run that only finds the previous
+# one still going (the run lock) must cost a config parse, not the whole engine.
+
+log = logging.getLogger("slurm-gpufleet")
+TIMEOUT_REASON = "gpufleet: NVML timeout"
+
+
+def setup_logging(hook: str, node: str, job: str | None = None) -> None:
+    tag = f"slurm-gpufleet-{hook}[{os.getpid()}]: node={node}" + (f" job={job}" if job else "") + " "
+    handlers: list[logging.Handler] = []
+    if os.path.exists("/dev/log"):
+        try:
+            h = logging.handlers.SysLogHandler(address="/dev/log", facility=logging.handlers.SysLogHandler.LOG_DAEMON)
+            h.setFormatter(logging.Formatter(tag + "%(message)s"))
+            handlers.append(h)
+        except OSError:
+            pass
+    err = logging.StreamHandler(sys.stderr)  # slurmd keeps a hook's stderr in its log
+    err.setFormatter(logging.Formatter(tag + "%(levelname)s %(message)s"))
+    handlers.append(err)
+    log.handlers[:] = handlers
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+@dataclass
+class Setup:
+    node: str
+    policy: Policy
+    settings: SlurmSettings
+    refused: str | None = None     # the config's first untrusted path: run on the packaged defaults
+
+
+def _setup(hook: str, config: str | None, node: str | None, job: str | None = None) -> Setup | None:
+    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    setup_logging(hook, node, job)
+    path, required = config_path(config)
+    try:
+        policy = load_policy(path if (required or (path and os.path.exists(path))) else None)
+    except PolicyError as exc:
+        log.error("config error, no action taken: %s", exc)
+        return None
+    from ..trust import refusals
+
+    refused = refusals(policy)
+    if refused:
+        # a config someone else could have written must not choose what root runs: the packaged defaults
+        # run instead, and the node says so (`fleet` lists it); jobs are not failed for it
+        for r in refused:
+            log.critical("ALERT gpufleet config refused, running on the packaged defaults: %s", r.line())
+        policy = default_policy()
+        for r in refusals(policy):
+            log.critical("ALERT gpufleet default path refused too: %s", r.line())
+    global _ERROR_LOG
+    _ERROR_LOG = os.path.join(policy.slurm.state_dir, ERROR_LOG_NAME)
+    return Setup(node, policy, policy.slurm, refused[0].where if refused else None)
+
+
+# slurmd discards what a health check prints, so an internal error is also kept on the node, one line each
+ERROR_LOG_NAME = "internal-errors.log"
+_ERROR_LOG: str | None = None
+
+
+def _keep_error(line: str) -> None:
+    if not _ERROR_LOG:
+        return
+    try:
+        os.makedirs(os.path.dirname(_ERROR_LOG), mode=0o700, exist_ok=True)
+        fd = os.open(_ERROR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}")
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- reading the node
+def read_node(settings: SlurmSettings, node: str, level: str = "quick", host: bool = True) -> NodeSnapshot:
+    """The node's one read (pipeline.gather): its GPUs through live NVML (`deep` adds the measurements),
+    its kernel log, and (`host`) its kernels and modules.  What cannot be read is logged, never allowed
+    to hide the GPUs' own state.  The prolog skips the host: it judges only what a job would meet now."""
+    from ..pipeline import Source, gather
+
+    snap = gather(Source(level=level, kernel_log=settings.kernel_log, host=node,
+                         host_root=settings.host_root.replace("%n", node) if host else None, strict=False))
+    for what in snap.unread:
+        log.warning("%s", what)
+    return snap
+
+
+def _backend(settings: SlurmSettings, timeout: float = 10.0):
+    from ..slurm import get_backend
+
+    return get_backend(settings.backend, settings.scontrol, timeout, cache_dir=settings.state_dir)
+
+
+def _start_watchdog(setup: Setup, code: int, on_timeout) -> object:
+    """A hard limit on reading GPU state: on expiry `on_timeout` runs (drain, or hand the reason over)
+    and the process exits with `code`, whatever the stuck call is doing."""
+    return watchdog.start(setup.settings.read_timeout_s, f"reading GPU state of {setup.node}", code,
+                          before_exit=on_timeout)
+
+
+def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
+    """The watchdog's and an unreadable node's drain: through the actuator (ownership, the breaker)."""
+    from ..slurm.actuator import Actuator
+    from ..slurm.ownership import HEALTH
+
+    try:
+        backend = _backend(settings, timeout=5)
+        done = Actuator(backend, HEALTH, settings).drain([backend.node(node)], reason)
+        if done.blocked:
+            sys.stderr.write(f"slurm-gpufleet: {node} not drained: the drain breaker is open\n")
+    except Exception as exc:  # the watchdog must exit whatever happens here
+        sys.stderr.write(f"slurm-gpufleet: could not drain {node}: {exc}\n")
+
+
+# ---------------------------------------------------------------- acting
+def act(setup: Setup, report: Report, hook: str, job: str | None = None,
+        extra_findings: list[Finding] | None = None, info: NodeInfo | None = None, backend=None) -> str:
+    """Record the run, decide, carry it out through the actuator, publish the summary.  Returns the action.
+
+    Slurm calls: the node's state (one read, unless the caller has it), the fleet only when a drain is
+    about to happen (the breaker counts it), and one write that carries both the change and the summary;
+    a quiet run writes only when its summary changed."""
+    from ..findings import verdict
+    from ..history import History, db_path
+    from ..slurm import SlurmError
+    from ..slurm.actions import decide
+    from ..slurm.actuator import Actuator
+    from ..slurm.ownership import HEALTH, rack_of_reason
+    from ..snapshot import known
+
+    findings = report.findings + (extra_findings or [])
+    final = verdict(findings)
+    node = setup.node
+    settings = setup.settings
+    history = KeptHistory(History, db_path(settings.state_dir, node))
+    s = report.snapshot
+    history.record_run(node, hook, final, findings, job_id=job, duration_s=report.duration_s,
+                       driver=known(s.driver_version), gpus=len(s.gpus), performance=s.performance,
+                       models={g.index: known(g.name) for g in s.gpus})
+    try:
+        backend = backend or _backend(settings)
+        info = info or backend.node(node)  # the health check read it already: one slurmctld call, not two
+    except SlurmError as exc:
+        log.error("cannot read node state from Slurm: %s", exc)
+        history.record_action(node, hook, "none", "", f"slurm unreachable: {exc}", False, str(exc))
+        return "error"
+    action = decide(info, final, findings, history.node_history(node), settings.clean_runs_to_resume,
+                    settings.reboots_before_drain, host=s.host_facts, driver=known(s.driver_version))
+    data = encode_summary(report, final) if settings.publish != "none" else None
+    if data is not None and setup.refused:
+        data["cfg"] = "refused"
+    shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
+    if data is not None and hook != "epilog" and isinstance(shown, dict) and "is" in shown:
+        data["is"] = shown["is"]  # the in-job sampler's digest, kept until the job's end
+    news = _news(info, settings.publish, data, shown) if data is not None else None
+    # what changed about the node rides in the same write as the action: one update, not three
+    fields = _feature_fields(info, settings.feature_prefix, known(s.driver_version), known(s.cuda_driver_version)) \
+        if settings.feature_prefix and hook != "prolog" else {}
+    if news:
+        fields[settings.publish] = news
+    actuator = Actuator(backend, HEALTH, settings)
+    blocked = None
+    ok, error, published = True, None, False
+    try:
+        if action.kind == "drain":
+            done = actuator.drain([info], action.reason, fields or None)
+            published = bool(done.done or done.reason_set)
+            if done.blocked:
+                blocked = done.breaker
+                history.record_action(node, hook, "breaker", action.reason, blocked, True)
+                action = type(action)("none", why=f"not drained, breaker open: {blocked}")
+        elif action.kind == "set_reason":
+            published = bool(actuator.set_reason([info], action.reason, fields or None).done)
+        elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
+            from ..slurm.escalation import resume_domain
+
+            said = resume_domain(backend, settings, setup.policy.domains, info)
+            # the summary and features are this node's alone: they go out below, in a write of their own
+            action = type(action)("resume" if said.startswith("rack ") and " resumed: " in said else "none", why=said)
+        elif action.kind == "resume":
+            published = bool(actuator.resume([info], fields or None).done)
+        elif action.kind == "reboot":
+            done = actuator.reboot_asap([info], action.reason)
+            if done.blocked:
+                blocked = done.breaker
+                history.record_action(node, hook, "breaker", action.reason, blocked, True)
+                action = type(action)("none", why=f"not rebooted, breaker open: {blocked}")
+            elif done.done:
+                history.record_reboot(node, action.fault or "", info.boot_time)
+    except SlurmError as exc:
+        ok, error = False, str(exc)
+    if ok and action.kind in ("drain", "set_reason") and published and _rack_fault(findings):
+        from ..slurm.escalation import escalate
+
+        said = escalate(backend, settings, setup.policy.domains, node)
+        if said:
+            history.record_action(node, hook, "rack", "", said, True)
+    if action.kind != "none" or not ok:
+        history.record_action(node, hook, action.kind, action.reason, action.why, ok, error)
+        (log.info if ok else log.error)("%s %s%s: %s%s", hook, action.kind,
+                                        f" '{action.reason}'" if action.reason else "", action.why,
+                                        f" FAILED: {error}" if error else "")
+    else:
+        log.info("%s verdict %s: %s", hook, final, action.why)
+    # published even with no GPU readable: a rollout validates from it, and "driver unreachable" is news
+    if not published:
+        if blocked and data is not None:
+            data["f"] = f"breaker open: {data.get('f', '')}"[:80]
+            data["brk"] = 1
+            news = _news(info, settings.publish, data, shown)
+            # replaces the summary without the breaker, or drops it when Slurm already shows this one:
+            # left in, it would flip the node's summary back and forth on every run
+            if news:
+                fields[settings.publish] = news
+            else:
+                fields.pop(settings.publish, None)
+        if fields:
+            try:
+                actuator.publish(info.name, fields)
+            except SlurmError as exc:
+                log.warning("could not publish the GPU summary and features: %s", exc)
+    if hook == "healthcheck":
+        history.prune()
+    history.close()
+    return action.kind if ok else "error"
+
+
+def _rack_fault(findings: list[Finding]) -> bool:
+    """The node's worst finding is one a rack can cause (fabric, NVLink): its drain may be the rack's."""
+    from ..slurm.actions import worst
+    from ..slurm.escalation import RACK_CHECKS
+
+    f = worst(findings)
+    return f is not None and f.severity == "drain" and f.check in RACK_CHECKS
+
+
+class KeptHistory:
+    """The node's history, or its absence: a full disk, a read-only or broken database must not stop a
+    drain.  Every call that fails is logged once and answers what an empty history would (no clean runs:
+    nothing is resumed; no reboots recorded)."""
+
+    def __init__(self, cls, path: str):
+        self.path = path
+        self.failed = False
+        import sqlite3
+
+        self._errors = (sqlite3.Error, OSError)  # what a full, read-only or broken disk raises
+        try:
+            self._h = cls(path)
+        except self._errors as exc:
+            self._h = None
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if not self.failed:
+            log.error("history %s unavailable, acting without it: %s: %s", self.path, type(exc).__name__, exc)
+        self.failed = True
+
+    def __getattr__(self, name: str):
+        from ..slurm.actions import NodeHistory
+
+        empty = {"node_history": NodeHistory(), "record_run": 0}
+
+        def call(*args, **kwargs):
+            if self._h is None:
+                return empty.get(name)
+            try:
+                return getattr(self._h, name)(*args, **kwargs)
+            except self._errors as exc:
+                self._fail(exc)
+                return empty.get(name)
+        return call
+
+
+def driver_features(prefix: str, driver: str | None, cuda: str | None) -> list[str]:
+    """gpufleet_drv580, gpufleet_drv580.159.04, gpufleet_cuda13.0: what a job can --constraint on."""
+    out = []
+    if driver:
+        out += [f"{prefix}drv{driver.split('.')[0]}", f"{prefix}drv{driver}"]
+    if cuda:
+        out.append(f"{prefix}cuda{cuda}")
+    return out
+
+
+def _feature_fields(info, prefix: str, driver: str | None, cuda: str | None) -> dict[str, str]:
+    """Our features, when they changed; every feature without our prefix stays as the site set it."""
+    want = driver_features(prefix, driver, cuda)
+    if not want:
+        return {}  # nothing readable: keep what the node had rather than pretend it has no driver
+    if sorted(f for f in info.features if f.startswith(prefix)) == sorted(want) and \
+            sorted(f for f in info.active_features if f.startswith(prefix)) == sorted(want):
+        return {}
+    available = [f for f in info.features if not f.startswith(prefix)] + want
+    active = [f for f in info.active_features if not f.startswith(prefix)] + want
+    return {"availablefeatures": ",".join(available), "activefeatures": ",".join(active)}
+
+
+def _older_than_slurmd(old: dict, info) -> bool:
+    """Published before this slurmd started: the first check after a restart or a reboot always
+    publishes, even unchanged (an upgrade repeated after a crash installs the same driver again, and a
+    rollout validates only from a summary newer than its command)."""
+    if info.slurmd_start is None:
+        return False
+    published = published_at(old)
+    return published is None or published < info.slurmd_start
+
+
+_OTHERS = object()  # the field holds someone else's text
+
+
+def _shown(info, field: str) -> dict | object | None:
+    """The field's summary as Slurm shows it: ours parsed, None when empty, _OTHERS for foreign text."""
+    current = info.extra if field == "extra" else info.comment
+    if not current:
+        return None
+    old = parse_summary(current)
+    return _OTHERS if old is None else old
+
+
+_UNREAD = object()
+
+
+def _news(info, field: str, data: dict, shown=_UNREAD) -> str | None:
+    """The summary to write, or None: someone else's text is never overwritten, and an unchanged
+    summary is written only once per slurmd start.  `shown`: what _shown read already, if it did."""
+    if shown is _UNREAD:
+        shown = _shown(info, field)
+    if shown is _OTHERS:
+        return None
+    if shown is not None:
+        same = {k: v for k, v in shown.items() if k != "t"} == {k: v for k, v in data.items() if k != "t"}
+        if same and not _older_than_slurmd(shown, info):
+            return None
+    return json.dumps(data, separators=(",", ":"))
+
+
+
+def _guarded(hook: str, fn, *args) -> int:
+    """A bug in slurm-gpufleet must never fail a prolog or drain a node: one log line, exit 0."""
+    try:
+        return fn(*args)
+    except SystemExit:
+        raise
+    except Exception as exc:
+        if os.environ.get("SLURM_GPUFLEET_DEBUG"):
+            raise
+        line = f"slurm-gpufleet-{hook}: internal error, no action taken: {type(exc).__name__}: {exc}\n"
+        sys.stderr.write(line)
+        _keep_error(line)
+        return 0
+
+

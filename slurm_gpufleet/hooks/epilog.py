@@ -1,0 +1,102 @@
+"""The epilog: the in-job sampler stopped, the node judged after the job, what happened to the job's GPUs
+during it (Xids, new memory errors) recorded against the job."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import TYPE_CHECKING
+
+from .. import watchdog
+from .common import TIMEOUT_REASON, _drain_if_free, _setup, _start_watchdog, act, log, read_node
+from .jobs import _counters, _job_gpus, _window_path
+
+if TYPE_CHECKING:
+    from ..findings import Finding
+    from ..snapshot import NodeSnapshot
+
+
+def run(argv: list[str] | None = None) -> int:
+    job = os.environ.get("SLURM_JOB_ID")
+    setup = _setup("epilog", None, None, job)
+    if setup is None:
+        return 0
+    if job:
+        from .. import sampler
+
+        sampler.stop(setup.settings.state_dir, job, setup.node)  # never outlives the job
+    from ..findings import verdict
+    from ..pipeline import evaluate
+    from ..readers import ReportError
+
+    _start_watchdog(setup, 1, lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
+    try:
+        snap = read_node(setup.settings, setup.node, "quick")
+    except (ReportError, OSError) as exc:
+        watchdog.cancel()
+        log.error("no readable GPU state: %s", exc)
+        _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state")
+        return 0
+    watchdog.cancel()
+    window = {}
+    if job:
+        try:
+            with open(_window_path(setup.settings, setup.node, job)) as fh:
+                window = json.load(fh)
+        except (OSError, json.JSONDecodeError):
+            window = {}
+    gpus = _job_gpus() or (frozenset(window["gpus"]) if window.get("gpus") else None)
+    report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
+    from ..imex import job_findings as imex_findings
+
+    extra = job_findings(snap, job, gpus, window) + imex_findings(os.environ, setup.settings)
+    for f in extra:
+        log.warning("job %s: %s gpu %s: %s", job, f.check, f.gpu, f.detail or f.message)
+    result = act(setup, report, "epilog", job=job, extra_findings=extra)
+    if job:
+        try:
+            os.unlink(_window_path(setup.settings, setup.node, job))
+        except OSError:
+            pass
+    # when Slurm cannot be told, let it drain the node itself ("Epilog error") rather than pass a bad node
+    return 1 if result == "error" and verdict(report.findings + extra) in ("reboot", "drain") else 0
+
+
+def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | None, window: dict) -> list[Finding]:
+    """Xids and new memory errors inside the job's time window, attributed to the job and its GPUs.
+
+    Severity "ok": these record what happened to the job; what the node needs is the normal checks' call.
+    """
+    from ..catalog import xid_info
+    from ..findings import Finding
+    from ..readers.kernel_log import boot_epoch, event_epoch
+
+    out: list[Finding] = []
+    start = window.get("start")
+    now = time.time()
+    btime = boot_epoch()
+    for e in snap.xid_events:
+        at = event_epoch(e, btime)
+        if start is None or at is None or not (start - 1 <= at <= now + 1):
+            continue
+        g = snap.gpu_by_pci(e.pci)
+        sid = None if g is None else (g.minor_number if isinstance(g.minor_number, int) else g.index)
+        if gpus is not None and sid is not None and sid not in gpus:
+            continue
+        info = xid_info(e.xid)
+        out.append(Finding("job", "ok", "none", sid, f"Xid {e.xid} during job {job}",
+                           f"{info.name if info else 'unknown Xid'} on PCI {e.pci} at line {e.line}, "
+                           f"inside job {job}'s window", xid=e.xid, extra={"job_id": job}))
+    for sid, before in (window.get("counters") or {}).items():
+        g = next((x for x in snap.gpus if str(x.minor_number if isinstance(x.minor_number, int) else x.index) == sid),
+                 None)
+        if g is None:
+            continue
+        after = _counters(g)
+        grown = {k: after[k] - v for k, v in before.items()
+                 if isinstance(v, int) and isinstance(after.get(k), int) and after[k] > v}
+        if grown:
+            out.append(Finding("job", "ok", "none", int(sid), f"memory errors during job {job}",
+                               ", ".join(f"{k} +{d}" for k, d in grown.items()), extra={"job_id": job}))
+    return out

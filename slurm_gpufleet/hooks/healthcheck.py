@@ -1,0 +1,143 @@
+"""The health check slurmd runs every HealthCheckInterval: one run at a time per node, then read, judge, act."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from .. import watchdog
+from .common import (
+    TIMEOUT_REASON,
+    Setup,
+    _backend,
+    _drain_if_free,
+    _setup,
+    _start_watchdog,
+    act,
+    log,
+    read_node,
+)
+
+
+def run(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="slurm-gpufleet-healthcheck",
+                                 description="Slurm HealthCheckProgram: check this node's GPUs and act.")
+    ap.add_argument("--config")
+    ap.add_argument("--node")
+    ap.add_argument("--level", choices=["quick", "full", "deep"], default="quick",
+                    help="deep: also measure each GPU (memory bandwidth, GEMM, host-to-device)")
+    ap.add_argument("--nhc", action="store_true",
+                    help="judge only (no Slurm action): print the reason and exit 1 when the node is unfit (NHC)")
+    ap.add_argument("--confirm", action="store_true",
+                    help="a lemon's deep check (lemon.py), run as its job: judge only; when a finding shows the "
+                         "node slow, print it, make it the job's comment and exit 1")
+    args = ap.parse_args(argv)
+    judge_only = args.nhc or args.confirm
+    setup = _setup("healthcheck", args.config, args.node)
+    if setup is None:
+        return 0 if not judge_only else 2
+    if not judge_only and not _one_run_at_a_time(setup):
+        log.warning("the previous health check of %s still runs after %g s: this run is skipped",
+                    setup.node, setup.settings.read_timeout_s)
+        return 0
+    from ..pipeline import evaluate
+    from ..readers import ReportError
+
+    _start_watchdog(setup, 1, None if judge_only else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
+    try:
+        snap = read_node(setup.settings, setup.node, args.level)
+    except (ReportError, OSError) as exc:
+        log.error("no readable GPU state: %s", exc)
+        if args.confirm:
+            return _confirm(setup, f"no readable GPU state: {exc}")
+        if args.nhc:
+            print(f"gpufleet: no readable GPU state: {exc}"[:200])
+            return 1
+        _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state")
+        return 1
+    finally:
+        watchdog.cancel()
+    from ..slurm import SlurmError
+
+    backend = node_info = None
+    if not judge_only:
+        try:
+            backend = _backend(setup.settings)
+            node_info = backend.node(setup.node)
+        except SlurmError as exc:
+            log.error("cannot read node state from Slurm: %s", exc)
+    # an idle node should have no GPU processes; a busy one is judged on everything else
+    idle = bool(node_info and node_info.idle)
+    report = evaluate(snap, setup.policy, host=setup.node, expect_idle=idle or None)
+    if args.confirm:
+        from ..lemon import confirming
+
+        found = confirming(report.findings)
+        return _confirm(setup, f"{found.check} gpu{found.gpu}: {found.message}" if found.gpu is not None
+                        else f"{found.check}: {found.message}") if found else 0
+    if args.nhc:
+        from ..slurm.actions import make_reason, worst
+
+        if report.verdict in ("reboot", "drain"):
+            print(make_reason(worst(report.findings)))
+            return 1
+        return 0
+    act(setup, report, "healthcheck", info=node_info, backend=backend)
+    return 0
+
+
+_RUN_LOCK: int | None = None  # held until this process exits (the watchdog's os._exit included)
+
+
+def _one_run_at_a_time(setup: Setup) -> bool:
+    """At most one acting health check per node: slurmd starts a run every HealthCheckInterval whether
+    the last one ended or not (22.05 and 24.11 never kill it), so on a loaded node runs pile up, each
+    slower than the last.  A run waits for the previous one for up to `read_timeout_s` (itself bounded by
+    the watchdog), then gives way.  A lock that cannot be made never stops the check."""
+    import fcntl
+
+    global _RUN_LOCK
+    try:
+        os.makedirs(setup.settings.state_dir, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(setup.settings.state_dir, f"healthcheck-{setup.node}.lock"),
+                     os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        log.warning("no run lock (%s): running anyway", exc)
+        return True
+    deadline = time.monotonic() + setup.settings.read_timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _RUN_LOCK = fd
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return False
+            time.sleep(0.1)
+        except OSError as exc:
+            log.warning("run lock failed (%s): running anyway", exc)
+            return True
+
+
+def _confirm(setup, finding: str) -> int:
+    """The lemon check found the node slow: say so where `fleet lemons` reads it, the job's comment."""
+    from ..lemon import CONFIRMED_PREFIX
+    from ..slurm.actions import JOB_COMMENT_MAX
+
+    print(finding)
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        from ..slurm import SlurmError
+
+        try:
+            from ..slurm.actuator import Actuator
+            from ..slurm.ownership import STRAGGLER
+
+            Actuator(_backend(setup.settings), STRAGGLER, setup.settings).job(
+                "set_job_comment", job, f"{CONFIRMED_PREFIX} {finding}"[:JOB_COMMENT_MAX])
+        except SlurmError as exc:
+            log.error("cannot set job %s's comment: %s", job, exc)
+    return 1

@@ -1,0 +1,68 @@
+"""What the prolog leaves for the epilog of the same job: its GPUs and their error counters at the start."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import TYPE_CHECKING
+
+from .common import log
+
+if TYPE_CHECKING:
+    from ..policy import SlurmSettings
+    from ..snapshot import NodeSnapshot
+
+
+def _job_nodes() -> int:
+    """How many nodes the job has, from the prolog's environment."""
+    raw = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
+    if raw and raw.isdecimal():
+        return int(raw)
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST") or ""
+    if not nodelist:
+        return 1
+    from ..slurm.commands import expand_hostlist
+
+    return len(expand_hostlist(nodelist))
+
+
+def _job_gpus() -> frozenset[int] | None:
+    raw = os.environ.get("SLURM_JOB_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES") or ""
+    ids = {int(x) for x in raw.split(",") if x.strip().isdecimal()}
+    return frozenset(ids) if ids else None
+
+
+def _window_path(settings: SlurmSettings, node: str, job: str) -> str:
+    return os.path.join(settings.state_dir, "jobs", f"{node}.{job}.json")
+
+
+def _write_window(settings: SlurmSettings, node: str, job: str, snap: NodeSnapshot,
+                  gpus: frozenset[int] | None) -> None:
+    """Start of the job's window and its GPUs' error counters, for the epilog (a small file, no database)."""
+    counters = {}
+    for g in snap.gpus:
+        sid = g.minor_number if isinstance(g.minor_number, int) else g.index
+        if gpus is None or sid in gpus:
+            counters[str(sid)] = _counters(g)
+    path = _window_path(settings, node, job)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"start": time.time(), "gpus": sorted(gpus) if gpus else None, "counters": counters}, fh)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("could not write the job window: %s", exc)
+
+
+def _counters(g) -> dict[str, int | None]:
+    from ..snapshot import known
+
+    def n(v):
+        v = known(v)
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    return {"dram_uncorrected": n(g.ecc.volatile_dram_uncorrected), "sram_uncorrected": n(g.ecc.volatile_sram_uncorrected),
+            "dram_corrected": n(g.ecc.volatile_dram_corrected), "remap_uncorrectable": n(g.remapped_rows.uncorrectable),
+            "remap_correctable": n(g.remapped_rows.correctable), "retired_dbe": n(g.retired_pages.double_bit)}

@@ -1,0 +1,143 @@
+"""The prolog: the job's GPUs judged before it starts; a fault fails the prolog, so Slurm requeues the job and
+drains the node, and our reason replaces Slurm's.  The success path makes no slurmctld round-trip and
+opens no database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from .. import watchdog
+from .common import TIMEOUT_REASON, KeptHistory, Setup, _backend, _setup, _start_watchdog, log, read_node
+from .jobs import _job_gpus, _job_nodes, _write_window
+
+
+def run(argv: list[str] | None = None) -> int:
+    job = os.environ.get("SLURM_JOB_ID")
+    setup = _setup("prolog", None, None, job)
+    if setup is None:
+        return 0  # our config problem must not stop jobs
+    from ..findings import verdict
+    from ..pipeline import evaluate
+    from ..readers import ReportError
+    from ..snapshot import known
+
+    # slurmd drains the node for the failed prolog; the helper then puts our reason on it
+    _start_watchdog(setup, 1, lambda: _prolog_timeout(setup))
+    try:
+        snap = read_node(setup.settings, setup.node, "quick", host=False)
+    except (ReportError, OSError) as exc:
+        watchdog.cancel()
+        reason = "gpufleet: inventory node no readable GPU state"
+        if _breaker_open_for_prolog(setup, reason):
+            return 0
+        print(f"{reason}: {exc}"[:200])
+        _async_reason(setup, reason)
+        return 1
+    watchdog.cancel()
+    gpus = _job_gpus()
+    report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
+    from ..imex import job_findings as imex_findings
+
+    # IMEX is the job's to judge (imex.py): only a job that uses it, never an idle node
+    report.findings += imex_findings(os.environ, setup.settings)
+    report.verdict = verdict(report.findings)
+    if job:
+        _write_window(setup.settings, setup.node, job, snap, gpus)
+        if report.verdict not in ("reboot", "drain") and _job_nodes() >= 2:
+            from .. import sampler
+
+            try:  # the straggler view of a multi-node job (instep.py); a failure must not stop the job
+                sampler.start(setup.settings.state_dir, job, setup.node)
+            except OSError as exc:
+                log.warning("in-job sampler not started: %s", exc)
+    if report.verdict in ("reboot", "drain"):
+        from ..slurm.actions import make_reason, worst
+
+        reason = make_reason(worst(report.findings))
+        from ..history import History, db_path
+
+        history = KeptHistory(History, db_path(setup.settings.state_dir, setup.node))
+        history.record_run(setup.node, "prolog", report.verdict, report.findings, job_id=job,
+                           duration_s=report.duration_s, driver=known(snap.driver_version), gpus=len(snap.gpus))
+        history.close()
+        if _breaker_open_for_prolog(setup, reason):
+            return 0
+        log.error("prolog failed, job %s will be requeued: %s", job, reason)
+        print(reason)  # slurmd logs it: "prolog failed: rc:1 output:<this>"
+        _async_reason(setup, reason)
+        return 1
+    return 0
+
+
+def _breaker_open_for_prolog(setup: Setup, reason: str) -> bool:
+    """A failed prolog drains the node (Slurm does, for our exit code): the breaker is asked first, by
+    the actuator (failure path only)."""
+    from ..slurm.actuator import Actuator
+    from ..slurm.ownership import HEALTH
+
+    try:
+        backend = _backend(setup.settings)
+        blocked = Actuator(backend, HEALTH, setup.settings).judge([backend.node(setup.node)]).breaker
+    except Exception as exc:  # the breaker must never turn a fault into an internal error
+        log.warning("breaker not judged: %s", exc)
+        return False
+    if blocked:
+        log.error("prolog: %s, but the drain breaker is open (%s): the job runs, the node is not drained",
+                  reason, blocked)
+    return bool(blocked)
+
+
+def _prolog_timeout(setup: Setup) -> None:
+    print(TIMEOUT_REASON, flush=True)  # the watchdog ends the process with os._exit: no flush at exit
+    _async_reason(setup, TIMEOUT_REASON)
+
+
+def _async_reason(setup: Setup, reason: str) -> None:
+    """Slurm's own reason for a failed prolog is just "Prolog error".  A detached helper waits for
+    slurmctld to drain the node, then puts our detailed reason in its place (prolog exit is not delayed)."""
+    code = ("import sys; from slurm_gpufleet.hooks.prolog import replace_hook_reason; "
+            "sys.exit(replace_hook_reason(sys.argv[1], sys.argv[2], sys.argv[3] or None))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + (":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
+    try:
+        subprocess.Popen([sys.executable, "-c", code, setup.node, reason, setup.policy.path or ""],
+                         start_new_session=True, env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        log.warning("could not start the reason update: %s", exc)
+
+
+def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: float = 20.0) -> int:
+    setup = _setup("prolog", config, node)
+    if setup is None:
+        return 0
+    from ..slurm import SlurmError
+    from ..slurm.actuator import Actuator
+    from ..slurm.ownership import HEALTH, SLURM_HOOK_REASONS, owner_of_reason
+
+    if not os.access(setup.settings.scontrol, os.X_OK):
+        log.error("%s not found: cannot put the reason on the node", setup.settings.scontrol)
+        return 0
+    backend = _backend(setup.settings)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            info = backend.node(node)
+            if info.drained and info.reason in SLURM_HOOK_REASONS:
+                Actuator(backend, HEALTH, setup.settings).set_reason([info], reason)
+                log.info("replaced '%s' with '%s'", info.reason, reason)
+                from ..history import History, db_path
+
+                history = KeptHistory(History, db_path(setup.settings.state_dir, node))
+                history.record_action(node, "prolog", "set_reason", reason, f"was '{info.reason}'", True)
+                history.close()
+                return 0
+            if info.drained and info.reason and owner_of_reason(info.reason) != HEALTH:
+                return 0  # someone else's reason (an admin's, a rollout's): never replaced
+        except SlurmError as exc:
+            log.warning("waiting for the prolog drain: %s", exc)
+        time.sleep(0.5)
+    return 0
