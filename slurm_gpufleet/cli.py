@@ -890,17 +890,24 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
               metavar="K", help="Upgraded nodes' failure and soft rates times K.")
 @click.option("--seeds", type=click.IntRange(1, 10_000), default=None, metavar="N",
               help="N random draws of failures with the evidence gate (and 10 without): JSON `gate`.")
+@click.option("--jobs", "jobs", type=click.IntRange(1, 1024), default=None, metavar="N",
+              help="Run the strategies' replays and the seeds in N processes (default: the cores this may use).")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")
 @click.option("--json", "as_json", is_flag=True)
 def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
                       rollout_at: float, max_unavailable: str | None, policy_file: str | None,
                       time_limit_assumption: str, upgrade_minutes: int | None, deadline_text: str | None,
                       checkpoint_every_h: float | None, domain_size: int | None, failure_rate: float | None,
-                      soft_rate: float | None, driver_effect: float, seeds: int | None, plot_file: str | None,
-                      as_json: bool) -> None:
-    """Replay a job history on a simulated fleet and compare rollout strategies (same planner code)."""
+                      soft_rate: float | None, driver_effect: float, seeds: int | None, jobs: int | None,
+                      plot_file: str | None, as_json: bool) -> None:
+    """Replay a job history on a simulated fleet and compare rollout strategies (same planner code).
+    A run that takes more than a few seconds says how far it is on stderr."""
+    from .maintain.pool import Progress, default_jobs
     from .maintain.sacct import SacctError, assume_limit, read_sacct
     from .maintain.simulate import simulate
+
+    jobs = jobs or default_jobs()
+    progress = Progress()
 
     policy = _with_budget(_load_policy(policy_file), max_unavailable)
     budget = policy.maintain.max_unavailable
@@ -949,13 +956,15 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
                           strategies=strategies or default, rollout_at_h=rollout_at,
                           max_unavailable=budget, policy=policy, assumption=time_limit_assumption,
                           upgrade_minutes=upgrade_minutes, deadline_h=deadline_h,
-                          checkpoint_every_h=checkpoint_every_h, domain_size=domain_size, rates=replay_rates)
+                          checkpoint_every_h=checkpoint_every_h, domain_size=domain_size, rates=replay_rates,
+                          jobs=jobs, progress=progress)
     except DeadlineError as exc:
         _fail(str(exc), exitcodes.USAGE)
     results = result.pop("_results")
     running, sim_policy = result.pop("_running"), result.pop("_policy")
     if seeds and rates:
-        result["gate"] = gate_trials(running, node_count, gpus_per_node, sim_policy, rates, seeds, rollout_at * 3600)
+        result["gate"] = gate_trials(running, node_count, gpus_per_node, sim_policy, rates, seeds, rollout_at * 3600,
+                                     jobs=jobs, progress=progress)
     result["assumptions"]["job_history"] = history_label
     result["gating_jobs"] = next((r.gating_jobs for r in results.values() if r.gating_jobs), [])
     if plot_file:

@@ -1,5 +1,6 @@
 """`maintain simulate`: sacct input line by line, the scheduler, and the strategies on the real Helios trace."""
 
+import io
 import json
 
 import pytest
@@ -245,3 +246,42 @@ def test_a_bad_driver_halts_the_full_replay_at_the_evidence_gate_and_a_good_one_
     assert bad["strategies"]["gpufleet"]["failures"]["rollout"] == "halted", bad["strategies"]
     assert good["strategies"]["gpufleet"]["failures"]["rollout"] == "done", good["strategies"]
     assert bad["assumptions"]["failures"]["gate"] == "evidence"
+
+
+@pytest.mark.slow  # four replays: the slow tier
+def test_event_driven_replays_skip_steps_and_keep_every_figure(monkeypatch):
+    """The engine is not stepped for a job that ends on nodes the rollout is through with: the figures
+    are those of stepping on every job end, with failures drawn; with an evidence gate (judged on what
+    has accumulated by each step) every event still steps."""
+    from slurm_gpufleet.maintain import simulate as sim_module
+
+    counts = {}
+    original = sim_module.GpufleetController.step
+
+    def counted(self, sim):
+        counts[self.event_driven] = counts.get(self.event_driven, 0) + 1
+        return original(self, sim)
+
+    monkeypatch.setattr(sim_module.GpufleetController, "step", counted)
+    for config, fewer in (("", True), (EVIDENCE, False)):
+        counts.clear()
+        monkeypatch.setattr(sim_module.GpufleetController, "event_driven", False)
+        every = _excerpt_replay((300.0, 3.0), strategies=("gpufleet",), nodes=24, config=config)
+        monkeypatch.setattr(sim_module.GpufleetController, "event_driven", True)
+        driven = _excerpt_replay((300.0, 3.0), strategies=("gpufleet",), nodes=24, config=config)
+        assert driven["strategies"] == every["strategies"], config
+        assert (counts[True] < counts[False]) == fewer, (config, counts)
+
+
+def test_strategies_in_processes_give_the_figures_of_one_process():
+    from slurm_gpufleet.maintain.pool import Progress
+
+    with open_text(EXCERPT) as fh:
+        trace = read_sacct(fh)
+    kw = dict(nodes=16, gpus_per_node=8, strategies=("gpufleet", "reboot-asap", "drain-all"), rollout_at_h=30,
+              max_unavailable="25%", policy=parse_policy(""), assumption="runtime-ceil-hour")
+    said = io.StringIO()
+    one = simulate(trace, **kw, jobs=1)
+    two = simulate(trace, **kw, jobs=2, progress=Progress(stream=said, quiet_s=0.0))
+    assert one["strategies"] == two["strategies"]
+    assert said.getvalue().splitlines()[-1].startswith("strategy replays: 3/3 done")

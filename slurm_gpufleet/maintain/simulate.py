@@ -17,9 +17,11 @@ job's queue wait is the wait the rollout added.  No strategy kills jobs; the sim
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +30,10 @@ from .domains import Domains, consecutive, mixed_domains, whole_in_service
 from .failures import Hazards, Rates, end_repairs, hazard_step, publish_summaries
 from .fleet import FleetNode, FleetState
 from .planner import make_plan
+from .pool import in_pool
 from .sacct import Trace, assume_limit
 from .simslurm import SimExecutor, SimSlurm
+from .states import NodeState
 
 # what `simulate --strategy` compares: the engine (gpufleet) and hand-written baselines
 COMPARED = ("gpufleet", "reboot-asap", "drain-all", "wait-then-kill")
@@ -172,9 +176,10 @@ class Simulator:
                 job, gen = payload
                 if gen != job.gen:
                     continue  # that run was stopped early
+                freed = [self.nodes[i].name for i in job.placed]
                 self._end(job)
                 if self.controller:
-                    self.controller.on_change(self)
+                    self.controller.on_change(self, freed)
                 self._schedule()
             elif kind == "rollout":
                 self.controller.start(self)
@@ -366,7 +371,8 @@ class Controller:
         self.active = self.started = True
         self.started_at = sim.now
 
-    def on_change(self, sim: Simulator) -> None:
+    def on_change(self, sim: Simulator, freed: list[str] | None = None) -> None:
+        """A job ended (`freed`: its nodes) or a node failed (None)."""
         if self.started and not self.finished:
             self._upgrade_empty(sim)
             self.advance(sim)
@@ -419,9 +425,16 @@ class Controller:
                 sim.push(n.upgrading_until, "tick", ("upgraded", i))
 
 
+# a running rollout's nodes it is through with: no job ending on them changes what it does next
+SETTLED = frozenset({NodeState.DONE, NodeState.FAILED, NodeState.SKIPPED})
+
+
 class GpufleetController(Controller):
     """`maintain apply` itself: the planner's plan, then the engine's steps against the simulated Slurm
     (SimSlurm) on the simulated clock.  No rollout decision is made here."""
+
+    # False: step on every job end, as before event-driven replays (bench/simulate_speed.py compares both)
+    event_driven = True
 
     def __init__(self, budget: int, upgrade_s: float, policy: Policy, target: str | None = "580.159.04",
                  deadline: float | None = None, kernel: str | None = None, firmware: dict[str, str] | None = None):
@@ -431,6 +444,8 @@ class GpufleetController(Controller):
         self.kernel, self.firmware = kernel, firmware
         self.deadline = deadline
         self.same_time_steps = 0
+        self.settled: set[str] = set()
+        self.steps = self.skipped_steps = 0
         self.state: str | None = None  # the rollout's final state (done, halted, aborted)
 
     def start(self, sim: Simulator) -> None:
@@ -466,9 +481,19 @@ class GpufleetController(Controller):
     def upgrading(self, name: str) -> bool:
         return self.started and name in self.executor.active
 
-    def on_change(self, sim: Simulator) -> None:
-        if self.started and not self.finished:
-            self.step(sim)
+    def on_change(self, sim: Simulator, freed: list[str] | None = None) -> None:
+        if not self.started or self.finished:
+            return
+        if freed is not None and self.event_driven and self.policy.maintain.gate != "evidence" \
+                and self.settled.issuperset(freed):
+            # a job ended normally on nodes the running rollout is through with: nothing the engine reads
+            # about the nodes it still has to move changed, so the step it would make is skipped, not
+            # computed.  A failure always steps.  An evidence gate is judged at every step on the
+            # node-hours and events accumulated by then (apply polls it every poll_s): with one, every
+            # event steps, as before.
+            self.skipped_steps += 1
+            return
+        self.step(sim)
 
     def on_tick(self, sim: Simulator, payload: Any) -> None:
         kind, data = payload
@@ -481,6 +506,10 @@ class GpufleetController(Controller):
         from . import states as S
 
         state = self.engine.step(self.rid)
+        self.steps += 1
+        # the nodes this running rollout is through with (done, failed, skipped): job ends there can wait
+        self.settled = {r["node"] for r in self.store.nodes(self.rid) if r["state"] in SETTLED} \
+            if state == S.R_RUNNING else set()
         if state in (S.R_DONE, S.R_HALTED, S.R_ABORTED):
             self.state = str(state)
             self.finished, self.active = state == S.R_DONE or not self.engine.running(), False
@@ -629,10 +658,12 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
              max_unavailable: int | str, policy: Policy, assumption: str, upgrade_minutes: int | None = None,
              deadline_h: float | None = None, checkpoint_every_h: float | None = None,
              domain_size: int | None = None, target: str | None = "580.159.04", kernel: str | None = None,
-             firmware: dict[str, str] | None = None, rates: Rates | None = None, seed: int = 0) -> dict[str, Any]:
+             firmware: dict[str, str] | None = None, rates: Rates | None = None, seed: int = 0, jobs: int = 1,
+             progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     """`target`, `kernel`, `firmware`: what the engine's plan rolls out (gpufleet; the baselines upgrade
     a node in `upgrade_minutes` whatever it is).  `rates`: node failures and soft events from the
-    rollout's start on, the same draws (`seed`) in every run, the baseline's too (failures.py)."""
+    rollout's start on, the same draws (`seed`) in every run, the baseline's too (failures.py).  `jobs`: the
+    strategies' replays in that many processes (pool.py); `progress` hears of each one finished."""
     from dataclasses import replace
 
     upgrade_s = 60.0 * (upgrade_minutes or policy.maintain.upgrade_minutes)
@@ -647,10 +678,7 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
     rollout_at = rollout_at_h * 3600
 
     def with_hazards(sim: Simulator) -> Simulator:
-        if rates:
-            sim.hazards, sim.hazards_from = Hazards(rates, seed), rollout_at
-            publish_summaries(sim.nodes, "570.172.08")  # the driver GpufleetController's plan starts from
-        return sim
+        return _with_hazards(sim, rates, seed, rollout_at)
 
     every_s = checkpoint_every_h * 3600 if checkpoint_every_h else None
     if every_s:  # what each job says of itself in its Slurm comment (maintain/deadline.py)
@@ -674,47 +702,14 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
             * j.gpn * j.nodes for j in baseline.jobs
             if j.start is not None and j.start <= rollout_at < j.start + j.run
             and j.start + j.run > deadline - upgrade_s) / 3600
-    results: dict[str, StrategyResult] = {}
-    for name in strategies:
-        if name == "gpufleet":
-            ctl: Controller = GpufleetController(budget, upgrade_s, replay_policy, target, deadline=deadline,
-                                                 kernel=kernel, firmware=firmware)
-        elif name == "wait-then-kill":
-            if deadline is None:
-                raise ValueError("the wait-then-kill strategy needs a deadline (--deadline)")
-            ctl = WaitThenKillController(budget, upgrade_s, deadline)
-        elif name == "reboot-asap":
-            ctl = RebootAsapController(budget, upgrade_s)
-        elif name == "drain-all":
-            ctl = DrainAllController(budget, upgrade_s)
-        else:
-            raise ValueError(f"unknown strategy {name!r} (one of {', '.join(COMPARED)})")
-        sim = with_hazards(Simulator(_copy(base_jobs), nodes, gpus_per_node))
-        if domain_size:
-            sim.domains = consecutive([n.name for n in sim.nodes], domain_size)
-        sim.checkpoint_every_s = every_s
-        if deadline is not None:
-            sim.in_time_by = deadline - upgrade_s
-        sim.run(ctl, rollout_at)
-        added = sorted((j.start - j.submit) - base_wait[j.id] for j in sim.jobs
-                       if j.start is not None and j.id in base_wait and j.submit >= rollout_at - 7 * 86400)
-        p95 = added[min(len(added) - 1, int(0.95 * len(added)))] if added else 0.0
-        cap = [((t - rollout_at) / 3600, g) for t, g in sim.capacity]
-        results[name] = StrategyResult(
-            makespan_h=(ctl.done_at - ctl.started_at) / 3600 if ctl.finished else INF,
-            gpu_hours_lost=sim.lost_gpu_s / 3600, jobs_killed=sim.killed,
-            wait_added_mean_h=(sum(added) / len(added) / 3600) if added else 0.0, wait_added_p95_h=p95 / 3600,
-            peak_nodes_out=sim.peak_out, node_drain_hours=sim.out_node_s / 3600, capacity=cap,
-            waves=[{**w, **{k: (None if w[k] is None else round((w[k] - rollout_at) / 3600, 3))
-                            for k in ("reserve_at", "start", "end")}} for w in ctl.waves],
-            gating_jobs=[{**g, "end_h": None if g["end"] is None else round((g["end"] - rollout_at) / 3600, 2)}
-                         for g in ctl.gating],
-            work_lost_gpu_h=sim.lost_work_gpu_s / 3600, jobs_preempted=sim.preempted,
-            done_by_deadline=None if deadline is None else bool(ctl.finished and ctl.done_at <= deadline),
-            touched_in_time=sim.touched_in_time,
-            domains=len(sim.domains.members) if sim.domains else None, mixed_driver_domains_max=sim.mixed_max,
-            domains_in_service_min=sim.whole_min if sim.whole_min is not None else 0,
-            failures=None if sim.hazards is None else failure_figures(sim, ctl, name == "gpufleet"))
+    common = dict(base_jobs=base_jobs, nodes=nodes, gpus_per_node=gpus_per_node, budget=budget, upgrade_s=upgrade_s,
+                  policy=replay_policy, target=target, deadline=deadline, kernel=kernel, firmware=firmware,
+                  rates=rates, seed=seed, rollout_at=rollout_at, domain_size=domain_size, every_s=every_s,
+                  base_wait=base_wait)
+    # each strategy's replay is independent of the others: side by side in processes when `jobs` > 1
+    results: dict[str, StrategyResult] = dict(zip(strategies, in_pool(
+        [functools.partial(replay_strategy, name, **common) for name in strategies], jobs, progress,
+        "strategy replays"), strict=True))
     extra: dict[str, Any] = {}
     if deadline is not None:
         extra["work_lost_lower_bound_gpu_h"] = round(lower_bound or 0.0, 3)
@@ -746,6 +741,61 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
         "_running": [j for j in unfailed.jobs if j.start is not None and j.start <= rollout_at < j.start + j.run],
         "_policy": sim_policy,
     }
+
+
+def replay_strategy(name: str, *, base_jobs: list[SimJob], nodes: int, gpus_per_node: int, budget: int,
+                    upgrade_s: float, policy: Policy, target: str | None, deadline: float | None,
+                    kernel: str | None, firmware: dict[str, str] | None, rates: Rates | None, seed: int,
+                    rollout_at: float, domain_size: int | None, every_s: float | None,
+                    base_wait: dict[str, float]) -> StrategyResult:
+    """One strategy's replay of the history from the rollout's start (a process of its own under --jobs)."""
+    if name == "gpufleet":
+        ctl: Controller = GpufleetController(budget, upgrade_s, policy, target, deadline=deadline,
+                                             kernel=kernel, firmware=firmware)
+    elif name == "wait-then-kill":
+        if deadline is None:
+            raise ValueError("the wait-then-kill strategy needs a deadline (--deadline)")
+        ctl = WaitThenKillController(budget, upgrade_s, deadline)
+    elif name == "reboot-asap":
+        ctl = RebootAsapController(budget, upgrade_s)
+    elif name == "drain-all":
+        ctl = DrainAllController(budget, upgrade_s)
+    else:
+        raise ValueError(f"unknown strategy {name!r} (one of {', '.join(COMPARED)})")
+    sim = _with_hazards(Simulator(_copy(base_jobs), nodes, gpus_per_node), rates, seed, rollout_at)
+    if domain_size:
+        sim.domains = consecutive([n.name for n in sim.nodes], domain_size)
+    sim.checkpoint_every_s = every_s
+    if deadline is not None:
+        sim.in_time_by = deadline - upgrade_s
+    sim.run(ctl, rollout_at)
+    added = sorted((j.start - j.submit) - base_wait[j.id] for j in sim.jobs
+                   if j.start is not None and j.id in base_wait and j.submit >= rollout_at - 7 * 86400)
+    p95 = added[min(len(added) - 1, int(0.95 * len(added)))] if added else 0.0
+    cap = [((t - rollout_at) / 3600, g) for t, g in sim.capacity]
+    return StrategyResult(
+        makespan_h=(ctl.done_at - ctl.started_at) / 3600 if ctl.finished else INF,
+        gpu_hours_lost=sim.lost_gpu_s / 3600, jobs_killed=sim.killed,
+        wait_added_mean_h=(sum(added) / len(added) / 3600) if added else 0.0, wait_added_p95_h=p95 / 3600,
+        peak_nodes_out=sim.peak_out, node_drain_hours=sim.out_node_s / 3600, capacity=cap,
+        waves=[{**w, **{k: (None if w[k] is None else round((w[k] - rollout_at) / 3600, 3))
+                        for k in ("reserve_at", "start", "end")}} for w in ctl.waves],
+        gating_jobs=[{**g, "end_h": None if g["end"] is None else round((g["end"] - rollout_at) / 3600, 2)}
+                     for g in ctl.gating],
+        work_lost_gpu_h=sim.lost_work_gpu_s / 3600, jobs_preempted=sim.preempted,
+        done_by_deadline=None if deadline is None else bool(ctl.finished and ctl.done_at <= deadline),
+        touched_in_time=sim.touched_in_time,
+        domains=len(sim.domains.members) if sim.domains else None, mixed_driver_domains_max=sim.mixed_max,
+        domains_in_service_min=sim.whole_min if sim.whole_min is not None else 0,
+        failures=None if sim.hazards is None else failure_figures(sim, ctl, name == "gpufleet"))
+
+
+def _with_hazards(sim: Simulator, rates: Rates | None, seed: int, rollout_at: float) -> Simulator:
+    """Failures and soft events from the rollout's start, the same draws (`seed`) in every run."""
+    if rates:
+        sim.hazards, sim.hazards_from = Hazards(rates, seed), rollout_at
+        publish_summaries(sim.nodes, "570.172.08")  # the driver GpufleetController's plan starts from
+    return sim
 
 
 def failure_figures(sim: Simulator, ctl: Controller, engine: bool) -> dict[str, Any]:

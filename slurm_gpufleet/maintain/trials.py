@@ -10,8 +10,10 @@ new work arrives in a trial).
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +29,7 @@ OLD, NEW = "570.172.08", "580.159.04"
 def trial(running: list[Any], nodes: int, gpus_per_node: int, policy: Policy, rates: Rates, seed: int,
           now: float, step_s: float = 3600.0, max_h: float = 2000.0) -> dict[str, Any]:
     """One rollout of every node under random failures.  `running`: SimJobs running at `now`."""
+    cpu0 = time.process_time()
     from .reconcile import Engine
     from .simulate import SimFleet
     from .store import Store
@@ -58,7 +61,8 @@ def trial(running: list[Any], nodes: int, gpus_per_node: int, policy: Policy, ra
             fleet.advance(sim.now + step_s, executor)
         store.close()
     return {"state": str(state), "halted": state == S.R_HALTED,
-            "upgraded_at_halt": upgraded_at_halt, "makespan_h": (sim.now - start) / 3600}
+            "upgraded_at_halt": upgraded_at_halt, "makespan_h": (sim.now - start) / 3600,
+            "cpu_s": time.process_time() - cpu0}
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -69,17 +73,19 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def gate_trials(running: list[Any], nodes: int, gpus_per_node: int, policy: Policy, rates: Rates, seeds: int,
-                now: float, step_s: float = 7200.0, ungated_seeds: int = 10) -> dict[str, Any]:
+                now: float, step_s: float = 7200.0, ungated_seeds: int = 10, jobs: int = 1,
+                progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
     """`seeds` trials with the policy's gate, and the first `ungated_seeds` of the same draws without it
-    (the ungated makespan varies little from draw to draw: it is the load's)."""
+    (the ungated makespan varies little from draw to draw: it is the load's); in `jobs` processes."""
+    from .pool import in_pool
+
     gated = policy if policy.maintain.gate == "evidence" else replace(policy, maintain=replace(policy.maintain, gate="evidence"))
     ungated = replace(policy, maintain=replace(policy.maintain, gate="validated"))
-    t0 = time.process_time()
-    gated_runs = [trial(running, nodes, gpus_per_node, gated, rates, s, now, step_s) for s in range(seeds)]
-    t1 = time.process_time()
-    plain_runs = [trial(running, nodes, gpus_per_node, ungated, rates, s, now, step_s)
-                  for s in range(min(seeds, ungated_seeds))]
-    cpu = t1 - t0
+    calls = [functools.partial(trial, running, nodes, gpus_per_node, pol, rates, s, now, step_s)
+             for pol, count in ((gated, seeds), (ungated, min(seeds, ungated_seeds))) for s in range(count)]
+    runs = in_pool(calls, jobs, progress, "gate trials")
+    gated_runs, plain_runs = runs[:seeds], runs[seeds:]
+    cpu = sum(r["cpu_s"] for r in gated_runs)
     halted = [r for r in gated_runs if r["halted"]]
     fractions = [r["upgraded_at_halt"] for r in halted if r["upgraded_at_halt"] is not None]
     done_g = [r["makespan_h"] for r in gated_runs if r["state"] == S.R_DONE]
