@@ -890,6 +890,8 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
               metavar="K", help="Upgraded nodes' failure and soft rates times K.")
 @click.option("--seeds", type=click.IntRange(1, 10_000), default=None, metavar="N",
               help="N random draws of failures with the evidence gate (and 10 without): JSON `gate`.")
+@click.option("--replay/--no-replay", default=True, show_default=True,
+              help="--no-replay: only the --seeds trials, without the full replay of each strategy.")
 @click.option("--jobs", "jobs", type=click.IntRange(1, 1024), default=None, metavar="N",
               help="Run the strategies' replays and the seeds in N processes (default: the cores this may use).")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")
@@ -898,8 +900,8 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
                       rollout_at: float, max_unavailable: str | None, policy_file: str | None,
                       time_limit_assumption: str, upgrade_minutes: int | None, deadline_text: str | None,
                       checkpoint_every_h: float | None, domain_size: int | None, failure_rate: float | None,
-                      soft_rate: float | None, driver_effect: float, seeds: int | None, jobs: int | None,
-                      plot_file: str | None, as_json: bool) -> None:
+                      soft_rate: float | None, driver_effect: float, seeds: int | None, replay: bool,
+                      jobs: int | None, plot_file: str | None, as_json: bool) -> None:
     """Replay a job history on a simulated fleet and compare rollout strategies (same planner code).
     A run that takes more than a few seconds says how far it is on stderr."""
     from .maintain.pool import Progress, default_jobs
@@ -908,6 +910,10 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
 
     jobs = jobs or default_jobs()
     progress = Progress()
+    if not replay and not seeds:
+        _fail("--no-replay leaves only the --seeds trials: give --seeds N", exitcodes.USAGE)
+    if not replay and plot_file:
+        _fail("--plot draws the replay: not with --no-replay", exitcodes.USAGE)
 
     policy = _with_budget(_load_policy(policy_file), max_unavailable)
     budget = policy.maintain.max_unavailable
@@ -953,7 +959,7 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     replay_rates = rates if rates and (rates.failure_rate or rates.soft_rate) else None
     try:
         result = simulate(trace, nodes=node_count, gpus_per_node=gpus_per_node,
-                          strategies=strategies or default, rollout_at_h=rollout_at,
+                          strategies=(strategies or default) if replay else (), rollout_at_h=rollout_at,
                           max_unavailable=budget, policy=policy, assumption=time_limit_assumption,
                           upgrade_minutes=upgrade_minutes, deadline_h=deadline_h,
                           checkpoint_every_h=checkpoint_every_h, domain_size=domain_size, rates=replay_rates,
@@ -978,12 +984,13 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     click.echo(f"job history: {a['job_history']}")
     click.echo(f"{a['fleet']}, rollout at {a['rollout_at_h']:g} h, at most {a['max_unavailable_nodes']} node(s) out, "
                f"{a['upgrade_minutes']:g} min per node; time limits {a['time_limits']}")
-    click.echo(f"{'strategy':<12} {'makespan h':>10} {'GPU-h lost':>11} {'killed':>6} {'wait+ mean h':>12} "
-               f"{'wait+ p95 h':>11} {'peak out':>8}")
+    if result["strategies"]:
+        click.echo(f"{'strategy':<12} {'makespan h':>10} {'GPU-h lost':>11} {'killed':>6} {'wait+ mean h':>12} "
+                   f"{'wait+ p95 h':>11} {'peak out':>8}")
     for name, m in result["strategies"].items():
         click.echo(f"{name:<12} {m['makespan_h']:>10.2f} {m['gpu_hours_lost']:>11.1f} {m['jobs_killed']:>6} "
                    f"{m['wait_added_mean_h']:>12.3f} {m['wait_added_p95_h']:>11.3f} {m['peak_nodes_out']:>8}")
-    if domain_size:
+    if domain_size and result["strategies"]:
         click.echo(f"{'strategy':<12} {'domains':>7} {'mixed-driver domains max':>24} {'domains in service min':>22}")
         for name, m in result["strategies"].items():
             click.echo(f"{name:<12} {m['domains']:>7} {m['mixed_driver_domains_max']:>24} "
@@ -995,7 +1002,7 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
             click.echo(f"{name:<14} done by deadline: {'yes' if m['done_by_deadline'] else 'NO':<3}  work lost "
                        f"{m['work_lost_gpu_h']:>8.1f} GPU-h  jobs preempted {m['jobs_preempted']:>4}  of them "
                        f"would have ended in time {m['jobs_preempted_that_would_end_in_time']}")
-    if replay_rates:
+    if replay_rates and result["strategies"]:
         f = a["failures"]
         click.echo(f"failures from the rollout's start to the replay's end: {f['failure_per_1000_node_days']:g} per "
                    f"1,000 node-days, "

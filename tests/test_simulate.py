@@ -285,3 +285,15 @@ def test_strategies_in_processes_give_the_figures_of_one_process():
     two = simulate(trace, **kw, jobs=2, progress=Progress(stream=said, quiet_s=0.0))
     assert one["strategies"] == two["strategies"]
     assert said.getvalue().splitlines()[-1].startswith("strategy replays: 3/3 done")
+
+
+def test_the_seed_trials_run_without_the_full_replay():
+    r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "8", "--rollout-at", "30", "--failure-rate",
+                "300", "--seeds", "1", "--no-replay", "--jobs", "1", "--json", timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["strategies"] == {} and out["gate"]["seeds"] == 1
+    for args, said in ((["--no-replay"], b"give --seeds N"),
+                       (["--no-replay", "--seeds", "1", "--plot", "x.html"], b"not with --no-replay")):
+        r = run_cli("maintain", "simulate", "--sacct", EXCERPT, *args)
+        assert r.returncode == 2 and said in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
