@@ -1329,6 +1329,38 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"  {r['domain']:<24} {r['count']:>4} node(s) {r['nodes']}" + (f"  out: {r['out']}" if r["out"] else ""))
 
 
+@fleet.command("simulate-faults")
+@click.option("--one-job", "one_job_gpus", type=click.IntRange(1, 1_000_000), metavar="GPUS", required=True,
+              help="One job of GPUS GPUs (the mode built so far: the simulator core against Daly's formula).")
+@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, min_open=True), required=True, metavar="M",
+              help="Each node fails at exponential times of this mean.")
+@click.option("--checkpoint-every", "checkpoint_every_h", type=click.FloatRange(min=0, min_open=True),
+              required=True, metavar="HOURS")
+@click.option("--restart-minutes", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="R",
+              help="A restarted run's time before it makes progress again.")
+@click.option("--days", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, metavar="D")
+@click.option("--strategy", "strategies", multiple=True, type=click.Choice(["none"]), default=("none",),
+              show_default=True, help="none: Slurm's NODE_FAIL alone (the one strategy of the one-job mode).")
+@click.option("--seed", type=int, default=0, show_default=True, metavar="S")
+@click.option("--json", "as_json", is_flag=True)
+def fleet_simulate_faults(one_job_gpus: int, node_mtbf_hours: float, checkpoint_every_h: float, restart_minutes: float,
+                          days: float, strategies: tuple[str, ...], seed: int, as_json: bool) -> None:
+    """What node failures cost a job, on the simulator core of `maintain simulate`: its effective training
+    time ratio (ETTR), beside Daly's formula for the same inputs."""
+    from .faultsim import one_job
+
+    out = one_job(one_job_gpus, node_mtbf_hours, checkpoint_every_h, restart_minutes, days, seed)
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    a, m = out["assumptions"], out["strategies"]["none"]
+    click.echo(f"one job of {a['gpus']} GPUs on {a['nodes']} node(s), {a['days']:g} days; node MTBF "
+               f"{a['node_mtbf_h']:g} h (the job's {a['job_mtbf_h']:g} h), checkpoint every {a['checkpoint_every_h']:g} h, "
+               f"restart {a['restart_minutes']:g} min")
+    click.echo(f"strategy none: ETTR {m['ettr']:.4f} ({m['failures']} failures, {m['work_h']:g} h of work in "
+               f"{m['wall_h']:g} h); Daly {out['daly_ettr']:.4f}")
+
+
 @fleet.command("lemons")
 @click.option("--dry-run", is_flag=True, help="Say what this step would reserve, submit, drain and release; "
                                               "record nothing, change nothing.")

@@ -10,6 +10,11 @@ Per node in service and per step of `step_s`, from a Poisson law:
   (soft Xids), harmless to jobs;
 both `driver_effect` times as often on upgraded nodes.  A node out of service (drained, reserved,
 upgrading) draws nothing: no job runs there to fail.
+
+`exact` hazards (the fault simulator's one-job mode, checked against Daly's formula) draw no steps: the
+time to the next hard failure anywhere in service is exponential, with the fleet's summed rate
+(`next_failure_in`), and the node that fails is drawn in proportion to its rate (`failure_now`); a repair
+of 0 h puts the node back at once (a spare takes its place).
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ class Hazards:
     seed: int = 0
     step_s: float = 3600.0
     requeue: bool = True
+    exact: bool = False        # exponential times between failures instead of steps (soft events: none)
+    max_requeue: int = MAX_BATCH_REQUEUE  # a job requeued more often ends (Slurm holds it)
     repaired_at: dict[str, float] = field(default_factory=dict)   # node -> when its repair ends
     failed_at: list[float] = field(default_factory=list)          # when each node failure came
     soft_events: int = 0
@@ -102,6 +109,45 @@ def hazard_step(sim: Any, h: Hazards, dt: float) -> tuple[bool, bool]:
     return failed, failed or repaired
 
 
+def _rates_per_s(sim: Any, h: Hazards) -> list[tuple[Any, float]]:
+    per_node = h.rates.failure_rate / 1000 / 86400
+    return [(n, per_node * (h.rates.driver_effect if n.upgraded else 1.0)) for n in sim.nodes
+            if not n.drained and not n.out(sim.now)]
+
+
+def _running_sum(rated: list[tuple[Any, float]]):
+    total = 0.0
+    for n, r in rated:
+        total += r
+        yield n, total
+
+
+def next_failure_in(sim: Any, h: Hazards) -> float:
+    """Seconds to the next hard failure among the nodes in service (exact hazards)."""
+    total = sum(r for _, r in _rates_per_s(sim, h))
+    return h.rng.expovariate(total) if total > 0 else math.inf
+
+
+def failure_now(sim: Any, h: Hazards) -> bool:
+    """Exact hazards: repairs due end, then one node in service fails, drawn by its rate."""
+    for n in sim.nodes:
+        if n.name in h.repaired_at and sim.now >= h.repaired_at[n.name]:
+            del h.repaired_at[n.name]
+            if n.reason == REPAIR_REASON:
+                repair_done(n)
+    rated = _rates_per_s(sim, h)
+    total = sum(r for _, r in rated)
+    if total <= 0:
+        return False
+    pick = h.rng.random() * total
+    n = next((n for n, r in _running_sum(rated) if pick < r), rated[-1][0])
+    fail_node(sim, n, h)
+    if h.rates.repair_h <= 0:
+        del h.repaired_at[n.name]
+        repair_done(n)
+    return True
+
+
 def end_repairs(sim: Any, h: Hazards) -> None:
     """Every repair in progress ends now (a replay with no work left: its queue may wait for these nodes)."""
     for n in sim.nodes:
@@ -124,7 +170,7 @@ def fail_node(sim: Any, n: Any, h: Hazards) -> None:
         job = sim.by_id[job_id]
         names = [sim.nodes[i].name for i in sorted(job.placed)]
         job.requeues += 1
-        sim.stop(job, h.requeue and job.requeues <= MAX_BATCH_REQUEUE, failed=True)
+        sim.stop(job, h.requeue and job.requeues <= h.max_requeue, failed=True)
         sim.ended.append((job_id, "NODE_FAIL", names, sim.now))
     n.drained, n.reason = True, REPAIR_REASON
     if n.extra:  # what a real node's health check publishes in the write that drains it: a hard Xid, its verdict

@@ -27,7 +27,15 @@ from typing import Any
 
 from ..policy import MaintainSettings, Policy
 from .domains import Domains, consecutive, mixed_domains, whole_in_service
-from .failures import Hazards, Rates, end_repairs, hazard_step, publish_summaries
+from .failures import (
+    Hazards,
+    Rates,
+    end_repairs,
+    failure_now,
+    hazard_step,
+    next_failure_in,
+    publish_summaries,
+)
 from .fleet import FleetNode, FleetState
 from .planner import make_plan
 from .pool import in_pool
@@ -126,6 +134,8 @@ class StrategyResult:
 class Simulator:
     checkpoint_every_s: float | None = None  # every job checkpoints this often (None: none does)
     in_time_by: float = INF                 # a stopped job that would have ended by then was touched in vain
+    restart_s: float = 0.0                  # a requeued job's run starts with this long of no progress
+    until: float = INF                      # the replay stops at this time, whatever is left
 
     def __init__(self, jobs: list[SimJob], nodes: int, gpus_per_node: int):
         self.jobs = jobs
@@ -168,6 +178,9 @@ class Simulator:
             self.push(self.hazards_from, "hazard", None)
         while self.events:
             t, _, kind, payload = heapq.heappop(self.events)
+            if t > self.until:
+                self._advance(self.until)
+                break
             self._advance(t)
             if kind == "submit":
                 self.queue.append(payload)
@@ -184,6 +197,14 @@ class Simulator:
             elif kind == "rollout":
                 self.controller.start(self)
                 self._schedule()
+            elif kind == "hazard" and self.hazards.exact:
+                if failure_now(self, self.hazards):  # one node fails: its jobs end NODE_FAIL
+                    if self.controller:
+                        self.controller.on_change(self)
+                    self.nodes_changed()
+                    self._schedule()
+                if self._work_left():
+                    self.push(self.now + next_failure_in(self, self.hazards), "hazard", None)
             elif kind == "hazard":
                 h = self.hazards
                 if self._work_left():
@@ -261,7 +282,17 @@ class Simulator:
             n.free -= job.gpn
             n.running[job.id] = self.now + job.limit
         self.queue.remove(job)
-        self.push(self.now + job.run - job.saved, "end", (job, job.gen))
+        self.push(self.now + self._restart(job) + job.run - job.saved, "end", (job, job.gen))
+
+    def _restart(self, job: SimJob) -> float:
+        """The part of this run of the job that makes no progress: a requeued run's restart."""
+        return self.restart_s if job.gen > 0 else 0.0
+
+    def progress(self, job: SimJob) -> float:
+        """Seconds of the job's work done, kept or not, at this moment."""
+        if job.start is None:
+            return job.saved
+        return job.saved + max(0.0, self.now - job.start - self._restart(job))
 
     def stop(self, job: SimJob, requeue: bool, failed: bool = False) -> None:
         """A running job stopped early (by the rollout, or `failed`: its node failed): it loses its work
@@ -270,11 +301,12 @@ class Simulator:
         if job.start is None:
             return
         elapsed = self.now - job.start
+        done = max(0.0, elapsed - self._restart(job))  # its progress in this run
         kept = 0.0
         if job.signalled is not None:
-            kept = max(0.0, job.signalled - job.start)
+            kept = max(0.0, job.signalled - job.start - self._restart(job))
         elif self.checkpoint_every_s:
-            kept = math.floor(elapsed / self.checkpoint_every_s) * self.checkpoint_every_s
+            kept = math.floor(done / self.checkpoint_every_s) * self.checkpoint_every_s
         lost = (elapsed - kept) * job.gpn * len(job.placed)
         if failed:
             self.failed_work_gpu_s += lost
