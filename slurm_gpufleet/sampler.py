@@ -157,6 +157,30 @@ def stop(state_dir: str, job: str, node: str, wait_s: float = 2.0) -> bool:
     except (OSError, ValueError):
         return False
     os.unlink(path)
+    return _end(pid, wait_s)
+
+
+def stop_job(job: str, node: str, wait_s: float = 2.0) -> int:
+    """From the epilog, before it reads any config (a config it cannot parse must not leave the sampler
+    running): every sampler process of this job on this node, found by its command line, ended.
+    Returns how many."""
+    found = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        argv = [a.decode(errors="replace") for a in argv if a]
+        if len(argv) >= 3 and argv[-2:] == [job, node] and any("sampler_main" in a for a in argv[:-2]):
+            found += 1
+            _end(int(entry), wait_s)
+    return found
+
+
+def _end(pid: int, wait_s: float) -> bool:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.kill(pid, sig)

@@ -91,3 +91,27 @@ def test_nhc_mode_judges_only(tmp_path):
     r = subprocess.run(exe, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and r.stdout.strip() == "gpufleet: memory gpu1 row remapping failed"
     assert not os.path.exists(tmp_path / "state" / "n9.db")
+
+
+def test_the_epilog_ends_its_jobs_sampler_even_when_the_config_is_broken(tmp_path):
+    """The sampler never outlives its job: the epilog ends it before it reads any config (a config it
+    cannot parse used to return first, leaving the sampler to publish for days)."""
+    import time
+
+    cfg = tmp_path / "broken.toml"
+    cfg.write_text("[slurm\\n")
+    # a process with the sampler's command line (sampler.start): code naming sampler_main, then JOB NODE
+    sampler = subprocess.Popen([sys.executable, "-c", "import time  # sampler_main\ntime.sleep(120)", "42", "n9"])
+    other = subprocess.Popen([sys.executable, "-c", "import time  # sampler_main\ntime.sleep(120)", "43", "n9"])
+    try:
+        time.sleep(0.3)
+        env = _node_env(tmp_path / "gpus", SLURM_JOB_ID="42", SLURM_GPUFLEET_CONFIG=str(cfg))
+        r = subprocess.run([sys.executable, "-c", "import sys; from slurm_gpufleet.hooks import epilog_main; "
+                            "sys.exit(epilog_main())"], capture_output=True, text=True, env=env, timeout=60)
+        assert r.returncode == 0 and "config error" in r.stderr, r.stderr
+        assert sampler.wait(timeout=10) is not None
+        assert other.poll() is None, "another job's sampler was left alone"
+    finally:
+        for p in (sampler, other):
+            p.kill()
+            p.wait()
