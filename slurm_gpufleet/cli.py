@@ -1171,7 +1171,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
     if as_json:
         ctx.obj["as_json"] = True
     if telemetry:
-        _instep_telemetry(telemetry)
+        _instep_telemetry(telemetry, _load_policy((ctx.obj or {}).get("config")))
     if running:
         _instep_running(ctx.obj)
     from .perf.fleet import from_history, from_published, from_results_file, stragglers
@@ -1443,9 +1443,10 @@ def _case_dict(c) -> dict:
             "attempts": c.attempts, "detail": c.detail, "closed": c.closed}
 
 
-def _instep_telemetry(path: str) -> None:
-    """Exit 0 no flag, 1 flags, 2 unreadable file, 3 no sample in it."""
-    from .instep import detect, parse_telemetry
+def _instep_telemetry(path: str, policy) -> None:
+    """Exit 0 no flag, 1 flags, 2 unreadable file, 3 no sample in it.  The config's in-job settings
+    (`instep_window_s`, `instep_windows`) judge, as they judge the running jobs."""
+    from .instep import Settings, detect, parse_telemetry
 
     try:
         with click.open_file(path, encoding="utf-8", errors="replace") as fh:
@@ -1458,7 +1459,7 @@ def _instep_telemetry(path: str) -> None:
         click.echo(f"{path}: {len(bad) - 20} more lines skipped", err=True)
     if not samples:
         _fail(f"{path}: no samples" + (f" ({len(bad)} malformed line(s) skipped)" if bad else ""), exitcodes.NO_STATE)
-    flags = detect(samples)
+    flags = detect(samples, Settings(window_s=policy.slurm.instep_window_s, windows=policy.slurm.instep_windows))
     click.echo(json.dumps({"flags": [f.to_dict() for f in flags], "samples": len(samples), "skipped": len(bad)},
                           indent=1))
     sys.exit(exitcodes.UNHEALTHY if flags else exitcodes.OK)

@@ -170,6 +170,7 @@ def parse_telemetry(lines: Iterable[str]) -> tuple[list[Sample], list[int]]:
     """JSON lines {"t", "job", "node", "gpu", "sm_clock_mhz", "power_w", "sm_util", "throttle"} (what the
     sampler records; `model` optional): (the samples, the numbers of the lines that were not one)."""
     import json
+    import math
 
     samples, bad = [], []
     for number, line in enumerate(lines, 1):
@@ -177,10 +178,16 @@ def parse_telemetry(lines: Iterable[str]) -> tuple[list[Sample], list[int]]:
             continue
         try:
             d = json.loads(line)
-            samples.append(Sample(float(d["t"]), str(d["job"]), str(d["node"]), int(d["gpu"]),
-                                  float(d["sm_clock_mhz"]), float(d["power_w"]), float(d["sm_util"]),
-                                  int(d.get("throttle") or 0), str(d.get("model") or "")))
-        except (ValueError, KeyError, TypeError, AttributeError):
+            sample = Sample(float(d["t"]), str(d["job"]), str(d["node"]), int(d["gpu"]),
+                            float(d["sm_clock_mhz"]), float(d["power_w"]), float(d["sm_util"]),
+                            int(d.get("throttle") or 0), str(d.get("model") or ""))
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+            bad.append(number)
+            continue
+        # json reads NaN and Infinity: a value no GPU reports is a malformed line, never a window's mean
+        if all(math.isfinite(v) for v in (sample.t, sample.sm_clock_mhz, sample.power_w, sample.sm_util)):
+            samples.append(sample)
+        else:
             bad.append(number)
     return samples, bad
 

@@ -77,11 +77,20 @@ def test_telemetry_file_flags_counts_bad_lines_and_an_empty_file_is_exit_3(tmp_p
                          "power_w": s.power_w, "sm_util": s.sm_util, "throttle": s.throttle}) for s in samples]
     lines.insert(5, "{not json")
     lines.insert(9, '{"t": 1}')
+    # NaN and Infinity, which json reads: malformed lines, counted (they ended in an internal error)
+    lines.insert(12, lines[12].replace(f'"t": {samples[10].t}', '"t": NaN'))
+    lines.insert(14, lines[14].replace(f'"sm_util": {samples[11].sm_util}', '"sm_util": Infinity'))
+    assert "NaN" in lines[12] and "Infinity" in lines[14]
     path.write_text("\n".join(lines) + "\n")
     r = run_cli("fleet", "stragglers", "--telemetry", str(path))
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
-    assert [(f["job"], f["node"]) for f in out["flags"]] == [("j1", bad)] and out["skipped"] == 2
+    assert [(f["job"], f["node"]) for f in out["flags"]] == [("j1", bad)] and out["skipped"] == 4
+    # the config's in-job settings judge: a streak longer than the recording flags nothing
+    config = tmp_path / "gpufleet.toml"
+    config.write_text("[slurm]\ninstep_windows = 50\n")
+    r = run_cli("fleet", "--config", str(config), "stragglers", "--telemetry", str(path))
+    assert r.returncode == 0 and json.loads(r.stdout)["flags"] == [], r.stderr
     assert set(out["flags"][0]) >= {"job", "node", "gpu", "t_first"}
     assert f"{path}:6: not a sample, skipped" in r.stderr.decode() and f"{path}:10:" in r.stderr.decode()
     empty = tmp_path / "empty.jsonl"
