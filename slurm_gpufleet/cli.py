@@ -407,11 +407,13 @@ def breaker_reset(config: str | None) -> None:
 @click.option("--config", metavar="FILE", help="Config the programs read (default: PREFIX/etc/gpufleet.toml).")
 @click.option("--slurm-conf", metavar="FILE", help="Export SLURM_CONF in the wrappers (a slurm.conf outside /etc).")
 @click.option("--interval", type=click.IntRange(1), default=300, show_default=True, help="HealthCheckInterval.")
+@click.option("--node-state", default="ANY", show_default=True,
+              help="HealthCheckNodeState (ANY,CYCLE spreads the runs over the interval instead of all at once).")
 @click.option("--reboot-program", metavar="PATH", help="RebootProgram for the slurm.conf lines.")
 @click.option("--slurm-version", metavar="X.Y", help="The Slurm release that reads the slurm.conf lines "
                                                      "(default: this machine's `scontrol --version`).")
 def install(prefix: str, dry_run: bool, python: str | None, config: str | None, slurm_conf: str | None,
-            interval: int, reboot_program: str | None, slurm_version: str | None) -> None:
+            interval: int, node_state: str, reboot_program: str | None, slurm_version: str | None) -> None:
     """Write the three programs slurmd runs (wrappers with an absolute interpreter), a commented config
     skeleton, the upgrade template sample and the slurm.conf lines for these paths.  Idempotent; an
     existing config or template is never overwritten."""
@@ -425,7 +427,7 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
     version = slurm_version or detect_slurm_version()
     read = _read_timeout_of(config or os.path.join(prefix, "etc", "gpufleet.toml"))
     items = plan_install(prefix, python or sys.executable, config, slurm_conf, interval, reboot_program,
-                         version, read)
+                         version, read, node_state)
     from .trust import problem
 
     # what slurmd will run as root, and the config it reads, must be root's alone (trust.py)

@@ -130,7 +130,8 @@ def slurm_conf_lines(bin_dir: str, interval: int, node_state: str = "ANY", reboo
 
 def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf: str | None = None,
                  interval: int = 300, reboot_program: str | None = None,
-                 slurm_version: str | None = None, read_timeout_s: float | None = None) -> list[Item]:
+                 slurm_version: str | None = None, read_timeout_s: float | None = None,
+                 node_state: str = "ANY") -> list[Item]:
     from . import __version__
 
     root = Path(prefix)
@@ -142,7 +143,7 @@ def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf
     items.append(Item(config_path, config_skeleton(templates.joinpath("gpufleet.toml.sample").read_text()),
                       0o644, True))
     items.append(Item(etc / "upgrade.sh.j2", templates.joinpath("upgrade.sh.j2").read_text(), 0o644, True))
-    lines = slurm_conf_lines(str(sbin), interval, "ANY", reboot_program, slurm_version, read_timeout_s)
+    lines = slurm_conf_lines(str(sbin), interval, node_state, reboot_program, slurm_version, read_timeout_s)
     items.append(Item(etc / "slurm.conf.gpufleet", lines, 0o644, False))
     return items
 

@@ -15,6 +15,7 @@
 #                       root can write, as the hooks trust no other)
 #   GPUFLEET_STATE_DIR  the nodes' recorded NVML sessions (default $MINICLUSTER_DIR/gpus)
 #   HC_INTERVAL         HealthCheckInterval seconds (default 10)
+#   HC_NODE_STATE       HealthCheckNodeState (default ANY)
 #   GPUS_PER_NODE       default 8
 #   MIN_JOB_AGE         MinJobAge seconds (default 300)
 #   RECORD_NODES        also this many node records with no slurmd (g00001...), for reads at fleet size
@@ -36,6 +37,9 @@ REPO=$(cd "$HERE/../.." && pwd)
 DIR=${MINICLUSTER_DIR:-/var/lib/gpufleet-minicluster}  # not under /tmp: the hooks trust only root-only directories
 GPUDIR=${GPUFLEET_STATE_DIR:-$DIR/gpus}
 HC_INTERVAL=${HC_INTERVAL:-10}
+# ANY: as a site runs it.  (CYCLE did not spread 4 nodes' runs over a 5 s interval here: slurmctld
+# started them within a second of each other all the same.)
+HC_NODE_STATE=${HC_NODE_STATE:-ANY}
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CTLD_PORT=${CTLD_PORT:-16817}
 SLURMD_PORT_BASE=${SLURMD_PORT_BASE:-17001}
@@ -496,7 +500,7 @@ EOF
   echo "exec $node_py \"\$@\"" >> "$DIR/bin/node-python"
   chmod 755 "$DIR/bin/node-python"
   "$py" -m slurm_gpufleet.cli install --prefix "$DIR" --python "$DIR/bin/node-python" --config "$DIR/etc/gpufleet.toml" \
-    --slurm-conf "$CONF" --interval "$HC_INTERVAL" --reboot-program "$DIR/bin/fake-reboot" \
+    --slurm-conf "$CONF" --interval "$HC_INTERVAL" --node-state "$HC_NODE_STATE" --reboot-program "$DIR/bin/fake-reboot" \
     --slurm-version "$(SL slurmctld -V | awk '{print $2}')" > "$DIR/log/install.log" \
     || die "slurm-gpufleet install failed (see $DIR/log/install.log)"
   write_configs "$n" "$py" "$auth"
@@ -510,9 +514,9 @@ EOF
   for i in "${nodes[@]}"; do SL slurmd -f "$CONF" -N "$i" 2>>"$DIR/log/slurmd-start.log"; done
   setsid bash "$DIR/bin/reboot-agent" </dev/null >>"$DIR/log/reboot-agent.log" 2>&1 &
   export SLURM_CONF=$CONF
-  local t idle=0 try missing=()
+  local idle=0 try missing=()
   for try in 1 2; do
-    for t in $(seq 1 150); do
+    for _ in $(seq 1 150); do
       # sinfo -N lists a node once per partition: count names, not lines
       idle=$(SL sinfo -h -N -o '%N %T' 2>/dev/null | awk '$2 ~ /^idle/ {print $1}' | sort -u | wc -l)
       [ "$idle" -ge "$n" ] && break
