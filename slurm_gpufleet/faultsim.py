@@ -11,8 +11,8 @@ failures have mean M_job = M / nodes, checkpoint interval t, checkpoint cost C (
 
     E[T] = M_job e^{R/M_job} (e^{(t+C)/M_job} - 1) W / t,   ETTR = W / E[T]
 
-(the reference: ../shared/reference/gb200-fabric-and-remediation.md, section 3; bench/daly_check.py runs
-the grid).  Not built yet (issue 32): failure classes and their rates, detection, the ladder's remedies
+(J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart dumps", Future
+Generation Computer Systems 22(3), 2006; bench/daly_check.py runs the grid).  Not built yet (issue 32): failure classes and their rates, detection, the ladder's remedies
 and the strategies compared on a fleet.
 """
 

@@ -46,7 +46,8 @@ def _fake_scontrol(tmp_path):
     return CommandBackend(str(exe)), log
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+# 20 cases, two scontrol processes each, in the fast tier; the slow tier's fuzz goes further
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(names=st.lists(NASTY.filter(lambda s: s and "\x00" not in s), min_size=1, max_size=4), reason=NASTY)
 def test_slurm_gets_one_argument_per_field_and_a_one_line_reason(tmp_path_factory, names, reason):
     tmp = tmp_path_factory.mktemp("sc")

@@ -141,6 +141,7 @@ def test_cli_json_contract_and_bad_input(tmp_path):
     assert r.returncode == 2 and b"Traceback" not in r.stderr and r.stderr.count(b"\n") == 1
 
 
+@pytest.mark.slow  # replays in subprocesses: the slow tier (make test-fast stays under 60 s)
 def test_text_output_names_the_history_and_the_gating_jobs():
     r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "20", "--strategy", "gpufleet",
                 "--rollout-at", "30")
@@ -273,6 +274,7 @@ def test_event_driven_replays_skip_steps_and_keep_every_figure(monkeypatch):
         assert (counts[True] < counts[False]) == fewer, (config, counts)
 
 
+@pytest.mark.slow  # replays in subprocesses: the slow tier (make test-fast stays under 60 s)
 def test_strategies_in_processes_give_the_figures_of_one_process():
     from slurm_gpufleet.maintain.pool import Progress
 
@@ -287,6 +289,7 @@ def test_strategies_in_processes_give_the_figures_of_one_process():
     assert said.getvalue().splitlines()[-1].startswith("strategy replays: 3/3 done")
 
 
+@pytest.mark.slow  # replays in subprocesses: the slow tier (make test-fast stays under 60 s)
 def test_the_seed_trials_run_without_the_full_replay():
     r = run_cli("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "8", "--rollout-at", "30", "--failure-rate",
                 "300", "--seeds", "1", "--no-replay", "--jobs", "1", "--json", timeout=120)
