@@ -267,9 +267,9 @@ def test_event_driven_replays_skip_steps_and_keep_every_figure(monkeypatch):
     for config, fewer in (("", True), (EVIDENCE, False)):
         counts.clear()
         monkeypatch.setattr(sim_module.GpufleetController, "event_driven", False)
-        every = _excerpt_replay((300.0, 3.0), strategies=("gpufleet",), nodes=24, config=config)
+        every = _excerpt_replay((300.0, 3.0), strategies=("gpufleet",), nodes=16, config=config)
         monkeypatch.setattr(sim_module.GpufleetController, "event_driven", True)
-        driven = _excerpt_replay((300.0, 3.0), strategies=("gpufleet",), nodes=24, config=config)
+        driven = _excerpt_replay((300.0, 3.0), strategies=("gpufleet",), nodes=16, config=config)
         assert driven["strategies"] == every["strategies"], config
         assert (counts[True] < counts[False]) == fewer, (config, counts)
 
