@@ -18,18 +18,16 @@ if TYPE_CHECKING:
 
 
 def run(argv: list[str] | None = None) -> int:
+    from .. import sampler
+
     job = os.environ.get("SLURM_JOB_ID")
     node = os.environ.get("SLURMD_NODENAME")
     if job and node:
-        from .. import sampler
-
         sampler.stop_job(job, node)  # never outlives the job, whatever the config says (read next)
     setup = _setup("epilog", None, None, job)
     if setup is None:
         return 0
     if job:
-        from .. import sampler
-
         sampler.stop(setup.settings.state_dir, job, setup.node)  # and its pid file
     from ..findings import verdict
     from ..pipeline import evaluate
