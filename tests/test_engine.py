@@ -105,8 +105,8 @@ def test_a_slow_node_does_not_hold_the_rest_and_its_slot_is_reserved(tmp_path):
     fleet = SimFleet(20)
     fleet.add_job("long", 5, 8, T0 + 100 * 3600)  # node00006: busy for 100 h
     engine, store, plan, executor = rollout(tmp_path, fleet)
-    engine.step(plan["id"])
-    engine.step(plan["id"])
+    for _ in range(5):  # two Slurm writes a step (max_slurm_writes_per_step), soonest slots first
+        engine.step(plan["id"])
     # its maintenance slot is a MAINT reservation from when its job ends: no new long job can land there
     slot = [r for r in fleet.slurm.reservations_.values() if "node00006" in r.nodes]
     assert slot and slot[0].start <= T0 + 100 * 3600 + 300
@@ -142,6 +142,8 @@ def test_failures_that_fill_the_budget_halt_never_done(tmp_path):
     assert state == S.R_HALTED and counts[S.PENDING] > 0 and counts[S.FAILED] == 4
     assert "filled by 4 failed node(s)" in store.log(plan["id"], 200)[0]["detail"] or any(
         "filled by" in e["detail"] for e in store.log(plan["id"], 200))
+    for _ in range(3):  # a halted rollout still writes its last reasons, two writes a step
+        engine.step(plan["id"])
     failed = [n for n in fleet.sim.nodes if n.drained]
     assert len(failed) == 4 and all("failed: upgrade command failed" in n.reason for n in failed)
 
@@ -193,12 +195,19 @@ def test_only_declared_transitions_each_direction_its_own_table():
 
 
 def test_slots_follow_free_times_window_and_gates():
-    free = {"a": T0, "b": T0 + 3600, "c": T0, "d": T0, "e": T0 + 10 * 3600}
-    slots = slot_times(free, ["a"], ["b", "c", "d", "e"], T0, budget=2, stages=[1, 10], upgrade_s=600, bucket_s=1)
+    free = {"a": T0, "b": T0 + 3600, "c": T0, "d": T0, "e": T0 + 10 * 3600, "f": T0}
+    slots = slot_times(free, ["a"], [["c"], ["b", "d", "e", "f"]], T0, width=2, upgrade_s=600)
     assert slots["a"] == T0                       # canary now
     assert slots["c"] == T0 + 600                 # after the canary validated; stage 1 is one node
-    assert slots["d"] == T0 + 1200                # stage 2 opens when c is done
+    assert slots["d"] == slots["f"] == T0 + 1200  # stage 2 opens when c is done, two at once
     assert slots["b"] == T0 + 3600 and slots["e"] == T0 + 10 * 3600  # when their jobs end
+    # an evidence gate's soak before every stage but the first; slots are whole minutes
+    soaked = slot_times(free, ["a"], [["c"], ["d"]], T0 + 1, width=2, upgrade_s=590, soak_s=3600)
+    assert soaked == {"a": T0 + 60, "c": T0 + 60 + 600 + 3600, "d": T0 + 60 + 2 * (600 + 3600)}
+    # a domain goes as one, when its last member is free; the width counts domains
+    slots = slot_times(free, [], [["b", "c", "d", "f"]], T0, width=1, upgrade_s=600,
+                       unit_of={"b": "r1", "c": "r1", "d": "r2", "f": "r2"})
+    assert slots["d"] == slots["f"] == T0 and slots["b"] == slots["c"] == T0 + 3600
 
 
 def test_one_driver_per_rollout_and_overlapping_plans_are_refused(tmp_path):

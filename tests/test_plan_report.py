@@ -1,7 +1,9 @@
 """`maintain plan` on the sample fleet: one screen of text, JSON, and an HTML report that renders in a
 real headless Chromium (DOM and screenshot)."""
 
+import html as html_lib
 import json
+import re
 import shutil
 import struct
 import subprocess
@@ -100,3 +102,71 @@ def test_html_report_renders_in_chromium(tmp_path):
     assert _png_size(shot) == (1280, 1000)
     # a rendered page with tables and a timeline, not a blank one (a white 1280x1000 PNG is ~5 KB)
     assert shot.stat().st_size > 40_000
+
+
+def _big_fleet(path, count: int) -> str:
+    """The sample fleet grown to `count` nodes: node i is a copy of sample node i % 40, with its jobs."""
+    sample = json.loads(open(FLEET).read())
+    nodes, jobs = [], []
+    by_node: dict[str, list] = {}
+    for j in sample["jobs"]:
+        for n in j["nodes"]:
+            by_node.setdefault(n, []).append(j)
+    for i in range(count):
+        src = sample["nodes"][i % len(sample["nodes"])]
+        name = f"n{i:04d}"
+        nodes.append({**src, "name": name})
+        jobs += [{**j, "job_id": f"{j['job_id']}{i:04d}", "nodes": [name]} for j in by_node.get(src["name"], [])]
+    path.write_text(json.dumps({**sample, "nodes": nodes, "jobs": jobs}))
+    return f"n[0000-{count - 1:04d}]"
+
+
+# what the test adds to a page to measure it: every SVG text inside its SVG, the result into the DOM
+MEASURE = """<script>window.addEventListener('load', () => {
+  const out = [];
+  for (const svg of document.querySelectorAll('svg')) {
+    const box = svg.getBoundingClientRect();
+    for (const t of svg.querySelectorAll('text')) {
+      const r = t.getBoundingClientRect();
+      if (r.left < box.left - 0.5 || r.right > box.right + 0.5) out.push(t.textContent);
+    }
+  }
+  document.body.setAttribute('data-clipped', JSON.stringify(out));
+});</script></body>"""
+
+
+@pytest.mark.parametrize("count,deadline", [(32, None), (32, "72h"), (250, None), (250, "72h")])
+def test_html_plan_clips_no_label_and_shows_the_deadline(tmp_path, count, deadline):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (make test installs it when run as root)")
+    fleet = tmp_path / "fleet.json"
+    nodes = _big_fleet(fleet, count) if count != 32 else "gpu[001-032]"
+    html = tmp_path / "plan.html"
+    args = ["maintain", "plan", "--target-driver", "580.159.04", "--nodes", nodes,
+            "--fleet", str(fleet) if count != 32 else FLEET, "--config", POLICY, "--html", str(html), "--json"]
+    r = run_cli(*args, *(["--deadline", deadline] if deadline else []))
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    page = html.read_text()
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.replace("</body>", MEASURE))
+    base = [browser, *CHROMIUM, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*base, "--dump-dom", measured.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    clipped = re.search(r'data-clipped="([^"]*)"', dom)
+    assert clipped, "the page did not load"
+    assert json.loads(html_lib.unescape(clipped.group(1))) == []
+    # times with their date and UTC offset
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC[+-]\d{4}", page)
+    if deadline:
+        stopped = [j for j in plan["deadline"]["jobs"] if j["action"] != "wait"]
+        assert stopped and "Deadline" in page
+        for j in stopped:  # each stopped job is named, and no row shows it running past its stop
+            assert f"<td>{j['job_id']}</td>" in page
+        for n in plan["nodes"]:
+            d = n["decided_by"]
+            if d and d.get("stopped"):
+                assert f"job {d['job_id']} until" not in page
+    else:
+        assert "Deadline" not in page

@@ -82,8 +82,11 @@ class Plan:
                     w[k] = None
         wave_of = {n: w.index for w in self.waves for n in w.nodes}
         # one line per node, for tools: when it is taken and which job decides it (derived; not read back)
-        data["nodes"] = [{"node": n, "wave": wave_of.get(n), "slot_start": start, "slot_end": end,
-                          "decided_by": self.decided_by.get(n)} for n, (start, end) in self.slots.items()]
+        # `stage`: the engine's gate stage, the wave's index (the canary's is 0): the window takes a stage's
+        # nodes only once every node of the stages before it is settled
+        data["nodes"] = [{"node": n, "wave": wave_of.get(n), "stage": wave_of.get(n), "slot_start": start,
+                          "slot_end": end, "decided_by": self.decided_by.get(n)}
+                         for n, (start, end) in sorted(self.slots.items(), key=lambda kv: (kv[1][0], kv[0]))]
         return {"plan_version": 1, **data}
 
     @classmethod

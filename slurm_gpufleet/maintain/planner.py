@@ -24,7 +24,7 @@ from .bundle import Bundle, at_least, unpublished, wanted
 from .domains import Domains
 from .fleet import FleetState
 from .plan import INF, Plan, PlanError, Wave
-from .schedule import node_slots, soak_of
+from .schedule import plan_slots, soak_of
 from .strategy import STRATEGIES
 
 
@@ -221,11 +221,17 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
         _node_waves(plan, fleet, s, todo, rank, free_at, now, budget, caps)
 
     # the jobs that decide when the last nodes can go: the latest-ending jobs on rollout nodes
+    # (a job a deadline plan stops ends when it is stopped)
     in_rollout = set(todo)
-    latest = sorted((j for j in fleet.jobs if in_rollout.intersection(j.nodes)),
-                    key=lambda j: -(j.end_time if j.end_time is not None else INF))[:5]
+    stop_at = {str(j["job_id"]): j["at"] for j in (plan.deadline or {}).get("jobs", []) if j["action"] != "wait"}
+
+    def ends(j: Any) -> float:
+        return min(j.end_time if j.end_time is not None else INF, stop_at.get(str(j.job_id), INF))
+
+    latest = sorted((j for j in fleet.jobs if in_rollout.intersection(j.nodes)), key=lambda j: -ends(j))[:5]
     plan.gating_jobs = [{"job_id": j.job_id, "nodes": sorted(in_rollout.intersection(j.nodes))[:8],
-                         "end": j.end_time} for j in latest]
+                         "end": None if ends(j) == INF else ends(j),
+                         **({"stopped": True} if str(j.job_id) in stop_at else {})} for j in latest]
     return plan
 
 
@@ -263,33 +269,40 @@ def _node_waves(plan: Plan, fleet: FleetState, settings: MaintainSettings, todo:
         waves_nodes.append(("wave", _fill(rest, size, caps, fleet)))
         i += 1
 
+    _record(plan, fleet, waves_nodes, free_at, now, settings)
+
+
+def _record(plan: Plan, fleet: FleetState, waves_nodes: list[tuple[str, list[str]]], free_at: dict[str, float],
+            now: float, settings: MaintainSettings) -> None:
+    """The waves, each node's slot (schedule.plan_slots: the function `apply` schedules with) and the job
+    that decides it, into the plan."""
+    plan.waves = [Wave(index, kind, members, now, now, now) for index, (kind, members) in enumerate(waves_nodes)]
     step = settings.upgrade_minutes * 60
-    canary_wave = waves_nodes[0][1] if waves_nodes and waves_nodes[0][0] == "canary" else []
-    stages = [len(members) for kind, members in waves_nodes if kind != "canary"]
-    others = [n for _, members in waves_nodes for n in members if n not in set(canary_wave)]
-    slots = node_slots(free_at, canary_wave, others, now, budget, stages, step, soak_of(settings))
-    _record(plan, fleet, waves_nodes, slots, free_at, now, step)
-
-
-def _record(plan: Plan, fleet: FleetState, waves_nodes: list[tuple[str, list[str]]], slots: dict[str, float],
-            free_at: dict[str, float], now: float, step: float) -> None:
-    """The waves, each node's slot and the job that decides it, into the plan."""
+    slots, quantum = plan_slots(plan, free_at, now, step, soak_of(settings))
+    plan.assumptions["slot_grid_minutes"] = round(quantum / 60)
+    if soak_of(settings):
+        plan.assumptions["gate_soak_s"] = soak_of(settings)
     plan.slots = {n: [t, t + step] for n, t in slots.items()}
+    # the job that decides each slot, and when it ends: by its limit, or when a deadline plan stops it
+    stop_at = {str(j["job_id"]): j["at"] for j in (plan.deadline or {}).get("jobs", []) if j["action"] != "wait"}
     deciding: dict[str, Any] = {}
     for job in fleet.jobs:
         end = job.end_time if job.end_time is not None else INF
+        end = min(end, stop_at.get(str(job.job_id), INF))
         for n in job.nodes:
             if n in slots and (n not in deciding or end > deciding[n][1]):
                 deciding[n] = (job.job_id, end)
-    plan.decided_by = {n: {"job_id": j, "end": None if end == INF else end} for n, (j, end) in deciding.items()}
-    for index, (kind, members) in enumerate(waves_nodes):
-        start = min((slots[n] for n in members), default=now)
-        end = max((INF if free_at.get(n) == INF else slots[n] + step for n in members), default=now)
+    plan.decided_by = {n: {"job_id": j, "end": None if end == INF else end,
+                           **({"stopped": True} if str(j) in stop_at else {})} for n, (j, end) in deciding.items()}
+    for wave in plan.waves:
+        members = wave.nodes
+        wave.start = wave.reserve_at = min((slots[n] for n in members), default=now)
+        wave.end = max((INF if free_at.get(n) == INF else slots[n] + step for n in members), default=now)
         parts: dict[str, int] = defaultdict(int)
         for n in members:
             for p in fleet.nodes[n].partitions:
                 parts[p] += 1
-        plan.waves.append(Wave(index, kind, members, start, start, end, dict(parts)))
+        wave.partitions = dict(parts)
 
 
 def _domain_waves(plan: Plan, fleet: FleetState, settings: MaintainSettings, doms: Domains, todo: list[str],
@@ -328,15 +341,10 @@ def _domain_waves(plan: Plan, fleet: FleetState, settings: MaintainSettings, dom
     if width < 1:
         raise PlanError(f"keep_free_domains {settings.keep_free_domains} leaves none of the "
                         f"{len(doms.members)} domain(s) free to upgrade")
-    step = settings.upgrade_minutes * 60
-    pseudo_free = {f"u{i}": max(free_at.get(n, now) for n in u) for i, u in enumerate(units)}
-    canary_names = [f"u{i}" for i in canary_units]
-    other_names = [f"u{i}" for _, members in waves_units[1 if canary_units else 0:] for i in members]
-    stages = [len(members) for kind, members in waves_units if kind != "canary"]
-    unit_slots = node_slots(pseudo_free, canary_names, other_names, now, width, stages, step, soak_of(settings))
-    slots = {n: unit_slots[f"u{i}"] for i, u in enumerate(units) for n in u}
+    # what the window applies: domains at once, and no partition cap (a domain goes whole or not at all)
+    plan.budget.update({"domains_at_once": width, "per_partition": {}})
     waves_nodes = [(kind, [n for i in members for n in units[i]]) for kind, members in waves_units]
-    _record(plan, fleet, waves_nodes, slots, free_at, now, step)
+    _record(plan, fleet, waves_nodes, free_at, now, settings)
 
 
 def _fill(queue: deque, size: int, caps: dict[str, int], fleet: FleetState) -> list[str]:

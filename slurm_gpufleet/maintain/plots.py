@@ -8,23 +8,33 @@ from typing import Any
 COLORS = {"gpufleet": "#0072b2", "reboot-asap": "#e69f00", "drain-all": "#cc79a7"}
 
 
-def _capacity_svg(results: dict[str, Any], width: int = 900, height: int = 260) -> str:
+LEFT, RIGHT = 80, 20  # both charts: the same margins and the same hours axis, so they line up
+
+
+def _axis(t_max: float, width: int) -> Any:
+    return lambda t: LEFT + (max(t or 0, 0) / t_max) * (width - LEFT - RIGHT)
+
+
+def _ticks(x: Any, t_max: float, y: float) -> list[str]:
+    return [f'<text x="{x(t_max * i / 5):.1f}" y="{y}" text-anchor="middle">{t_max * i / 5:.0f}</text>'
+            for i in range(6)]
+
+
+def _capacity_svg(results: dict[str, Any], t_max: float, width: int = 900, height: int = 280) -> str:
     series = {k: r.capacity for k, r in results.items() if r.capacity}
     if not series:
         return "<p>no capacity data</p>"
-    t_max = max(max(t for t, _ in s) for s in series.values()) * 1.05 or 1
     g_max = max(max(g for _, g in s) for s in series.values()) or 1
-    g_min = 0
-    x = lambda t: 50 + (max(t, 0) / t_max) * (width - 60)  # noqa: E731
-    y = lambda g: 10 + (1 - (g - g_min) / (g_max - g_min or 1)) * (height - 40)  # noqa: E731
+    top, bottom = 30, height - 36  # the legend above the plot area, never over the data
+    x = _axis(t_max, width)
+    y = lambda g: top + (1 - g / g_max) * (bottom - top)  # noqa: E731
     parts = [f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" font-size="11">',
-             f'<line x1="50" y1="{height - 30}" x2="{width - 10}" y2="{height - 30}" stroke="#999"/>',
-             f'<line x1="50" y1="10" x2="50" y2="{height - 30}" stroke="#999"/>',
-             f'<text x="4" y="{y(g_max) + 4}">{g_max}</text><text x="4" y="{y(0) + 4}">0</text>',
-             f'<text x="{width - 150}" y="{height - 8}">hours since rollout start</text>']
-    for i in range(6):
-        t = t_max * i / 5
-        parts.append(f'<text x="{x(t) - 8}" y="{height - 16}">{t:.0f}</text>')
+             f'<line x1="{LEFT}" y1="{bottom}" x2="{width - RIGHT}" y2="{bottom}" stroke="#999"/>',
+             f'<line x1="{LEFT}" y1="{top}" x2="{LEFT}" y2="{bottom}" stroke="#999"/>',
+             f'<text x="{LEFT - 6}" y="{y(g_max) + 4}" text-anchor="end">{g_max}</text>'
+             f'<text x="{LEFT - 6}" y="{y(0) + 4}" text-anchor="end">0</text>',
+             f'<text x="{width - RIGHT}" y="{height - 4}" text-anchor="end">hours since rollout start</text>',
+             *_ticks(x, t_max, bottom + 14)]
     for k, (name, s) in enumerate(series.items()):
         pts = []
         for j, (t, g) in enumerate(s):
@@ -34,19 +44,20 @@ def _capacity_svg(results: dict[str, Any], width: int = 900, height: int = 260) 
         pts.append(f"{x(t_max):.1f},{y(s[-1][1]):.1f}")
         color = COLORS.get(name, "#333")
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{" ".join(pts)}"/>')
-        parts.append(f'<text x="{width - 200}" y="{24 + 14 * k}" fill="{color}">{html_lib.escape(name)}</text>')
+        lx = LEFT + 150 * k
+        parts.append(f'<rect x="{lx}" y="8" width="14" height="4" fill="{color}"/>'
+                     f'<text x="{lx + 20}" y="14" fill="{color}">{html_lib.escape(name)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _waves_svg(waves: list[dict[str, Any]], width: int = 900) -> str:
+def _waves_svg(waves: list[dict[str, Any]], t_max: float, width: int = 900) -> str:
     done = [w for w in waves if w.get("end") is not None]
     if not done:
         return "<p>no waves</p>"
-    t_max = max(w["end"] for w in done) or 1
     row = 16
-    height = 30 + row * len(waves)
-    x = lambda t: 80 + (max(t or 0, 0) / t_max) * (width - 90)  # noqa: E731
+    height = 40 + row * len(waves)
+    x = _axis(t_max, width)
     parts = [f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" font-size="11">']
     for i, w in enumerate(waves):
         yy = 10 + row * i
@@ -57,8 +68,18 @@ def _waves_svg(waves: list[dict[str, Any]], width: int = 900) -> str:
         if w.get("start") is not None and w.get("end") is not None:
             parts.append(f'<rect x="{x(w["start"]):.1f}" y="{yy}" width="{max(2.0, x(w["end"]) - x(w["start"])):.1f}" '
                          f'height="12" fill="#0072b2"><title>upgrading</title></rect>')
-    parts.append(f'<text x="{width - 160}" y="{height - 4}">hours since rollout start (0-{t_max:.1f})</text></svg>')
+    base = 14 + row * len(waves)
+    parts += [f'<line x1="{LEFT}" y1="{base - 2}" x2="{width - RIGHT}" y2="{base - 2}" stroke="#999"/>',
+              *_ticks(x, t_max, base + 12),
+              f'<text x="{width - RIGHT}" y="{height - 2}" text-anchor="end">hours since rollout start</text></svg>']
     return "".join(parts)
+
+
+def shared_hours(results: dict[str, Any], waves: list[dict[str, Any]]) -> float:
+    """The one hours axis of both charts: the longest capacity series or wave, and a margin."""
+    ends = [t for r in results.values() for t, _ in (r.capacity or [])[-1:]]
+    ends += [w["end"] for w in waves if w.get("end") is not None]
+    return (max(ends, default=1.0) * 1.05) or 1.0
 
 
 def simulation_html(result: dict[str, Any], results: dict[str, Any]) -> str:
@@ -69,10 +90,11 @@ def simulation_html(result: dict[str, Any], results: dict[str, Any]) -> str:
     assumptions = "".join(f"<li><b>{html_lib.escape(str(k))}</b>: {html_lib.escape(str(v))}</li>"
                           for k, v in result["assumptions"].items())
     waves = results.get("gpufleet").waves if "gpufleet" in results else []
+    t_max = shared_hours(results, waves)
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>slurm-gpufleet: simulated rollouts</title>
 <style>body{{font:14px system-ui,sans-serif;margin:24px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ddd;padding:4px 8px}}</style>
 </head><body><h1>Simulated rollouts</h1>
 <table><tr><th>strategy</th>{head}</tr>{rows}</table>
-<h2>GPUs in service</h2>{_capacity_svg(results)}
-<h2>gpufleet waves</h2>{_waves_svg(waves)}
+<h2>GPUs in service</h2>{_capacity_svg(results, t_max)}
+<h2>gpufleet waves</h2>{_waves_svg(waves, t_max)}
 <h2>Assumptions</h2><ul>{assumptions}</ul></body></html>"""

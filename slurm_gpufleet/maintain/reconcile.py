@@ -32,7 +32,15 @@ from .executor import Executor
 from .gate import step as gate_step
 from .plan import Plan
 from .preempt import preempt
-from .schedule import MIN_BUCKET_S, admit, boundary, node_slots, postpone_slots, slot_reservations, soak_of
+from .schedule import (
+    PUSH_LOOKAHEAD_S,
+    admit,
+    boundary,
+    plan_slots,
+    postpone_slots,
+    slot_reservations,
+    soak_of,
+)
 from .store import Store
 from .strategy import strategy as strategy_named
 from .units import UNITS, Effect, Outcome, Pending, StepView, Unit
@@ -51,6 +59,9 @@ class StepStats:
     writes: int
     cpu_s: float
     moves: int
+
+
+LATE_PLAN_S = 120.0  # a plan applied later than this after its first slot is scheduled again from now
 
 
 class _Moves:
@@ -203,19 +214,17 @@ class Engine:
         need = [r for r in pending if r["slot"] is None]
         if need:
             planned = {n: v.plan.slots[n][0] for n in (r["node"] for r in need) if n in v.plan.slots}
-            if len(planned) < len(need) or min(planned.values()) < v.world.now - 1:
-                names = {r["node"] for r in need}
-                planned = node_slots(v.world.free_at, [n for n in v.canary if n in names],
-                                     [r["node"] for r in need if r["node"] not in set(v.canary)], v.world.now,
-                                     v.plan.budget["max_unavailable"], v.stages, 60.0 * self.s.upgrade_minutes,
-                                     soak_of(self.s))
+            # a plan applied a minute or two after it was made keeps its slots (the first begins now)
+            if len(planned) < len(need) or min(planned.values()) < v.world.now - LATE_PLAN_S:
+                planned, _ = plan_slots(v.plan, v.world.free_at, v.world.now, 60.0 * self.s.upgrade_minutes,
+                                        soak_of(self.s), {r["node"] for r in need})
             for r in need:
                 r["slot"] = planned[r["node"]]
                 m.changes.append((r["node"], None, "", {"slot": r["slot"]}))
-        # a slot due while its domain cannot go yet (the one before overran) starts later; looked at a
-        # bucket ahead, pushed by a node's upgrade time at least, so a waiting slot costs a write every
-        # few minutes, not every step
-        ahead = max(MIN_BUCKET_S, 2 * self.s.poll_s)
+        # a slot due while its stage or its domain cannot go yet (the one before overran) starts later;
+        # looked at a few minutes ahead, pushed by a node's upgrade time at least, so a waiting slot costs a
+        # write every few minutes, not every step
+        ahead = max(PUSH_LOOKAHEAD_S, 2 * self.s.poll_s)
         writes.postpone.update(postpone_slots(v, ahead, max(2 * ahead, 60.0 * self.s.upgrade_minutes)))
         member = {n for res in v.world.ours.values() for n in res.nodes}
         writes.create.update(slot_reservations({r["node"]: r["slot"] for r in pending}, member, v.rid,

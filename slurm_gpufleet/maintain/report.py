@@ -7,12 +7,24 @@ from collections import defaultdict
 
 from ..hostlist import fold, fold_short, grouped
 from .planner import INF, Plan
+from .schedule import unit_of
 
 
 def _t(ts: float) -> str:
     if ts == INF:
         return "never (job without time limit)"
     return dt.datetime.fromtimestamp(ts).strftime("%m-%d %H:%M")
+
+
+def _full(ts: float) -> str:
+    """A time with its date and UTC offset, for what is read away from the terminal (the HTML)."""
+    if ts == INF:
+        return "never (job without time limit)"
+    return dt.datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M UTC%z")
+
+
+def _zone(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts).astimezone().strftime("year %Y, UTC%z")
 
 
 def _dur(seconds: float) -> str:
@@ -35,8 +47,14 @@ def text(plan: Plan, width: int = 100) -> str:
         return "\n".join(lines)
     b = plan.budget
     caps = ", ".join(f"{p} {n}" for p, n in sorted(b["per_partition"].items()))
-    lines.append(f"  budget: at most {b['max_unavailable']} node(s) out at once; per partition {caps or '-'}; "
+    per_domain = (f"; {b['domains_at_once']} domain(s) at once, no partition cap (a domain goes whole)"
+                  if b.get("domains_at_once") else f"; per partition {caps or '-'}")
+    lines.append(f"  budget: at most {b['max_unavailable']} node(s) out at once{per_domain}; "
                  f"halt after {b['max_failures'] + 1} failure(s)")
+    soak = plan.assumptions.get("gate_soak_s")
+    if soak:
+        lines.append(f"  evidence gate: each wave after the first starts {_dur(soak)} after the one before "
+                     "it ends, at the earliest (gate_min_soak_s; it waits longer without a verdict)")
     if plan.domains:
         sizes = sorted({len(n) for n in plan.domains.values()})
         rules = [r for r in (("whole domains" if b.get("whole_domain") else "nodes, not whole domains"),
@@ -44,6 +62,9 @@ def text(plan: Plan, width: int = 100) -> str:
                              b.get("keep_free_domains") and f"{b['keep_free_domains']} kept whole") if r]
         lines.append(f"  domains: {len(plan.domains)} from {plan.domains_from} "
                      f"({'-'.join(map(str, sizes[::max(1, len(sizes) - 1)]))} nodes each); {', '.join(rules)}")
+    grid = plan.assumptions.get("slot_grid_minutes", 1)
+    lines.append(f"  times local ({_zone(plan.created)}); each slot is its MAINT reservation's start"
+                 + (f", on a {grid}-minute grid" if grid > 1 else ""))
     lines.append(f"  {'wave':<8} {'nodes':>5}  {'reserve at':<12} {'start':<12} {'end':<12}  members")
     for w in plan.waves:
         members = fold_short(w.nodes, width - 60)
@@ -81,11 +102,19 @@ def html(plan: Plan) -> str:
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("slurm_gpufleet", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
-    return env.get_template("plan.html.j2").render(plan=plan, lanes=_timeline(plan), t=_t, dur=_dur, fold=fold,
-                                                   version=__version__)
+    stopped = [j for j in (plan.deadline or {}).get("jobs", []) if j["action"] != "wait"]
+    unit = unit_of(plan)
+    domains = [{"name": d, "nodes": fold(nodes), "count": len(nodes),
+                "slot": _full(min(plan.slots[n][0] for n in nodes if n in plan.slots))
+                if any(n in plan.slots for n in nodes) else "not upgraded",
+                "together": any(n in unit for n in nodes)} for d, nodes in sorted(plan.domains.items())]
+    return env.get_template("plan.html.j2").render(plan=plan, lanes=_timeline(plan), t=_full, dur=_dur, fold=fold,
+                                                   version=__version__, stopped=stopped, domains=domains,
+                                                   zone=_zone(plan.created))
 
 
 PER_NODE_ROWS = 40  # up to this many nodes, one row each; beyond, one row per slot (nodes folded)
+LABEL_CHARS = 30    # a row's label, folded and cut to this with its count (the lane column is 250 px)
 
 
 def _timeline(plan: Plan, width: int = 900) -> dict:
@@ -104,20 +133,27 @@ def _timeline(plan: Plan, width: int = 900) -> dict:
         groups[(start, node) if len(plan.slots) <= PER_NODE_ROWS else (start,)].append(node)
     wave_of = {n: w for w in plan.waves for n in w.nodes}
     rows = []
+    x = lambda t: 10 + (min(t, t1) - t0) * scale  # noqa: E731
     for key in sorted(groups):
         nodes = groups[key]
         start, end = plan.slots[nodes[0]]
         decider = max(nodes, key=lambda n: busy_until.get(n, t0))
         until = busy_until.get(decider)
         job = plan.decided_by.get(decider)
-        x = lambda t: 10 + (min(t, t1) - t0) * scale  # noqa: E731
+        slot_x, slot_w = x(start), max(4.0, (end - start) * scale)
+        why = (f"job {job['job_id']} {'stopped at' if job.get('stopped') else 'until'} {_t(until)}"
+               if job and until != INF else f"job {job['job_id']}: no time limit, taken when it ends" if job
+               else "empty now")
+        # the note goes where there is room: after the slot, or before it when the slot is near the right
+        # edge (a label past the edge is cut off)
+        right = slot_x + slot_w + 6 + 6.5 * len(why) <= width
         rows.append({
-            "label": fold(nodes) if len(nodes) > 1 else nodes[0], "count": len(nodes),
+            "label": fold_short(nodes, LABEL_CHARS), "count": len(nodes),
             "kind": wave_of[nodes[0]].kind if nodes[0] in wave_of else "wave",
             "busy_w": max(0.0, x(until) - x(t0)) if until is not None else 0.0, "open": until == INF,
-            "slot_x": x(start), "slot_w": max(4.0, (end - start) * scale),
-            "why": (f"job {job['job_id']} until {_t(until)}" if job and until != INF
-                    else f"job {job['job_id']}: no time limit, taken when it ends" if job else "empty now"),
-            "slot": f"{_t(start)} - {_t(end)}"})
-    ticks = [{"x": 10 + (t1 - t0) * i / 5 * scale, "label": _t(t0 + (t1 - t0) * i / 5)} for i in range(6)]
+            "slot_x": slot_x, "slot_w": slot_w, "why": why,
+            "why_x": slot_x + slot_w + 6 if right else slot_x - 6, "why_anchor": "start" if right else "end",
+            "slot": f"{_full(start)} - {_full(end)}"})
+    ticks = [{"x": 10 + (t1 - t0) * i / 5 * scale, "label": _t(t0 + (t1 - t0) * i / 5),
+              "anchor": "start" if i == 0 else "end" if i == 5 else "middle"} for i in range(6)]
     return {"width": width, "rows": rows, "ticks": ticks, "folded": len(plan.slots) > PER_NODE_ROWS}

@@ -26,57 +26,104 @@ from ..slurm.ownership import ROLLOUT_RESERVATION_PREFIX
 from . import states as S
 
 INF = float("inf")
-MIN_BUCKET_S = 300.0   # slots closer than this share a reservation
-MAX_RESERVATIONS = 24  # ... and a rollout's slots fall into about this many, whatever the fleet's size
+PUSH_LOOKAHEAD_S = 300.0  # a slot about to begin is looked at this far ahead (postpone_slots)
+# Slots are whole minutes; a fleet whose slots would need more than MAX_RESERVATIONS reservations (one
+# per distinct start: thousands of job end times on 12,500 nodes) is scheduled on a coarser grid, the
+# first of QUANTA_S that fits, so that slurmctld's scheduler and the write budget see a few dozen.
+MAX_RESERVATIONS = 100
+QUANTA_S = (60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
 
 
-def slot_times(free_at: dict[str, float], canary: list[str], others: list[str], now: float, budget: int,
-               stages: list[int], upgrade_s: float, bucket_s: float, soak_s: float = 0.0) -> dict[str, float]:
-    """When each node is expected to go, as the engine will take it: the canary first, then the others
-    soonest-free first, each stage of the plan's waves opening once every node before it is done, at most
-    min(budget, stage size) at once.  Rounded up to `bucket_s` so that nodes share reservations; a node
-    whose job has no time limit gets its slot when its turn comes (it empties when that job ends).  An
-    evidence gate's soak (`soak_s`) separates each stage from the one before it."""
+def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[str]], now: float, width: int,
+               upgrade_s: float, soak_s: float = 0.0, order: dict[str, int] | None = None,
+               unit_of: dict[str, str] | None = None, quantum_s: float = 60.0) -> dict[str, float]:
+    """Each node's slot, on a grid of `quantum_s` (whole minutes by default; every time, the upgrade
+    and the soak included, is rounded up to it, so the budget holds exactly), as the engine's window
+    (`admit`) takes it: the canary first,
+    then each stage of the plan's waves once every node before it is done (and the evidence gate's soak
+    `soak_s` has passed), at most `width` at once, its members soonest free first, then in the plan's
+    `order`.  A node whose job has no time limit gets its slot when its turn comes (it empties when that
+    job ends).  `unit_of`: node -> its failure domain, for domains that go as one (the unit's slot is its
+    last member's free time; `width` then counts units)."""
+    order = order or {}
+    unit_of = unit_of or {}
+
+    def _minute(t: float) -> float:
+        return math.ceil(t / quantum_s - 1e-9) * quantum_s
+
+    now = _minute(now)
+    upgrade_s = _minute(upgrade_s)
+    soak_s = _minute(soak_s)
+
     def free(n: str) -> float:
         f = free_at.get(n, now)
-        return now if f == INF else max(f, now)
+        return now if f == INF else _minute(max(f, now))
+
+    def units(members: list[str]) -> list[list[str]]:
+        grouped: dict[str, list[str]] = {}
+        for n in members:
+            grouped.setdefault(unit_of.get(n, "node:" + n), []).append(n)
+        return list(grouped.values())
 
     slots: dict[str, float] = {}
     gate = now
-    for n in canary:
-        slots[n] = free(n)
-        gate = max(gate, slots[n] + upgrade_s)
-    if canary:
-        gate += soak_s
-    todo = sorted(others, key=free)
-    i = 0
-    for k, size in enumerate(stages or [len(todo)]):
-        if i >= len(todo):
-            break
-        last = k == len(stages) - 1
-        members = todo[i:] if last else todo[i:i + size]
-        width = max(1, min(budget, size))
-        places = [gate] * width
+    for k, members in enumerate([canary, *stages]):
+        if not members:
+            continue
+        if slots:  # the evidence gate soaks before every stage but the first
+            gate += soak_s
+        batch = sorted(units(members), key=lambda u: (max(free(n) for n in u), min(order.get(n, 0) for n in u)))
+        places = [gate] * (len(batch) if k == 0 else max(1, min(width, len(batch))))
         end = gate
-        for n in members:
-            start = max(heapq.heappop(places), free(n))
+        for unit in batch:
+            start = max(heapq.heappop(places), max(free(n) for n in unit))
             heapq.heappush(places, start + upgrade_s)
-            slots[n] = start
+            for n in unit:
+                slots[n] = start
             end = max(end, start + upgrade_s)
-        i += len(members)
-        gate = end + soak_s
-    return {n: math.ceil(t / bucket_s) * bucket_s for n, t in slots.items()}
+        gate = end
+    return slots
 
 
-def node_slots(free_at: dict[str, float], canary: list[str], others: list[str], now: float, budget: int,
-               stages: list[int], upgrade_s: float, soak_s: float = 0.0) -> dict[str, float]:
-    """Each node's slot, rounded up so that close slots share one reservation (a few reservations whatever
-    the fleet's size).  The planner shows these; the engine reserves them."""
-    times = slot_times(free_at, canary, others, now, budget, stages, upgrade_s, 1.0, soak_s)
-    if not times:
+def waves_as_stages(waves: list[Any]) -> tuple[list[str], list[list[str]]]:
+    """A plan's waves as the engine's gate stages: the canary (the first wave, when it is one), and the
+    node lists of the waves after it, in order."""
+    if waves and waves[0].kind == "canary":
+        return list(waves[0].nodes), [list(w.nodes) for w in waves[1:]]
+    return [], [list(w.nodes) for w in waves]
+
+
+def unit_of(plan: Any) -> dict[str, str]:
+    """node -> the unit its slot is shared with: its domain when the plan schedules domains (whole, or
+    under a domain budget; canary nodes go alone unless whole)."""
+    b = plan.budget
+    if not plan.domains or not any(b.get(k) for k in ("whole_domain", "max_unavailable_domains",
+                                                       "keep_free_domains")):
         return {}
-    bucket = max(MIN_BUCKET_S, (max(times.values()) - now) / MAX_RESERVATIONS)
-    return {n: math.ceil(t / bucket) * bucket for n, t in times.items()}
+    alone = set() if b.get("whole_domain") else set(waves_as_stages(plan.waves)[0])
+    return {n: d for d, nodes in plan.domains.items() for n in nodes if n not in alone}
+
+
+def plan_slots(plan: Any, free_at: dict[str, float], now: float, upgrade_s: float, soak_s: float,
+               names: set[str] | None = None) -> tuple[dict[str, float], float]:
+    """The slots of a plan's nodes (of `names`, when given) from `now`, and the grid they are on: what
+    `maintain plan` shows and `apply` reserves, and how a plan applied after its slots began is scheduled
+    again (with its stages, its domains and its budget)."""
+    canary, stages = waves_as_stages(plan.waves)
+    if names is not None:
+        canary = [n for n in canary if n in names]
+        stages = [[n for n in st if n in names] for st in stages]
+    order: dict[str, int] = {}
+    for n in (*canary, *(n for st in stages for n in st)):
+        order.setdefault(n, len(order))
+    units = unit_of(plan)
+    width = int(plan.budget.get("domains_at_once") or 1) if units else int(plan.budget["max_unavailable"])
+    slots: dict[str, float] = {}
+    for quantum in QUANTA_S:
+        slots = slot_times(free_at, canary, stages, now, width, upgrade_s, soak_s, order, units, quantum)
+        if len(set(slots.values())) <= MAX_RESERVATIONS:
+            break
+    return slots, quantum
 
 
 def soak_of(settings: Any) -> float:
@@ -126,24 +173,24 @@ def admit(view: Any, take: Callable[[str], bool]) -> None:
             out += 1
     room = budget["max_unavailable"] - out - failed
     canary = set(view.canary)
-    planned = [r["node"] for r in view.rows if r["wave"] >= 0 and r["node"] not in canary]
     if any(view.state.get(n) not in S.FINAL for n in canary):
-        pool = [n for n in canary if view.state.get(n) == S.PENDING]
-        width = limit = len(canary)
+        pool = [n for n in view.canary if view.state.get(n) == S.PENDING]
+        width = len(canary)
         started = sum(1 for n in canary if view.state.get(n) != S.PENDING)
     else:
-        sizes = view.stages
-        stage, cum = _stage(view, planned)
+        stage = _stage(view)
         if stage + (1 if canary else 0) > view.gate_allowed:
             return  # the evidence gate holds this stage (maintain/gate.py)
-        width = sizes[stage] if sizes else 0
-        limit = cum + width
-        started = sum(1 for n in planned if view.state[n] != S.PENDING)
-        pool = [n for n in planned if view.state[n] == S.PENDING]
+        # only the stage's own members: the plan's waves are the nodes taken at each stage, so its
+        # slots are the times the window takes them (an empty node of a later wave waits its turn)
+        members = [n for n in view.stage_nodes[stage] if n in view.state] if view.stage_nodes else []
+        width = len(members)
+        started = sum(1 for n in members if view.state[n] != S.PENDING)
+        pool = [n for n in members if view.state[n] == S.PENDING]
     # the stage bounds our work under way; the budget bounds what Slurm shows out of service (a node
     # already idle in its slot is out either way, so taking it costs the budget nothing)
     under_way = sum(counts[s] for s in S.IN_FLIGHT)
-    stage_room = min(width - under_way, limit - started)
+    stage_room = min(width - under_way, width - started)
     if stage_room <= 0 or not pool:
         return
     per_part = budget.get("per_partition", {})
@@ -184,18 +231,13 @@ def admit(view: Any, take: Callable[[str], bool]) -> None:
                 part_out[p] += 1
 
 
-def _stage(view: Any, planned: list[str]) -> tuple[int, int]:
-    """The stage of the plan's waves (after the canary) the window is at, and how many nodes the stages
-    before it hold.  Failed nodes that max_failures tolerates count as settled, or the window would never
-    widen."""
-    sizes = view.stages
-    settled = sum(1 for n in planned if view.state[n] in S.FINAL)
-    cum, stage = 0, len(sizes) - 1
-    for k, size in enumerate(sizes):
-        if settled < cum + size:
-            return k, cum
-        cum += size
-    return stage, cum
+def _stage(view: Any) -> int:
+    """The stage of the plan's waves (after the canary) the window is at: the first with a member not yet
+    settled.  Failed nodes that max_failures tolerates count as settled, or the window would never widen."""
+    for k, members in enumerate(view.stage_nodes):
+        if any(view.state.get(n, S.DONE) not in S.FINAL for n in members):
+            return k
+    return max(0, len(view.stage_nodes) - 1)
 
 
 def boundary(view: Any) -> int:
@@ -204,9 +246,7 @@ def boundary(view: Any) -> int:
     canary = set(view.canary)
     if any(view.state.get(n) not in S.FINAL for n in canary):
         return 0
-    planned = [r["node"] for r in view.rows if r["wave"] >= 0 and r["node"] not in canary]
-    stage, _ = _stage(view, planned)
-    return stage + (1 if canary else 0)
+    return _stage(view) + (1 if canary else 0)
 
 
 def _admit_domains(view: Any, take: Callable[[str], bool], pool: list[str], in_slot: set[str], room: int,
@@ -297,13 +337,11 @@ def domain_room(view: Any, out: set[str]) -> int | float:
 
 
 def postpone_slots(view: Any, lookahead_s: float, push_s: float) -> dict[str, float]:
-    """Slot reservations of this rollout, begun or about to begin, whose nodes cannot go now (the evidence
-    gate holds their stage) or whose domains cannot (an earlier domain overran its slot): reservation -> a
-    later start.  A slot holds its nodes out of
-    service whether the engine takes them or not, so a late domain must not start the next one's."""
-    held = boundary(view) > view.gate_allowed  # the evidence gate holds the next stage: nothing may go
-    if not view.plan.domains and not held:
-        return {}
+    """Slot reservations of this rollout, begun or about to begin, whose nodes cannot go now: their stage
+    has not opened (the one before overran its slots, or the evidence gate holds it), or their domains
+    cannot (an earlier domain overran its slot): reservation -> a later start.  A slot holds its nodes out
+    of service whether the engine takes them or not, so a late stage or domain must not start the next."""
+    open_stage = min(boundary(view), view.gate_allowed)
     now = view.world.now
     committed = out_domains(view, slots_count=False) if view.plan.domains else set()
     room = domain_room(view, committed)
@@ -313,8 +351,11 @@ def postpone_slots(view: Any, lookahead_s: float, push_s: float) -> dict[str, fl
         if not name.startswith(prefix) or r.start is None or r.start > now + lookahead_s:
             continue
         waiting = [n for n in r.nodes if view.state.get(n) == S.PENDING]
-        if held and waiting and len(waiting) == len(r.nodes):
+        if waiting and len(waiting) == len(r.nodes) and all(
+                view.stage_index.get(n, 0) > open_stage for n in waiting):
             out[name] = now + push_s
+            continue
+        if not view.plan.domains:
             continue
         new = {view.domain_of[n] for n in waiting if n in view.domain_of} - committed
         if not new:

@@ -24,6 +24,7 @@ from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX, owns
 from . import states as S
 from .bundle import Bundle, first_difference, restricted
 from .plan import Plan
+from .schedule import waves_as_stages
 from .strategy import Strategy
 from .upgrade import CommandResult, UpgradeError, render
 from .world import World
@@ -99,8 +100,11 @@ class StepView:
     def __post_init__(self) -> None:
         self.state = {r["node"]: r["state"] for r in self.rows}
         waves = self.plan.waves
-        self.canary = list(waves[0].nodes) if waves and waves[0].kind == "canary" else []
-        self.stages = [len(w.nodes) for w in waves if w.kind != "canary"]
+        self.canary, self.stage_nodes = waves_as_stages(waves)
+        # node -> the gate stage it goes in (the canary's is 0; with no canary, the first wave's)
+        first = 1 if self.canary else 0
+        self.stage_index = {n: k + first for k, members in enumerate(self.stage_nodes) for n in members}
+        self.stage_index.update({n: 0 for n in self.canary})
         self.order: dict[str, int] = {}
         for w in waves:
             for n in w.nodes:
