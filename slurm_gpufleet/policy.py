@@ -379,6 +379,10 @@ class MaintainSettings:
     # failure domains (NVLink racks, Slurm blocks; maintain/domains.py): a domain drains, upgrades,
     # validates and returns as one; the canary is a whole domain
     whole_domain: bool = setting(False, _bool)
+    # a domain taken whole with a member someone else holds (an admin's drain, another reservation):
+    # "skip" the domain whole, or "wait" (plan it; it goes once that member is released).  Never a
+    # domain on two drivers.
+    domain_member_held: str = setting("skip", _choice("skip", "wait"))
     # at most this many domains with any node out at once (0: only the node budget counts)
     max_unavailable_domains: int = setting(0, _int(0))
     # whole domains kept fully in service at every moment, for --segment and --exclusive=topo jobs

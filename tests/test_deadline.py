@@ -12,7 +12,7 @@ from test_engine import drive, rollout
 from slurm_gpufleet.maintain import states as S
 from slurm_gpufleet.maintain.deadline import DeadlineError, checkpointing, parse_deadline, plan_deadline
 from slurm_gpufleet.maintain.simulate import SimFleet
-from slurm_gpufleet.slurm.base import JobInfo
+from slurm_gpufleet.slurm.base import JobInfo, SlurmError
 
 T0 = 1_800_000_000.0
 H = 3600.0
@@ -184,14 +184,24 @@ def test_plan_json_names_the_jobs(tmp_path):
 
 
 def test_a_job_stops_only_once_its_node_is_reserved(tmp_path):
-    # one Slurm write per step: the reservations come one at a time; a job stopped before its node is
-    # reserved would be requeued straight back onto that node
+    # a slurmctld that makes one reservation a step and refuses the others (busy): the reservations come
+    # one at a time; a job stopped before its node is reserved would be requeued straight back onto it
     fleet = SimFleet(4, now=T0)
     for i in range(4):
         fleet.add_job(f"j{i}", i, 8, T0 + 400 * H, start=T0 - 10 * H)
-    engine, store, plan, executor = deadline_rollout(tmp_path, fleet, 12, "max_slurm_writes_per_step = 1\n")
+    engine, store, plan, executor = deadline_rollout(tmp_path, fleet, 12)
+    create, made = fleet.slurm.create_reservation, []
+
+    def one_a_step(*args):
+        if made:
+            raise SlurmError("Resource temporarily unavailable")
+        made.append(args)
+        create(*args)
+
+    fleet.slurm.create_reservation = one_a_step
     reserved_at: dict[str, float] = {}
     for _ in range(12):
+        made.clear()
         engine.step(plan["id"])
         for r in fleet.slurm.reservations_.values():
             for n in r.nodes:
@@ -203,7 +213,7 @@ def test_a_job_stops_only_once_its_node_is_reserved(tmp_path):
     for i in range(4):
         node = f"node{i + 1:05d}"
         assert stops[f"j{i}"] >= reserved_at[node]
-    assert len(set(stops.values())) > 1  # the cap really spread the reservations over steps
+    assert len(set(stops.values())) > 1  # the reservations really came over several steps
 
 
 def test_cli_plan_with_a_deadline_names_the_jobs_and_bad_deadlines_are_one_line(tmp_path):

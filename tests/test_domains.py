@@ -41,11 +41,16 @@ def domain_rollout(tmp_path, fleet, config, **executor_opts):
     return Engine(store, fleet.slurm, policy, executor, clock=lambda: fleet.sim.now), store, plan, executor
 
 
+def domains_of(plan) -> dict[str, list[str]]:
+    """The plan's failure domains, name -> nodes (the JSON lists them with their state and why)."""
+    return {d["name"]: d["nodes"] for d in plan["domains"]}
+
+
 class Watch:
     """After every step: per domain, the drivers its nodes in service run, and whether any node is out."""
 
     def __init__(self, fleet, plan):
-        self.fleet, self.domains = fleet, plan["domains"]
+        self.fleet, self.domains = fleet, domains_of(plan)
         self.mixed = 0
         self.most_out = 0
         self.fewest_whole = len(self.domains)
@@ -72,10 +77,10 @@ def test_whole_domains_move_as_one_one_block_out_at_a_time_jobs_untouched(tmp_pa
     fleet.add_job("j2", [5, 6], 8, T0 + 7200)   # a two-node job in b2
     engine, store, plan, executor = domain_rollout(
         tmp_path, fleet, "whole_domain = true\nmax_unavailable_domains = 1\n")
-    assert plan["domains_from"] == FROM_SLURM and plan["domains"]["b1"] == [f"node0000{i}" for i in range(1, 5)]
+    assert plan["domains_from"] == FROM_SLURM and domains_of(plan)["b1"] == [f"node0000{i}" for i in range(1, 5)]
     assert plan["waves"][0]["kind"] == "canary" and len(plan["waves"][0]["nodes"]) == 4  # a whole block
     # every node of a domain shares its slot
-    for members in plan["domains"].values():
+    for members in domains_of(plan).values():
         assert len({tuple(plan["slots"][n]) for n in members}) == 1
     watch = Watch(fleet, plan)
     resumed: dict[str, float] = {}
@@ -86,13 +91,13 @@ def test_whole_domains_move_as_one_one_block_out_at_a_time_jobs_untouched(tmp_pa
     assert watch.mixed == 0 and watch.most_out == 1
     # a block returns as one: each resumed at once, after its last node was done
     done = {r["node"]: r["ts"] for r in store.db.query("select node, ts from audit where event = 'done'")}
-    for members in plan["domains"].values():
+    for members in domains_of(plan).values():
         assert len({resumed[n] for n in members}) == 1 and resumed[members[0]] >= max(done[n] for n in members)
     assert fleet.sim.killed == 0
     # no node of a block was upgraded before every node of it was drained and empty
     ups = {r["node"]: r["ts"] for r in store.db.query("select node, ts from audit where event = 'upgrading'")}
-    assert min(ups[n] for n in plan["domains"]["b1"]) >= T0 + 3600
-    assert min(ups[n] for n in plan["domains"]["b2"]) >= T0 + 7200
+    assert min(ups[n] for n in domains_of(plan)["b1"]) >= T0 + 3600
+    assert min(ups[n] for n in domains_of(plan)["b2"]) >= T0 + 7200
 
 
 def test_a_domains_early_free_nodes_keep_running_jobs_until_the_domain_can_go(tmp_path):
@@ -192,3 +197,68 @@ def test_a_crash_at_every_step_still_converges_with_whole_domains(tmp_path):
     assert state == S.R_DONE and store.counts(plan["id"]) == {S.DONE: 12}
     assert watch.mixed == 0 and watch.most_out == 1
     assert fleet.slurm.reservations_ == {} and not any(n.drained for n in fleet.sim.nodes)
+
+
+def _drivers(fleet) -> dict[str, str]:
+    return {n.name: json.loads(n.extra)["drv"] if n.extra else "old" for n in fleet.sim.nodes}
+
+
+@pytest.mark.parametrize("when", ["before the plan", "during the rollout"])
+def test_a_domain_with_a_member_someone_else_holds_is_skipped_whole(tmp_path, when):
+    fleet = SimFleet(8)
+    blocks(fleet, 4)
+    fleet.add_job("j1", 0, 8, T0 + 3 * 3600)  # b1 (the canary block) is busy a while: b2 is second
+    if when == "before the plan":
+        fleet.slurm.drain_nodes(["node00006"], "admin: cable swap")
+    engine, store, plan, executor = domain_rollout(tmp_path, fleet, "whole_domain = true\n")
+    states = {d["name"]: d for d in plan["domains"]}
+    if when == "before the plan":
+        assert states["b2"]["state"] == "skipped" and "node00006" in states["b2"]["why"]
+        assert "cable swap" in states["b2"]["why"] and states["b1"]["state"] == "planned"
+        skipped = {s["node"] for s in plan["skipped"]}
+        assert skipped == {f"node0000{i}" for i in range(5, 9)}
+        # and the admin reads it: text and HTML name the domain, its state and why
+        from slurm_gpufleet.maintain import report
+        from slurm_gpufleet.maintain.plan import Plan
+
+        text = report.text(Plan.from_dict(plan))
+        assert "1 domain(s) skipped: b2: member node00006 held by someone else (IDLE+DRAIN (admin: cable swap))" in text
+        assert "skipped 3: domain b2 skipped whole: member node00006 held: node[00005,00007-00008]" in text
+        page = report.html(Plan.from_dict(plan))
+        assert '<td class="no">skipped</td>' in page and "admin: cable swap" in page
+    else:
+        assert states["b2"]["state"] == "planned"
+        engine.step(plan["id"])
+        fleet.slurm.drain_nodes(["node00006"], "admin: cable swap")
+    watch = Watch(fleet, plan)
+    assert drive(fleet, engine, plan, executor, on_step=watch) == S.R_DONE
+    drivers = _drivers(fleet)
+    assert watch.mixed == 0 and {drivers[f"node0000{i}"] for i in range(5, 9)} == {"old"}
+    assert {drivers[f"node0000{i}"] for i in range(1, 5)} == {TARGET}
+    rows = {r["node"]: r for r in store.nodes(plan["id"])}
+    if when == "during the rollout":
+        assert all(rows[f"node0000{i}"]["state"] == S.SKIPPED for i in range(5, 9))
+        assert "skipped whole" in store.db.execute(
+            "select detail from audit where node = 'node00005' and event = 'skipped'").fetchone()[0]
+
+
+def test_a_domain_waits_for_its_held_member_then_goes_whole(tmp_path):
+    fleet = SimFleet(8)
+    blocks(fleet, 4)
+    fleet.slurm.drain_nodes(["node00006"], "admin: cable swap")
+    engine, store, plan, executor = domain_rollout(tmp_path, fleet,
+                                                   "whole_domain = true\ndomain_member_held = \"wait\"\n")
+    states = {d["name"]: d for d in plan["domains"]}
+    assert states["b2"]["state"] == "waits" and "node00006" in states["b2"]["why"]
+    assert "node00006" in plan["slots"] and not plan["skipped"]
+    watch = Watch(fleet, plan)
+    for _ in range(60):  # five hours: b1 is done long before; b2 waits for its member
+        engine.step(plan["id"])
+        watch()
+        fleet.advance(fleet.sim.now + 300, executor)
+    drivers = _drivers(fleet)
+    assert {drivers[f"node0000{i}"] for i in range(1, 5)} == {TARGET}
+    assert {drivers[f"node0000{i}"] for i in range(5, 9)} == {"old"}
+    fleet.slurm.resume_nodes(["node00006"])  # the admin is done with it
+    assert drive(fleet, engine, plan, executor, on_step=watch) == S.R_DONE
+    assert set(_drivers(fleet).values()) == {TARGET} and watch.mixed == 0

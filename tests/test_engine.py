@@ -84,15 +84,23 @@ def test_whole_rollout_three_reads_capped_writes_everything_given_back(tmp_path)
         fleet.add_job(f"j{i}", i, 4, T0 + 600 * (i % 7 + 1))
     engine, store, plan, executor = rollout(tmp_path, fleet)
     per_step = []
+    created: list[str] = []
+    create = fleet.slurm.create_reservation
+    fleet.slurm.create_reservation = lambda name, *args: (created.append(name), create(name, *args))
 
     def count(before):
         per_step.append((fleet.slurm.calls["read"] - before.get("read", 0),
-                         fleet.slurm.calls["write"] - before.get("write", 0)))
+                         fleet.slurm.calls["write"] - before.get("write", 0) - len(created)))
+        created.clear()
 
+    engine.step(plan["id"])  # the first step makes every slot's reservation at once (never capped)
+    slots = {n["slot_start"] for n in plan["nodes"]}
+    assert len(created) == len(slots) and all(f"_s{int(t)}" in " ".join(created) for t in slots)
+    created.clear()
     assert drive(fleet, engine, plan, executor, on_step=count) == S.R_DONE
     assert store.counts(plan["id"]) == {S.DONE: 40}
     assert {r for r, _ in per_step} == {3}  # one read of nodes, jobs, reservations per step
-    assert max(w for _, w in per_step) <= 2  # max_slurm_writes_per_step
+    assert max(w for _, w in per_step) <= 2  # max_slurm_writes_per_step, new reservations aside
     # given back as found: nothing drained, no reservation, every weight back to 1, all on the target
     assert not any(n.drained for n in fleet.sim.nodes)
     assert fleet.slurm.reservations_ == {}
@@ -596,3 +604,27 @@ def test_a_quiet_apply_says_what_it_waits_for(tmp_path):
     lines = [line for line in said.getvalue().splitlines() if "waiting for" in line]
     assert lines and "slot at" in lines[0] and lines[0].split(" ", 1)[1].startswith(f"{plan['id']}: 0/3 done")
     assert any(" upgrading" in line or " returning" in line or " validating" in line for line in lines), lines
+
+
+def test_apply_takes_each_wave_s_own_nodes_at_the_plan_s_slots(tmp_path):
+    """The plan is what apply does: each node is taken in the stage its wave says (an empty node of a later
+    wave waits its turn), and the canary and the first wave at their planned slots, to the minute."""
+    fleet = SimFleet(12)
+    # the first nodes in name order are busy a while; later ones are empty (apply used to take those first)
+    for i, hours in enumerate([0.5, 1.5, 3.0, 0.25]):
+        fleet.add_job(f"j{i}", i, 8, T0 + hours * 3600)
+    engine, store, plan, executor = rollout(tmp_path, fleet)
+    stage_of = {n["node"]: n["stage"] for n in plan["nodes"]}
+    slot = {n["node"]: n["slot_start"] for n in plan["nodes"]}
+    assert [n["node"] for n in plan["nodes"]] == sorted(slot, key=lambda n: (slot[n], n))  # in slot order
+    assert drive(fleet, engine, plan, executor, dt=60.0) == S.R_DONE
+    taken = {r["node"]: r["ts"] for r in store.db.query(
+        "select node, min(ts) as ts from audit where event = 'reserved' group by node")}
+    finished = done_at(store, plan["id"])
+    by_stage: dict[int, list[str]] = {}
+    for n, k in stage_of.items():
+        by_stage.setdefault(k, []).append(n)
+    for k in sorted(by_stage)[1:]:  # no node of a stage is taken before every node of the one before is done
+        assert min(taken[n] for n in by_stage[k]) >= max(finished[n] for n in by_stage[k - 1])
+    for n in by_stage[0] + by_stage[1]:
+        assert abs(taken[n] - slot[n]) <= 60, (n, taken[n] - slot[n])

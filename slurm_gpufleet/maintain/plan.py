@@ -59,6 +59,8 @@ class Plan:
     # failure domains (NVLink racks, Slurm blocks): name -> nodes, and where they were read from
     domains: dict[str, list[str]] = field(default_factory=dict)
     domains_from: str | None = None
+    # domain -> {"state": planned | skipped | waits, "why"}: whole domains and members held by others
+    domain_states: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def target(self) -> Bundle:
@@ -87,6 +89,10 @@ class Plan:
         data["nodes"] = [{"node": n, "wave": wave_of.get(n), "stage": wave_of.get(n), "slot_start": start,
                           "slot_end": end, "decided_by": self.decided_by.get(n)}
                          for n, (start, end) in sorted(self.slots.items(), key=lambda kv: (kv[1][0], kv[0]))]
+        # failure domains, for tools: each with its nodes, and whether it goes (and why not)
+        states = data.pop("domain_states")
+        data["domains"] = [{"name": d, "nodes": nodes, **states.get(d, {"state": "planned", "why": ""})}
+                           for d, nodes in self.domains.items()]
         return {"plan_version": 1, **data}
 
     @classmethod
@@ -94,6 +100,10 @@ class Plan:
         if data.get("plan_version") != 1:
             raise PlanError("not a slurm-gpufleet plan (plan_version 1)")
         data = {k: v for k, v in data.items() if k not in ("plan_version", "nodes")}
+        if isinstance(data.get("domains"), list):  # (a plan written before this list was name -> nodes)
+            listed = data.pop("domains")
+            data["domains"] = {d["name"]: d["nodes"] for d in listed}
+            data["domain_states"] = {d["name"]: {"state": d["state"], "why": d["why"]} for d in listed}
         waves = [Wave(**{**w, **{k: (INF if w[k] is None else w[k]) for k in ("reserve_at", "start", "end")}})
                  for w in data.pop("waves")]
         return cls(**data, waves=waves)

@@ -189,6 +189,12 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
         else:
             todo.append(name)
 
+    doms = (domains or Domains()).restricted(names)
+    plan.domains, plan.domains_from = doms.to_plan()
+    whole = bool(doms) and (s.whole_domain or bool(set(bundle.firmware) & set(s.domain_wide)))
+    if whole and not s.upgrade_held_nodes:
+        todo = _held_domains(plan, doms, todo, s.domain_member_held)
+
     budget = min(_amount(s.max_unavailable, len(names)), max(1, len(todo)))
     caps = _partition_caps(fleet, s.max_unavailable_per_partition)
     plan.budget = {"max_unavailable": budget, "per_partition": caps, "max_failures": s.max_failures}
@@ -209,9 +215,6 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
         tier = 0 if (parts & less_p or set(node.features) & less_f) else (2 if parts & crit_p else 1)
         return (tier, free_at.get(name, now), name)
 
-    doms = (domains or Domains()).restricted(names)
-    plan.domains, plan.domains_from = doms.to_plan()
-    whole = bool(doms) and (s.whole_domain or bool(set(bundle.firmware) & set(s.domain_wide)))
     if doms:
         plan.budget.update({"whole_domain": whole, "max_unavailable_domains": s.max_unavailable_domains,
                             "keep_free_domains": s.keep_free_domains})
@@ -233,6 +236,35 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
                          "end": None if ends(j) == INF else ends(j),
                          **({"stopped": True} if str(j.job_id) in stop_at else {})} for j in latest]
     return plan
+
+
+HELD = "held by someone else: "
+
+
+def _held_domains(plan: Plan, doms: Domains, todo: list[str], rule: str) -> list[str]:
+    """Whole domains with a member someone else holds (an admin's drain, another reservation): left out
+    whole ("skip"), or planned whole with that member, to go once it is released ("wait").  Each domain's
+    state and why go into the plan (`domain_states`); the nodes `todo` keeps are returned."""
+    held = {s["node"]: s["why"][len(HELD):] for s in plan.skipped if s["why"].startswith(HELD)}
+    left_out: set[str] = set()
+    for d, members in sorted(doms.members.items()):
+        mine = [n for n in members if n in held]
+        if not mine:
+            plan.domain_states[d] = {"state": "planned", "why": "every member goes in one slot"}
+            continue
+        names = f"member {fold_short(mine, 40)} held by someone else ({held[mine[0]]})"
+        if rule == "skip":
+            why = f"{names}: skipped whole, or the domain would run two drivers (domain_member_held = skip)"
+            plan.domain_states[d] = {"state": "skipped", "why": why}
+            left_out.update(members)
+            plan.skipped += [{"node": n, "why": f"domain {d} skipped whole: member {fold_short(mine, 40)} held"}
+                             for n in members if n in todo]
+        else:
+            why = f"{names}: the domain waits and goes whole once it is released (domain_member_held = wait)"
+            plan.domain_states[d] = {"state": "waits", "why": why}
+            plan.skipped = [s for s in plan.skipped if s["node"] not in mine]
+            todo = todo + mine
+    return [n for n in todo if n not in left_out]
 
 
 def _canary(ordered: list[str], fleet: FleetState, per: int) -> list[str]:

@@ -43,7 +43,7 @@ from .schedule import (
 )
 from .store import Store
 from .strategy import strategy as strategy_named
-from .units import UNITS, Effect, Outcome, Pending, StepView, Unit
+from .units import UNITS, Effect, Outcome, Pending, StepView, Unit, move
 from .world import CountedReads, World, read_world, validation_job_name
 from .writes import Writes
 
@@ -56,9 +56,10 @@ ADVANCING = frozenset(s for s, u in UNITS.items() if type(u).advance is not Unit
 @dataclass
 class StepStats:
     reads: int
-    writes: int
+    writes: int            # the capped ones (max_slurm_writes_per_step)
     cpu_s: float
     moves: int
+    reservations: int = 0  # new reservations (never capped: writes.UNCAPPED)
 
 
 LATE_PLAN_S = 120.0  # a plan applied later than this after its first slot is scheduled again from now
@@ -273,7 +274,10 @@ class Engine:
                 self._settle(v, row, m)
                 return True
 
-            admit(v, take)
+            def skip(node: str, why: str) -> None:
+                self._apply(v, by_node[node], move(S.SKIPPED, why), m)
+
+            admit(v, take, skip)
         writes = self._effects(v, m)
         job_changes = preempt(v, jobs, writes) if jobs and r["state"] == S.R_RUNNING else []
         self.store.set_preemptions(rid, job_changes, world.now)
@@ -289,7 +293,8 @@ class Engine:
             counts = self.store.counts(rid)
             for node, text in m.events:
                 self.on_event(rid, node, text, counts)
-        self.stats.append(StepStats(slurm.reads, made, time.process_time() - t_cpu, m.count))
+        made -= writes.reservations_made
+        self.stats.append(StepStats(slurm.reads, made, time.process_time() - t_cpu, m.count, writes.reservations_made))
         return state
 
     def _flush(self, rid: str, writes: Writes, world: World, cap: int | None = None) -> int:

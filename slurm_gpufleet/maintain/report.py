@@ -62,6 +62,9 @@ def text(plan: Plan, width: int = 100) -> str:
                              b.get("keep_free_domains") and f"{b['keep_free_domains']} kept whole") if r]
         lines.append(f"  domains: {len(plan.domains)} from {plan.domains_from} "
                      f"({'-'.join(map(str, sizes[::max(1, len(sizes) - 1)]))} nodes each); {', '.join(rules)}")
+        for state, count, names in grouped((d, (st["state"], st["why"])) for d, st in plan.domain_states.items()
+                                           if st["state"] != "planned"):
+            lines.append(f"  {count} domain(s) {state[0]}: {names}: {state[1]}")
     grid = plan.assumptions.get("slot_grid_minutes", 1)
     lines.append(f"  times local ({_zone(plan.created)}); each slot is its MAINT reservation's start"
                  + (f", on a {grid}-minute grid" if grid > 1 else ""))
@@ -107,7 +110,8 @@ def html(plan: Plan) -> str:
     domains = [{"name": d, "nodes": fold(nodes), "count": len(nodes),
                 "slot": _full(min(plan.slots[n][0] for n in nodes if n in plan.slots))
                 if any(n in plan.slots for n in nodes) else "not upgraded",
-                "together": any(n in unit for n in nodes)} for d, nodes in sorted(plan.domains.items())]
+                "together": any(n in unit for n in nodes),
+                **plan.domain_states.get(d, {"state": "planned", "why": ""})} for d, nodes in sorted(plan.domains.items())]
     return env.get_template("plan.html.j2").render(plan=plan, lanes=_timeline(plan), t=_full, dur=_dur, fold=fold,
                                                    version=__version__, stopped=stopped, domains=domains,
                                                    zone=_zone(plan.created))

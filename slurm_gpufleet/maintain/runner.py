@@ -199,7 +199,8 @@ class Runner:
             self.store.audit(rid, None, "slurm calls", f"{len(stats)} step(s); per step: "
                                                        f"{max(s.reads for s in stats)} reads, writes max "
                                                        f"{max(s.writes for s in stats)}, mean "
-                                                       f"{sum(s.writes for s in stats) / len(stats):.2f}")
+                                                       f"{sum(s.writes for s in stats) / len(stats):.2f}; "
+                                                       f"{sum(s.reservations for s in stats)} reservation(s) made")
         return state
 
 

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..hostlist import fold
 from ..slurm.ownership import ROLLOUT_RESERVATION_PREFIX
 from . import states as S
 
@@ -152,9 +153,10 @@ def slot_reservations(slots: dict[str, float], already: set[str], rid: str, pref
     return out
 
 
-def admit(view: Any, take: Callable[[str], bool]) -> None:
+def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], None] | None = None) -> None:
     """The rolling window: offer waiting nodes to `take` (the pending unit) while the current stage and the
-    budget have room; `take` says whether it took the node.  `view`: the step's units.StepView."""
+    budget have room; `take` says whether it took the node; `skip` leaves a node out, with why (a whole
+    domain with a member someone else holds).  `view`: the step's units.StepView."""
     budget = view.plan.budget
     counts: dict[str, int] = defaultdict(int)
     for st in view.state.values():
@@ -203,7 +205,7 @@ def admit(view: Any, take: Callable[[str], bool]) -> None:
     takes_busy = view.strategy.takes_busy
     if view.plan.domains and any(budget.get(k) for k in ("whole_domain", "max_unavailable_domains",
                                                           "keep_free_domains")):
-        _admit_domains(view, take, pool, in_slot, room, stage_room, under_way, out)
+        _admit_domains(view, take, skip, pool, in_slot, room, stage_room, under_way, out)
         return  # (domains without rules of their own: nodes are taken as without domains)
 
     # empty nodes first (they cost nothing to take), then the soonest free, then the plan's order
@@ -249,8 +251,8 @@ def boundary(view: Any) -> int:
     return _stage(view) + (1 if canary else 0)
 
 
-def _admit_domains(view: Any, take: Callable[[str], bool], pool: list[str], in_slot: set[str], room: int,
-                   stage_room: int, under_way: int, out: int) -> None:
+def _admit_domains(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], None] | None,
+                   pool: list[str], in_slot: set[str], room: int, stage_room: int, under_way: int, out: int) -> None:
     """The window over failure domains: at most `max_unavailable_domains` domains with a node out, at least
     `keep_free_domains` domains with every node in service; with `whole_domain`, a domain is taken whole
     (every waiting node of it at once) once all of them sit empty or its slot has begun.  A domain larger
@@ -275,6 +277,16 @@ def _admit_domains(view: Any, take: Callable[[str], bool], pool: list[str], in_s
         slot_begun = all(n in in_slot for n in members)
         if new_domain and domain_room(view, domains_out) < 1:
             continue  # even in its slot: that slot is postponed (postpone_slots)
+        if whole and not view.s.upgrade_held_nodes:
+            held = {n: why for n in members if (why := view.held_by_other(n))}
+            if held:  # never a domain on two drivers: all of it waits, or all of it is left out
+                if view.s.domain_member_held == "skip" and skip is not None:
+                    first = next(iter(held))
+                    why = (f"domain {d}: member {fold(sorted(held))} held by someone else ({held[first]}): "
+                           "skipped whole (domain_member_held)")
+                    for n in members:
+                        skip(n, why)
+                continue
         if whole:
             if not takes_busy and not slot_begun and any(view.busy(n) for n in members):
                 continue  # its early-free nodes keep running jobs until the whole domain can go

@@ -551,7 +551,7 @@ class GpufleetController(Controller):
             self.tmp.cleanup()
             return
         last = self.engine.stats[-1]
-        if last.moves or last.writes:  # what one step changed, the next one reads: step again now
+        if last.moves or last.writes or last.reservations:  # what one step changed, the next reads: step now
             self.same_time_steps += 1
             if self.same_time_steps > 10_000:
                 raise RuntimeError("the engine does not converge")
@@ -871,7 +871,8 @@ class SimFleet:
 
     def fleet_state(self, driver: str = "570.172.08"):
         nodes = {n.name: FleetNode(name=n.name, partitions=["gpu"], driver=driver, gpus=f"{n.gpus}x{n.model}",
-                                   firmware="96.00.A5.00.1A", verdict="ok") for n in self.sim.nodes}
+                                   firmware="96.00.A5.00.1A", verdict="ok", flags=["DRAIN"] if n.drained else [],
+                                   reason=n.reason) for n in self.sim.nodes}
         return FleetState(nodes, self.slurm.running_jobs(), [], self.sim.now)
 
     def advance(self, to: float, executor: SimExecutor) -> None:

@@ -152,6 +152,22 @@ class StepView:
         """Drained by a rollout (ours: only one runs at a time), not by an admin or the health check."""
         return info.drained and owns(info, MAINTAIN)
 
+    def held_by_other(self, node: str) -> str | None:
+        """Why someone else holds the node now (an admin's drain, the health check's, another reservation),
+        or None: a rollout leaves such a node alone (unless upgrade_held_nodes)."""
+        from ..slurm.ownership import may_drain
+
+        info = self.world.nodes.get(node)
+        if info is None:
+            return None
+        other = next((r.name for r in self.world.reservations.values()
+                      if not r.name.startswith(ROLLOUT_RESERVATION_PREFIX) and node in r.nodes), None)
+        if other:
+            return f"reservation {other}"
+        if not may_drain(info, MAINTAIN):
+            return info.reason or f"{info.state} by someone else"
+        return None
+
     def holding(self, node: str) -> str | None:
         """A reservation of this rollout that holds `node` now (begun, not ended)."""
         now = self.world.now
@@ -262,18 +278,16 @@ class Pending(Unit):
 
     def take(self, v: StepView, row: dict[str, Any]) -> Outcome:
         """Record the node's state before we touch it; leave it alone if it is someone else's now."""
-        from ..slurm.ownership import may_drain
-
         info = v.info(row)
         if info is None:
             return move(S.SKIPPED, "not in Slurm any more")
-        others = {n: r.name for r in v.world.reservations.values() if not r.name.startswith(ROLLOUT_RESERVATION_PREFIX)
-                  for n in r.nodes}
+        other = next((r.name for r in v.world.reservations.values()
+                      if not r.name.startswith(ROLLOUT_RESERVATION_PREFIX) and row["node"] in r.nodes), None)
         prior = {"state": info.state, "flags": sorted(info.flags), "reason": info.reason,
-                 "reason_user": info.reason_user, "reservation": others.get(row["node"]), "boot": info.boot_time}
-        held = not may_drain(info, MAINTAIN) or row["node"] in others
+                 "reason_user": info.reason_user, "reservation": other, "boot": info.boot_time}
+        held = v.held_by_other(row["node"])
         if held and not v.s.upgrade_held_nodes:
-            return move(S.SKIPPED, f"held by someone else: {info.reason or prior['reservation']}")
+            return move(S.SKIPPED, f"held by someone else: {held}")
         return move(S.RESERVED, "", prior=json.dumps(prior), boot=info.boot_time or "unknown", started=v.world.now,
                     registered=info.slurmd_start)
 

@@ -10,6 +10,10 @@ from ..hostlist import fold
 from ..slurm.base import NodeInfo, SlurmError
 
 JOB_CALLS = frozenset({"set_job_comment", "signal_job", "requeue_jobs", "cancel_jobs"})
+# never left to a later step: a job that starts on a waiting node before its slot's MAINT reservation
+# exists may run past the slot (days), and a deadline plan's job called a step late may cost the deadline.
+# A rollout makes its slot reservations once (at most schedule.MAX_RESERVATIONS of them).
+UNCAPPED = JOB_CALLS | {"create_reservation"}
 NODE_STATE_CALLS = {"drain_nodes": "drain", "resume_nodes": "resume", "set_reason_nodes": "set_reason",
                     "reboot_asap_nodes": "reboot_asap"}
 
@@ -63,17 +67,16 @@ class Writes:
 
     def flush(self, slurm: Any, nodes: dict[str, NodeInfo] | None = None, cap: int | None = None) -> int:
         """Node state changes go through the actuator (ownership: only what a rollout may touch), with the
-        nodes as this step's read showed them.  The cap bounds node and reservation changes; a deadline
-        plan's few job calls always go, or a job told, signalled or stopped a step late could cost the
-        deadline."""
+        nodes as this step's read showed them.  The cap bounds node changes and reservation updates; new
+        reservations and a deadline plan's few job calls always go (UNCAPPED)."""
         from ..slurm.actuator import Actuator
         from ..slurm.ownership import MAINTAIN
 
         self.made: list[tuple[str, str]] = []
         actuator = Actuator(slurm, MAINTAIN)
         calls = self.calls()
-        jobs = [c for c in calls if c[0] in JOB_CALLS]
-        for method, args in [c for c in calls if c[0] not in JOB_CALLS][:cap] + jobs:
+        uncapped = [c for c in calls if c[0] in UNCAPPED]
+        for method, args in [c for c in calls if c[0] not in UNCAPPED][:cap] + uncapped:
             try:
                 if method in NODE_STATE_CALLS:
                     if nodes is None:  # a caller without a read (cleanup): one bulk read, for ownership
@@ -91,3 +94,7 @@ class Writes:
                 self.errors.append(f"{method}: {exc}")
             self.made.append((method, " ".join(fold(a) if isinstance(a, list) else str(a) for a in args)))
         return len(self.made)
+
+    @property
+    def reservations_made(self) -> int:
+        return sum(1 for method, _ in getattr(self, "made", []) if method == "create_reservation")

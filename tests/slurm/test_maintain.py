@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
 import time
@@ -9,6 +10,8 @@ import time
 import gpustate
 import pytest
 from conftest import BLOCKS
+
+from slurm_gpufleet.slurm.commands import expand_hostlist
 
 TARGET = "595.71.05"
 OLD = "580.159.04"
@@ -90,13 +93,27 @@ def test_rollout_between_jobs_within_budget_canary_first(mc, tmp_path):
     order = [n for w in p["waves"] for n in w["nodes"]]
     assert max(order.index(n) for n in ("n1", "n2", "n3", "n4")) < min(order.index(n) for n in ("n5", "n6", "n7", "n8"))
 
+    first_seen: dict[str, tuple[float, list[str]]] = {}  # slot reservation -> its StartTime and nodes
+
     def sample() -> int:  # what Slurm itself shows: nodes drained by the rollout or inside its reservations
         out = mc.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout  # a node per partition
+        for line in mc.run("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines():
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            name = fields.get("ReservationName", "")
+            if name.startswith("gpufleet_") and "_s" in name and name not in first_seen:
+                start = datetime.datetime.strptime(fields["StartTime"], "%Y-%m-%dT%H:%M:%S").timestamp()
+                first_seen[name] = (start, expand_hostlist(fields["Nodes"]))
         return len({line.split("|")[0] for line in out.splitlines() if mc.out_of_service(line)})
 
     r, samples = apply_sampling(mc, plan_file, sample, 0.2)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "done (done 8)" in r.stdout
+    # each slot's MAINT reservation starts at the node's planned slot_start, to the minute
+    slot = {n["node"]: n["slot_start"] for n in p["nodes"]}
+    assert first_seen
+    for name, (start, nodes) in first_seen.items():
+        for node in nodes:
+            assert abs(start - slot[node]) <= 60, (name, node, start, slot[node])
     for job in jobs:
         info = mc.job(job)
         assert (info["JobState"], info["Restarts"]) == ("COMPLETED", "0"), info
