@@ -536,9 +536,10 @@ def _maintain_policy(policy_file: str | None, config: str | None):
 @click.option("--target-driver", metavar="VERSION", help="The driver to roll out, e.g. 580.159.04.")
 @click.option("--target-kernel", metavar="RELEASE",
               help="The kernel to boot, in the same drain (e.g. 6.1.0-31-amd64): validated from the node's summary.")
-@click.option("--target-firmware", multiple=True, metavar="COMPONENT=VERSION",
-              help="Firmware in the same drain, e.g. vbios=96.00.AF.00.01 (repeat it); the template is told to "
-                   "power-cycle the node.")
+@click.option("--target-firmware", multiple=True, metavar="[MODEL:]COMPONENT=VERSION",
+              help="Firmware in the same drain, per GPU model as the fleet names it, e.g. "
+                   "'NVIDIA H200:vbios=96.00.AF.00.01' (repeat it; a node whose model has none is left out; "
+                   "without MODEL: every node); the template is told to power-cycle the node.")
 @click.option("--nodes", "nodeset", required=True, metavar="NODESET", help="Slurm host list, e.g. gpu[001-128].")
 @click.option("--strategy", type=click.Choice(list(STRATEGIES)), default="reservation", show_default=True,
               help="reservation: MAINT reservations placed when the nodes' jobs end; reboot-asap: scontrol reboot ASAP.")
@@ -575,14 +576,14 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
     from ClusterShell.NodeSet import NodeSet, NodeSetException
 
     from .maintain import report
-    from .maintain.bundle import parse_firmware
+    from .maintain.bundle import parse_firmware_targets
     from .maintain.planner import PlanError, make_plan
 
     try:
-        firmware = parse_firmware(target_firmware)
+        firmware, firmware_by_model = parse_firmware_targets(target_firmware)
     except ValueError as exc:
         _fail(str(exc), exitcodes.USAGE)
-    if not (target_driver or target_kernel or firmware):
+    if not (target_driver or target_kernel or firmware or firmware_by_model):
         _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware", exitcodes.USAGE)
     policy = _with_budget(_maintain_policy(policy_file, config), max_unavailable)
     try:
@@ -610,7 +611,7 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
     try:
         plan = make_plan(fleet_state, target_driver, names, policy, strategy=strategy, force=force,
                          now=now, deadline=until, stop_jobs=stop_jobs, kernel=target_kernel, firmware=firmware,
-                         domains=domains)
+                         domains=domains, firmware_by_model=firmware_by_model)
     except (PlanError, ValueError) as exc:
         _fail(str(exc), exitcodes.USAGE)
     data = plan.to_dict()

@@ -11,7 +11,14 @@ from support import run_cli
 from test_engine import T0, drive
 
 from slurm_gpufleet.maintain import states as S
-from slurm_gpufleet.maintain.bundle import Bundle, first_difference, parse_firmware, version_key
+from slurm_gpufleet.maintain.bundle import (
+    Bundle,
+    first_difference,
+    parse_firmware,
+    parse_firmware_targets,
+    version_key,
+)
+from slurm_gpufleet.maintain.plan import PlanError
 from slurm_gpufleet.maintain.planner import make_plan
 from slurm_gpufleet.maintain.reconcile import Engine
 from slurm_gpufleet.maintain.simslurm import SimExecutor
@@ -221,3 +228,60 @@ def test_the_other_sample_templates_render_to_bash_that_shellcheck_passes(name, 
     if shutil.which("shellcheck"):
         check = subprocess.run(["shellcheck", "-s", "bash", "-"], input=script.encode(), capture_output=True)
         assert check.returncode == 0, check.stdout.decode()
+
+
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def test_firmware_per_gpu_model_each_node_gets_its_model_s_a_model_without_one_is_left_out(tmp_path):
+    assert parse_firmware_targets(["vbios=1", "NVIDIA H200:vbios=2", "NVIDIA H200:inforom=3", f"{A100}:vbios=4"]) == (
+        {"vbios": "1"}, {"NVIDIA H200": {"vbios": "2", "inforom": "3"}, A100: {"vbios": "4"}})
+    with pytest.raises(ValueError, match="no GPU model"):
+        parse_firmware_targets([":vbios=2"])
+    fleet = SimFleet(6)
+    for n in fleet.sim.nodes[3:]:
+        n.model = A100
+    policy = parse_policy(MAINTAIN)
+    state = fleet_state(fleet)
+    names = [n.name for n in fleet.sim.nodes]
+    plan = make_plan(state, NEW["driver"], names, policy, now=fleet.sim.now, force=True,
+                     firmware_by_model={"nvidia h200": {"vbios": NEW["vbios"]}})  # the model's case aside
+    skipped = {s["node"]: s["why"] for s in plan.skipped}
+    assert set(skipped) == {"node00004", "node00005", "node00006"}
+    assert all(f"no firmware target for its GPU model {A100}" in why for why in skipped.values())
+    assert plan.target_for("node00001").firmware == {"vbios": NEW["vbios"]}
+    # both models given: each node its own, the A100s never the H200's VBIOS
+    plan = make_plan(state, NEW["driver"], names, policy, now=fleet.sim.now, force=True,
+                     firmware_by_model={"NVIDIA H200": {"vbios": NEW["vbios"]}, A100: {"vbios": "92.00.45.00.06"}})
+    assert not plan.skipped
+    assert {n: plan.target_for(n).firmware["vbios"] for n in names} == {
+        **{f"node0000{i}": NEW["vbios"] for i in (1, 2, 3)}, **{f"node0000{i}": "92.00.45.00.06" for i in (4, 5, 6)}}
+    # a canary per model and firmware, and the template gets each node's own
+    rec = Recording()
+    path = tmp_path / "upgrade.j2"
+    path.write_text("{{ node }} {% for c, v in target_firmware.items() %}{{ c }}={{ v }}{% endfor %}")
+    policy = replace(policy, maintain=replace(policy.maintain, upgrade_template=str(path)))
+    store = Store(str(tmp_path / "maintain.db"))
+    store.create_rollout(plan.to_dict(), at=fleet.sim.now)
+    engine = Engine(store, fleet.slurm, policy, rec, clock=lambda: fleet.sim.now)
+    engine.step(plan.id)
+    engine.step(plan.id)
+    assert sorted(rec.scripts.values()) == ["node00001 vbios=96.00.AF.00.01", "node00004 vbios=92.00.45.00.06"]
+    # a target for a model no node has is refused, naming the models there are
+    with pytest.raises(PlanError, match=r"matches no node's GPU model \(here: NVIDIA A100-SXM4-80GB, NVIDIA H200\)"):
+        make_plan(state, None, names, policy, now=fleet.sim.now, firmware_by_model={"NVIDIA H100": {"vbios": "x"}})
+
+
+def test_cli_firmware_per_model_on_the_sample_fleet(tmp_path):
+    from support import REPO, trusted
+
+    base = ["maintain", "plan", "--fleet", str(REPO / "etc" / "sample-fleet.json"), "--config",
+            str(trusted(REPO / "etc" / "gpufleet.toml")), "--nodes", "gpu[001-032],a100-[01-08]", "--json"]
+    r = run_cli(*base, "--target-firmware", "NVIDIA H200:vbios=96.00.AF.00.01")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    planned = {n for w in plan["waves"] for n in w["nodes"]}
+    assert planned and not any(n.startswith("a100") for n in planned)  # no H200 VBIOS on an A100
+    assert plan["firmware_by_model"] == {"NVIDIA H200": {"vbios": "96.00.AF.00.01"}}
+    r = run_cli(*base, "--target-firmware", "NVIDIA H100:vbios=96.00.AF.00.01")
+    assert r.returncode == 2 and b"matches no node's GPU model" in r.stderr and len(r.stderr.splitlines()) == 1

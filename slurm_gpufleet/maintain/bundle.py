@@ -67,6 +67,30 @@ def parse_firmware(specs: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
+def parse_firmware_targets(specs: tuple[str, ...] | list[str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """`--target-firmware` options, each `COMPONENT=VERSION` (every node) or `MODEL:COMPONENT=VERSION`
+    (the nodes whose GPUs are that model, as the fleet names it: `NVIDIA H200:vbios=96.00.AF.00.01`) ->
+    (for every node, per model).  ValueError says which option is wrong."""
+    common: list[str] = []
+    per: dict[str, list[str]] = {}
+    for spec in specs:
+        head, sep, _ = spec.partition("=")
+        if sep and ":" in head:
+            model, _, rest = spec.partition(":")
+            if not model.strip():
+                raise ValueError(f"--target-firmware {spec!r}: no GPU model before ':' (e.g. 'NVIDIA H200:vbios=...')")
+            per.setdefault(model.strip(), []).append(rest)
+        else:
+            common.append(spec)
+    return parse_firmware(common), {m: parse_firmware(s) for m, s in per.items()}
+
+
+def firmware_for(model: str | None, by_model: dict[str, dict[str, str]]) -> dict[str, str] | None:
+    """The firmware target of a GPU model (matched as the fleet names it, case aside), or None."""
+    key = (model or "").strip().lower()
+    return next((fw for m, fw in by_model.items() if m.strip().lower() == key), None)
+
+
 def published(data: dict[str, Any] | None) -> Bundle:
     """The bundle a node's published summary shows."""
     data = data or {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .bundle import Bundle
+from .bundle import Bundle, firmware_for
 
 INF = float("inf")
 
@@ -61,10 +61,21 @@ class Plan:
     domains_from: str | None = None
     # domain -> {"state": planned | skipped | waits, "why"}: whole domains and members held by others
     domain_states: dict[str, dict[str, str]] = field(default_factory=dict)
+    # firmware per GPU model (`--target-firmware MODEL:COMPONENT=VERSION`), over `target_firmware`; and the
+    # model of each planned node, to pick it
+    firmware_by_model: dict[str, dict[str, str]] = field(default_factory=dict)
+    node_models: dict[str, str] = field(default_factory=dict)
 
     @property
     def target(self) -> Bundle:
         return Bundle(self.target_driver, self.target_kernel, dict(self.target_firmware))
+
+    def target_for(self, node: str) -> Bundle:
+        """What this node moves to: the target, with its GPU model's firmware."""
+        if not self.firmware_by_model:
+            return self.target
+        fw = firmware_for(self.node_models.get(node), self.firmware_by_model) or {}
+        return Bundle(self.target_driver, self.target_kernel, {**self.target_firmware, **fw})
 
     def previous_bundle(self, node: str) -> Bundle:
         """The node's recorded bundle; a plan from before bundles recorded its driver alone."""

@@ -20,7 +20,7 @@ from ..checks.compatibility import branch_refused
 from ..hostlist import fold_short
 from ..policy import MaintainSettings, Policy
 from ..slurm.ownership import ROLLOUT_RESERVATION_PREFIX
-from .bundle import Bundle, at_least, unpublished, wanted
+from .bundle import Bundle, at_least, firmware_for, unpublished, wanted
 from .domains import Domains
 from .fleet import FleetState
 from .plan import INF, Plan, PlanError, Wave
@@ -49,7 +49,7 @@ def all_at(current: Bundle, target: Bundle) -> bool:
     return all(have.get(k) == v for k, v in target.parts().items())
 
 
-def requirement_problems(fleet: FleetState, names: list[str], bundle: Bundle, policy: Policy,
+def requirement_problems(fleet: FleetState, names: list[str], target_of: Any, policy: Policy,
                          groups: dict[str, str]) -> dict[str, list[str]]:
     """Per node group, the [[requires]] rows the bundle breaks (driver branch -> minimum firmware): each
     node's driver and firmware after the rollout against the rows of that driver's branch.  One line each."""
@@ -58,7 +58,7 @@ def requirement_problems(fleet: FleetState, names: list[str], bundle: Bundle, po
         return out
     broken: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     for name in names:
-        after = wanted(bundle, fleet.nodes[name].bundle)
+        after = wanted(target_of(name), fleet.nodes[name].bundle)
         if not after.driver:
             continue
         for row in policy.requires:
@@ -136,15 +136,18 @@ def gate(fleet: FleetState, names: list[str], target: str | None, policy: Policy
 def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: Policy, *,
               strategy: str = "reservation", now: float | None = None, force: bool = False, today=None,
               deadline: float | None = None, stop_jobs: str = "earliest", kernel: str | None = None,
-              firmware: dict[str, str] | None = None, domains: Domains | None = None) -> Plan:
+              firmware: dict[str, str] | None = None, domains: Domains | None = None,
+              firmware_by_model: dict[str, dict[str, str]] | None = None) -> Plan:
     """`target`: the driver (None: each node keeps its own); `kernel`, `firmware`: the rest of the bundle,
-    all moved in one drain per node."""
+    all moved in one drain per node; `firmware_by_model`: GPU model -> its firmware (over `firmware`), a
+    node of a model without one left out."""
     import datetime as dt
 
     if strategy not in STRATEGIES:
         raise PlanError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
     bundle = Bundle(target, kernel, dict(firmware or {}))
-    if bundle.empty:
+    by_model = {m: dict(fw) for m, fw in (firmware_by_model or {}).items() if fw}
+    if bundle.empty and not by_model:
         raise PlanError("nothing to roll out: give --target-driver, --target-kernel or --target-firmware")
     if target is not None:
         try:
@@ -154,23 +157,36 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     missing = [n for n in names if n not in fleet.nodes]
     if missing:
         raise PlanError(f"{len(missing)} node(s) not in the fleet: {fold_short(missing, 80)}")
+    models_here = {fleet.nodes[n].model or "unknown" for n in names}
+    for model in by_model:  # a target for no node here is a typo, or the wrong fleet: never silently nothing
+        if not any(firmware_for(m, {model: {}}) is not None for m in models_here):
+            raise PlanError(f"--target-firmware for {model!r} matches no node's GPU model "
+                            f"(here: {', '.join(sorted(models_here))})")
     now = time.time() if now is None else now
     today = today or dt.date.fromtimestamp(now)
     s: MaintainSettings = policy.maintain
     gate_result, groups = gate(fleet, names, target, policy, today)
-    for group, problems in requirement_problems(fleet, names, bundle, policy, groups).items():
+    node_models = {n: fleet.nodes[n].model or "" for n in names} if by_model else {}
+
+    def target_of(name: str) -> Bundle:
+        fw = firmware_for(node_models.get(name), by_model) or {}
+        return Bundle(target, kernel, {**bundle.firmware, **fw})
+
+    for group, problems in requirement_problems(fleet, names, target_of, policy, groups).items():
         gate_result[group]["problems"] += problems
         gate_result[group]["ok"] = not gate_result[group]["problems"]
     refused = any(not g["ok"] for g in gate_result.values())
-    plan_id = hashlib.sha1(f"{bundle.label()}|{','.join(sorted(names))}|{now}".encode()).hexdigest()[:8]
+    per_model = "|".join(f"{m}:{sorted(fw.items())}" for m, fw in sorted(by_model.items()))
+    plan_id = hashlib.sha1(f"{bundle.label()}|{per_model}|{','.join(sorted(names))}|{now}".encode()).hexdigest()[:8]
     plan = Plan(id=plan_id, created=now, target_driver=target, strategy=strategy, node_count=len(names),
                 budget={}, gate=gate_result, forced=force and refused, refused=refused and not force,
                 groups=groups, previous_drivers={n: fleet.nodes[n].driver for n in names},
                 assumptions={"upgrade_minutes": s.upgrade_minutes,
                              "free_at": "running jobs' EndTime (start + time limit); no time limit = never free"},
                 target_kernel=kernel, target_firmware=dict(firmware or {}),
-                previous={n: fleet.nodes[n].bundle.to_dict() for n in names})
-    not_published = unpublished(bundle)
+                previous={n: fleet.nodes[n].bundle.to_dict() for n in names},
+                firmware_by_model=by_model, node_models=node_models)
+    not_published = sorted(set(unpublished(bundle)).union(*(unpublished(Bundle(firmware=fw)) for fw in by_model.values())))
     if not_published:
         plan.assumptions["validated_by_exit_status_only"] = not_published
     if plan.refused:
@@ -180,8 +196,12 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     todo: list[str] = []
     for name in names:
         node = fleet.nodes[name]
-        if all_at(node.bundle, bundle):
-            plan.skipped.append({"node": name, "why": f"already at {bundle.label()}"})
+        mine = target_of(name)
+        if by_model and firmware_for(node_models[name], by_model) is None:
+            plan.skipped.append({"node": name, "why": f"no firmware target for its GPU model {node.model or 'unknown'} "
+                                                      "(--target-firmware 'MODEL:COMPONENT=VERSION')"})
+        elif all_at(node.bundle, mine):
+            plan.skipped.append({"node": name, "why": f"already at {mine.label()}"})
         elif (node.held or name in others) and not s.upgrade_held_nodes:
             why = f"reservation {others[name]}" if name in others else \
                 f"{node.state}+{'+'.join(node.flags)} ({node.reason or 'no reason'})"
@@ -191,7 +211,8 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
 
     doms = (domains or Domains()).restricted(names)
     plan.domains, plan.domains_from = doms.to_plan()
-    whole = bool(doms) and (s.whole_domain or bool(set(bundle.firmware) & set(s.domain_wide)))
+    moved = set(bundle.firmware).union(*(set(fw) for fw in by_model.values()))
+    whole = bool(doms) and (s.whole_domain or bool(moved & set(s.domain_wide)))
     if whole and not s.upgrade_held_nodes:
         todo = _held_domains(plan, doms, todo, s.domain_member_held)
 

@@ -385,7 +385,8 @@ class Engine:
                 self._apply(v, row, Outcome(S.SKIPPED, "rolled back before its upgrade"), m)
             elif st in (S.DONE, S.FAILED, S.UPGRADING, S.RETURNING, S.VALIDATING, S.TESTING):
                 back = v.bundle(row)
-                unknown = [part for part in ("driver", *v.plan.target.parts()) if part not in back.parts()]
+                unknown = [part for part in ("driver", *v.plan.target_for(row["node"]).parts())
+                           if part not in back.parts()]
                 if unknown:  # what it ran before is not known: nothing to return it to
                     if st not in S.FINAL:
                         why = f"no previous {' or '.join(dict.fromkeys(unknown))} recorded"

@@ -37,6 +37,8 @@ def _dur(seconds: float) -> str:
 def text(plan: Plan, width: int = 100) -> str:
     lines = [f"rollout {plan.id}: {plan.target.named()} on {plan.node_count} node(s), strategy {plan.strategy}"
              + (" (FORCED past the compatibility gate)" if plan.forced else "")]
+    for model, fw in sorted(plan.firmware_by_model.items()):
+        lines.append(f"  firmware for {model}: " + ", ".join(f"{c} {v}" for c, v in sorted(fw.items())))
     for group, g in plan.gate.items():
         mark = "ok " if g["ok"] else "NO "
         lines.append(f"  gate {mark} {group}: {g['nodes']} node(s), {', '.join(g['models']) or 'models unknown'}; "

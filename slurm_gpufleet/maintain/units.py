@@ -187,7 +187,7 @@ class StepView:
     def bundle(self, row: dict[str, Any]) -> Bundle:
         """What the node must show once this direction is done with it: its driver, and every other part
         the plan moves (forward: the target's; back: the node's recorded bundle's)."""
-        target = self.plan.target
+        target = self.plan.target_for(row["node"])
         if self.backward:
             back = restricted(self.plan.previous_bundle(row["node"]), target)
             return Bundle(self.driver(row), back.kernel, back.firmware)
