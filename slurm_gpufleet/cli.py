@@ -23,23 +23,31 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def _load_policy(config: str | None, trusted: bool = False):
+def _load_policy(config: str | None, trusted: bool = False, read_only: bool = False):
     """trusted: the command runs programs or writes state as root (maintain, breaker): a config, template,
-    program or state path others could write is refused in one line, exit 2 (slurm_gpufleet/trust.py)."""
+    program or state path others could write is refused in one line, exit 2 (slurm_gpufleet/trust.py), the
+    config judged before it is parsed.  read_only: the command runs nothing and writes nothing as root
+    (`plan --fleet`, `fleet --fleet`, `simulate`): an untrusted config is read, with one warning line."""
     from .policy import PolicyError, config_path, load_policy
+    from .trust import problem, refusals
 
     path, required = config_path(config)
     if path is not None and not required and not os.path.exists(path):
         path = None
+    if trusted and not read_only and path is not None:
+        first = problem(path)  # before a byte of it is parsed
+        if first:
+            _fail(f"refused: {first.line()}", exitcodes.USAGE)
     try:
         policy = load_policy(path)
     except PolicyError as exc:
         _fail(str(exc), exitcodes.USAGE)
-    if trusted:
-        from .trust import refusals
-
+    if trusted or read_only:
         refused = refusals(policy)
-        if refused:
+        if refused and read_only:
+            click.echo(f"slurm-gpufleet: warning: {refused[0].line()} (read only here: nothing runs as root)",
+                       err=True)
+        elif refused:
             _fail(f"refused: {refused[0].line()}", exitcodes.USAGE)
     return policy
 
@@ -428,14 +436,21 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
     read = _read_timeout_of(config or os.path.join(prefix, "etc", "gpufleet.toml"))
     items = plan_install(prefix, python or sys.executable, config, slurm_conf, interval, reboot_program,
                          version, read, node_state)
+    from .install import make_state_dir
     from .trust import problem
 
-    # what slurmd will run as root, and the config it reads, must be root's alone (trust.py)
-    refused = [r for r in (problem(str(item.path)) for item in items) if r]
+    # what slurmd will run as root, and the config it reads, must be root's alone (trust.py); so must the
+    # interpreter the wrappers name and the package it imports (this one's, when it is this interpreter)
+    judged = [str(item.path) for item in items] + [python or sys.executable]
+    if not python or os.path.realpath(python) == os.path.realpath(sys.executable):
+        judged.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    refused = [r for r in (problem(p) for p in judged) if r]
     if refused and not dry_run:
         _fail(f"refused: {refused[0].line()}", exitcodes.USAGE)
+    state_dir = _state_dir_of(config or os.path.join(prefix, "etc", "gpufleet.toml"))
     try:
         report = apply_install(items, dry_run)
+        report += make_state_dir(state_dir, dry_run)
     except OSError as exc:
         _fail(f"{getattr(exc, 'filename', None) or prefix}: {exc.strerror or exc}", exitcodes.USAGE)
     for what, path in report:
@@ -443,13 +458,23 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
     for line in dict.fromkeys(f"{r.where}: {r.why}" for r in refused):
         click.echo(f"{'would refuse':<14} {line}")
     if not dry_run:
-        left = [r for r in (problem(str(item.path)) for item in items) if r]
+        left = [r for r in (problem(p) for p in [*judged, state_dir]) if r]
         click.echo(f"{'trusted':<14} every path above: owned by {'root' if os.geteuid() == 0 else 'you'}, "
                    "writable by no one else" if not left else f"{'refused':<14} {left[0].line()}")
     conf = items[-1]
     click.echo(f"\nAdd to slurm.conf (also in {conf.path}), then `scontrol reconfigure`:\n")
     click.echo(conf.text, nl=False)
     _health_check_notes(interval, read, version)
+
+
+def _state_dir_of(config: str) -> str:
+    """The state directory the installed programs will use: the config's, or the packaged default."""
+    from .policy import PolicyError, default_policy, load_policy
+
+    try:
+        return (load_policy(config) if os.path.exists(config) else default_policy()).slurm.state_dir
+    except PolicyError:
+        return default_policy().slurm.state_dir
 
 
 def _cache_dir(policy) -> str | None:
@@ -518,7 +543,7 @@ def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_jso
         return
     from .maintain.inventory import inventory, inventory_text
 
-    policy = _load_policy(config)
+    policy = _load_policy(config, read_only=bool(fleet_file))
     inv = inventory(_fleet(policy, fleet_file), policy)
     click.echo(json.dumps(inv, indent=1) if as_json else inventory_text(inv))
 
@@ -528,8 +553,8 @@ def maintain() -> None:
     """Staged driver upgrades between jobs: plan, apply, status, resume, abort, rollback."""
 
 
-def _maintain_policy(policy_file: str | None, config: str | None):
-    return _load_policy(policy_file or config, trusted=True)
+def _maintain_policy(policy_file: str | None, config: str | None, read_only: bool = False):
+    return _load_policy(policy_file or config, trusted=not read_only, read_only=read_only)
 
 
 @maintain.command("plan")
@@ -585,7 +610,7 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
         _fail(str(exc), exitcodes.USAGE)
     if not (target_driver or target_kernel or firmware or firmware_by_model):
         _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware", exitcodes.USAGE)
-    policy = _with_budget(_maintain_policy(policy_file, config), max_unavailable)
+    policy = _with_budget(_maintain_policy(policy_file, config, read_only=bool(fleet_file)), max_unavailable)
     try:
         names = list(NodeSet(nodeset))
     except NodeSetException as exc:
@@ -918,7 +943,7 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     if not replay and plot_file:
         _fail("--plot draws the replay: not with --no-replay", exitcodes.USAGE)
 
-    policy = _with_budget(_load_policy(policy_file), max_unavailable)
+    policy = _with_budget(_load_policy(policy_file, read_only=True), max_unavailable)
     budget = policy.maintain.max_unavailable
     try:
         assume_limit(3600, time_limit_assumption)

@@ -171,6 +171,20 @@ def apply_install(items: list[Item], dry_run: bool) -> list[tuple[str, Path]]:
     return report
 
 
+def make_state_dir(path: str, dry_run: bool) -> list[tuple[str, Path]]:
+    """The programs' state directory, root's alone (0700) when this install makes it; one that exists is
+    left as it is (trust.py judges it)."""
+    state = Path(path)
+    if state.exists():
+        return [("kept (exists)", state)]
+    if dry_run:
+        return [("would make", state)]
+    _make_dirs(state.parent)
+    state.mkdir(mode=0o700)
+    state.chmod(0o700)
+    return [("made", state)]
+
+
 def _make_dirs(path: Path) -> None:
     """Directories that pass the trust rule (trust.py) whatever the umask: 0755, the caller's own."""
     missing = []

@@ -12,9 +12,10 @@ The one exception: `[slurm] trusted_group` (a group name) may hold group write o
 names (template, state directory, databases, breaker file) and their directories.  The config file and
 its own directories are judged without it: a file cannot vouch for itself.
 
-Paths judged (`policy_paths`): the config file, the upgrade template, every program the config names
-(`[slurm] scontrol`, and the squeue/sinfo/sacct beside it), the state directory, the rollout database and
-the breaker file.  What each program does on refusal is the caller's: the hooks fall back to the packaged
+Paths judged (`policy_paths`): the config file (before it is parsed), the upgrade template, every
+program the config names (`[slurm] scontrol`, and the squeue/sinfo/sacct beside it; the programs of
+`lemon_check` and `validation_job` where they name one by absolute path), the state directory, the
+rollout database and the breaker file.  What each program does on refusal is the caller's: the hooks fall back to the packaged
 defaults and say so; `maintain`, `install` and `breaker` refuse.
 """
 
@@ -35,7 +36,18 @@ class Refusal:
 
     def line(self) -> str:
         named = "" if self.where == self.path else f" (for {self.path})"
-        return f"{self.where}{named}: {self.why}: not trusted (owned by root, writable by no one else)"
+        return (f"{self.where}{named}: {self.why}: not trusted (owned by root, writable by no one else); "
+                f"{self.fix()}")
+
+    def fix(self) -> str:
+        """What to do, in one clause: the command that makes `where` pass, or where to move the file."""
+        if "writable by others" in self.why and "sticky" in self.why and self.where != self.path:
+            return f"move it out of {self.where} (a shared directory), e.g. to /etc/slurm-gpufleet/"
+        if self.why.startswith("owned by"):
+            return f"fix: chown root {self.where}, or move it where root owns every directory"
+        if self.why.startswith("writable"):
+            return f"fix: chmod go-w {self.where}"
+        return "move it where root owns every directory, writable by no one else"
 
 
 def _owner(uid: int) -> str:
@@ -117,7 +129,23 @@ def policy_paths(policy) -> tuple[list[str], list[str]]:
     named += [s.state_dir, s.breaker_path, s.lemon_path, m.db]
     if m.upgrade_template:
         named.append(m.upgrade_template)
+    # the programs the jobs it submits run (as root where root submits them): the command line's program
+    named += [p for p in (program_of(s.lemon_check), program_of(m.validation_job)) if p]
     return own, named
+
+
+def program_of(command: str | None) -> str | None:
+    """The program a shell command line runs, when it names one by absolute path (else the job's PATH
+    finds it, which is Slurm's to judge)."""
+    import shlex
+
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return None
+    while words and "=" in words[0] and not words[0].startswith("/"):
+        words = words[1:]  # VAR=value before the program
+    return words[0] if words and words[0].startswith("/") else None
 
 
 def refusals(policy, *, uid: int | None = None) -> list[Refusal]:

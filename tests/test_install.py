@@ -40,7 +40,11 @@ def test_install_writes_runnable_wrappers_and_is_idempotent(tmp_path):
     skeleton.write_text("[defaults]\nexpected_gpus = 8\n")
     r = run_cli("install", "--prefix", str(prefix), "--interval", "120")
     out = r.stdout.decode()
-    assert r.returncode == 0 and "wrote" not in out and out.count("unchanged") == 4 and out.count("kept") == 2
+    assert r.returncode == 0 and "wrote" not in out and out.count("unchanged") == 4 and out.count("kept") == 3
+    # (the third: the programs' state directory, made root's alone by the first run if it was missing)
+    state = next(line.split()[-1] for line in out.splitlines() if line.startswith("kept") and "gpufleet.toml"
+                 not in line and "upgrade.sh.j2" not in line)
+    assert state == load_policy(None).slurm.state_dir and not os.stat(state).st_mode & 0o022
     assert skeleton.read_text() == "[defaults]\nexpected_gpus = 8\n"
     # a changed setting rewrites only what depends on it
     out = run_cli("install", "--prefix", str(prefix), "--interval", "60").stdout.decode()

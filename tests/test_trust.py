@@ -71,7 +71,12 @@ def test_each_refused_case(tree, case):
         want = (str(other), "owned by nobody")
     r = trust.problem(str(path), uid=0)
     assert r is not None and (r.where, r.why) == want, r
-    assert r.line().endswith("not trusted (owned by root, writable by no one else)")
+    # the line says what to do
+    fix = {"owner": f"fix: chown root {want[0]}", "group-writable": f"fix: chmod go-w {want[0]}",
+           "other-writable": f"fix: chmod go-w {want[0]}", "writable parent": f"fix: chmod go-w {want[0]}",
+           "sticky parent": f"move it out of {want[0]} (a shared directory)",
+           "symlink to untrusted": f"fix: chown root {want[0]}"}[case]
+    assert "not trusted (owned by root, writable by no one else); " + fix in r.line()
 
 
 @needs_root
@@ -160,3 +165,54 @@ def test_apply_checks_the_plan_file_and_slurm_before_it_records_anything(tmp_pat
     assert r.returncode == 2 and len(err.splitlines()) == 1 and f"{plan}: writable by others" in err, err
     assert "write the plan where only root can" in err
     assert not (tmp_path / "maintain.db").exists()
+
+
+@needs_root
+def test_the_edges_a_config_judged_before_parsing_programs_of_jobs_interpreter_read_only_commands(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp is
+    # a config others could write is refused before it is parsed: a broken one says "refused", not a
+    # parse error (nothing of it was read)
+    broken = shared / "site.toml"
+    broken.write_text("[maintain\nnot toml at all")
+    r = run_cli("breaker", "status", "--config", str(broken))
+    err = r.stderr.decode().strip()
+    assert r.returncode == 2 and "refused" in err and "move it out of" in err and "TOML" not in err, err
+    # and the health check runs on the packaged defaults, with its ALERT, instead of "config error"
+    (tmp_path / "node").mkdir()
+    bin_dir, gpus, env = setup(tmp_path / "node")
+    calls, _, r = healthcheck(bin_dir, {**env, "SLURM_GPUFLEET_CONFIG": str(broken)})
+    assert "ALERT gpufleet config refused" in r.stderr and "config error" not in r.stderr, r.stderr
+    # the program a validation job or the deep check runs is judged as the config's own programs are
+    tpl = tmp_path / "upgrade.sh.j2"
+    tpl.write_text("echo hi\n")
+    config = tmp_path / "site.toml"
+    for key, section in (("validation_job", "maintain"), ("lemon_check", "slurm")):
+        config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\n'
+                          + (f'{key} = "{shared}/check.sh --deep"\n' if section == "slurm" else "")
+                          + f'[maintain]\nupgrade_template = "{tpl}"\ndb = "{tmp_path}/maintain.db"\n'
+                          + (f'{key} = "NCCL_DEBUG=WARN {shared}/check.sh --deep"\n' if section == "maintain" else ""))
+        r = run_cli("maintain", "status", "--config", str(config))
+        err = r.stderr.decode().strip()
+        assert r.returncode == 2 and f"{shared}/check.sh" in err and "sticky" in err, (key, err)
+    # read-only commands read an untrusted config, with one warning line, all alike
+    sample = REPO / "etc" / "sample-fleet.json"
+    untrusted = shared / "read.toml"
+    untrusted.write_text("[maintain]\nmax_unavailable = 3\n")
+    warnings = set()
+    for argv in (("fleet", "--fleet", str(sample)),
+                 ("maintain", "plan", "--fleet", str(sample), "--nodes", "gpu[001-004]", "--target-driver",
+                  "580.159.04"),
+                 ("maintain", "simulate", "--nodes", "4", "--no-replay", "--seeds", "1")):
+        r = run_cli(*argv, "--config", str(untrusted))
+        lines = [line for line in r.stderr.decode().splitlines() if "trials:" not in line]  # (progress)
+        assert r.returncode == 0 and len(lines) == 1 and "warning" in lines[0], (argv, r.stderr)
+        warnings.add(lines[0])
+    assert len(warnings) == 1 and "read only here: nothing runs as root" in warnings.pop()
+    # install judges the interpreter the wrappers will run
+    (shared / "python3").symlink_to(sys.executable)
+    r = run_cli("install", "--prefix", str(tmp_path / "opt"), "--python", str(shared / "python3"))
+    err = r.stderr.decode().strip()
+    assert r.returncode == 2 and f"refused: {shared}" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "opt").exists()

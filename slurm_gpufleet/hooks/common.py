@@ -67,14 +67,17 @@ def _setup(hook: str, config: str | None, node: str | None, job: str | None = No
     node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     setup_logging(hook, node, job)
     path, required = config_path(config)
+    from ..trust import problem, refusals
+
+    path = path if (required or (path and os.path.exists(path))) else None
+    # judged before a byte of it is parsed: a file others could write never reaches the parser
+    first = problem(path) if path else None
     try:
-        policy = load_policy(path if (required or (path and os.path.exists(path))) else None)
+        policy = default_policy() if first else load_policy(path)
     except PolicyError as exc:
         log.error("config error, no action taken: %s", exc)
         return None
-    from ..trust import refusals
-
-    refused = refusals(policy)
+    refused = [first] if first else refusals(policy)
     if refused:
         # a config someone else could have written must not choose what root runs: the packaged defaults
         # run instead, and the node says so (`fleet` lists it); jobs are not failed for it
