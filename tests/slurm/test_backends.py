@@ -184,3 +184,67 @@ def test_what_differs_by_release_is_handled(mc, release_env):
     if r.returncode == 0:
         mc.run("scontrol", "reboot", "cancel", "n4", check=False)
     assert r.returncode != 0 and "Valid states: DOWN, RESUME" in r.stderr, r.stderr
+
+
+def test_the_in_memory_slurm_shows_what_real_slurm_shows(mc, release_env):
+    """The simulator's Slurm (maintain/simslurm.py) against the real one: one scenario of the writes a
+    rollout makes, each through the same backend method; after each, what the two show must be the same
+    (a reason with quotes and past 120 characters, a reason change, a resume, a reservation's create,
+    update, postpone and delete, a reboot)."""
+    import time
+
+    from slurm_gpufleet.maintain.simulate import SimFleet
+
+    real = CommandBackend(mc.run("which", "scontrol").stdout.strip())
+    fleet = SimFleet(len(mc.nodes), now=time.time())
+    for node, name in zip(fleet.sim.nodes, mc.nodes, strict=True):
+        node.name = name
+    fleet.slurm.index = {n.name: n for n in fleet.sim.nodes}
+    sim = fleet.slurm
+    name = "gpufleet_contract_s1"
+
+    def nodes(backend, names):
+        return {i.name: (i.drained, i.reason) for i in backend.nodes() if i.name in names}
+
+    def reservations(backend, t0):
+        return {r.name: (sorted(r.nodes), round(r.start - t0), round(r.end - t0), "MAINT" in r.flags)
+                for r in backend.reservations() if r.name.startswith("gpufleet_contract")}
+
+    def both(method, *args):
+        for backend in (real, sim):
+            getattr(backend, method)(*args)
+
+    quoted = ('gpufleet: maintain c0ffee01 failed: validation failed: "nvidia-smi" said \'GPU 3 has fallen off the '
+              'bus\' after 2 reboots; driver 595.71.05 + kernel 6.1.0-31-amd64 + vbios 96.00.AF.00.01 + inforom G525')
+    try:
+        both("drain_nodes", ["n3", "n4"], quoted)
+        shown = nodes(real, {"n3", "n4"})
+        assert shown == nodes(sim, {"n3", "n4"}) and all(d for d, _ in shown.values())
+        assert '"' not in shown["n3"][1] and len(shown["n3"][1]) <= 120, shown
+        both("set_reason_nodes", ["n3"], "gpufleet: maintain c0ffee01 upgrading to 595.71.05")
+        assert nodes(real, {"n3", "n4"}) == nodes(sim, {"n3", "n4"})
+        both("resume_nodes", ["n3", "n4"])
+        mc.wait(lambda: not any(d for d, _ in nodes(real, {"n3", "n4"}).values()), 10, "n3, n4 resumed")
+        assert nodes(real, {"n3", "n4"}) == nodes(sim, {"n3", "n4"}) == {"n3": (False, ""), "n4": (False, "")}
+
+        t0 = float(int(time.time()) + 3600)
+        both("create_reservation", name, ["n5", "n6"], t0, 90)
+        assert reservations(real, t0) == reservations(sim, t0) == {name: (["n5", "n6"], 0, 5400, True)}
+        both("update_reservation", name, ["n5"])
+        assert reservations(real, t0) == reservations(sim, t0) == {name: (["n5"], 0, 5400, True)}
+        both("postpone_reservation", name, t0 + 1800)
+        assert reservations(real, t0) == reservations(sim, t0) == {name: (["n5"], 1800, 7200, True)}
+        both("delete_reservation", name)
+        assert reservations(real, t0) == reservations(sim, t0) == {}
+
+        # rebooted: slurmd registers again (a mini-cluster's "reboot" restarts it; the host keeps its boot time)
+        boots = [{i.name: i.slurmd_start for i in b.nodes()}["n7"] for b in (real, sim)]
+        both("reboot_asap_nodes", ["n7"], "gpufleet: maintain c0ffee01 reboot", "RESUME")
+        mc.wait(lambda: nodes(real, {"n7"}) == {"n7": (False, "")} and mc.state("n7") == "IDLE", 60, "n7 rebooted")
+        assert nodes(real, {"n7"}) == nodes(sim, {"n7"}) == {"n7": (False, "")}
+        for b, before in zip((real, sim), boots, strict=True):
+            mc.wait(lambda b=b, before=before: {i.name: i.slurmd_start for i in b.nodes()}["n7"] != before, 30,
+                    "n7's slurmd start")
+    finally:
+        mc.run("scontrol", "delete", f"reservationname={name}", check=False)
+        mc.run("scontrol", "update", "nodename=n3,n4", "state=resume", check=False)
