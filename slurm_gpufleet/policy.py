@@ -393,7 +393,8 @@ class MaintainSettings:
     # what widens a wave: "validated" (its nodes came back healthy on the new driver) or "evidence"
     # (also: canary against control over the same hours, maintain/evidence.py, rules "worse" out)
     gate: str = setting("validated", _choice("validated", "evidence"))
-    gate_signals: tuple[str, ...] = setting(("xid_soft", "xid_hard", "ecc", "verdict", "job_fail"), _signals)
+    gate_signals: tuple[str, ...] = setting(("xid_soft", "xid_hard", "ecc", "verdict", "job_fail", "row_remap"),
+                                            _signals)
     # "worse" means this many times the control's rate, judged at this confidence
     gate_worse_ratio: float = setting(2.0, _between(1.0, float("inf")))
     gate_confidence: float = setting(0.95, _between(0.5, 1.0))

@@ -41,6 +41,7 @@ Summary = TypedDict("Summary", {
     "xs": int,                    # soft Xid events since boot (the evidence gate)
     "xh": int,                    # hard Xid events since boot
     "ecc": int,                   # volatile ECC errors since the driver loaded
+    "rr": int,                    # rows remapped, correctable and uncorrectable, all GPUs (kept across boots)
     "f": str,                     # the worst finding's message, when it is reboot or drain
     "bw": int,                    # the slowest GPU's memory bandwidth, GB/s (deep check)
     "bwgpu": int,                 # which GPU that is
@@ -155,7 +156,8 @@ def fabric_fields(s: NodeSnapshot) -> dict[str, str | int]:
 def event_counters(s: NodeSnapshot) -> dict[str, int]:
     """Counters since this boot, for a rollout's evidence gate (maintain/evidence.py), which counts their
     increase per node-hour: `xs` soft Xid events (the catalog's severity below reboot), `xh` the others,
-    `ecc` volatile ECC errors (reset by the reboot or driver reload).  Zero counters are left out."""
+    `ecc` volatile ECC errors (reset by the reboot or driver reload), `rr` rows remapped (kept across boots:
+    only their growth counts).  Zero counters are left out."""
     from .catalog import xid_info
     from .findings import RANK
 
@@ -176,4 +178,8 @@ def event_counters(s: NodeSnapshot) -> dict[str, int]:
               if isinstance(v, int) and not isinstance(v, bool))
     if ecc:
         out["ecc"] = ecc
+    remapped = sum(v for g in s.gpus for v in (g.remapped_rows.correctable, g.remapped_rows.uncorrectable)
+                   if isinstance(v, int) and not isinstance(v, bool))
+    if remapped:  # HBM rows retired by the driver: their growth under a new driver is a signal
+        out["rr"] = remapped
     return out

@@ -349,3 +349,13 @@ def test_every_key_the_summary_carries_is_a_declared_one():
     assert {"fab", "clq", "cuid", "xh", "xs", "f", "bw", "bwgpu", "t", "v", "drv"} <= set(data)
     assert set(data) <= set(Summary.__annotations__), set(data) - set(Summary.__annotations__)
     assert "is" in Summary.__annotations__ and data["f"] == "row remap failed" and data["bwgpu"] == 1
+
+
+def test_rows_remapped_are_published_for_the_evidence_gate():
+    from slurm_gpufleet.summary import event_counters
+
+    snap = read(session("gb200-tray"))
+    before = event_counters(snap).get("rr", 0)
+    snap.gpus[0].remapped_rows.correctable = (snap.gpus[0].remapped_rows.correctable or 0) + 2
+    snap.gpus[1].remapped_rows.uncorrectable = (snap.gpus[1].remapped_rows.uncorrectable or 0) + 1
+    assert event_counters(snap)["rr"] == before + 3

@@ -25,22 +25,23 @@ def publish_old(fleet):
                               "t": "2020-01-01T00:00:00Z"})
 
 
-def soft_events(fleet, rng, rate_per_node_h, effect, dt):
-    """Soft Xids on every node in service, `effect` times as many on upgraded ones."""
+def soft_events(fleet, rng, rate_per_node_h, effect, dt, key="xs"):
+    """Soft Xids (or another published counter) on every node in service, `effect` times as many on
+    upgraded ones."""
     for n in fleet.sim.nodes:
         if n.out(fleet.sim.now) or not n.extra:
             continue
         data = json.loads(n.extra)
         k = poisson(rng, rate_per_node_h * dt / 3600 * (effect if n.upgraded else 1.0))
         if k:
-            data["xs"] = data.get("xs", 0) + k
+            data[key] = data.get(key, 0) + k
             n.extra = json.dumps(data)
 
 
-def drive_gated(tmp_path, effect, seed=1, crash_every=None, steps=400, prepare=None):
+def drive_gated(tmp_path, effect, seed=1, crash_every=None, steps=400, prepare=None, key="xs", base=GATED):
     fleet = SimFleet(40)
     publish_old(fleet)
-    engine, store, plan, executor = rollout(tmp_path, fleet, base=GATED)
+    engine, store, plan, executor = rollout(tmp_path, fleet, base=base)
     if prepare:
         prepare(fleet, store, plan)
     rng = random.Random(seed)
@@ -53,7 +54,7 @@ def drive_gated(tmp_path, effect, seed=1, crash_every=None, steps=400, prepare=N
             executor.active.clear()
             engine = Engine(Store(str(tmp_path / "maintain.db")), fleet.slurm, engine.policy, executor,
                             clock=lambda: fleet.sim.now)
-        soft_events(fleet, rng, 0.5, effect, 600)
+        soft_events(fleet, rng, 0.5, effect, 600, key)
         fleet.advance(fleet.sim.now + 600, executor)
     return fleet, store, plan, state
 
@@ -66,6 +67,18 @@ def test_a_bad_driver_halts_after_the_first_wave_naming_the_signal(tmp_path):
     assert why.startswith("evidence gate: xid_soft: canary "), why
     gate = store.gate(plan["id"])
     assert gate["decision"] == "worse" and gate["ev"]["xid_soft"]["canary_events"] > 0
+
+
+def test_a_driver_that_remaps_hbm_rows_halts_on_row_remap(tmp_path):
+    # rows remapped are kept across boots: only their growth since the node joined its cohort counts
+    base = GATED.replace('gate_signals = ["xid_soft", "job_fail"]', 'gate_signals = ["row_remap", "job_fail"]')
+    fleet, store, plan, state = drive_gated(tmp_path, effect=4.0, key="rr", base=base)
+    assert state == S.R_HALTED
+    why = store.db.execute("select detail from audit where event = 'rollout halted'").fetchone()[0]
+    assert why.startswith("evidence gate: row_remap: canary "), why
+    (tmp_path / "good").mkdir()
+    fleet, store, plan, state = drive_gated(tmp_path / "good", effect=1.0, key="rr", base=base)
+    assert state == S.R_DONE
 
 
 def test_a_good_driver_passes_every_gate_after_its_soak(tmp_path):

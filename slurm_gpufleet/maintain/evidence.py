@@ -2,7 +2,7 @@
 same hours?  Pure: counts and exposures in, a decision out.
 
 Per signal (soft and hard Xid events, ECC events, health-check verdicts worse than warn, jobs that ended
-FAILED or NODE_FAIL), the canary cohort (nodes upgraded and back in service) and the control cohort (nodes
+FAILED or NODE_FAIL, HBM rows newly remapped), the canary cohort (nodes upgraded and back in service) and the control cohort (nodes
 of the same GPU models not yet upgraded, in service) each accumulate events and node-hours.  The test is
 Wald's sequential probability ratio test on the events' split between the cohorts: given that an event
 happened in a step, it is the canary's with probability p = r*Tc / (r*Tc + Tk), where Tc and Tk are the
@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-SIGNALS = ("xid_soft", "xid_hard", "ecc", "verdict", "job_fail")
+SIGNALS = ("xid_soft", "xid_hard", "ecc", "verdict", "job_fail", "row_remap")
 MIN_HISTORY_NODE_HOURS = 100.0
 CANARY, CONTROL = "canary", "control"
 WORSE, NOT_WORSE, OPEN = "worse", "not_worse", "open"

@@ -28,7 +28,7 @@ from .. import summary
 from . import states as S
 from .evidence import CANARY, CONTROL, MIN_HISTORY_NODE_HOURS, NOT_WORSE, SIGNALS, WORSE, Gate, recorded_rate
 
-COUNTERS = {"xid_soft": "xs", "xid_hard": "xh", "ecc": "ecc"}
+COUNTERS = {"xid_soft": "xs", "xid_hard": "xh", "ecc": "ecc", "row_remap": "rr"}
 JOB_FAILED = frozenset({"FAILED", "NODE_FAIL"})
 
 
@@ -93,15 +93,15 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
         before = last.get(n)
         if n in who:
             seen[n] = [cohort, *values]
-        if before is None or before[0] != cohort:
-            continue  # first sighting in this cohort: its counters are the baseline
+        if before is None or before[0] != cohort or len(before) != len(values) + 1:
+            continue  # first sighting in this cohort (or kept by a version with other counters): the baseline
         counted.add(n)
         m = model[n]
         if n in who:
             hours[m][cohort] += dt_h
         new_events = {sig: (new - old if new >= old else new)
-                      for (sig, _), old, new in zip(COUNTERS.items(), before[1:4], values[:3], strict=True)}
-        new_events["verdict"] = int(bool(values[3] and not before[4]))
+                      for (sig, _), old, new in zip(COUNTERS.items(), before[1:-1], values[:-1], strict=True)}
+        new_events["verdict"] = int(bool(values[-1] and not before[-1]))
         for sig in gate.signals:
             events[m][sig][cohort] += new_events.get(sig, 0)
         if cohort == CONTROL:  # the old drivers' record, for a later canary of this model without peers
