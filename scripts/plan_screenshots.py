@@ -17,6 +17,8 @@ CHROMIUM = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--
 
 
 def grown(path: Path, count: int) -> str:
+    """The sample fleet grown to `count` nodes (node i a copy of sample node i % 40, with its jobs), written
+    to `path`; returns the nodes as a host list."""
     sample = json.loads((REPO / "etc" / "sample-fleet.json").read_text())
     by_node: dict[str, list] = {}
     for j in sample["jobs"]:

@@ -7,6 +7,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 
 import pytest
 from support import REPO, run_cli, trusted
@@ -105,20 +106,11 @@ def test_html_report_renders_in_chromium(tmp_path):
 
 
 def _big_fleet(path, count: int) -> str:
-    """The sample fleet grown to `count` nodes: node i is a copy of sample node i % 40, with its jobs."""
-    sample = json.loads(open(FLEET).read())
-    nodes, jobs = [], []
-    by_node: dict[str, list] = {}
-    for j in sample["jobs"]:
-        for n in j["nodes"]:
-            by_node.setdefault(n, []).append(j)
-    for i in range(count):
-        src = sample["nodes"][i % len(sample["nodes"])]
-        name = f"n{i:04d}"
-        nodes.append({**src, "name": name})
-        jobs += [{**j, "job_id": f"{j['job_id']}{i:04d}", "nodes": [name]} for j in by_node.get(src["name"], [])]
-    path.write_text(json.dumps({**sample, "nodes": nodes, "jobs": jobs}))
-    return f"n[0000-{count - 1:04d}]"
+    """The sample fleet grown to `count` nodes, as the README's screenshots grow it."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from plan_screenshots import grown
+
+    return grown(path, count)
 
 
 # what the test adds to a page to measure it: every SVG text inside its SVG, the result into the DOM
