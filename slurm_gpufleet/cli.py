@@ -1185,7 +1185,8 @@ def advise_checkpoint(job_gpus: int, checkpoint_cost: float, gpu_mtbf_hours: flo
 @click.option("--drain", is_flag=True, help="Drain the slow nodes (needs [slurm] drain_stragglers = true).")
 @click.option("--telemetry", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
               help="In-job detection over recorded samples: JSON lines {t, job, node, gpu, sm_clock_mhz, power_w, "
-                   "sm_util, throttle}; prints {\"flags\": [...]}.")
+                   "sm_util, throttle}; prints {\"flags\": [...]}.  Exit 0 no flag, 1 flags, 2 unreadable, 3 no "
+                   "sample.")
 @click.option("--running", is_flag=True, help="The nodes of each running multi-node job against the job's other "
                                              "nodes, from what their in-job samplers published (one read).")
 @click.option("--json", "as_json", is_flag=True, help="JSON (as `fleet --json stragglers`).")

@@ -200,11 +200,8 @@ def test_the_sample_template_renders_to_valid_bash_for_a_driver_and_for_a_bundle
               **bundle}
     script = render(str(sample), **values)
     assert subprocess.run(["bash", "-n"], input=script.encode()).returncode == 0
-    import shutil
 
-    if shutil.which("shellcheck"):  # Debian's shellcheck: `make test` installs it where it can
-        check = subprocess.run(["shellcheck", "-s", "bash", "-"], input=script.encode(), capture_output=True)
-        assert check.returncode == 0, check.stdout.decode()
+    _shellcheck(script)
     assert ("chassis power cycle" in script.split("# Example for diskless")[0]) == bool(bundle)
     assert ("nvfwupd" in script) == bool(bundle) and ("linux-image-" in script) == bool(bundle)
 
@@ -212,7 +209,6 @@ def test_the_sample_template_renders_to_valid_bash_for_a_driver_and_for_a_bundle
 @pytest.mark.parametrize("name", ["dnf-precompiled.sh.j2", "warewulf-image.sh.j2"])
 @pytest.mark.parametrize("action", ["upgrade", "rollback"])
 def test_the_other_sample_templates_render_to_bash_that_shellcheck_passes(name, action):
-    import shutil
     import subprocess
     from pathlib import Path
 
@@ -225,9 +221,18 @@ def test_the_other_sample_templates_render_to_bash_that_shellcheck_passes(name, 
     script = render(str(sample), **values)
     assert f"driver={NEW['driver']}" in script
     assert subprocess.run(["bash", "-n"], input=script.encode()).returncode == 0
-    if shutil.which("shellcheck"):
-        check = subprocess.run(["shellcheck", "-s", "bash", "-"], input=script.encode(), capture_output=True)
-        assert check.returncode == 0, check.stdout.decode()
+    _shellcheck(script)
+
+
+def _shellcheck(script: str) -> None:
+    """Debian's shellcheck over a rendered template: missing is a failure (`make system-deps` installs it)."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("shellcheck"):
+        pytest.fail("shellcheck is not installed: `make system-deps` (as root) installs it")
+    check = subprocess.run(["shellcheck", "-s", "bash", "-"], input=script.encode(), capture_output=True)
+    assert check.returncode == 0, check.stdout.decode()
 
 
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -45,6 +45,31 @@ def test_the_release_is_compared_as_numbers(fake_pyslurm, monkeypatch):
     monkeypatch.setenv("FAKE_PYSLURM_VERSION", "23.2.2")
     usable, why = pyslurm_usable(scontrol)
     assert not usable and why == "pyslurm 23.2.2 is built for Slurm 23.2, not 22.5"
+    # 22.5.0 and 22.5.1 match Slurm 22.05 but lack the Node/Nodes/Jobs classes the backend calls
+    for early in ("22.5.0", "22.5.1"):
+        monkeypatch.setenv("FAKE_PYSLURM_VERSION", early)
+        usable, why = pyslurm_usable(scontrol)
+        assert not usable and why == f"pyslurm {early} predates 22.5.2, the first of its branch with the Node, " \
+                                     "Nodes and Jobs classes"
+    monkeypatch.setenv("FAKE_PYSLURM_VERSION", "22.5.2")
+    assert pyslurm_usable(scontrol) == (True, "pyslurm 22.5.2")
+
+
+def test_auto_says_once_per_run_why_it_uses_slurms_commands(fake_pyslurm, monkeypatch, caplog):
+    import logging
+
+    from slurm_gpufleet.slurm import get_backend
+    from slurm_gpufleet.slurm.commands import CommandBackend
+
+    _, scontrol = fake_pyslurm
+    monkeypatch.setattr("slurm_gpufleet.slurm._SAID", set())  # a fresh run
+    monkeypatch.setenv("FAKE_PYSLURM_VERSION", "22.5.1")
+    with caplog.at_level(logging.INFO, logger="slurm_gpufleet"):
+        backends = [get_backend("auto", scontrol) for _ in range(3)]
+    assert all(isinstance(b, CommandBackend) for b in backends)
+    said = [r.getMessage() for r in caplog.records if "backend auto" in r.getMessage()]
+    assert said == ["backend auto: Slurm's commands, not pyslurm (pyslurm 22.5.1 predates 22.5.2, the first of "
+                    "its branch with the Node, Nodes and Jobs classes)"]
 
 
 def test_every_contract_field_is_mapped_from_pyslurms_types(fake_pyslurm):

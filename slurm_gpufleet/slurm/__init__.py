@@ -21,4 +21,17 @@ def get_backend(choice: str = "auto", scontrol: str = "/usr/bin/scontrol", timeo
             return PyslurmBackend(scontrol, timeout, cache_dir)
         if choice == "pyslurm":
             raise SlurmError(f"pyslurm backend unavailable: {why}")
+        _said_once(f"backend auto: Slurm's commands, not pyslurm ({why})")
     return CommandBackend(scontrol=scontrol, timeout=timeout, cache_dir=cache_dir)
+
+
+_SAID: set[str] = set()
+
+
+def _said_once(line: str) -> None:
+    """An `auto` fallback is logged once per run (a process), not at every backend made."""
+    if line not in _SAID:
+        _SAID.add(line)
+        import logging
+
+        logging.getLogger("slurm_gpufleet").info("%s", line)

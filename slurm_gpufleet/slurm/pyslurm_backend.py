@@ -44,7 +44,30 @@ def pyslurm_usable(scontrol: str = "/usr/bin/scontrol", cache_dir: str | None = 
         return False, f"cannot compare versions: {exc}"
     if running != mine:
         return False, f"pyslurm {built} is built for Slurm {'.'.join(map(str, mine))}, not {'.'.join(map(str, running))}"
+    too_old = _too_old(built)
+    if too_old:
+        return False, too_old
     return True, f"pyslurm {built}"
+
+
+# The first release of each branch with the classes this backend uses (Node, Nodes, Jobs): 22.5.0 and
+# 22.5.1 import and match Slurm 22.05, and every call then fails
+FIRST_USABLE = {(22, 5): (22, 5, 2)}
+
+
+def _too_old(built: str) -> str | None:
+    """Why this pyslurm release lacks what the backend calls, or None."""
+    import re
+
+    found = re.match(r"^(\d+)\.(\d+)\.(\d+)", built.strip())
+    if not found:
+        return None
+    version = tuple(int(x) for x in found.groups())
+    first = FIRST_USABLE.get(version[:2])
+    if first and version < first:
+        return (f"pyslurm {built} predates {'.'.join(map(str, first))}, the first of its branch with the "
+                "Node, Nodes and Jobs classes")
+    return None
 
 
 def pyslurm_version(pyslurm: Any) -> str:
