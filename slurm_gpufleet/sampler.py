@@ -8,7 +8,8 @@ GPU, the last `instep_windows` + 1 windows per GPU): one Slurm read and one writ
 `fleet stragglers --running` reads every node's digest in one `scontrol show nodes` (instep.py judges).
 
 Bounded: it keeps one window of sums and the last few window means (a few kilobytes); it never outlives
-the job: it stops when its pid file is gone (the epilog removes it and kills it), at SIGTERM, and after
+the job: it stops when its pid file is gone (the epilog removes it and kills it), when the job's cgroup
+is gone (looked at each window, where Slurm keeps cgroups: an epilog that failed), at SIGTERM, and after
 `max_hours` whatever happens.  It runs detached from the prolog (its own session), so the prolog returns
 at once.
 """
@@ -107,8 +108,27 @@ def publish(backend: Any, node: str, field: str, digest: dict[str, Any], setting
     Actuator(backend, HEALTH, settings).publish(node, {field: json.dumps(data, separators=(",", ":"))})
 
 
-def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours: float = 240.0) -> int:
-    """Sample until the job ends (the pid file gone or another sampler's, SIGTERM, or `max_hours`)."""
+# Where Slurm's cgroup plugin keeps a job's cgroup: v2 (slurmstepd's scope), v1 (one tree per controller)
+CGROUP_JOB_DIRS = ("system.slice/slurmstepd.scope", "freezer/slurm/uid_*", "memory/slurm/uid_*",
+                   "cpuset/slurm/uid_*", "devices/slurm/uid_*")
+
+
+def job_gone(job: str, cgroup_root: str = "/sys/fs/cgroup") -> bool:
+    """True when Slurm keeps its jobs' cgroups here and this job has none any more: the job ended and the
+    epilog did not stop us (it failed, or never ran).  False where Slurm keeps no cgroups (nothing to tell
+    by: the pid file, SIGTERM and `max_hours` still bound the sampler)."""
+    import glob
+
+    bases = [b for pattern in CGROUP_JOB_DIRS for b in glob.glob(os.path.join(cgroup_root, pattern))]
+    if not bases:
+        return False
+    return not any(os.path.isdir(os.path.join(b, f"job_{job}")) for b in bases)
+
+
+def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours: float = 240.0,
+         cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """Sample until the job ends (the pid file gone or another sampler's, the job's cgroup gone, SIGTERM,
+    or `max_hours`)."""
     s = settings
     path = pid_path(s.state_dir, job, node)
     stopping = {"now": False}
@@ -126,6 +146,8 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
             break
         now = time.time()
         if digest.add(now, read_gpus(nvml, handles)):
+            if job_gone(job, cgroup_root):  # looked at once a window: a stat or two
+                break
             try:
                 publish(backend, node, s.publish if s.publish != "none" else "extra", digest.to_dict(), s)
             except Exception as exc:  # Slurm unreachable this window: the next one tries again

@@ -97,3 +97,61 @@ def test_telemetry_file_flags_counts_bad_lines_and_an_empty_file_is_exit_3(tmp_p
     empty.write_text("")
     r = run_cli("fleet", "stragglers", "--telemetry", str(empty))
     assert r.returncode == 3 and r.stderr.decode().strip().endswith("no samples")
+
+
+def test_the_sampler_stops_when_its_job_s_cgroup_is_gone(tmp_path):
+    """An epilog that never stopped it (it failed, or never ran): the sampler sees the job's cgroup gone
+    at its next window and ends, long before `max_hours`."""
+    import os
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from slurm_gpufleet import sampler
+
+    class Nvml:  # one GPU, the calls the sampler makes
+        def nvmlInit(self):
+            pass
+
+        def nvmlDeviceGetCount(self):
+            return 1
+
+        def nvmlDeviceGetHandleByIndex(self, i):
+            return i
+
+        def nvmlDeviceGetClockInfo(self, h, kind):
+            return 1980
+
+        def nvmlDeviceGetPowerUsage(self, h):
+            return 600_000
+
+        def nvmlDeviceGetUtilizationRates(self, h):
+            return SimpleNamespace(gpu=99)
+
+        def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+            return 0
+
+    class Unreachable:  # Slurm away: publishing fails, sampling goes on
+        def node(self, name):
+            raise OSError("slurmctld unreachable")
+
+    scope = tmp_path / "cgroup" / "system.slice" / "slurmstepd.scope"
+    (scope / "job_42").mkdir(parents=True)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "instep-42-n1.pid").write_text(str(os.getpid()))
+    settings = SimpleNamespace(state_dir=str(state), instep_window_s=0.1, instep_windows=3, instep_sample_s=0.02,
+                               publish="extra")
+    assert not sampler.job_gone("42", str(tmp_path / "cgroup")) and sampler.job_gone("43", str(tmp_path / "cgroup"))
+    assert not sampler.job_gone("42", str(tmp_path / "no-cgroups"))  # nothing to tell by: not gone
+    threading.Timer(0.5, lambda: (scope / "job_42").rmdir()).start()
+    import signal
+
+    handler = signal.getsignal(signal.SIGTERM)  # the loop sets its own: this test process keeps its
+    t0 = time.monotonic()
+    try:
+        assert sampler.loop(settings, Unreachable(), Nvml(), "42", "n1", max_hours=0.01,
+                            cgroup_root=str(tmp_path / "cgroup")) == 0
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert 0.5 <= time.monotonic() - t0 < 5  # a window or two after the cgroup went, not at max_hours (36 s)
