@@ -1303,7 +1303,7 @@ def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
     samples, window_s = samples_from_digests(published)
     flags = detect(samples, Settings(window_s=window_s or policy.slurm.instep_window_s,
                                      windows=policy.slurm.instep_windows)) if samples else []
-    jobs = sorted({str(d["is"].get("j")) for d in published.values() if isinstance(d["is"], dict)})
+    jobs = sorted({job for d in published.values() for job in summary.digests(d["is"])})
     return flags, jobs, published
 
 

@@ -193,27 +193,29 @@ def parse_telemetry(lines: Iterable[str]) -> tuple[list[Sample], list[int]]:
 
 
 def samples_from_digests(published: dict[str, dict]) -> tuple[list[Sample], float | None]:
-    """What the nodes' samplers published (node -> its summary, with `"is"`: the job, the window length,
+    """What the nodes' samplers published (node -> its summary, with `"is"`: per job, the window length,
     the job's first windows and the last ones, per GPU [clock, power, util, throttle]) as samples, one per
     GPU and window; and the window length."""
+    from .summary import digests
+
     out: list[Sample] = []
     window_s = None
     for node, data in published.items():
-        d = data.get("is")
-        if not isinstance(d, dict):
-            continue
-        try:
-            ws = float(d["ws"])
+        model = str(data.get("gpus") or "")
+        for job, d in digests(data.get("is")).items():
+            try:
+                ws = float(d["ws"])
+                rows = []
+                seen = set()
+                for i, gpus in [*d.get("b", []), *d.get("w", [])]:
+                    if i in seen:
+                        continue
+                    seen.add(i)
+                    for g, (clock, power, util, thr) in enumerate(gpus):
+                        rows.append(Sample(i * ws + ws / 2, job, node, g, float(clock), float(power),
+                                           float(util), int(thr), model))
+            except (KeyError, TypeError, ValueError):
+                continue  # a digest this release cannot read: that job on that node is not judged
+            out += rows
             window_s = window_s or ws
-            model = str(data.get("gpus") or "")
-            seen = set()
-            for i, gpus in [*d.get("b", []), *d.get("w", [])]:
-                if i in seen:
-                    continue
-                seen.add(i)
-                for g, (clock, power, util, thr) in enumerate(gpus):
-                    out.append(Sample(i * ws + ws / 2, str(d["j"]), node, g, float(clock), float(power),
-                                      float(util), int(thr), model))
-        except (KeyError, TypeError, ValueError):
-            continue  # a digest this release cannot read: that node is not judged
     return out, window_s

@@ -3,7 +3,7 @@
 Every `instep_sample_s` it reads, per GPU through NVML, the SM clock, power, SM utilisation and the
 clock-event (throttle) reasons, and keeps the current window; at each window's end (windows are whole
 multiples of `instep_window_s` of wall-clock time, so every node of a job cuts them at the same moments)
-it publishes a digest into the node's summary (`"is"`: the job, the mean of the job's first windows per
+it publishes a digest into the node's summary (`"is"`, per job: the mean of the job's first windows per
 GPU, the last `instep_windows` + 1 windows per GPU): one Slurm read and one write a window, nothing else.
 `fleet stragglers --running` reads every node's digest in one `scontrol show nodes` (instep.py judges).
 
@@ -104,7 +104,8 @@ def publish(backend: Any, node: str, field: str, digest: dict[str, Any], setting
     data = summary.parse(current) if current else {"gpufleet": 1}
     if data is None:
         return  # someone else's text: never overwritten
-    data["is"] = digest
+    # one digest per job: two multi-node jobs sharing the node each keep theirs
+    data["is"] = {**summary.digests(data.get("is")), str(digest["j"]): digest}
     Actuator(backend, HEALTH, settings).publish(node, {field: json.dumps(data, separators=(",", ":"))})
 
 

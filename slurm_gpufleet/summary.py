@@ -47,13 +47,39 @@ Summary = TypedDict("Summary", {
     "bwgpu": int,                 # which GPU that is
     "cfg": str,                   # "refused": the node runs on the packaged defaults (trust.py)
     "brk": int,                   # 1: a drain was held by the open breaker
-    # the in-job sampler's digest (sampler.py): job, window length, first and last windows per GPU
+    # the in-job samplers' digests (sampler.py), one per job running here: job -> window length, first
+    # and last windows per GPU
     "is": dict[str, Any],
 }, total=False)
 
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _MINUTES_FORMAT = "%Y-%m-%dT%H:%MZ"  # what older versions published
+
+
+def digests(value: Any) -> dict[str, dict[str, Any]]:
+    """The `is` value as job -> digest.  (Releases before per-job digests published one digest, with its
+    job under "j".)"""
+    if not isinstance(value, dict):
+        return {}
+    if "j" in value:
+        return {str(value["j"]): value}
+    return {str(job): d for job, d in value.items() if isinstance(d, dict)}
+
+
+def live_digests(value: Any, now: float, windows: int = 5) -> dict[str, dict[str, Any]]:
+    """The digests whose sampler published within the last `windows` windows: a health check carries
+    these forward, and lets the digest of a job whose sampler is gone (a write that raced the epilog's)
+    fall away."""
+    out = {}
+    for job, d in digests(value).items():
+        try:
+            newest = max(int(i) for i, _ in d.get("w", []))
+            if (newest + 1) * float(d["ws"]) >= now - windows * float(d["ws"]):
+                out[job] = d
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
 
 
 def stamp(at: float | None = None) -> str:

@@ -155,3 +155,36 @@ def test_the_sampler_stops_when_its_job_s_cgroup_is_gone(tmp_path):
     finally:
         signal.signal(signal.SIGTERM, handler)
     assert 0.5 <= time.monotonic() - t0 < 5  # a window or two after the cgroup went, not at max_hours (36 s)
+
+
+def test_two_multi_node_jobs_on_one_node_keep_a_digest_each():
+    """Two samplers on one node (two jobs sharing it) publish into one summary: each keeps its own job's
+    digest, the detector reads both, and a summary from before per-job digests still reads."""
+    import json
+    from types import SimpleNamespace
+
+    from slurm_gpufleet import sampler, summary
+    from slurm_gpufleet.instep import samples_from_digests
+
+    class Node:  # the node's Extra, as Slurm keeps it between the two samplers' writes
+        extra = json.dumps({"gpufleet": 1, "v": "ok", "gpus": "8xNVIDIA H200"})
+
+        def node(self, name):
+            return SimpleNamespace(extra=self.extra, comment="")
+
+        def set_fields(self, name, fields):
+            self.extra = fields["extra"]
+
+    backend = Node()
+    settings = SimpleNamespace(feature_prefix="")
+    for job in ("101", "202"):
+        d = sampler.Digest(job, 60.0, 4)
+        for t in range(0, 200, 15):
+            d.add(float(t), [[1980.0, 600.0, 95.0, 0]] * 2)
+        sampler.publish(backend, "n1", "extra", d.to_dict(), settings)
+    published = json.loads(backend.extra)
+    assert sorted(published["is"]) == ["101", "202"] and published["v"] == "ok"  # the health check's keys kept
+    samples, window_s = samples_from_digests({"n1": published})
+    assert {s.job for s in samples} == {"101", "202"} and window_s == 60.0
+    old = {"j": "7", "ws": 60, "b": [], "w": []}  # one digest, as releases before published it
+    assert summary.digests(old) == {"7": old} and summary.digests(None) == {}

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from .. import watchdog
 from ..policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
 from ..summary import encode as encode_summary
+from ..summary import live_digests, published_at
 from ..summary import parse as parse_summary
-from ..summary import published_at
 
 if TYPE_CHECKING:
     from ..findings import Finding
@@ -187,8 +187,12 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     if data is not None and setup.refused:
         data["cfg"] = "refused"
     shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
-    if data is not None and hook != "epilog" and isinstance(shown, dict) and "is" in shown:
-        data["is"] = shown["is"]  # the in-job sampler's digest, kept until the job's end
+    if data is not None and isinstance(shown, dict) and "is" in shown:
+        # the in-job samplers' digests, each kept until its job's end (the epilog drops its own job's)
+        kept = {j: d for j, d in live_digests(shown["is"], time.time()).items()
+                if not (hook == "epilog" and j == str(job))}
+        if kept:
+            data["is"] = kept
     news = _news(info, settings.publish, data, shown) if data is not None else None
     # what changed about the node rides in the same write as the action: one update, not three
     fields = _feature_fields(info, settings.feature_prefix, known(s.driver_version), known(s.cuda_driver_version)) \
