@@ -7,11 +7,13 @@ clocks normal, every GPU 10% slower); some jobs slow down everywhere (their GPUs
 A synchronous job: each step lasts as long as its slowest GPU, so a GPU's utilisation is its share of the
 step it computes, and its power follows its utilisation and clock.
 
-Prints the confusion table (per job and node), precision, recall, the latency from onset to flag
-(percentiles), the flags on uniformly slow jobs, and the detector's seconds.  Targets (the issue):
-precision >= 0.90, recall >= 0.88, flagged within 5 minutes of onset, no flag on a uniformly slow job.
+Cases (issue 33 adds the held-out style): one GPU of one node the bottleneck, throttled and silent; a
+whole node silent; 2-node jobs; uniform slowdowns.  Prints per case the confusion counts, precision,
+recall, the latency from onset to the flag (`t_flagged`), whether the flag names the slowed GPU, and the
+detector's seconds.  Targets: precision >= 0.90, recall >= 0.90, flagged within 5 minutes of onset, no
+flag on a uniformly slow job.
 
-    python bench/instep_stragglers.py [--jobs 40] [--seed 1] [--minutes 30] [--json]
+    python bench/instep_stragglers.py [--jobs 40] [--nodes 64] [--seed 1] [--minutes 30] [--json]
 """
 
 from __future__ import annotations
@@ -31,12 +33,18 @@ from slurm_gpufleet.instep import Sample, Settings, detect  # noqa: E402
 NODES, GPUS, STEP_S, NOMINAL_MHZ = 64, 8, 15.0, 1980.0
 
 
-def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: int = NODES):
-    """kind: healthy | throttled | silent | uniform.  Returns (samples, slowed node or None, onset t)."""
+def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: int = NODES,
+                bad_gpu_out: list | None = None):
+    """kind: healthy | throttled (one GPU's clock down, SwThermalSlowdown) | silent (a whole node 10%
+    slower, clocks normal) | gpu_silent (one GPU 10% slower, clocks normal: it stays busy while the job's
+    other GPUs, its own node's included, wait) | uniform.  Returns (samples, slowed node or None, onset
+    t); `bad_gpu_out` gets the slowed GPU's index where one GPU is slowed."""
     speed = {(n, g): rng.uniform(0.93, 1.07) for n in range(nodes) for g in range(GPUS)}
     capped = {k for k in speed if rng.random() < 0.05}
-    bad_node = rng.randrange(nodes) if kind in ("throttled", "silent") else None
+    bad_node = rng.randrange(nodes) if kind in ("throttled", "silent", "gpu_silent") else None
     bad_gpu = rng.randrange(GPUS)
+    if bad_gpu_out is not None and kind in ("throttled", "gpu_silent"):
+        bad_gpu_out.append(bad_gpu)
     onset = rng.uniform(0.3, 0.6) * minutes * 60
     phase = rng.uniform(0, 2 * math.pi)
     out = []
@@ -52,7 +60,7 @@ def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: 
             if t >= onset and n == bad_node:
                 if kind == "throttled" and g == bad_gpu:
                     c, mask, f = NOMINAL_MHZ * 0.87, 0x20, 0.9
-                elif kind == "silent":
+                elif kind == "silent" or (kind == "gpu_silent" and g == bad_gpu):
                     f = 0.9
             eff[k], clock[k], thr[k] = s * f * drift, c, mask
         slowest = min(eff.values())
@@ -65,59 +73,81 @@ def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: 
     return out, (f"n{bad_node:03d}" if bad_node is not None else None), onset
 
 
+CASES = {  # kind -> (node count, jobs of each 10): the held-out style of case, and the old ones
+    "throttled": (None, 1), "silent": (None, 1), "gpu_silent": (None, 2), "healthy": (None, 4),
+    "uniform": (None, 1), "silent_2node": (2, 1), "healthy_2node": (2, 2), "gpu_silent_2node": (2, 1)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=40)
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--nodes", type=int, default=NODES, help="nodes per job (the 2-node case aside)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     settings = Settings()
-    kinds = []
-    for i in range(args.jobs):  # one in five slowed (alternating signatures), one in eight uniformly slow
-        kinds.append("throttled" if i % 10 == 0 else "silent" if i % 10 == 5 else "uniform" if i % 8 == 3 else "healthy")
-    tp = fp = fn = 0
+    kinds = [k for k, (_, per) in CASES.items() for _ in range(per)]
+    kinds = [kinds[i % len(kinds)] for i in range(args.jobs)]
+    per: dict[str, dict] = {}
     uniform_flags = 0
-    latencies = []
     detect_s = 0.0
     n_samples = 0
     for i, kind in enumerate(kinds):
-        samples, bad, onset = job_samples(rng, f"job{i}", args.minutes, kind)
+        nodes = CASES[kind][0] or args.nodes
+        gen = kind.removesuffix("_2node")
+        gpu: list[int] = []
+        samples, bad, onset = job_samples(rng, f"job{i}", args.minutes, gen, nodes=nodes, bad_gpu_out=gpu)
         n_samples += len(samples)
         t0 = time.process_time()
         flags = detect(samples, settings)
         detect_s += time.process_time() - t0
+        row = per.setdefault(kind, {"tp": 0, "fp": 0, "fn": 0, "latency": [], "named_gpu": 0})
         hit = [f for f in flags if f.node == bad]
-        fp += len(flags) - len(hit)
+        row["fp"] += len(flags) - len(hit)
         if kind == "uniform":
             uniform_flags += len(flags)
         if bad is not None:
             if hit:
-                tp += 1
-                latencies.append(hit[0].t_first + settings.windows * settings.window_s - onset)
+                row["tp"] += 1
+                row["latency"].append(hit[0].t_flagged - onset)
+                row["named_gpu"] += int(bool(gpu) and hit[0].gpu == gpu[0])
             else:
-                fn += 1
+                row["fn"] += 1
+    tp = sum(r["tp"] for r in per.values())
+    fp = sum(r["fp"] for r in per.values())
+    fn = sum(r["fn"] for r in per.values())
     precision = tp / (tp + fp) if tp + fp else 1.0
     recall = tp / (tp + fn) if tp + fn else 1.0
-    lat = sorted(latencies)
 
-    def pct(p):
+    def pct(lat, p):
+        lat = sorted(lat)
         return round(lat[min(len(lat) - 1, int(p * len(lat)))], 1) if lat else None
 
-    result = {"jobs": args.jobs, "slowed_jobs": tp + fn, "uniformly_slow_jobs": kinds.count("uniform"),
+    rows = {k: {"tp": r["tp"], "fp": r["fp"], "fn": r["fn"],
+                "precision": round(r["tp"] / (r["tp"] + r["fp"]), 3) if r["tp"] + r["fp"] else None,
+                "recall": round(r["tp"] / (r["tp"] + r["fn"]), 3) if r["tp"] + r["fn"] else None,
+                "latency_s": {"p50": pct(r["latency"], 0.5), "p90": pct(r["latency"], 0.9),
+                              "max": pct(r["latency"], 1.0)}, "gpu_named": r["named_gpu"]}
+            for k, r in per.items()}
+    result = {"jobs": args.jobs, "nodes_per_job": args.nodes, "per_case": rows,
               "confusion": {"tp": tp, "fp": fp, "fn": fn}, "precision": round(precision, 3),
-              "recall": round(recall, 3), "latency_s": {"p50": pct(0.5), "p90": pct(0.9), "max": pct(1.0)},
-              "flags_on_uniformly_slow_jobs": uniform_flags, "samples": n_samples,
+              "recall": round(recall, 3), "flags_on_uniformly_slow_jobs": uniform_flags, "samples": n_samples,
               "detector_cpu_s": round(detect_s, 2), "us_per_sample": round(1e6 * detect_s / max(1, n_samples), 2)}
     if args.json:
         print(json.dumps(result, indent=1))
     else:
-        print(f"{args.jobs} jobs of {NODES} nodes x {GPUS} GPUs, {args.minutes:g} min each, seed {args.seed}")
-        print(f"  slowed node: flagged {tp}, missed {fn}; other nodes flagged: {fp}")
-        print(f"  precision {precision:.3f}  recall {recall:.3f}")
-        print(f"  latency from onset: p50 {pct(0.5)} s, p90 {pct(0.9)} s, max {pct(1.0)} s")
-        print(f"  flags on {kinds.count('uniform')} uniformly slow job(s): {uniform_flags}")
+        print(f"{args.jobs} jobs of {args.nodes} nodes x {GPUS} GPUs (and 2-node jobs), {args.minutes:g} min "
+              f"each, seed {args.seed}")
+        print(f"  {'case':<16} {'tp':>3} {'fp':>3} {'fn':>3} {'precision':>9} {'recall':>6} "
+              f"{'p50 s':>6} {'max s':>6} {'GPU named':>9}")
+        for k, r in rows.items():
+            print(f"  {k:<16} {r['tp']:>3} {r['fp']:>3} {r['fn']:>3} {str(r['precision']):>9} "
+                  f"{str(r['recall']):>6} {str(r['latency_s']['p50']):>6} {str(r['latency_s']['max']):>6} "
+                  f"{r['gpu_named']:>9}")
+        print(f"  all: precision {precision:.3f}  recall {recall:.3f}; flags on uniformly slow jobs: "
+              f"{uniform_flags}")
         print(f"  detector: {detect_s:.2f} s CPU for {n_samples} samples ({result['us_per_sample']} us each)")
     return 0
 

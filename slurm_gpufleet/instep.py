@@ -14,8 +14,11 @@ straggling jobs; Minder compares machines of one job and requires persistence).
 Two signatures:
 - **throttled**: a GPU's SM clock below the job's median by more than `clock_drop` while NVML reports a
   slowdown reason (power cap, HW slowdown, SW/HW thermal, power brake);
-- **silent slow**: clocks normal, but the node's utilisation relative to the job's median rose beyond the
-  band since the job's first windows: its peers idle more, waiting for it.
+- **silent slow**: clocks normal, but a GPU's (or a whole node's) utilisation relative to the job's median
+  rose beyond the band since the job's first windows, its power holding where its peers' drops: its
+  peers idle more, waiting for it.  One GPU is judged against every other GPU of the job, its own node's
+  included (one slow GPU is the common case: a degraded HBM stack, a half-trained NVLink, a lost
+  boost); a node, against the job's other nodes, and on a two-node job against the other alone.
 """
 
 from __future__ import annotations
@@ -59,14 +62,15 @@ class Settings:
 class Flag:
     job: str
     node: str
-    gpu: int | None               # the throttled GPU; None when the node as a whole is slow
+    gpu: int | None               # the slow GPU; None when the node as a whole is slow
     t_first: float                # start of the first window of the streak
     signature: str                # throttled | silent_slow
     evidence: dict = field(default_factory=dict)
+    t_flagged: float | None = None  # end of the window in which the flag was raised
 
     def to_dict(self) -> dict:
         return {"job": self.job, "node": self.node, "gpu": self.gpu, "t_first": self.t_first,
-                "signature": self.signature, "evidence": self.evidence}
+                "t_flagged": self.t_flagged, "signature": self.signature, "evidence": self.evidence}
 
 
 def _mad(values: list[float]) -> float:
@@ -92,47 +96,88 @@ def windows_of(samples: Iterable[Sample], window_s: float) -> dict[str, dict[int
     return out
 
 
-def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict[str, float] | None
-                  ) -> tuple[dict[tuple[str, int | None], dict], dict[str, float]]:
-    """One window of one job: (node, gpu or None) -> evidence of what is apart; and each node's position
-    (its median utilisation over the job's median)."""
+def _band(shifts: list[float], s: Settings) -> tuple[float, float]:
+    """(the peers' median movement, the band beyond it that counts): `band_k` robust deviations of the
+    peers' own movement, `min_band` at least; with two members there is no spread to read, only the
+    least band."""
+    med = statistics.median(shifts)
+    if len(shifts) < 3:
+        return med, s.min_band
+    return med, max(s.min_band, s.band_k * 1.4826 * _mad(shifts))
+
+
+def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | None
+                  ) -> tuple[dict[tuple[str, int | None], dict], dict]:
+    """One window of one job: (node, gpu or None) -> evidence of what is apart; and the positions of each
+    node (its median utilisation over the job's median) and of each GPU (node, gpu), with each GPU's power
+    position beside (key ("p", node, gpu)), to keep as the job's start."""
     clocks = [c[0] for c in cells.values()]
     utils = [c[2] for c in cells.values()]
     med_clock = statistics.median(clocks)
     med_util = statistics.median(utils) or 1.0
+    med_power = statistics.median(c[1] for c in cells.values()) or 1.0
     by_node: dict[str, list] = defaultdict(list)
     for (node, gpu), c in cells.items():
         by_node[node].append((gpu, c))
-    position = {n: statistics.median(c[2] for _, c in gpus) / med_util for n, gpus in by_node.items()}
+    position: dict = {n: statistics.median(c[2] for _, c in gpus) / med_util for n, gpus in by_node.items()}
+    for (node, gpu), c in cells.items():
+        position[(node, gpu)] = c[2] / med_util
+        position[("p", node, gpu)] = c[1] / med_power
     apart: dict[tuple[str, int | None], dict] = {}
     for node, gpus in by_node.items():
         for gpu, c in gpus:
             if c[0] < med_clock * (1 - s.clock_drop) and c[3] & SLOWDOWN_MASK:
                 apart[(node, gpu)] = {"signature": "throttled", "sm_clock_mhz": round(c[0]),
-                                      "job_median_clock_mhz": round(med_clock), "throttle": hex(c[3])}
-    if base:
-        # how far each node moved since the job's first windows; the band from the peers' own movement,
-        # per GPU model
-        moved = {n: position[n] - base[n] for n in position if n in base}
-        models: dict[str, list[str]] = defaultdict(list)
-        for n in moved:
-            models[by_node[n][0][1][4]].append(n)
-        for members in models.values():
-            if len(members) < s.min_nodes:
-                continue
-            shifts = [moved[n] for n in members]
-            med = statistics.median(shifts)
-            band = max(s.min_band, s.band_k * 1.4826 * _mad(shifts))
-            for n in members:
-                if moved[n] - med > band and not any(k[0] == n for k in apart):
-                    apart[(n, None)] = {"signature": "silent_slow", "position": round(position[n], 3),
-                                        "position_at_start": round(base[n], 3), "band": round(band, 3)}
+                                      "job_median_clock_mhz": round(med_clock), "throttle": hex(c[3]),
+                                      "power_position": round(c[1] / med_power, 3)}
+    if not base:
+        return apart, position
+    model_of = {n: by_node[n][0][1][4] for n in by_node}
+    # whole nodes: how far each moved since the job's first windows, against the same model's other nodes
+    moved = {n: position[n] - base[n] for n in by_node if n in base}
+    models: dict[str, list[str]] = defaultdict(list)
+    for n in moved:
+        models[model_of[n]].append(n)
+    for members in models.values():
+        if len(members) < s.min_nodes:
+            continue
+        med, band = _band([moved[n] for n in members], s)
+        for n in members:
+            if moved[n] - med > band and not any(k[0] == n for k in apart):
+                apart[(n, None)] = {"signature": "silent_slow", "position": round(position[n], 3),
+                                    "position_at_start": round(base[n], 3), "band": round(band, 3)}
+    # single GPUs: one GPU that stays busy while every other GPU of the job (its own node's included)
+    # waits more; its power holds too (a GPU at work), where its peers' drops
+    gpu_moved = {k: position[k] - base[k] for k in cells if k in base}
+    power_moved = {k: position[("p", *k)] - base[("p", *k)] for k in gpu_moved if ("p", *k) in base}
+    by_model: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for k in gpu_moved:
+        by_model[cells[k][4]].append(k)
+    for members in by_model.values():
+        if len(members) < 4:
+            continue
+        med, band = _band([gpu_moved[k] for k in members], s)
+        p_med = statistics.median(power_moved.get(k, 0.0) for k in members)
+        hot = [k for k in members if gpu_moved[k] - med > band and power_moved.get(k, 0.0) >= p_med
+               and not any(a[0] == k[0] for a in apart)]
+        per_node: dict[str, list[tuple[str, int]]] = defaultdict(list)
+        for k in hot:
+            per_node[k[0]].append(k)
+        for n, ks in per_node.items():
+            if 2 * len(ks) >= len(by_node[n]):
+                continue  # half a node or more: the node-level signature speaks for it
+            for k in ks:
+                apart[k] = {"signature": "silent_slow", "position": round(position[k], 3),
+                            "position_at_start": round(base[k], 3), "band": round(band, 3),
+                            "power_position": round(position[("p", *k)], 3),
+                            "power_position_at_start": round(base[("p", *k)], 3)}
     return apart, position
 
 
 def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[Flag]:
-    """Every (job, node[, gpu]) apart from its job for `windows` consecutive windows, once, at the first
-    window of its first such streak."""
+    """Every (job, node[, gpu]) apart from its job for `windows` consecutive windows, once per node, at
+    the first window of its first such streak (`t_first`), raised at the end of the window that completed
+    it (`t_flagged`)."""
     s = settings or Settings()
     flags: list[Flag] = []
     for job, by_window in windows_of(samples, s.window_s).items():
@@ -143,15 +188,15 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
         # job's nodes: a window with too few nodes is no evidence, and a node missing from a window
         # neither extends nor ends its streak.
         order = [w for w in sorted(by_window) if len({n for n, _ in by_window[w]}) >= s.min_nodes]
-        base_sum: dict[str, list[float]] = defaultdict(list)
+        base_sum: dict = defaultdict(list)
         streak: dict[tuple[str, int | None], list] = {}
         flagged: set[str] = set()
         for i, w in enumerate(order):
-            base = {n: statistics.median(v) for n, v in base_sum.items()} if i >= s.baseline_windows else None
+            base = {k: statistics.median(v) for k, v in base_sum.items()} if i >= s.baseline_windows else None
             apart, position = _judge_window(by_window[w], s, base)
             if i < s.baseline_windows:
-                for n, p in position.items():
-                    base_sum[n].append(p)
+                for k, p in position.items():
+                    base_sum[k].append(p)
             for key in list(streak):
                 if key not in apart and key[0] in position:
                     del streak[key]
@@ -162,7 +207,8 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
                 if run[1] == s.windows and key[0] not in flagged:
                     flagged.add(key[0])
                     flags.append(Flag(job, key[0], key[1], run[0] * s.window_s, evidence["signature"],
-                                      {k: v for k, v in evidence.items() if k != "signature"}))
+                                      {k: v for k, v in evidence.items() if k != "signature"},
+                                      (w + 1) * s.window_s))
     return sorted(flags, key=lambda f: (f.job, f.t_first, f.node))
 
 

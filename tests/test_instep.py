@@ -188,3 +188,23 @@ def test_two_multi_node_jobs_on_one_node_keep_a_digest_each():
     assert {s.job for s in samples} == {"101", "202"} and window_s == 60.0
     old = {"j": "7", "ws": 60, "b": [], "w": []}  # one digest, as releases before published it
     assert summary.digests(old) == {"7": old} and summary.digests(None) == {}
+
+
+def test_one_slow_gpu_is_flagged_by_name_and_two_node_jobs_are_judged():
+    """The held-out style of case (issue 33): one GPU of one node is the bottleneck, clocks normal; it stays
+    busy while the job's other GPUs, its own node's included, wait.  And a whole slow node on a two-node
+    job, where the other node is its only peer."""
+    for nodes, seed in ((4, 11), (8, 12), (12, 13), (2, 14)):
+        gpu: list[int] = []
+        samples, bad, onset = job_samples(random.Random(seed), "j", 20, "gpu_silent", nodes=nodes, bad_gpu_out=gpu)
+        flags = detect(samples)
+        assert [(f.node, f.gpu, f.signature) for f in flags] == [(bad, gpu[0], "silent_slow")], (nodes, flags)
+        f = flags[0]
+        assert f.t_flagged == f.t_first + 3 * 60 and f.t_flagged - onset <= 300  # raised within 5 minutes
+        assert f.evidence["power_position"] >= f.evidence["power_position_at_start"]  # its power held
+    samples, bad, onset = job_samples(random.Random(15), "j", 20, "silent", nodes=2)
+    assert [(f.node, f.gpu) for f in detect(samples)] == [(bad, None)]
+    for seed in (16, 17, 18):  # two healthy nodes, or both slow alike: nothing
+        for kind in ("healthy", "uniform"):
+            samples, _, _ = job_samples(random.Random(seed), "j", 20, kind, nodes=2)
+            assert detect(samples) == [], (seed, kind)
