@@ -143,3 +143,45 @@ def test_a_node_slow_in_two_jobs_is_held_checked_when_it_frees_and_drained_only_
         for node in ("n1", "n2", "n3"):
             mc.heal(node)
         mc.run("scontrol", "update", "nodename=n2", "state=resume", check=False)
+
+
+def test_one_gpu_that_stays_busy_while_the_job_waits_is_flagged_by_name(mc):
+    """Issue 33's case on real Slurm: a 3-node job, every GPU busy; then the job's GPUs wait (utilisation
+    and power drop) except n2's GPU 3, which stays busy at full power: the bottleneck, clocks normal."""
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    config.write_text(re.sub(r"(?m)^\[slurm\]$", "[slurm]\ninstep_sample_s = 0.5\ninstep_window_s = 2\n"
+                             "instep_windows = 3", original))
+    nodes = ("n1", "n2", "n3")
+    try:
+        mc.wait_published()
+        for node in nodes:
+            for gpu in range(8):
+                for key, value in BUSY.items():
+                    gpustate.set_value(str(mc.gpu_file(node)), gpu, key, value)
+        job = mc.sbatch("-N", "3", "-w", "n[1-3]", "--gres=gpu:8", "--time=3", "--wrap", "sleep 300")
+        mc.wait(lambda: all('"is":' in mc.node(n).get("Extra", "") for n in nodes), 60,
+                "every node of the job publishing its digest")
+        time.sleep(3 * 2)
+        for node in nodes:
+            for gpu in range(8):
+                if (node, gpu) != ("n2", 3):
+                    gpustate.set_value(str(mc.gpu_file(node)), gpu, "utilization", {"gpu": 86, "memory": 36})
+                    gpustate.set_value(str(mc.gpu_file(node)), gpu, "power_usage_mw", 550000)
+        onset = time.time()
+
+        def flagged():
+            r = mc.gpufleet("fleet", "stragglers", "--running", "--json")
+            return json.loads(r.stdout)["flags"] if r.returncode == 1 else None
+
+        flags = mc.wait(flagged, 60, lambda: "n2 GPU 3 flagged: " + mc.gpufleet(
+            "fleet", "stragglers", "--running", "--json").stdout[:1500])
+        assert [(f["node"], f["gpu"], f["signature"], f["job"]) for f in flags] == [("n2", 3, "silent_slow", job)], flags
+        assert flags[0]["t_flagged"] > flags[0]["t_first"] and time.time() - onset < 60
+        mc.run("scancel", job)
+        mc.wait(lambda: not [p for p in samplers(mc) if f"-{job}-" in p] and not sampler_processes(mc), 60,
+                "the samplers gone with the job")
+    finally:
+        config.write_text(original)
+        for node in nodes:
+            mc.heal(node)
