@@ -251,6 +251,7 @@ def samples_from_digests(published: dict[str, dict]) -> tuple[list[Sample], floa
         for job, d in digests(data.get("is")).items():
             try:
                 ws = float(d["ws"])
+                index = d.get("g")  # the rows' GPU indices, when the job has only some of the node's
                 rows = []
                 seen = set()
                 for i, gpus in [*d.get("b", []), *d.get("w", [])]:
@@ -258,8 +259,8 @@ def samples_from_digests(published: dict[str, dict]) -> tuple[list[Sample], floa
                         continue
                     seen.add(i)
                     for g, (clock, power, util, thr) in enumerate(gpus):
-                        rows.append(Sample(i * ws + ws / 2, job, node, g, float(clock), float(power),
-                                           float(util), int(thr), model))
+                        rows.append(Sample(i * ws + ws / 2, job, node, int(index[g]) if index else g,
+                                           float(clock), float(power), float(util), int(thr), model))
             except (KeyError, TypeError, ValueError):
                 continue  # a digest this release cannot read: that job on that node is not judged
             out += rows

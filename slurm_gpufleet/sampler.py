@@ -1,6 +1,7 @@
 """The in-job sampler: started by the prolog for a job on two nodes or more, stopped by the epilog.
 
-Every `instep_sample_s` it reads, per GPU through NVML, the SM clock, power, SM utilisation and the
+Every `instep_sample_s` it reads, per GPU of the job (SLURM_JOB_GPUS, as the prolog got it; every GPU
+of the node where Slurm does not say) through NVML, the SM clock, power, SM utilisation and the
 clock-event (throttle) reasons, and keeps the current window; at each window's end (windows are whole
 multiples of `instep_window_s` of wall-clock time, so every node of a job cuts them at the same moments)
 it publishes a digest into the node's summary (`"is"`, per job: the mean of the job's first windows per
@@ -54,8 +55,9 @@ class Digest:
     """The windows of one job on one node: sums of the current window, the means of the first windows
     (each node's own start), the last `keep` windows' means."""
 
-    def __init__(self, job: str, window_s: float, keep: int) -> None:
+    def __init__(self, job: str, window_s: float, keep: int, gpus: list[int] | None = None) -> None:
         self.job, self.window_s, self.keep = job, window_s, keep
+        self.gpus = gpus  # the NVML indices of the rows, when the job has only some of the node's GPUs
         self.current: int | None = None
         self.sums: list[list[float]] = []
         self.n = 0
@@ -82,15 +84,31 @@ class Digest:
         return closed
 
     def to_dict(self) -> dict[str, Any]:
-        return {"j": self.job, "ws": self.window_s, "b": [[i, g] for i, g in self.first],
-                "w": [[i, g] for i, g in self.last]}
+        out = {"j": self.job, "ws": self.window_s, "b": [[i, g] for i, g in self.first],
+               "w": [[i, g] for i, g in self.last]}
+        if self.gpus is not None:
+            out["g"] = list(self.gpus)
+        return out
 
 
-def digest_for(job: str, settings: Any) -> Digest:
+def digest_for(job: str, settings: Any, gpus: list[int] | None = None) -> Digest:
     """The digest a node keeps for `job`: one window more than a flag needs, since the job's nodes
     publish at their own moments, so at any instant their newest windows may differ by one, and
     `instep_windows` shared windows must remain."""
-    return Digest(job, settings.instep_window_s, settings.instep_windows + 1)
+    return Digest(job, settings.instep_window_s, settings.instep_windows + 1, gpus)
+
+
+def job_gpus(environ: dict[str, str]) -> list[int] | None:
+    """The job's GPUs on this node, as Slurm gives them to the prolog (SLURM_JOB_GPUS, "0,1,4"), else
+    CUDA_VISIBLE_DEVICES when it holds indices; None: every GPU of the node."""
+    for key in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        text = environ.get(key, "").strip()
+        if text:
+            try:
+                return sorted({int(x) for x in text.split(",") if x.strip()})
+            except ValueError:
+                continue  # UUIDs or MIG names: not indices
+    return None
 
 
 def publish(backend: Any, node: str, field: str, digest: dict[str, Any], settings: Any) -> None:
@@ -127,7 +145,7 @@ def job_gone(job: str, cgroup_root: str = "/sys/fs/cgroup") -> bool:
 
 
 def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours: float = 240.0,
-         cgroup_root: str = "/sys/fs/cgroup") -> int:
+         cgroup_root: str = "/sys/fs/cgroup", gpus: list[int] | None = None) -> int:
     """Sample until the job ends (the pid file gone or another sampler's, the job's cgroup gone, SIGTERM,
     or `max_hours`)."""
     s = settings
@@ -135,8 +153,10 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
     stopping = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
     nvml.nvmlInit()
-    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
-    digest = digest_for(job, s)
+    count = nvml.nvmlDeviceGetCount()
+    mine = [i for i in gpus if 0 <= i < count] if gpus else None  # only the job's GPUs, where known
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in (mine if mine else range(count))]
+    digest = digest_for(job, s, mine or None)
     deadline = time.monotonic() + max_hours * 3600
     while not stopping["now"] and time.monotonic() < deadline:
         try:

@@ -208,3 +208,21 @@ def test_one_slow_gpu_is_flagged_by_name_and_two_node_jobs_are_judged():
         for kind in ("healthy", "uniform"):
             samples, _, _ = job_samples(random.Random(seed), "j", 20, kind, nodes=2)
             assert detect(samples) == [], (seed, kind)
+
+
+def test_the_sampler_reads_only_the_job_s_gpus_and_the_flag_names_the_real_index():
+    import json
+    from types import SimpleNamespace
+
+    from slurm_gpufleet import sampler
+    from slurm_gpufleet.instep import samples_from_digests
+
+    assert sampler.job_gpus({"SLURM_JOB_GPUS": "4,5,6,7"}) == [4, 5, 6, 7]
+    assert sampler.job_gpus({"CUDA_VISIBLE_DEVICES": "GPU-1f2e,GPU-3a4b"}) is None  # UUIDs: every GPU
+    assert sampler.job_gpus({}) is None
+    d = sampler.digest_for("5", SimpleNamespace(instep_window_s=60.0, instep_windows=3), [4, 5, 6, 7])
+    for t in range(0, 200, 15):
+        d.add(float(t), [[1980.0, 600.0, 95.0, 0]] * 4)
+    published = {"n1": {"gpus": "8xNVIDIA H200", "is": json.loads(json.dumps({"5": d.to_dict()}))}}
+    samples, _ = samples_from_digests(published)
+    assert {s.gpu for s in samples} == {4, 5, 6, 7}

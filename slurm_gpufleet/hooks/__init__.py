@@ -39,6 +39,8 @@ def sampler_main(argv: list[str]) -> int:
 
 
 def _sampler(argv: list[str]) -> int:
+    import os
+
     from .. import sampler
     from .common import _backend, _setup
 
@@ -48,4 +50,5 @@ def _sampler(argv: list[str]) -> int:
         return 0
     import pynvml
 
-    return sampler.loop(setup.settings, _backend(setup.settings), pynvml, job, node)
+    return sampler.loop(setup.settings, _backend(setup.settings), pynvml, job, node,
+                        gpus=sampler.job_gpus(dict(os.environ)))
