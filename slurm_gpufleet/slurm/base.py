@@ -10,6 +10,9 @@ class SlurmError(RuntimeError):
     """A Slurm command or call failed; the message is one line."""
 
 
+REASON_FLAGS = frozenset({"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED", "NOT_RESPONDING"})
+
+
 @dataclass
 class NodeInfo:
     name: str
@@ -27,6 +30,13 @@ class NodeInfo:
     active_features: list[str] = field(default_factory=list)   # ActiveFeatures
     weight: int | None = None        # scheduling weight: Slurm prefers lower-weight nodes
     slurmd_start: float | None = None  # when this node's slurmd last registered (epoch s): a restart moves it
+
+    def __post_init__(self) -> None:
+        # A reason means something only while the node is drained, down, failing or rebooting.  Slurm
+        # 22.05 clears it at a resume, 24.11 keeps the old text on the resumed node: one reading for every
+        # release (and the in-memory Slurm), so that no reader takes a stale reason for a live one.
+        if not (self.flags & REASON_FLAGS or self.state in ("DOWN", "REBOOT")):
+            self.reason, self.reason_user, self.reason_time = "", None, None
 
     @property
     def drained(self) -> bool:
