@@ -10,7 +10,7 @@ class SlurmError(RuntimeError):
     """A Slurm command or call failed; the message is one line."""
 
 
-REASON_FLAGS = frozenset({"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED", "NOT_RESPONDING"})
+REASON_FLAGS = frozenset({"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"})
 
 
 @dataclass
