@@ -43,7 +43,7 @@ def _load_policy(config: str | None, trusted: bool = False, read_only: bool = Fa
     except PolicyError as exc:
         _fail(str(exc), exitcodes.USAGE)
     if trusted or read_only:
-        refused = refusals(policy)
+        refused = refusals(policy, own_judged=trusted and not read_only and path is not None)
         if refused and read_only:
             click.echo(f"slurm-gpufleet: warning: {refused[0].line()} (read only here: nothing runs as root)",
                        err=True)

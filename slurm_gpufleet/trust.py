@@ -148,9 +148,12 @@ def program_of(command: str | None) -> str | None:
     return words[0] if words and words[0].startswith("/") else None
 
 
-def refusals(policy, *, uid: int | None = None) -> list[Refusal]:
-    """Every path of the policy that fails the rule (the config first)."""
+def refusals(policy, *, uid: int | None = None, own_judged: bool = False) -> list[Refusal]:
+    """Every path of the policy that fails the rule (the config first; not again where the caller judged
+    it before parsing: `own_judged`)."""
     own, named = policy_paths(policy)
+    if own_judged:
+        own = []
     group = group_id(getattr(policy.slurm, "trusted_group", None))
     out = [r for r in (problem(p, uid=uid) for p in own) if r]
     out += [r for r in (problem(p, uid=uid, group=group) for p in dict.fromkeys(named)) if r]

@@ -77,7 +77,7 @@ def _setup(hook: str, config: str | None, node: str | None, job: str | None = No
     except PolicyError as exc:
         log.error("config error, no action taken: %s", exc)
         return None
-    refused = [first] if first else refusals(policy)
+    refused = [first] if first else refusals(policy, own_judged=path is not None)
     if refused:
         # a config someone else could have written must not choose what root runs: the packaged defaults
         # run instead, and the node says so (`fleet` lists it); jobs are not failed for it
