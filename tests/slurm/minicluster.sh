@@ -308,21 +308,36 @@ EOF
   # A reboot does not wait for a slurmd that will not stop: seen on 24.11, a slurmd that caught SIGTERM
   # while its health check ran hung in its shutdown, and the new one waited on it for ever ("killing old
   # slurmd"), the node DOWN; after 5 s it is killed, as the reboot would.
+  # One restart of a node at a time, and every slurmd of that node stopped, not only the one its pid file
+  # names: a killed apply's upgrade command and the resumed apply's re-run can restart the same node at
+  # once, and slurmd writes its pid file only after it has daemonised, so the second restart read a stale
+  # pid, left the first's new slurmd running and started another beside it (CI run 5: the node never
+  # registered again).  The pattern names this cluster's config, as clusters of other releases run beside.
   cat > "$DIR/bin/restart-slurmd" <<EOF
 #!/bin/bash
 node=\$1
 renice -n 0 -p \$\$ >/dev/null 2>&1 || true  # see up(): a slurmd at the caller's low priority starves its checks
+exec 8>"$DIR/run/restart-slurmd-\$node.lock"
+flock -w 120 8 || true
 alive() { [ -d /proc/\$1 ] && ! grep -q '^State:.*Z' /proc/\$1/status 2>/dev/null; }
-pid=\$(cat "$DIR/run/slurmd-\$node.pid" 2>/dev/null || true)
-if [ -n "\$pid" ]; then
-  kill "\$pid" 2>/dev/null || true
+pidfile="$DIR/run/slurmd-\$node.pid"
+pids=\$( { cat "\$pidfile" 2>/dev/null; pgrep -f -- "slurmd(-wlm)? -f $CONF (-b )?-N \$node\\\$"; } | sort -u)
+for pid in \$pids; do kill "\$pid" 2>/dev/null || true; done
+for pid in \$pids; do
   for i in \$(seq 1 50); do alive "\$pid" || break; sleep 0.1; done
   if alive "\$pid"; then
     kill -9 "\$pid" 2>/dev/null || true
     for i in \$(seq 1 20); do alive "\$pid" || break; sleep 0.1; done
   fi
-fi
-exec $(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>&1
+done
+rm -f "\$pidfile"
+$(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>&1 8>&-
+# the lock is held until the new slurmd has written its pid file, so the next restart finds it
+for i in \$(seq 1 100); do
+  pid=\$(cat "\$pidfile" 2>/dev/null || true)
+  [ -n "\$pid" ] && alive "\$pid" && break
+  sleep 0.1
+done
 EOF
   chmod 755 "$DIR/bin/restart-slurmd"
 
