@@ -43,6 +43,10 @@ def xid_info(xid: int) -> XidInfo | None:
 
 
 
+def remediation_data() -> dict[str, Any]:
+    return _load("remediation.toml")
+
+
 def compat_data() -> dict[str, Any]:
     return _load("compat.toml")
 

@@ -1330,6 +1330,39 @@ def fleet_save(ctx: click.Context, out: str) -> None:
                f"{len(state.reservations)} reservation(s) to {out}", err=True)
 
 
+@fleet.command("cases")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json cases`).")
+@click.pass_context
+def fleet_cases(ctx: click.Context, as_json: bool) -> None:
+    """The remediation ladder's open cases: per node and failure class, the attempts within the window
+    (`max_attempts` in `attempt_window_s`), the first and last, and the status: `repair` (drained for
+    repair: an admin resumes it, which closes the case), `running` (a reset or reboot under way) or
+    `watch` (remedied, still counted).  Read from what every node publishes (one read of the fleet)."""
+    from .maintain.fleet import FleetNode
+    from .remediation import CASE_FIELDS, fleet_cases
+    from .slurm import SlurmError
+
+    policy = _load_policy(ctx.obj["config"], read_only=bool(ctx.obj["fleet_file"]))
+    if ctx.obj["fleet_file"]:
+        nodes = list(_fleet(policy, ctx.obj["fleet_file"]).nodes.values())
+    else:
+        try:  # the nodes alone: one read, no jobs or reservations
+            nodes = [FleetNode.from_info(i) for i in _backend(policy).nodes()]
+        except SlurmError as exc:
+            _fail(f"cannot read the nodes from Slurm: {exc}", exitcodes.USAGE)
+    rows = fleet_cases(nodes)
+    if as_json or ctx.obj["as_json"]:
+        click.echo(json.dumps({"fields": list(CASE_FIELDS), "cases": rows}, indent=1))
+        return
+    if not rows:
+        click.echo("no open cases")
+        return
+    click.echo(f"{'node':<12} {'class':<16} {'attempts':>8}  {'first':<25} {'last':<25} status")
+    for r in rows:
+        click.echo(f"{r['node']:<12} {r['class']:<16} {r['attempts']:>8}  {r['first']:<25} {r['last']:<25} "
+                   f"{r['status']}" + (f"  ({r['reason']})" if r["reason"] else ""))
+
+
 @fleet.command("domains")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json domains`).")
 @click.pass_context

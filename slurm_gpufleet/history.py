@@ -37,6 +37,12 @@ _TABLES = {
     "actions": "[ts] REAL, [time] TEXT, [node] TEXT, [hook] TEXT, [action] TEXT, [reason] TEXT, [why] TEXT, "
                "[ok] INTEGER, [error] TEXT",
     "reboots": "[ts] REAL, [node] TEXT, [fault] TEXT, [boot] TEXT",
+    # the remediation ladder (remediation.py): one row per remedy tried; `episode` is when the node was
+    # last clean before it, so one fault's reset and reboots are one attempt
+    "remedies": "[id] INTEGER PRIMARY KEY, [ts] REAL, [node] TEXT, [class] TEXT, [fault] TEXT, [rung] TEXT, "
+                "[boot] TEXT, [episode] REAL, [outcome] TEXT, [detail] TEXT",
+    # a case closed: an admin resumed a node drained for repair; attempts before it no longer count
+    "case_closes": "[ts] REAL, [node] TEXT, [class] TEXT",
 }
 _INDEXES = {"idx_runs_hook_id": "runs (hook, id)", "idx_findings_run_id": "findings (run_id)"}
 
@@ -107,7 +113,48 @@ class History:
         with self.conn:
             self._insert("reboots", {"ts": time.time(), "node": node, "fault": fault, "boot": boot or "unknown"})
 
-    def node_history(self, node: str, window: int = 50) -> NodeHistory:
+    def _last_clean(self, node: str) -> float:
+        return self._query(
+            "select coalesce(max(ts), 0) as ts from runs where node = ? and hook = 'healthcheck' "
+            "and verdict in ('ok', 'warn')", [node])[0]["ts"]
+
+    def record_remedy(self, node: str, cls: str, fault: str, rung: str, boot: str | None,
+                      outcome: str = "pending", detail: str = "") -> int:
+        with self.conn:
+            return self._insert("remedies", {
+                "ts": time.time(), "node": node, "class": cls, "fault": fault, "rung": rung,
+                "boot": boot or "unknown", "episode": self._last_clean(node), "outcome": outcome, "detail": detail})
+
+    def pending_remedies(self, node: str) -> list[dict[str, Any]]:
+        return self._query("select id, class, fault, rung, boot from remedies where node = ? and outcome = 'pending' "
+                           "order by id", [node])
+
+    def settle_remedy(self, remedy_id: int, outcome: str, detail: str = "") -> None:
+        with self.conn:
+            self.conn.execute("update remedies set outcome = ?, detail = trim(coalesce(detail, '') || ' ' || ?) "
+                              "where id = ?", [outcome, detail, remedy_id])
+
+    def close_case(self, node: str, cls: str) -> None:
+        with self.conn:
+            self._insert("case_closes", {"ts": time.time(), "node": node, "class": cls})
+
+    def cases(self, node: str, window_s: float, now: float | None = None) -> list[dict[str, Any]]:
+        """The node's open cases: per class, the attempts within the window since its last close, the
+        first and last remedy, the latest outcome, and whether the current episode is still running."""
+        now = time.time() if now is None else now
+        last_clean = self._last_clean(node)
+        rows = self._query(
+            "select r.class as class, count(distinct r.episode) as attempts, min(r.ts) as first, max(r.ts) as last, "
+            "max(r.episode) as episode from remedies r where r.node = ? and r.ts > ? and r.ts > "
+            "(select coalesce(max(c.ts), 0) from case_closes c where c.node = r.node and c.class = r.class) "
+            "group by r.class order by max(r.ts)", [node, now - window_s])
+        for row in rows:
+            row["running"] = row.pop("episode") == last_clean
+            row["outcome"] = self._query("select outcome from remedies where node = ? and class = ? "
+                                         "order by id desc limit 1", [node, row["class"]])[0]["outcome"]
+        return rows
+
+    def node_history(self, node: str, window: int = 50, attempt_window_s: float = 7 * 86400) -> NodeHistory:
         from .slurm.actions import NodeHistory
 
         # clean health checks since the last bad run of any hook (a failed prolog restarts the count)
@@ -124,19 +171,24 @@ class History:
             "select count(*) as n from runs where node = ? and hook in ('prolog', 'epilog') "
             "and verdict in ('reboot', 'drain') and ts > ?", [node, last_resume])[0]["n"] > 0
         # reboots count until the node is clean again: a fault that comes back later starts afresh
-        last_clean = self._query(
-            "select coalesce(max(ts), 0) as ts from runs where node = ? and hook = 'healthcheck' "
-            "and verdict in ('ok', 'warn')", [node])[0]["ts"]
+        last_clean = self._last_clean(node)
         reboot_boots: dict[str, list[str]] = {}
         for row in self._query("select fault, boot from reboots where node = ? and ts > ? order by ts",
                                [node, last_clean]):
             reboot_boots.setdefault(row["fault"], []).append(row["boot"])
-        return NodeHistory(clean_runs=clean, hook_failure=hook_failure, reboot_boots=reboot_boots)
+        resets: dict[str, list[str]] = {}
+        for row in self._query("select fault, boot from remedies where node = ? and rung = 'reset' and episode = ? "
+                               "order by id", [node, last_clean]):
+            resets.setdefault(row["fault"], []).append(row["boot"])
+        cases = self.cases(node, attempt_window_s)
+        return NodeHistory(clean_runs=clean, hook_failure=hook_failure, reboot_boots=reboot_boots, resets=resets,
+                           attempts={c["class"]: c["attempts"] for c in cases},
+                           running={c["class"] for c in cases if c["running"]})
 
     def prune(self, days: int = RETENTION_DAYS) -> None:
         cutoff = time.time() - days * 86400
         with self.conn:
-            for table in ("findings", "actions", "reboots", "performance", "runs"):
+            for table in ("findings", "actions", "reboots", "performance", "runs", "remedies", "case_closes"):
                 self.conn.execute(f"delete from [{table}] where ts < ?", [cutoff])
 
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:

@@ -247,6 +247,9 @@ class NodePolicy:
     mig_mode: bool | None = setting(None, _bool)
     # performance (`check --level deep`): memory bandwidth this far below the baseline is a warning
     perf_tolerance_pct: float = setting(10.0, _number)
+    # staged enablement: "observe" decides and publishes what it would do and touches nothing (a prolog
+    # never fails), "quarantine" drains but never resets or reboots, "full" does everything
+    mode: str = setting("full", _choice("observe", "quarantine", "full"))
     # processes
     expect_idle: bool = setting(False, _bool)
     idle_memory_mib: int = setting(100, _int(0))
@@ -260,8 +263,17 @@ class SlurmSettings:
 
     # clean health-check runs in a row before a node we drained is resumed
     clean_runs_to_resume: int = setting(3, _int(1))
-    # reset-fixable faults get `scontrol reboot ASAP`; still there after this many reboots -> drain
+    # the remediation ladder (remediation.py, data/remediation.toml): a reset-fixable fault first gets
+    # reset_command on its idle GPUs ({gpus}: the comma list, every GPU of an NVSwitch board; {node}), killed
+    # after reset_timeout_s (a health check runs the reset and reads the GPUs again within slurmd's 60 s);
+    # then `scontrol reboot ASAP`; still there after this many reboots -> drain
     reboots_before_drain: int = setting(2, _int(0))
+    reset_command: str = setting("nvidia-smi -r -i {gpus}", lambda v: v.strip() if isinstance(v, str) else _str(v))
+    reset_timeout_s: float = setting(30.0, _timeout)
+    # attempts per failure class: the max_attempts-th fault of a class within attempt_window_s is not
+    # remedied again: the node is drained for repair and only an admin resumes it (`fleet cases`)
+    max_attempts: int = setting(3, _int(1))
+    attempt_window_s: float = setting(7 * 86400.0, _number)
     # where the node's GPU summary goes: "extra", "comment" or "none"
     publish: str = setting("extra", _choice("extra", "comment", "none"))
     # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits

@@ -264,6 +264,8 @@ class XidEvent:
     caused_by: int | None = None
     # the line is an Xid header the parser could read only in part (cut, or a form it does not know)
     partial: bool = False
+    # a GPU reset of this GPU was logged after it in the same boot (RESET_MARK): the reset answered it
+    cleared: bool = False
 
 
 @dataclass

@@ -47,6 +47,9 @@ Summary = TypedDict("Summary", {
     "bwgpu": int,                 # which GPU that is
     "cfg": str,                   # "refused": the node runs on the packaged defaults (trust.py)
     "brk": int,                   # 1: a drain was held by the open breaker
+    "obs": str,                   # observe mode: what would have been done ("drain: <reason>")
+    # the remediation ladder's open cases (remediation.py): [class, attempts, first, last (epoch s), status]
+    "case": list[list[Any]],
     # the in-job samplers' digests (sampler.py), one per job running here: job -> window length, first
     # and last windows per GPU
     "is": dict[str, Any],

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from slurm_gpufleet.findings import Finding
-from slurm_gpufleet.slurm.actions import NodeHistory, decide, is_ours, make_reason
+from slurm_gpufleet.slurm.actions import Ladder, NodeHistory, decide, is_ours, make_reason
 from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
 from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text, parse_nodes_text
 
@@ -144,7 +144,7 @@ REBOOT = [Finding("memory", "reboot", "reset_gpu", 1, "row remap pending")]
      NodeHistory(clean_runs=9), "none"),
     (node(flags={"DRAIN"}, reason="Prolog error"), "drain", DRAIN, NodeHistory(hook_failure=True), "set_reason"),
     (node(flags={"DRAIN"}, reason="Prolog error"), "drain", DRAIN, NodeHistory(hook_failure=False), "none"),
-    (node(boot_time="B1"), "reboot", REBOOT, NodeHistory(), "reboot"),
+    (node(boot_time="B1"), "reboot", REBOOT, NodeHistory(resets={"memory:1:reset_gpu": ["B1"]}), "reboot"),
     (node(boot_time="B1"), "reboot", REBOOT, NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1"]}), "none"),
     (node(boot_time="B2"), "reboot", REBOOT, NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1"]}), "reboot"),
     (node(boot_time="B3"), "reboot", REBOOT, NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1", "B2"]}), "drain"),
@@ -155,6 +155,47 @@ REBOOT = [Finding("memory", "reboot", "reset_gpu", 1, "row remap pending")]
 def test_decision_table(info, verdict, findings, history, kind):
     action = decide(info, verdict, findings, history, clean_runs_to_resume=3, reboots_before_drain=2)
     assert action.kind == kind, action
+
+
+KEY = "memory:1:reset_gpu"
+
+
+@pytest.mark.parametrize("info,history,kw,kind,rung,reason", [
+    # the first rung: a reset of the idle GPUs, with the node idle in Slurm
+    (node(boot_time="B1"), NodeHistory(), {"gpus_idle": True}, "reset", "reset", "gpufleet: memory gpu1 row remap pending"),
+    # busy GPUs or a busy node: drained, so the reset can run when its jobs end; no remedy yet
+    (node(boot_time="B1"), NodeHistory(), {}, "drain", "", "gpufleet: memory gpu1 row remap pending"),
+    (node(boot_time="B1", state="ALLOCATED"), NodeHistory(), {"gpus_idle": True}, "drain", "", None),
+    # already drained by us for it: waits for the jobs, no rewrite
+    (node(boot_time="B1", state="ALLOCATED", flags={"DRAIN"}, reason="gpufleet: memory gpu1 row remap pending"),
+     NodeHistory(), {"gpus_idle": True}, "none", "", None),
+    # the reset was tried in this episode: the next rung
+    (node(boot_time="B1"), NodeHistory(resets={KEY: ["B1"]}, attempts={"ecc": 1}, running={"ecc"}), {"gpus_idle": True},
+     "reboot", "reboot", None),
+    # the third fault of the class within the window: drained for repair, not remedied again
+    (node(boot_time="B1"), NodeHistory(attempts={"ecc": 2}), {"gpus_idle": True}, "drain", "repair",
+     "gpufleet: repair ecc attempt 3 of 3 in 7d: memory gpu1 row remap pending"),
+    # ... but an attempt under way climbs its own ladder to the end
+    (node(boot_time="B2"), NodeHistory(resets={KEY: ["B1"]}, reboot_boots={KEY: ["B1"]}, attempts={"ecc": 3},
+                                      running={"ecc"}), {}, "reboot", "reboot", None),
+    # a cap of 5 leaves the third fault to the ladder
+    (node(boot_time="B1"), NodeHistory(attempts={"ecc": 2}), {"gpus_idle": True, "ladder": Ladder(max_attempts=5)},
+     "reset", "reset", None),
+    # quarantine: drained, never reset or rebooted
+    (node(boot_time="B1"), NodeHistory(), {"gpus_idle": True, "ladder": Ladder(mode="quarantine")}, "drain", "", None),
+    # a reboot_node fault has no reset rung
+    (node(boot_time="B1"), NodeHistory(), {"gpus_idle": True, "findings": [
+        Finding("inventory", "reboot", "reboot_node", 2, "GPU lost")]}, "reboot", "reboot", None),
+    # drained for repair: only an admin resumes it, however clean it runs
+    (node(flags={"DRAIN"}, reason="gpufleet: repair ecc attempt 3 of 3 in 7d: memory gpu1 row remap pending"),
+     NodeHistory(clean_runs=9), {"verdict": "ok", "findings": []}, "none", "", None),
+])
+def test_the_ladder_cheapest_first_capped_per_class(info, history, kw, kind, rung, reason):
+    verdict, findings = kw.pop("verdict", "reboot"), kw.pop("findings", REBOOT)
+    action = decide(info, verdict, findings, history, 3, **kw)
+    assert (action.kind, action.rung) == (kind, rung), action
+    if reason is not None:
+        assert action.reason == reason
 
 
 def test_escalated_reason_says_why():

@@ -1,5 +1,6 @@
 """Xid: kernel-log GPU errors mapped through the catalog; a reset-fixable Xid that survives reboots
-is escalated to a drain for hardware inspection.
+is escalated to a drain for hardware inspection.  An Xid a GPU reset answered (the reset's line in the
+kernel log after it, readers/kernel_log.RESET_MARK) no longer counts in its boot.
 
 NVLink5 Xids (144-150) say Fatal or Nonfatal: a nonfatal one is a warning, a fatal one follows the
 catalog.  A line that says it was "caused by previous Xid N" repeats an event already counted (Xid 45
@@ -42,7 +43,7 @@ def check(ctx: Context) -> list[Finding]:
     current: dict[tuple[int, str | None], list] = defaultdict(list)
     for e in events:
         boots_by_key[(e.xid, e.pci)].add(e.boot)
-        if e.boot == current_boot:
+        if e.boot == current_boot and not e.cleared:
             current[(e.xid, e.pci)].append(e)
     for (number, pci), evs in current.items():
         gpu = snap.gpu_by_pci(pci)

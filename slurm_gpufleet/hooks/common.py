@@ -160,7 +160,6 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     from ..findings import verdict
     from ..history import History, db_path
     from ..slurm import SlurmError
-    from ..slurm.actions import decide
     from ..slurm.actuator import Actuator
     from ..slurm.ownership import HEALTH, rack_of_reason
     from ..snapshot import known
@@ -181,9 +180,34 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         log.error("cannot read node state from Slurm: %s", exc)
         history.record_action(node, hook, "none", "", f"slurm unreachable: {exc}", False, str(exc))
         return "error"
-    action = decide(info, final, findings, history.node_history(node), settings.clean_runs_to_resume,
-                    settings.reboots_before_drain, host=s.host_facts, driver=known(s.driver_version))
+    ladder = _ladder(setup)
+    actuator = Actuator(backend, HEALTH, settings)
+    _settle_remedies(history, info, findings)
+    action = _decide(setup, ladder, history, info, report, final, findings)
+    if action.kind == "reset" and ladder.mode == "full":
+        # the cheapest rung: reset the idle GPUs, read them again, and decide on what the reset left
+        after = _reset(setup, history, actuator, info, action, report, hook)
+        if isinstance(after, str):
+            action = type(action)("none", why=after)
+        else:
+            report, info = after
+            findings = report.findings + (extra_findings or [])
+            final = verdict(findings)
+            s = report.snapshot
+            action = _decide(setup, ladder, history, info, report, final, findings)
+    observed = None
+    if ladder.mode == "observe" and action.kind != "none":
+        # staged enablement: what would be done is decided, logged and published; nothing is touched
+        observed = action
+        history.record_action(node, hook, "observe", action.reason, f"would {action.kind}: {action.why}", True)
+        action = type(action)("none", why=f"observe mode: would {action.kind} ({action.reason or action.why})")
     data = encode_summary(report, final) if settings.publish != "none" else None
+    if data is not None and observed is not None:
+        data["obs"] = f"{observed.kind}: {observed.reason or observed.why}"[:100]
+    if data is not None:
+        cases = _published_cases(history, info, settings)
+        if cases:
+            data["case"] = cases
     if data is not None and setup.refused:
         data["cfg"] = "refused"
     shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
@@ -199,7 +223,6 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         if settings.feature_prefix and hook != "prolog" else {}
     if news:
         fields[settings.publish] = news
-    actuator = Actuator(backend, HEALTH, settings)
     blocked = None
     ok, error, published = True, None, False
     try:
@@ -228,6 +251,9 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                 action = type(action)("none", why=f"not rebooted, breaker open: {blocked}")
             elif done.done:
                 history.record_reboot(node, action.fault or "", info.boot_time)
+                _record_remedy(history, node, action, info.boot_time)
+        if action.rung == "repair" and action.kind in ("drain", "set_reason") and not blocked:
+            _record_remedy(history, node, action, info.boot_time)
     except SlurmError as exc:
         ok, error = False, str(exc)
     if ok and action.kind in ("drain", "set_reason") and published and _rack_fault(findings):
@@ -264,6 +290,117 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         history.prune()
     history.close()
     return action.kind if ok else "error"
+
+
+def _ladder(setup: Setup):
+    from ..slurm.actions import Ladder
+
+    st = setup.settings
+    return Ladder(st.reboots_before_drain, st.max_attempts, st.attempt_window_s, setup.policy.for_node(setup.node).mode)
+
+
+def _decide(setup: Setup, ladder, history, info, report: Report, final: str, findings: list[Finding]):
+    from ..remediation import gpus_idle, reset_targets
+    from ..slurm.actions import decide, worst
+    from ..snapshot import known
+
+    s = report.snapshot
+    f = worst(findings, "reboot")
+    idle = f is not None and gpus_idle(s, reset_targets(s, f, setup.policy.models))
+    return decide(info, final, findings, history.node_history(setup.node, attempt_window_s=ladder.attempt_window_s),
+                  setup.settings.clean_runs_to_resume, host=s.host_facts, driver=known(s.driver_version),
+                  ladder=ladder, gpus_idle=idle)
+
+
+def _record_remedy(history, node: str, action, boot: str | None, outcome: str = "pending", detail: str = "") -> None:
+    from ..remediation import class_of
+
+    if action.finding is not None:
+        history.record_remedy(node, class_of(action.finding), action.fault or "", action.rung, boot, outcome, detail)
+
+
+def _settle_remedies(history, info: NodeInfo, findings: list[Finding]) -> None:
+    """The outcome of what the ladder tried, as this run sees it: a reboot whose fault is gone succeeded,
+    one whose fault is still there after the boot changed did not; a node drained for repair that is
+    back in service (an admin resumed it) closes its case."""
+    from ..slurm.actions import fault_key
+
+    present = {fault_key(f) for f in findings if f.severity in ("reboot", "drain")}
+    for row in history.pending_remedies(info.name) or []:
+        if row["rung"] == "repair":
+            if not (info.drained or info.down or info.rebooting):
+                history.settle_remedy(row["id"], "succeeded", "back in service after repair")
+                history.close_case(info.name, row["class"])
+        elif row["fault"] not in present:
+            history.settle_remedy(row["id"], "succeeded", "the fault is gone")
+        elif row["rung"] == "reboot" and info.boot_time and row["boot"] != info.boot_time:
+            history.settle_remedy(row["id"], "permanent", "still there after the reboot")
+
+
+def _reset(setup: Setup, history, actuator, info: NodeInfo, action, report: Report, hook: str):
+    """Drain the node (no job may land during the reset), run the site's reset command on the idle GPUs,
+    mark the reset in the kernel log, read the GPUs again.  Returns (report, what Slurm now shows) or,
+    where nothing was reset, why."""
+    from dataclasses import replace
+
+    from ..findings import verdict
+    from ..pipeline import evaluate
+    from ..readers import ReportError
+    from ..remediation import mark_reset, reset_targets, run_reset
+    from ..slurm.actions import fault_key
+    from ..snapshot import known
+
+    settings, node = setup.settings, setup.node
+    gpus = reset_targets(report.snapshot, action.finding, setup.policy.models)
+    if not info.drained:
+        done = actuator.drain([info], action.reason)
+        if done.blocked:
+            history.record_action(node, hook, "breaker", action.reason, done.breaker, True)
+            return f"not reset, breaker open: {done.breaker}"
+        info = replace(info, flags=info.flags | {"DRAIN"}, reason=action.reason)
+    result = run_reset(settings.reset_command, node, gpus, settings.reset_timeout_s)
+    gpu_list = ",".join(map(str, gpus))
+    history.record_action(node, hook, "reset", action.reason, f"gpus {gpu_list} in {result.seconds:.1f} s: {result.detail}",
+                          result.ok, None if result.ok else result.detail)
+    (log.info if result.ok else log.error)("%s reset gpus %s: %s", hook, gpu_list, result.detail or "done")
+    if not result.ok:  # the rung did not complete: the next decision climbs to a reboot
+        _record_remedy(history, node, action, info.boot_time, "transient", result.detail)
+        return report, info
+    by_index = {g.index: g for g in report.snapshot.gpus}
+    unmarked = mark_reset(settings.kernel_log, node,
+                          [known(by_index[i].pci_bus_id) or "" for i in gpus if i in by_index and known(by_index[i].pci_bus_id)])
+    if unmarked:
+        log.warning("the reset is not in the kernel log (%s): its Xids still count until the next boot", unmarked)
+    _start_watchdog(setup, 1, None)
+    try:
+        snap = read_node(settings, node, "quick")
+    except (ReportError, OSError) as exc:
+        _record_remedy(history, node, action, info.boot_time, "permanent", f"no readable GPU state after the reset: {exc}")
+        return report, info
+    finally:
+        watchdog.cancel()
+    after = evaluate(snap, setup.policy, host=node, expect_idle=True)
+    still = action.fault in {fault_key(f) for f in after.findings}
+    _record_remedy(history, node, action, info.boot_time, "permanent" if still else "succeeded",
+                   "the fault is still there after the reset" if still else "the fault is gone after the reset")
+    history.record_run(node, hook, verdict(after.findings), after.findings, duration_s=after.duration_s,
+                       driver=known(snap.driver_version), gpus=len(snap.gpus))
+    return after, info
+
+
+def _published_cases(history, info: NodeInfo, settings: SlurmSettings) -> list[list]:
+    """The node's open cases as the summary carries them (`fleet cases` reads them fleet-wide in one read):
+    [class, attempts, first, last (epoch s), status], status `repair` (drained for it), `running` (the
+    ladder is on it) or `watch` (remedied, still within the window)."""
+    from ..remediation import is_repair
+    from ..slurm.ownership import PREFIX
+
+    out = []
+    for c in history.cases(info.name, settings.attempt_window_s) or []:
+        status = "repair" if (info.drained and is_repair(info.reason, PREFIX) and c["outcome"] == "pending") \
+            else "running" if c["running"] else "watch"
+        out.append([c["class"], c["attempts"], int(c["first"]), int(c["last"]), status])
+    return out
 
 
 def _rack_fault(findings: list[Finding]) -> bool:

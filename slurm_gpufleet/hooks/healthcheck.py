@@ -45,7 +45,9 @@ def run(argv: list[str] | None = None) -> int:
     from ..pipeline import evaluate
     from ..readers import ReportError
 
-    _start_watchdog(setup, 1, None if judge_only else lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
+    # observe mode (staged enablement) touches nothing, not even for a hung or unreadable GPU
+    acts = not judge_only and setup.policy.for_node(setup.node).mode != "observe"
+    _start_watchdog(setup, 1, lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON) if acts else None)
     try:
         snap = read_node(setup.settings, setup.node, args.level)
     except (ReportError, OSError) as exc:
@@ -55,7 +57,8 @@ def run(argv: list[str] | None = None) -> int:
         if args.nhc:
             print(f"gpufleet: no readable GPU state: {exc}"[:200])
             return 1
-        _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state")
+        if acts:
+            _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state")
         return 1
     finally:
         watchdog.cancel()

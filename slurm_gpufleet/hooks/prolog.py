@@ -25,12 +25,16 @@ def run(argv: list[str] | None = None) -> int:
     from ..snapshot import known
 
     # slurmd drains the node for the failed prolog; the helper then puts our reason on it
-    _start_watchdog(setup, 1, lambda: _prolog_timeout(setup))
+    observe = setup.policy.for_node(setup.node).mode == "observe"  # staged enablement: never fail a job
+    _start_watchdog(setup, 0 if observe else 1, None if observe else lambda: _prolog_timeout(setup))
     try:
         snap = read_node(setup.settings, setup.node, "quick", host=False)
     except (ReportError, OSError) as exc:
         watchdog.cancel()
         reason = "gpufleet: inventory node no readable GPU state"
+        if observe:
+            log.warning("observe mode: the prolog would fail: %s: %s", reason, exc)
+            return 0
         if _breaker_open_for_prolog(setup, reason):
             return 0
         print(f"{reason}: {exc}"[:200])
@@ -63,6 +67,10 @@ def run(argv: list[str] | None = None) -> int:
         history.record_run(setup.node, "prolog", report.verdict, report.findings, job_id=job,
                            duration_s=report.duration_s, driver=known(snap.driver_version), gpus=len(snap.gpus))
         history.close()
+        if observe:
+            # staged enablement: the job runs; what would have failed it is logged (and in the history)
+            log.warning("observe mode: the prolog would fail, job %s would be requeued: %s", job, reason)
+            return 0
         if _breaker_open_for_prolog(setup, reason):
             return 0
         log.error("prolog failed, job %s will be requeued: %s", job, reason)

@@ -36,6 +36,9 @@ class FleetNode:
     inforom: str | None = None             # InfoROM image version(s)
     config_refused: bool = False           # its health check refused the config (trust.py): on defaults
     fabric_domain: str | None = None       # the NVLink domain its GPUs registered in (maintain/domains.py)
+    # the remediation ladder's open cases: [class, attempts, first, last, status] (remediation.py)
+    cases: list[list[Any]] = field(default_factory=list)
+    observed: str | None = None            # observe mode: what its health check would have done
 
     @property
     def model(self) -> str | None:
@@ -60,6 +63,8 @@ class FleetNode:
             node.verdict, node.checked = published.get("v"), published.get("t")
             node.kernel, node.inforom = published.get("kern"), published.get("ifr")
             node.config_refused = published.get("cfg") == "refused"
+            node.cases = [list(c) for c in published.get("case") or [] if isinstance(c, list) and len(c) == 5]
+            node.observed = published.get("obs")
             from .domains import fabric_domain
 
             node.fabric_domain = fabric_domain(published)

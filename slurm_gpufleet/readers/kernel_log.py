@@ -47,6 +47,10 @@ _TS_ISO = re.compile(r"(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?
 _TS_CTIME = re.compile(r"\[(?P<ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3}\s+\d+ \d{2}:\d{2}:\d{2} \d{4})\]")
 _TS_SYSLOG = re.compile(r"^(?P<ts>\w{3}\s+\d+ \d{2}:\d{2}:\d{2})\s")
 _KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[^;]*;")
+# What slurm-gpufleet writes to the kernel log after it reset a GPU (remediation.py), one line per GPU:
+# the Xids logged for that GPU before it in the same boot were answered by the reset
+RESET_MARK = "slurm-gpufleet: GPU reset PCI:"
+_RESET = re.compile(re.escape(RESET_MARK) + r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)")
 _BOOT_MARK = re.compile(r"^-- Boot [0-9a-f]+ --|Linux version \d|\[\s*0\.000000\]|^\d+,\d+,0,[^;]*;")
 
 
@@ -78,6 +82,13 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
         if banner:
             continue
         content_since_mark = True
+        reset = _RESET.search(line)
+        if reset:
+            pci = normalize_pci(reset.group("pci"))
+            for e in events:
+                if e.boot == boot and e.pci == pci:
+                    e.cleared = True
+            continue
         gone = _THE_GPU.search(line)
         if gone:
             the_gpu = (normalize_pci(gone.group("pci")), number)

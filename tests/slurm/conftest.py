@@ -250,9 +250,10 @@ def _reset(c: Cluster) -> None:
     for node in c.nodes:
         c.heal(node)
         Path(c.gpus / f"{node}.kmsg").write_text("")
-        for leftover in (c.gpus / f"{node}.after-reboot.json",):
+        for leftover in (c.gpus / f"{node}.after-reboot.json", c.gpus / f"{node}.after-reset.json"):
             leftover.unlink(missing_ok=True)
     (c.dir / "log" / "reboots.log").unlink(missing_ok=True)
+    (c.dir / "log" / "resets.log").unlink(missing_ok=True)
     (c.dir / "log" / "upgrades.log").unlink(missing_ok=True)
     (c.dir / "log" / "upgrade-overlaps.log").unlink(missing_ok=True)
     for marker in [*c.gpus.glob("*.bad-driver"), *c.gpus.glob("*.imex-*"), *(c.dir / "hooks").glob("*")]:

@@ -71,26 +71,97 @@ def test_admin_drain_is_never_touched(mc):
     assert mc.history("n3", "select count(*) from actions where action in ('drain','resume','set_reason')") == [(0,)]
 
 
+def _resets(mc, node: str) -> int:
+    log = mc.dir / "log" / "resets.log"
+    return log.read_text().split().count(node) if log.exists() else 0
+
+
+def test_row_remap_pending_is_reset_between_jobs_without_a_reboot(mc):
+    """The cheapest rung: the busy node is drained (its job runs on), its GPUs are reset once it is
+    idle, and after clean runs it is resumed; no reboot."""
+    job = mc.start_job("n5", 2, 25)
+    mc.fault("n5", 1, "row_remap_pending")
+    # what a GPU reset does: the pending remap is applied
+    gpustate.write_atomic(gpustate.healthy_state(8, "n5"), str(mc.gpus / "n5.after-reset.json"))
+    mc.wait(lambda: "DRAIN" in mc.state("n5"), 2 * mc.hc_interval + 5, "n5 drained for its reset")
+    assert mc.job(job)["JobState"] == "RUNNING", f"the running job must not be touched: {mc.job(job)}"
+    assert _resets(mc, "n5") == 0, "no reset while the job runs"
+    assert mc.node("n5")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
+    mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 60, "job completed")
+    mc.wait(lambda: _resets(mc, "n5") == 1, 2 * mc.hc_interval + 10, "the reset once the node is idle")
+    mc.wait(lambda: mc.state("n5") == "IDLE", 3 * mc.hc_interval + 10, "n5 resumed after clean runs")
+    # the reset took all 8 GPUs of the NVSwitch board together
+    assert (mc.dir / "log" / "resets.log").read_text().split()[-1] == "0,1,2,3,4,5,6,7"
+    assert not (mc.dir / "log" / "reboots.log").exists() or "n5" not in (mc.dir / "log" / "reboots.log").read_text()
+    assert mc.history("n5", "select class, rung, outcome from remedies") == [("ecc", "reset", "succeeded")]
+    assert [a for (a,) in mc.history("n5", "select action from actions order by ts")] == ["drain", "reset", "resume"]
+
+
 @pytest.mark.release("scontrol reboot ASAP nextstate=RESUME and RebootProgram")
-def test_row_remap_pending_gets_one_reboot_between_jobs(mc):
+def test_row_remap_pending_that_a_reset_does_not_fix_gets_one_reboot_between_jobs(mc):
     # the job outlasts a health-check round with room to spare, also on a loaded machine (three releases'
-    # clusters side by side): the reboot must be asked while it runs, and wait for it
+    # clusters side by side): the node is drained while it runs, and the remedies wait for it
     job = mc.start_job("n4", 2, 40)
     mc.fault("n4", 1, "row_remap_pending")
-    # what a GPU reset does: the pending remap is applied, the node comes back healthy
+    # the reset leaves the fault (no after-reset file); what the reboot does: the node comes back healthy
     gpustate.write_atomic(gpustate.healthy_state(8, "n4"), str(mc.gpus / "n4.after-reboot.json"))
-    # the next health-check round, or the one after where the first had read the GPUs already (CI's load
-    # made one round take 3 s and more)
-    mc.wait(lambda: "REBOOT_REQUESTED" in mc.state("n4"), 2 * mc.hc_interval + 5, "reboot requested")
+    mc.wait(lambda: "DRAIN" in mc.state("n4"), 2 * mc.hc_interval + 5, "n4 drained")
     assert mc.job(job)["JobState"] == "RUNNING", f"the running job must not be touched: {mc.job(job)}"
     assert mc.node("n4")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
     mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 60, "job completed")
+    mc.wait(lambda: _resets(mc, "n4") == 1, 2 * mc.hc_interval + 10, "the reset once the node is idle")
     mc.wait(lambda: mc.state("n4") == "IDLE", 60, "n4 back after the reboot")
     time.sleep(mc.hc_interval + 1)  # one more health-check round: no second reboot
     reboots = (mc.dir / "log" / "reboots.log").read_text().split()
-    assert reboots.count("n4") == 1
+    assert reboots.count("n4") == 1 and _resets(mc, "n4") == 1
     assert mc.history("n4", "select count(*) from reboots") == [(1,)]
+    assert mc.history("n4", "select rung, outcome from remedies order by id") == [
+        ("reset", "permanent"), ("reboot", "succeeded")]
     assert mc.state("n4") == "IDLE"
+
+
+def test_the_third_fault_of_a_class_within_the_window_is_drained_for_repair(mc):
+    """max_attempts = 3: two faults are reset, the third drains the node for repair; `fleet cases` lists
+    it, clean runs do not return it, an admin's resume closes the case."""
+    for attempt in (1, 2):
+        mc.fault("n6", attempt, "row_remap_pending")
+        gpustate.write_atomic(gpustate.healthy_state(8, "n6"), str(mc.gpus / "n6.after-reset.json"))
+        mc.wait(lambda n=attempt: _resets(mc, "n6") == n, 2 * mc.hc_interval + 10, f"reset {attempt}")
+        mc.wait(lambda: mc.state("n6") == "IDLE", 3 * mc.hc_interval + 10, f"n6 resumed after reset {attempt}")
+    mc.fault("n6", 3, "row_remap_pending")
+    mc.wait(lambda: "DRAIN" in mc.state("n6"), 2 * mc.hc_interval + 5, "n6 drained")
+    assert mc.node("n6")["Reason"].startswith("gpufleet: repair ecc attempt 3 of 3 in 7d: memory gpu3 row remap pending")
+    assert _resets(mc, "n6") == 2, "not reset a third time"
+    mc.heal("n6")  # repaired by hand: clean runs do not return it
+    time.sleep(2 * mc.hc_interval + 2)
+    assert "DRAIN" in mc.state("n6")
+    cases = mc.gpufleet("fleet", "cases", "--json")
+    assert cases.returncode == 0, cases.stderr
+    rows = [(r["node"], r["class"], r["attempts"], r["status"]) for r in json.loads(cases.stdout)["cases"]]
+    assert rows == [("n6", "ecc", 3, "repair")], rows
+    mc.run("scontrol", "update", "nodename=n6", "state=resume")
+    mc.wait(lambda: mc.history("n6", "select count(*) from case_closes") == [(1,)], 2 * mc.hc_interval + 5,
+            "the case closed")
+    mc.wait(lambda: "case" not in json.loads(mc.node("n6").get("Extra") or "{}"), 2 * mc.hc_interval + 5,
+            "no open case published")
+
+
+def test_an_observe_only_group_publishes_and_drains_nothing(mc):
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    config.write_text(original + '\n[[group]]\nname = "canary-observe"\nnodes = "n7"\nmode = "observe"\n')
+    try:
+        mc.fault("n7", 5, "row_remap_failure")
+        mc.wait(lambda: json.loads(mc.node("n7").get("Extra") or "{}").get("v") == "drain", 2 * mc.hc_interval + 5,
+                "the verdict published")
+        time.sleep(mc.hc_interval + 1)
+        info = mc.node("n7")
+        assert info["State"] == "IDLE", info
+        assert json.loads(info["Extra"])["obs"].startswith("drain: gpufleet: memory gpu5 row remapping failed")
+        assert mc.history("n7", "select count(*) from actions where action in ('drain', 'reboot', 'reset')") == [(0,)]
+        assert mc.history("n7", "select count(*) from actions where action = 'observe'")[0][0] >= 1
+    finally:
+        config.write_text(original)
 
 
 @pytest.mark.release("what slurmd does with a failed prolog")

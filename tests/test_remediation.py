@@ -1,0 +1,234 @@
+"""The remediation ladder end to end on one node: the real health check program, the recorded H200 behind
+the fake pynvml, a recording `scontrol`, and a site reset command that does what a GPU reset does to the
+recorded state (tests/fake_slurm).  Then the pieces: the kernel log's reset mark, the reset's timeout,
+the history's cases, `fleet cases`."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+
+import pytest
+from support import REPO, run_cli
+
+sys.path.insert(0, str(REPO / "tests"))
+from fake_slurm.node import fault, healthcheck, setup  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests" / "slurm"))
+import gpustate  # noqa: E402
+
+
+def _node(tmp_path, *, fixes: bool = True, hang: bool = False, extra: str = ""):
+    """One node whose reset command logs its arguments and, when `fixes`, brings the GPUs back healthy."""
+    bin_dir, gpus, env = setup(tmp_path)
+    reset = bin_dir / "gpu-reset"
+    healthy = gpus / "n9.healthy.json"
+    gpustate.write_atomic(gpustate.healthy_state(8, "n9"), str(healthy))
+    body = f'echo "$@" >> {tmp_path}/resets.log\n'
+    if hang:
+        body += "sleep 60\n"
+    if fixes:
+        body += f"cp {healthy} {gpus}/n9.json\n"
+    reset.write_text("#!/bin/sh\n" + body)
+    reset.chmod(0o755)
+    (tmp_path / "kmsg").mkdir()
+    cfg = env["SLURM_GPUFLEET_CONFIG"]
+    with open(cfg, "a") as fh:
+        fh.write(f'reset_command = "{reset} {{gpus}} {{node}}"\nreset_timeout_s = 3\nclean_runs_to_resume = 2\n'
+                 f'kernel_log = "{tmp_path}/kmsg"\n{extra}')
+    return bin_dir, gpus, env
+
+
+def _run(bin_dir, env):
+    calls, _, r = healthcheck(bin_dir, env)
+    assert r.returncode == 0, r.stderr
+    assert "internal error" not in r.stderr, r.stderr
+    return calls, r
+
+
+def _shown(bin_dir) -> dict:
+    return json.loads((bin_dir / "node.json").read_text())
+
+
+def _db(tmp_path, sql: str) -> list:
+    with sqlite3.connect(tmp_path / "state" / "n9.db") as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_a_reset_fixable_fault_is_reset_on_the_idle_board_then_resumed_without_a_reboot(tmp_path):
+    bin_dir, gpus, env = _node(tmp_path)
+    _run(bin_dir, env)
+    fault(gpus, 1, "row_remap_pending")
+    calls, r = _run(bin_dir, env)
+    updates = [c for c in calls if c[0] == "update"]
+    # drained before the reset (no job may land during it), with the fault as its reason
+    assert "state=drain" in updates[0] and "reason=gpufleet: memory gpu1 row remap pending" in updates[0], updates
+    # an H200 HGX board has NVSwitch: every GPU is reset together
+    assert (tmp_path / "resets.log").read_text().split() == ["0,1,2,3,4,5,6,7", "n9"]
+    assert not [c for c in calls if c[0] == "reboot"]
+    assert _db(tmp_path, "select class, rung, outcome from remedies") == [("ecc", "reset", "succeeded")]
+    # the reset is in the kernel log, one line per GPU, so that its Xids are not taken for new ones
+    assert (tmp_path / "kmsg" / "n9.kmsg").read_text().count("slurm-gpufleet: GPU reset PCI:") == 8
+    # validated by clean runs before it returns: the run after the reset was the first
+    assert _shown(bin_dir)["drain"]
+    _run(bin_dir, env)
+    assert not _shown(bin_dir)["drain"], "resumed after clean_runs_to_resume clean runs"
+    case = json.loads(_shown(bin_dir)["extra"])["case"]
+    assert [c[:2] + c[4:] for c in case] == [["ecc", 1, "watch"]]
+
+
+def test_a_reset_that_does_not_fix_it_climbs_to_a_reboot_in_the_same_run(tmp_path):
+    bin_dir, gpus, env = _node(tmp_path, fixes=False)
+    _run(bin_dir, env)
+    fault(gpus, 1, "row_remap_pending")
+    calls, _ = _run(bin_dir, env)
+    assert (tmp_path / "resets.log").exists()
+    reboots = [c for c in calls if c[0] == "reboot"]
+    assert len(reboots) == 1 and "ASAP" in reboots[0], calls
+    assert _db(tmp_path, "select rung, outcome from remedies order by id") == [("reset", "permanent"), ("reboot", "pending")]
+
+
+def test_a_hung_reset_is_killed_at_its_timeout_and_counts_as_failed(tmp_path):
+    bin_dir, gpus, env = _node(tmp_path, hang=True)
+    _run(bin_dir, env)
+    fault(gpus, 1, "row_remap_pending")
+    t = time.monotonic()
+    calls, _ = _run(bin_dir, env)
+    assert time.monotonic() - t < 20
+    assert _db(tmp_path, "select rung, outcome, detail from remedies order by id")[0] == (
+        "reset", "transient", "killed after 3 s")
+    assert [c for c in calls if c[0] == "reboot"], "the next rung"
+    assert json.loads(_shown(bin_dir)["extra"])["case"][0][4] == "running"
+
+
+def test_the_capth_fault_of_a_class_is_drained_for_repair_and_closes_when_an_admin_resumes_it(tmp_path):
+    bin_dir, gpus, env = _node(tmp_path, extra="max_attempts = 2\n")
+    _run(bin_dir, env)
+    fault(gpus, 1, "row_remap_pending")
+    _run(bin_dir, env)          # reset, fixed
+    _run(bin_dir, env)          # clean: resumed
+    assert not _shown(bin_dir)["drain"]
+    fault(gpus, 4, "row_remap_pending")
+    calls, _ = _run(bin_dir, env)
+    assert (tmp_path / "resets.log").read_text().count("n9") == 1, "no second reset"
+    reason = _shown(bin_dir)["reason"]
+    assert _shown(bin_dir)["drain"] and reason == "gpufleet: repair ecc attempt 2 of 2 in 7d: memory gpu4 row remap pending"
+    # the fault is fixed by hand, the node runs clean: still held, only an admin returns it
+    gpustate.write_atomic(gpustate.healthy_state(8, "n9"), str(gpus / "n9.json"))
+    for _ in range(3):
+        _run(bin_dir, env)
+    assert _shown(bin_dir)["drain"]
+    out = run_cli("fleet", "cases", "--json", env={**env, "SLURM_GPUFLEET_CONFIG": env["SLURM_GPUFLEET_CONFIG"]})
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["cases"]
+    assert [(r["node"], r["class"], r["attempts"], r["status"]) for r in rows] == [("n9", "ecc", 2, "repair")]
+    assert rows[0]["reason"] == reason
+    text = run_cli("fleet", "cases", env=env)
+    assert b"repair" in text.stdout and b"ecc" in text.stdout
+    # the admin resumes it after the repair: the case closes, and a later fault starts afresh
+    state = _shown(bin_dir)
+    state.update(drain=False, reason="")
+    (bin_dir / "node.json").write_text(json.dumps(state))
+    _run(bin_dir, env)
+    assert "case" not in json.loads(_shown(bin_dir)["extra"])
+    assert _db(tmp_path, "select count(*) from case_closes") == [(1,)]
+    fault(gpus, 2, "row_remap_pending")
+    _run(bin_dir, env)
+    assert (tmp_path / "resets.log").read_text().count("n9") == 2, "reset again: the count started afresh"
+
+
+def test_observe_mode_decides_and_publishes_but_touches_nothing(tmp_path):
+    bin_dir, gpus, env = _node(tmp_path, extra='[defaults]\nmode = "observe"\n')
+    _run(bin_dir, env)
+    fault(gpus, 5, "row_remap_failure")
+    calls, r = _run(bin_dir, env)
+    assert not _shown(bin_dir).get("drain")
+    assert not [c for c in calls if c[0] == "update" and any(a.startswith("state=") for a in c)]
+    extra = json.loads(_shown(bin_dir)["extra"])
+    assert extra["v"] == "drain" and extra["obs"].startswith("drain: gpufleet: memory gpu5 row remapping failed")
+    assert "observe mode: would drain" in r.stderr
+    # a reset-fixable fault is not reset either
+    gpustate.write_atomic(gpustate.healthy_state(8, "n9"), str(gpus / "n9.json"))
+    fault(gpus, 1, "row_remap_pending")
+    _run(bin_dir, env)
+    assert not (tmp_path / "resets.log").exists()
+
+
+def test_quarantine_mode_drains_but_never_resets_or_reboots(tmp_path):
+    bin_dir, gpus, env = _node(tmp_path, extra='[defaults]\nmode = "quarantine"\n')
+    _run(bin_dir, env)
+    fault(gpus, 1, "row_remap_pending")
+    for _ in range(2):
+        calls, _ = _run(bin_dir, env)
+        assert not [c for c in calls if c[0] == "reboot"]
+    assert _shown(bin_dir)["drain"] and not (tmp_path / "resets.log").exists()
+
+
+def test_an_xid_a_reset_answered_no_longer_counts_in_its_boot():
+    from slurm_gpufleet.readers.kernel_log import RESET_MARK, parse_kernel_log
+
+    lines = ["[ 10.0] NVRM: Xid (PCI:0000:5d:00): 48, pid=1, name=x, DBE (0x1)",
+             "[ 11.0] NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=x, DBE (0x1)",
+             f"[ 12.0] {RESET_MARK}0000:5d:00.0",
+             "[ 13.0] NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus."]
+    events, boots = parse_kernel_log(lines)
+    assert boots == 1
+    assert [(e.xid, e.pci, e.cleared) for e in events] == [
+        (48, "0000:5d:00", True), (48, "0000:18:00", False), (79, "0000:18:00", False)]
+    # a new Xid after the reset counts again
+    events, _ = parse_kernel_log([*lines, "[ 14.0] NVRM: Xid (PCI:0000:5d:00): 48, pid=1, name=x, DBE (0x1)"])
+    assert [e.cleared for e in events if e.pci == "0000:5d:00"] == [True, False]
+
+
+def test_the_reset_command_is_an_argv_and_a_missing_one_is_a_failed_reset():
+    from slurm_gpufleet.remediation import render, run_reset
+
+    assert render("nvidia-smi -r -i {gpus}", "n1", [0, 3]) == ["nvidia-smi", "-r", "-i", "0,3"]
+    assert render("/x/reset --node={node} '{gpus}'", "n1", [2]) == ["/x/reset", "--node=n1", "2"]
+    r = run_reset("/nonexistent/reset {gpus}", "n1", [0], 5)
+    assert not r.ok and "No such file" in r.detail
+
+
+@pytest.mark.parametrize("body,error", [
+    ('[slurm]\nmax_attempts = 0\n', "max_attempts"),
+    ('[defaults]\nmode = "yolo"\n', "mode"),
+    ('[slurm]\nreset_timeout_s = 90\n', "reset_timeout_s"),
+])
+def test_bad_ladder_settings_are_one_line_errors(tmp_path, body, error):
+    from slurm_gpufleet.policy import PolicyError, parse_policy
+
+    with pytest.raises(PolicyError, match=error):
+        parse_policy(body)
+
+
+def test_every_reset_or_reboot_action_has_a_ladder_and_every_xid_class_exists():
+    from slurm_gpufleet.catalog import remediation_data, xid_catalog
+    from slurm_gpufleet.findings import ACTIONS
+    from slurm_gpufleet.remediation import rungs_for
+
+    data = remediation_data()
+    for action, ladder in data["ladder"].items():
+        assert action in ACTIONS and ladder["source"] and ladder["rungs"][-1] == "repair"
+        assert set(ladder["rungs"]) <= {"reset", "reboot", "repair"}
+    for xid in data["class"]["xid"]:
+        assert int(xid) in xid_catalog(), xid
+    for info in xid_catalog().values():
+        if info.severity == "reboot":
+            assert rungs_for(info.action) != ("repair",), info
+
+
+def test_an_xid_that_asks_for_a_reset_is_answered_by_one_and_not_reset_again(tmp_path):
+    bin_dir, gpus, env = _node(tmp_path)
+    _run(bin_dir, env)
+    stamp = "2026-12-01T08:00:00,000000+00:00"
+    (tmp_path / "kmsg" / "n9.kmsg").write_text(
+        f"{stamp} NVRM: Xid (PCI:0000:18:00): 48, pid=7, name=python3, DBE (0x00000001)\n")
+    _run(bin_dir, env)
+    assert _db(tmp_path, "select class, rung, outcome from remedies") == [("ecc", "reset", "succeeded")]
+    for _ in range(2):
+        _run(bin_dir, env)
+    assert not _shown(bin_dir)["drain"]
+    assert (tmp_path / "resets.log").read_text().count("n9") == 1
+    assert json.loads(_shown(bin_dir)["extra"])["v"] == "ok"
