@@ -43,6 +43,10 @@ def xid_info(xid: int) -> XidInfo | None:
 
 
 
+def failure_classes_data() -> dict[str, Any]:
+    return _load("failure_classes.toml")
+
+
 def remediation_data() -> dict[str, Any]:
     return _load("remediation.toml")
 

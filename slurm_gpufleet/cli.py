@@ -1392,26 +1392,102 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
 
 
 @fleet.command("simulate-faults")
-@click.option("--one-job", "one_job_gpus", type=click.IntRange(1, 1_000_000), metavar="GPUS", required=True,
-              help="One job of GPUS GPUs (the mode built so far: the simulator core against Daly's formula).")
-@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, min_open=True), required=True, metavar="M",
-              help="Each node fails at exponential times of this mean.")
+@click.option("--one-job", "one_job_gpus", type=click.IntRange(1, 1_000_000), metavar="GPUS",
+              help="One job of GPUS GPUs with exponential node failures (--node-mtbf-hours): the simulator core "
+                   "against Daly's formula.  Without it: the fleet mode.")
+@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, min_open=True), metavar="M",
+              help="(--one-job) Each node fails at exponential times of this mean.")
 @click.option("--checkpoint-every", "checkpoint_every_h", type=click.FloatRange(min=0, min_open=True),
-              required=True, metavar="HOURS")
-@click.option("--restart-minutes", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="R",
-              help="A restarted run's time before it makes progress again.")
-@click.option("--days", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True, metavar="D")
-@click.option("--strategy", "strategies", multiple=True, type=click.Choice(["none"]), default=("none",),
-              show_default=True, help="none: Slurm's NODE_FAIL alone (the one strategy of the one-job mode).")
+              metavar="HOURS", help="Every job checkpoints this often (fleet mode: 1 h unless given).")
+@click.option("--restart-minutes", type=click.FloatRange(min=0), default=None, metavar="R",
+              help="A restarted run's time before it makes progress again (one job: 0, fleet: 10; Meta: 5-20).")
+@click.option("--days", type=click.FloatRange(min=0, min_open=True), default=None, metavar="D",
+              help="How long (one job: 30; fleet: the history's span).")
+@click.option("--strategy", "strategies", multiple=True,
+              type=click.Choice(["none", "drain-on-any", "two-tier", "gpufleet", "gpufleet-reboot-first"]),
+              help="What to compare (fleet mode: the first four unless given; one job: none).  none: Slurm's "
+                   "NODE_FAIL alone; drain-on-any: NHC-like; two-tier: Meta's; gpufleet: this project's checks and "
+                   "ladder; gpufleet-reboot-first: the same ladder without its reset rung.")
 @click.option("--seed", type=int, default=0, show_default=True, metavar="S")
+@click.option("--seeds", type=click.IntRange(1, 1000), default=1, show_default=True, metavar="N",
+              help="(fleet) Run seeds S..S+N-1 and give the mean of every figure.")
+@click.option("--sacct", "sacct_file", metavar="FILE", help="(fleet) A job history from sacct (default: the bundled "
+                                                            "Helios trace).")
+@click.option("--nodes", "node_count", type=click.IntRange(1, 20_000), default=150, show_default=True,
+              help="(fleet) Nodes in the simulated fleet.")
+@click.option("--gpus-per-node", type=click.IntRange(1, 16), default=8, show_default=True)
+@click.option("--rates", "rates_file", metavar="FILE", help="(fleet) Failure classes and rates in the form of "
+              "slurm_gpufleet/data/failure_classes.toml (default: that file, Llama 3's rates).")
+@click.option("--health-check-interval", "hc_interval_s", type=click.FloatRange(min=1), default=300.0,
+              show_default=True, metavar="SECONDS", help="(fleet) HealthCheckInterval (Meta: 5 min).")
+@click.option("--lemon-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="(fleet) The share of nodes that fail --lemon-factor times as often (a lemon tail).")
+@click.option("--lemon-factor", type=click.FloatRange(min=1), default=1.0, show_default=True)
+@click.option("--big-job", "big_job_gpus", type=click.IntRange(0, 1_000_000), default=0, metavar="GPUS",
+              help="(fleet) Add one training job of GPUS GPUs running the whole time (ETTR of jobs of 1,024 GPUs "
+                   "or more).")
 @click.option("--json", "as_json", is_flag=True)
-def fleet_simulate_faults(one_job_gpus: int, node_mtbf_hours: float, checkpoint_every_h: float, restart_minutes: float,
-                          days: float, strategies: tuple[str, ...], seed: int, as_json: bool) -> None:
-    """What node failures cost a job, on the simulator core of `maintain simulate`: its effective training
-    time ratio (ETTR), beside Daly's formula for the same inputs."""
+def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | None, checkpoint_every_h: float | None,
+                          restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
+                          seeds: int, sacct_file: str | None, node_count: int, gpus_per_node: int, rates_file: str | None,
+                          hc_interval_s: float, lemon_share: float, lemon_factor: float, big_job_gpus: int,
+                          as_json: bool) -> None:
+    """What failures cost jobs, and what the health checks save, on the simulator core of `maintain
+    simulate`.  Fleet mode: a job history on a simulated fleet with failures drawn per class (Llama 3's
+    rates), found and handled by each strategy; per strategy the effective training time ratio (ETTR),
+    GPU-hours lost to failures, remedies and false drains, node-hours out of service, fault-to-drain time
+    and how faults were resolved.  --one-job: one job against Daly's formula."""
+    if one_job_gpus is not None:
+        _simulate_one_job(one_job_gpus, node_mtbf_hours, checkpoint_every_h, restart_minutes, days, strategies, seed,
+                          as_json)
+        return
+    if node_mtbf_hours is not None:
+        _fail("--node-mtbf-hours is for --one-job; the fleet mode draws failures per class (--rates FILE)",
+              exitcodes.USAGE)
+    from .datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
+    from .faultsim import STRATEGIES, RatesError, fleet_faults, load_model
+    from .maintain.sacct import SacctError, read_sacct
+
+    try:
+        model = load_model(rates_file)
+    except RatesError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    label = sacct_file or HELIOS_LABEL
+    try:
+        with open_text(sacct_file or str(HELIOS_SACCT)) as fh:
+            trace = read_sacct(fh)
+    except OSError as exc:
+        _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
+    except SacctError as exc:
+        _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
+    try:
+        out = fleet_faults(trace, nodes=node_count, gpus_per_node=gpus_per_node, days=days,
+                           strategies=strategies or STRATEGIES, model=model, hc_interval_s=hc_interval_s,
+                           checkpoint_every_h=checkpoint_every_h or 1.0,
+                           restart_min=10.0 if restart_minutes is None else restart_minutes, seed=seed,
+                           lemon_share=lemon_share, lemon_factor=lemon_factor, big_job_gpus=big_job_gpus,
+                           settings=_load_policy(None, read_only=True).slurm, seeds=seeds)
+    except ValueError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    out["assumptions"]["history"] = label
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    from .faultsim import fleet_text
+
+    click.echo(fleet_text(out))
+
+
+def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every_h: float | None,
+                      restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
+                      as_json: bool) -> None:
     from .faultsim import one_job
 
-    out = one_job(one_job_gpus, node_mtbf_hours, checkpoint_every_h, restart_minutes, days, seed)
+    if node_mtbf_hours is None or checkpoint_every_h is None:
+        _fail("--one-job needs --node-mtbf-hours M and --checkpoint-every HOURS", exitcodes.USAGE)
+    if set(strategies) - {"none"}:
+        _fail("--one-job compares no strategies: its failures need no finding (--strategy none)", exitcodes.USAGE)
+    out = one_job(gpus, node_mtbf_hours, checkpoint_every_h, restart_minutes or 0.0, days or 30.0, seed)
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return

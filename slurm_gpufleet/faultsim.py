@@ -12,13 +12,30 @@ failures have mean M_job = M / nodes, checkpoint interval t, checkpoint cost C (
     E[T] = M_job e^{R/M_job} (e^{(t+C)/M_job} - 1) W / t,   ETTR = W / E[T]
 
 (J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart dumps", Future
-Generation Computer Systems 22(3), 2006; bench/daly_check.py runs the grid).  Not built yet (issue 32): failure classes and their rates, detection, the ladder's remedies
-and the strategies compared on a fleet.
+Generation Computer Systems 22(3), 2006; bench/daly_check.py runs the grid).
+
+The fleet mode (`fleet_faults`): the bundled Helios history (or `--sacct`) on a simulated fleet, with
+failures drawn per class at the rates of data/failure_classes.toml (Llama 3's table; `--rates FILE` for
+others), found by the mechanisms each strategy has, and handled as each strategy does; the gpufleet
+strategy's decisions come from the project's own `slurm/actions.decide` and its remediation ladder.
+Strategies compared:
+
+* `none`: Slurm's NODE_FAIL alone; a node whose GPU fails stays in service, and every job placed there
+  crashes, until an admin finds it (`admin_hours`);
+* `drain-on-any`: NHC-like, the periodic health check drains on any finding, warnings included (false
+  drains on application Xids), and an admin reboots or repairs;
+* `two-tier`: Meta's: checks every HealthCheckInterval and before and after each job, high severity
+  drains now, the rest after the running jobs (a warning never drains); an admin reboots or repairs;
+* `gpufleet`: the health check, prolog and epilog, and the ladder: reset, reboot, repair, capped per
+  class (`decide`).
+
+Not modelled: precursors (no class has a known share: all 0), rack-correlated events, the breaker.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 STRATEGIES_ONE_JOB = ("none",)
@@ -64,3 +81,497 @@ def one_job(gpus: int, node_mtbf_h: float, checkpoint_every_h: float, restart_mi
                         "failures": "exponential per node; the job requeued at once on a spare, restarting "
                                     "from its last checkpoint after the restart"},
     }
+
+
+# ------------------------------------------------------------------ the fleet mode
+STRATEGIES = ("none", "drain-on-any", "two-tier", "gpufleet")
+# the ladder without its reset rung (reboot first): what the reset tier is worth, by the same decide
+VARIANTS = ("gpufleet-reboot-first",)
+MECHANISMS = {"none": (), "drain-on-any": ("healthcheck",), "two-tier": ("healthcheck", "prolog", "epilog"),
+              "gpufleet": ("healthcheck", "prolog", "epilog"), "gpufleet-reboot-first": ("healthcheck", "prolog", "epilog")}
+EFFECTS = ("gpu", "node", "job", "link")
+SEEN_BY = ("healthcheck", "prolog", "epilog")
+CRASH_S = 60.0        # a job placed on a node with a failed GPU dies this soon (CUDA init or its first step)
+EPILOG_S = 5.0        # the epilog of a crashed job runs this long after the crash
+
+
+class RatesError(ValueError):
+    """A failure-classes file that cannot be used: one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    name: str
+    what: str
+    rate: float                  # per 1,000 node-days
+    effect: str
+    seen_by: tuple[str, ...]
+    severity: str
+    finding: tuple[str, str, str]
+    fixed_by_reset: float
+    fixed_by_reboot: float
+    precursor_share: float
+    source: str
+
+
+@dataclass(frozen=True)
+class FaultModel:
+    classes: tuple[FailureClass, ...]
+    false_alarm_rate: float      # per node-day
+    times: dict[str, float]
+    source: str
+
+
+def load_model(path: str | None = None) -> FaultModel:
+    """The packaged classes (data/failure_classes.toml), or a site's file of the same form."""
+    import tomllib
+
+    from .catalog import failure_classes_data
+    from .findings import ACTIONS, RANK
+
+    where = path or "data/failure_classes.toml"
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as exc:
+            raise RatesError(f"{path}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise RatesError(f"{path}: not TOML: {exc}") from None
+        base = failure_classes_data()
+        data = {**base, **data}
+    else:
+        data = failure_classes_data()
+    known = {c["name"] for c in failure_classes_data()["class"]}
+    classes = []
+    for row in data.get("class", []):
+        name = row.get("name")
+        if name not in known:
+            raise RatesError(f"{where}: unknown failure class {name!r} (known: {', '.join(sorted(known))})")
+        base_row = next(c for c in failure_classes_data()["class"] if c["name"] == name)
+        row = {**base_row, **row}
+        fixed = row.get("fixed_by", {})
+        reset, reboot = float(fixed.get("reset", 0.0)), float(fixed.get("reboot", 0.0))
+        for label, v in (("rate", row["rate"]), ("fixed_by.reset", reset), ("fixed_by.reboot", reboot),
+                         ("precursor_share", row.get("precursor_share", 0.0))):
+            if not isinstance(v, int | float) or v < 0:
+                raise RatesError(f"{where}: class {name}: {label} must be a number >= 0, not {v!r}")
+        if reset + reboot > 1 or row.get("precursor_share", 0.0) > 1:
+            raise RatesError(f"{where}: class {name}: shares above 1 (fixed_by.reset + fixed_by.reboot = "
+                             f"{reset + reboot:g}, precursor_share = {row.get('precursor_share', 0.0):g})")
+        if row["effect"] not in EFFECTS or not set(row["seen_by"]) <= set(SEEN_BY):
+            raise RatesError(f"{where}: class {name}: effect must be one of {', '.join(EFFECTS)}, seen_by of "
+                             f"{', '.join(SEEN_BY)}")
+        check, severity, action = row["finding"]
+        if severity not in RANK or action not in ACTIONS:
+            raise RatesError(f"{where}: class {name}: finding {row['finding']!r}: unknown severity or action")
+        classes.append(FailureClass(name, row.get("what", name), float(row["rate"]), row["effect"],
+                                    tuple(row["seen_by"]), row.get("severity", "high"), (check, severity, action),
+                                    reset, reboot, float(row.get("precursor_share", 0.0)), row.get("source", "")))
+    names = [c.name for c in classes]
+    if len(set(names)) != len(names):
+        raise RatesError(f"{where}: a class is given twice")
+    fa = data.get("false_alarm", {}).get("rate_per_node_day", 0.0)
+    if not isinstance(fa, int | float) or fa < 0:
+        raise RatesError(f"{where}: false_alarm.rate_per_node_day must be a number >= 0")
+    times = {k: float(v) for k, v in data.get("times", {}).items()}
+    return FaultModel(tuple(classes), float(fa), times, path or "data/failure_classes.toml (Llama 3 rates)")
+
+
+@dataclass
+class Fault:
+    t: float
+    node: int
+    cls: FailureClass
+    level: str                   # what fixes it: reset, reboot or repair
+    phase: float = 0.0           # where in the health check's interval it falls (the same for every strategy)
+    detected_at: float | None = None
+    how: str = ""
+    resolved_by: str = ""
+    hit: bool = False            # it struck a node in service (one out of service has nothing to fail)
+
+
+def draw_faults(model: FaultModel, nodes: int, horizon_s: float, seed: int, lemon_share: float = 0.0,
+                lemon_factor: float = 1.0) -> tuple[list[Fault], list[tuple[float, int]]]:
+    """Every failure and false alarm of a run, drawn once so that every strategy meets the same ones."""
+    import random
+
+    from .maintain.failures import poisson
+
+    rng = random.Random(seed)
+    lemons = set(rng.sample(range(nodes), round(lemon_share * nodes))) if lemon_share > 0 else set()
+    faults: list[Fault] = []
+    alarms: list[tuple[float, int]] = []
+    days = horizon_s / 86400
+    for i in range(nodes):
+        k = lemon_factor if i in lemons else 1.0
+        for c in model.classes:
+            for _ in range(poisson(rng, c.rate / 1000 * days * k)):
+                u = rng.random()
+                level = "reset" if u < c.fixed_by_reset else "reboot" if u < c.fixed_by_reset + c.fixed_by_reboot \
+                    else "repair"
+                faults.append(Fault(rng.uniform(0, horizon_s), i, c, level, rng.random()))
+        for _ in range(poisson(rng, model.false_alarm_rate * days)):
+            alarms.append((rng.uniform(0, horizon_s), i))
+    faults.sort(key=lambda f: (f.t, f.node))
+    return faults, sorted(alarms)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+
+
+def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_per_node: int, horizon_s: float,
+               faults: list[Fault], alarms: list[tuple[float, int]], *, hc_interval_s: float, checkpoint_every_h: float,
+               restart_min: float, seed: int, big_jobs: frozenset[str], settings=None) -> dict[str, Any]:
+    """One strategy's replay: the same jobs, faults and false alarms as every other strategy."""
+    import copy
+
+    from .findings import Finding
+    from .maintain.failures import MAX_BATCH_REQUEUE
+    from .maintain.simulate import Controller, Simulator
+    from .slurm.actions import Ladder, NodeHistory, decide, fault_key
+
+    times = {"reset_minutes": 5.0, "reboot_minutes": 15.0, "admin_hours": 4.0, "repair_hours": 48.0,
+             "false_drain_hours": 4.0, **model.times}
+    mech = MECHANISMS[strategy]
+    ladder = Ladder(settings.reboots_before_drain if settings else 2, settings.max_attempts if settings else 3,
+                    settings.attempt_window_s if settings else 7 * 86400.0)
+    faults = [copy.copy(f) for f in faults]
+
+    class Sim(Simulator):
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.first_start: dict[str, float] = {}
+            self.done_at: dict[str, float] = {}
+            self.active_fault: dict[int, Fault] = {}    # node -> its fault, until it is back in service
+            self.restarts_gpu_s = 0.0
+            self.black_hole_crashes = 0
+            self.lost_jobs = 0
+
+        def _start(self, job, placed):
+            for i in placed:
+                f = self.active_fault.get(i)
+                if f and f.detected_at is None and "prolog" in mech and "prolog" in f.cls.seen_by \
+                        and f.cls.effect == "gpu":
+                    ctl.detect(self, f, "prolog")  # the prolog fails: the job waits for other nodes
+                    return
+            self.first_start.setdefault(job.id, self.now)
+            if job.gen > 0:
+                self.restarts_gpu_s += self.restart_s * job.gpn * len(placed)
+            super()._start(job, placed)
+            if any(i in self.active_fault and self.active_fault[i].cls.effect in ("gpu", "link") for i in placed):
+                self.push(self.now + CRASH_S, "tick", ("crash", (job, job.gen)))
+
+        def _end(self, job):
+            super()._end(job)
+            self.done_at[job.id] = self.now
+
+    class Ctl(Controller):
+        active = True
+
+        def __init__(self):
+            super().__init__(0, 0.0)
+            self.out_by: dict[str, float] = {"failures": 0.0, "remedies": 0.0, "false_drains": 0.0}
+            self.out_since: dict[int, tuple[float, str]] = {}
+            self.resolved = {"reset": 0, "reboot": 0, "repair": 0}
+            self.remedies: dict[int, list[dict[str, Any]]] = {}   # node -> the ladder's record (decide's history)
+            self.boot: dict[int, int] = {}
+            self.false_drains = 0
+
+        def start(self, sim):
+            self.started = True
+
+        def on_tick(self, sim, payload):
+            kind, data = payload
+            getattr(self, "_" + kind)(sim, data)
+
+        # -- what happens --------------------------------------------------------------------------
+        def _fault(self, sim, f: Fault):
+            n = sim.nodes[f.node]
+            if n.drained or f.node in sim.active_fault:
+                return  # a node out of service, or already failed: nothing runs there to fail
+            f.hit = True
+            self._crash_jobs(sim, f.node)
+            if f.cls.effect == "job":
+                return
+            sim.active_fault[f.node] = f
+            if f.cls.effect == "node":  # slurmd is gone: Slurm's NODE_FAIL, whatever the strategy
+                self.detect(sim, f, "slurm")
+                return
+            visible = f.cls.effect == "gpu"
+            if visible and "healthcheck" in mech and "healthcheck" in f.cls.seen_by:
+                sim.push(sim.now + f.phase * hc_interval_s, "tick", ("detect", (f, "healthcheck")))
+            sim.push(sim.now + times["admin_hours"] * 3600, "tick", ("detect", (f, "admin")))
+
+        def _crash_jobs(self, sim, i: int) -> bool:
+            crashed = False
+            for job_id in list(sim.nodes[i].running):
+                job = sim.by_id[job_id]
+                job.requeues += 1
+                requeue = job.requeues <= MAX_BATCH_REQUEUE
+                sim.stop(job, requeue, failed=True)
+                if not requeue:  # held by Slurm after MaxBatchRequeue requeues: it ends here, unfinished
+                    sim.lost_jobs += 1
+                    sim.done_at[job.id] = sim.now
+                crashed = True
+            return crashed
+
+        def _crash(self, sim, data):
+            job, gen = data
+            if job.gen != gen or job.start is None:
+                return
+            bad = [i for i in job.placed if i in sim.active_fault]
+            if not bad:
+                return
+            sim.black_hole_crashes += 1
+            for i in bad:
+                self._crash_jobs(sim, i)
+                f = sim.active_fault.get(i)
+                if f and f.detected_at is None and "epilog" in mech and "epilog" in f.cls.seen_by and f.cls.effect == "gpu":
+                    sim.push(sim.now + EPILOG_S, "tick", ("detect", (f, "epilog")))
+
+        def _detect(self, sim, data):
+            f, how = data
+            self.detect(sim, f, how)
+
+        def detect(self, sim, f: Fault, how: str) -> None:
+            if f.detected_at is not None or sim.active_fault.get(f.node) is not f:
+                return
+            f.detected_at, f.how = sim.now, how
+            self._take(sim, f.node, "failures")
+            self._crash_jobs(sim, f.node)   # a high-severity drain: its jobs are rescheduled at once
+            if strategy.startswith("gpufleet") and how not in ("slurm", "admin"):
+                self._climb(sim, f)
+            else:  # an admin looks, reboots where a reboot can help, else sends it for repair
+                wait = times["admin_hours"] * 3600 if how != "admin" else 0.0
+                if f.level in ("reset", "reboot"):
+                    self._after(sim, f, wait + times["reboot_minutes"] * 60, "reboot")
+                else:
+                    self._after(sim, f, wait + times["repair_hours"] * 3600, "repair")
+
+        def _climb(self, sim, f: Fault) -> None:
+            """The next rung, as the project's decide picks it from the node's own record."""
+            check, severity, action = f.cls.finding
+            boot = f"B{self.boot.get(f.node, 0)}"
+            rec = self.remedies.setdefault(f.node, [])
+            window = [r for r in rec if r["t"] > sim.now - ladder.attempt_window_s]
+            episode = [r for r in window if r["fault"] is f]
+            finding = Finding(check, severity, action, 0, f.cls.what)
+            key = fault_key(finding)
+            resets = [r["boot"] for r in episode if r["rung"] == "reset"]
+            if strategy == "gpufleet-reboot-first":
+                resets = resets or ["none"]  # as if the reset were tried: decide goes to the reboot
+            history = NodeHistory(
+                resets={key: resets} if resets else {},
+                reboot_boots={key: [r["boot"] for r in episode if r["rung"] == "reboot"]} if any(
+                    r["rung"] == "reboot" for r in episode) else {},
+                attempts={f.cls.name: len({id(r["fault"]) for r in window})}, running={f.cls.name} if episode else set())
+            from .slurm.base import NodeInfo
+
+            info = NodeInfo(sim.nodes[f.node].name, "IDLE", {"DRAIN"}, "gpufleet: x", boot_time=boot)
+            act = decide(info, severity, [finding], history, 1, ladder=ladder, gpus_idle=True)
+            rung = act.kind if act.kind in ("reset", "reboot") else "repair"
+            rec.append({"t": sim.now, "fault": f, "rung": rung, "boot": boot})
+            minutes = {"reset": times["reset_minutes"], "reboot": times["reboot_minutes"]}
+            delay = minutes[rung] * 60 if rung in minutes else (times["admin_hours"] + times["repair_hours"]) * 3600
+            sim.push(sim.now + delay, "tick", ("rung_done", (f, rung)))
+
+        def _rung_done(self, sim, data):
+            f, rung = data
+            if rung == "reboot":
+                self.boot[f.node] = self.boot.get(f.node, 0) + 1
+            fixed = rung == "repair" or (rung == "reset" and f.level == "reset") or (
+                rung == "reboot" and f.level in ("reset", "reboot"))
+            if fixed:
+                self._back(sim, f, rung)
+            else:
+                self._climb(sim, f)
+
+        def _after(self, sim, f: Fault, delay: float, how: str) -> None:
+            sim.push(sim.now + delay, "tick", ("back", (f, how)))
+
+        def _back(self, sim, f: Fault | tuple, how: str | None = None):
+            if isinstance(f, tuple):
+                f, how = f
+            f.resolved_by = how
+            self.resolved[how] += 1
+            sim.active_fault.pop(f.node, None)
+            self._return(sim, f.node)
+
+        def _alarm(self, sim, i: int):
+            n = sim.nodes[i]
+            if strategy != "drain-on-any" or n.drained or i in sim.active_fault:
+                return  # a warning: a severity-aware check publishes it and drains nothing
+            self.false_drains += 1
+            self._take(sim, i, "false_drains", kill=False)
+            sim.push(sim.now + times["false_drain_hours"] * 3600, "tick", ("release", i))
+
+        def _release(self, sim, i: int):
+            if i not in sim.active_fault:
+                self._return(sim, i)
+
+        def _take(self, sim, i: int, cause: str, kill: bool = True) -> None:
+            n = sim.nodes[i]
+            if not n.drained:
+                n.drained = True
+                self.out_since[i] = (sim.now, cause)
+                sim.nodes_changed()
+
+        def _return(self, sim, i: int) -> None:
+            n = sim.nodes[i]
+            if n.drained:
+                since, cause = self.out_since.pop(i, (sim.now, "failures"))
+                self.out_by["remedies" if cause == "failures" else cause] += (sim.now - since) * n.gpus
+                n.drained = False
+                sim.nodes_changed()
+
+    sim = Sim(jobs, nodes, gpus_per_node)
+    ctl = Ctl()
+    sim.checkpoint_every_s = checkpoint_every_h * 3600
+    sim.restart_s = restart_min * 60
+    sim.until = horizon_s
+    for f in faults:
+        sim.push(f.t, "tick", ("fault", f))
+    for t, i in alarms:
+        sim.push(t, "tick", ("alarm", i))
+    sim.push(0.0, "rollout", None)
+    sim.run(ctl, rollout_at=None)
+    end = min(sim.now, horizon_s)
+    for i, (since, cause) in list(ctl.out_since.items()):   # still out at the end
+        ctl.out_by["remedies" if cause == "failures" else cause] += (end - since) * sim.nodes[i].gpus
+    return _figures(sim, ctl, faults, end, big_jobs)
+
+
+def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:
+    def ettr(ids) -> float | None:
+        work = elapsed = 0.0
+        for jid in ids:
+            job = sim.by_id[jid]
+            first = sim.first_start[jid]
+            stop = sim.done_at.get(jid, end)
+            if stop <= first:
+                continue
+            finished = jid in sim.done_at and job.start is None and job.saved < job.run
+            done = job.saved if finished else job.run if jid in sim.done_at else min(job.run, job.saved + (
+                max(0.0, end - job.start - sim._restart(job)) if job.start is not None else 0.0))
+            g = job.gpn * job.nodes
+            work += done * g
+            elapsed += (stop - first) * g
+        return round(work / elapsed, 4) if elapsed else None
+
+    started = list(sim.first_start)
+    found = [f for f in faults if f.detected_at is not None]
+    latency_min = [(f.detected_at - f.t) / 60 for f in found if f.cls.effect == "gpu"]
+    resolved = sum(ctl.resolved.values())
+    return {
+        "ettr": ettr(started),
+        "ettr_1024": ettr([j for j in started if j in big_jobs]),
+        "jobs_1024": len([j for j in started if j in big_jobs]),
+        "gpu_hours_lost": {
+            "failures": round((sim.failed_work_gpu_s + sim.restarts_gpu_s) / 3600, 1),
+            "remedies": round(ctl.out_by["remedies"] / 3600, 1),
+            "false_drains": round(ctl.out_by["false_drains"] / 3600, 1)},
+        "node_hours_out": round(sum(ctl.out_by.values()) / 3600 / sim.nodes[0].gpus, 1),
+        "fault_to_drain_min": {"p50": _round(_percentile(latency_min, 0.5)), "p90": _round(_percentile(latency_min, 0.9)),
+                               "gpu_faults_found": len(latency_min)},
+        "resolved": {k: round(v / resolved, 3) if resolved else 0.0 for k, v in ctl.resolved.items()},
+        "faults": sum(f.hit for f in faults),
+        "jobs_failed": sim.jobs_failed, "black_hole_crashes": sim.black_hole_crashes, "jobs_lost": sim.lost_jobs,
+        "false_drains": ctl.false_drains,
+    }
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, strategies: tuple[str, ...],
+                 model: FaultModel, hc_interval_s: float, checkpoint_every_h: float, restart_min: float, seed: int,
+                 lemon_share: float = 0.0, lemon_factor: float = 1.0, big_job_gpus: int = 0,
+                 assumption: str = "runtime-ceil-hour", settings=None, seeds: int = 1) -> dict[str, Any]:
+    """The fleet mode: the trace's jobs on `nodes` nodes for `days`, the same faults for every strategy;
+    with `seeds` > 1 every figure is the mean over seeds seed..seed+seeds-1 (faults drawn are summed)."""
+    from .maintain.simulate import SimJob, sim_jobs
+
+    jobs, dropped = sim_jobs(trace, gpus_per_node, assumption)
+    span = max((j.submit + j.run for j in jobs), default=0.0)
+    horizon = days * 86400 if days else span
+    jobs = [j for j in jobs if j.submit < horizon and j.nodes <= nodes]
+    big: frozenset[str] = frozenset()
+    if big_job_gpus:
+        need = math.ceil(big_job_gpus / gpus_per_node)
+        if need > nodes:
+            raise ValueError(f"--big-job {big_job_gpus} needs {need} nodes of {gpus_per_node} GPUs; the fleet has {nodes}")
+        # one long training job beside the history, for the figures of jobs of 1,024 GPUs or more
+        jobs.insert(0, SimJob("big-1", 0.0, run=horizon * 10, limit=horizon * 10, nodes=need,
+                              gpn=min(big_job_gpus, gpus_per_node)))
+        big = frozenset({"big-1"})
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in strategies}
+    by_class: dict[str, int] = {}
+    alarms_drawn = 0
+    for s in range(seed, seed + seeds):
+        faults, alarms = draw_faults(model, nodes, horizon, s, lemon_share, lemon_factor)
+        alarms_drawn += len(alarms)
+        for f in faults:
+            by_class[f.cls.name] = by_class.get(f.cls.name, 0) + 1
+        for name in strategies:
+            run_jobs = [SimJob(j.id, j.submit, j.run, j.limit, j.nodes, j.gpn) for j in jobs]
+            runs[name].append(_fault_run(
+                name, model, run_jobs, nodes, gpus_per_node, horizon, faults, alarms, hc_interval_s=hc_interval_s,
+                checkpoint_every_h=checkpoint_every_h, restart_min=restart_min, seed=s, big_jobs=big,
+                settings=settings))
+    out: dict[str, Any] = {"strategies": {name: _mean(rs) for name, rs in runs.items()}}
+    out["assumptions"] = {
+        "mode": "fleet", "nodes": nodes, "gpus_per_node": gpus_per_node, "days": round(horizon / 86400, 2),
+        "jobs": len(jobs), "jobs_dropped": dict(dropped), "seed": seed, "seeds": seeds, "rates": model.source,
+        "faults_drawn": by_class, "false_alarms_drawn": alarms_drawn,
+        "health_check_interval_s": hc_interval_s, "checkpoint_every_h": checkpoint_every_h,
+        "restart_minutes": restart_min, "lemon_share": lemon_share, "lemon_factor": lemon_factor,
+        "times": {"reset_minutes": 5.0, "reboot_minutes": 15.0, "admin_hours": 4.0, "repair_hours": 48.0,
+                  "false_drain_hours": 4.0, **model.times},
+        "not_modelled": "precursors (0 for every class: no source), rack-correlated events, the breaker",
+    }
+    return out
+
+
+def fleet_text(out: dict[str, Any]) -> str:
+    a = out["assumptions"]
+    drawn = ", ".join(f"{k} {v}" for k, v in sorted(a["faults_drawn"].items(), key=lambda kv: -kv[1])) or "none"
+    lines = [f"{a['nodes']} nodes x {a['gpus_per_node']} GPUs, {a['days']:g} days, {a['jobs']} jobs ({a.get('history', '')})",
+             f"failures drawn ({a['rates']}, seed {a['seed']}" + (f", {a['seeds']} seeds, figures are means"
+                                                                   if a.get('seeds', 1) > 1 else "")
+             + f"): {drawn}; false alarms {a['false_alarms_drawn']}",
+             f"health check every {a['health_check_interval_s']:g} s, checkpoint every {a['checkpoint_every_h']:g} h, "
+             f"restart {a['restart_minutes']:g} min; not modelled: {a['not_modelled']}", ""]
+    head = f"{'strategy':<22} {'ETTR':>6} {'ETTR>=1024':>10} {'lost GPU-h: failures':>20} {'remedies':>9} " \
+           f"{'false drains':>12} {'node-h out':>10} {'to drain p50/p90 min':>21} {'reset/reboot/repair':>20}"
+    lines.append(head)
+    for name, m in out["strategies"].items():
+        lat = m["fault_to_drain_min"]
+        r = m["resolved"]
+        e1024 = "-" if m["ettr_1024"] is None else f"{m['ettr_1024']:.4f}"
+        p50 = "-" if lat["p50"] is None else f"{lat['p50']:.1f}"
+        p90 = "-" if lat["p90"] is None else f"{lat['p90']:.1f}"
+        lines.append(f"{name:<22} {m['ettr']:>6.4f} {e1024:>10} {m['gpu_hours_lost']['failures']:>20.1f} "
+                     f"{m['gpu_hours_lost']['remedies']:>9.1f} {m['gpu_hours_lost']['false_drains']:>12.1f} "
+                     f"{m['node_hours_out']:>10.1f} {p50 + ' / ' + p90:>21} "
+                     f"{r['reset']:.2f}/{r['reboot']:.2f}/{r['repair']:.2f}")
+    return "\n".join(lines)
+
+
+def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every number the mean over the runs (None where no run has one); one run is itself."""
+    if len(runs) == 1:
+        return runs[0]
+    out: dict[str, Any] = {}
+    for key, value in runs[0].items():
+        if isinstance(value, dict):
+            out[key] = _mean([r[key] for r in runs])
+        else:
+            values = [r[key] for r in runs if isinstance(r[key], int | float)]
+            out[key] = round(sum(values) / len(values), 4) if values else None
+    return out

@@ -45,3 +45,80 @@ def test_a_job_on_more_nodes_fails_as_often_as_they_all_do():
 def test_bad_input_is_exit_2(args, said):
     r = run_cli("fleet", "simulate-faults", *args)
     assert r.returncode == 2 and said in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- the fleet mode
+def _fleet(**kw):
+    from slurm_gpufleet.datafiles import HELIOS_SACCT, open_text
+    from slurm_gpufleet.faultsim import STRATEGIES, fleet_faults, load_model
+    from slurm_gpufleet.maintain.sacct import read_sacct
+
+    with open_text(HELIOS_SACCT) as fh:
+        trace = read_sacct(fh)
+    args = dict(nodes=120, gpus_per_node=8, days=12.0, strategies=STRATEGIES, model=load_model(), hc_interval_s=300.0,
+                checkpoint_every_h=1.0, restart_min=10.0, seed=3)
+    args.update(kw)
+    return fleet_faults(trace, **args)
+
+
+def test_the_fleet_mode_compares_the_strategies_on_the_same_faults():
+    out = _fleet(lemon_share=0.05, lemon_factor=50.0)
+    s = out["strategies"]
+    assert set(s) == {"none", "drain-on-any", "two-tier", "gpufleet"}
+    assert sum(out["assumptions"]["faults_drawn"].values()) >= 10, out["assumptions"]["faults_drawn"]
+    # no strategy but drain-on-any drains on a warning
+    assert s["drain-on-any"]["false_drains"] > 0 and s["drain-on-any"]["gpu_hours_lost"]["false_drains"] > 0
+    assert all(s[k]["false_drains"] == 0 for k in ("none", "two-tier", "gpufleet"))
+    # with no check, a failed GPU waits for an admin (4 h), and jobs keep landing on it
+    assert s["none"]["fault_to_drain_min"]["p50"] == 240.0
+    assert s["none"]["black_hole_crashes"] > s["gpufleet"]["black_hole_crashes"]
+    # checks before and after each job find a GPU fault within a health-check interval at most
+    assert s["gpufleet"]["fault_to_drain_min"]["p90"] <= 5.0
+    # only the ladder resets, and it resolves some faults so; the same drawn faults need repair everywhere
+    assert s["gpufleet"]["resolved"]["reset"] > 0
+    assert all(s[k]["resolved"]["reset"] == 0 for k in ("none", "drain-on-any", "two-tier"))
+    for k in ("ettr", "node_hours_out"):
+        assert all(isinstance(s[n][k], float) for n in s), k
+
+
+def test_the_ladder_in_the_fleet_mode_is_the_project_s_decide_with_its_settings():
+    """max_attempts = 1: decide sends every fault straight to repair, so nothing is reset or rebooted."""
+    from slurm_gpufleet.policy import SlurmSettings
+
+    capped = _fleet(strategies=("gpufleet",), settings=SlurmSettings(max_attempts=1))["strategies"]["gpufleet"]
+    assert capped["resolved"]["reset"] == 0 and capped["resolved"]["repair"] == 1.0, capped
+    reboot_first = _fleet(strategies=("gpufleet-reboot-first",))["strategies"]["gpufleet-reboot-first"]
+    assert reboot_first["resolved"]["reset"] == 0 and reboot_first["resolved"]["reboot"] > 0
+
+
+def test_a_big_job_gives_the_ettr_of_jobs_of_1024_gpus():
+    out = _fleet(nodes=140, big_job_gpus=1024, strategies=("gpufleet",), days=6.0)
+    m = out["strategies"]["gpufleet"]
+    assert m["jobs_1024"] == 1 and 0 < m["ettr_1024"] <= 1
+
+
+@pytest.mark.parametrize("body,says", [
+    ('[[class]]\nname = "gpu"\nrate = -1.0\n', "rate must be a number >= 0"),
+    ('[[class]]\nname = "cosmic_rays"\nrate = 1.0\n', "unknown failure class 'cosmic_rays'"),
+    ('[[class]]\nname = "gpu"\nfixed_by = { reset = 0.8, reboot = 0.5 }\n', "shares above 1"),
+    ('[[class]]\nname = "gpu"\nprecursor_share = 1.5\n', "shares above 1"),
+    ("not toml [", "not TOML"),
+])
+def test_a_bad_rates_file_is_exit_2_in_one_line(tmp_path, body, says):
+    f = tmp_path / "rates.toml"
+    f.write_text(body)
+    r = run_cli("fleet", "simulate-faults", "--rates", str(f), "--days", "1")
+    err = r.stderr.decode()
+    assert r.returncode == 2 and says in err and err.count("\n") == 1, err
+
+
+def test_the_fleet_mode_text_and_json_from_the_cli():
+    r = run_cli("fleet", "simulate-faults", "--nodes", "60", "--days", "3", "--strategy", "gpufleet", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert list(out["strategies"]) == ["gpufleet"] and out["assumptions"]["mode"] == "fleet"
+    text = run_cli("fleet", "simulate-faults", "--nodes", "60", "--days", "3", "--strategy", "none")
+    assert text.returncode == 0 and b"strategy" in text.stdout and b"none" in text.stdout
+    bad = run_cli("fleet", "simulate-faults", "--one-job", "8", "--node-mtbf-hours", "10", "--checkpoint-every", "1",
+                  "--strategy", "gpufleet")
+    assert bad.returncode == 2
