@@ -1363,6 +1363,55 @@ def fleet_cases(ctx: click.Context, as_json: bool) -> None:
                    f"{r['status']}" + (f"  ({r['reason']})" if r["reason"] else ""))
 
 
+@fleet.command("repaired")
+@click.argument("nodeset")
+@click.pass_context
+def fleet_repaired(ctx: click.Context, nodeset: str) -> None:
+    """Hand nodes back after a repair: each node drained by the health check (for repair, or any fault of
+    ours) gets the reason `gpufleet: validate after repair`, and its health check returns it to work only
+    through a validation run in a maintenance reservation of its own (`validation_command`; where that is
+    "", after its clean runs).  Nodes someone else drained are not touched.  Exit 1 when any was left."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+    from .hostlist import fold
+    from .returning import VALIDATE_PREFIX
+    from .slurm import SlurmError
+    from .slurm.actuator import Actuator
+    from .slurm.ownership import HEALTH
+
+    try:
+        wanted = list(NodeSet(nodeset))
+    except NodeSetException as exc:
+        _fail(f"{nodeset!r} is not a host list: {exc}", exitcodes.USAGE)
+    if not wanted:
+        _fail("no nodes given", exitcodes.USAGE)
+    policy = _load_policy(ctx.obj["config"])
+    backend = _backend(policy)
+    try:
+        nodes = {i.name: i for i in backend.nodes()}
+    except SlurmError as exc:
+        _fail(f"cannot read the nodes from Slurm: {exc}", exitcodes.USAGE)
+    unknown = [n for n in wanted if n not in nodes]
+    if unknown:
+        _fail(f"{len(unknown)} node(s) not in Slurm: {fold(unknown)}", exitcodes.USAGE)
+    held = [nodes[n] for n in wanted if nodes[n].drained]
+    free = [n for n in wanted if not nodes[n].drained]
+    try:
+        done = Actuator(backend, HEALTH, policy.slurm).set_reason(held, f"{VALIDATE_PREFIX}repair")
+    except SlurmError as exc:
+        _fail(f"not marked: {exc}", exitcodes.USAGE)
+    if done.done:
+        click.echo(f"{fold(done.done)}: validate after repair" + (
+            " (a validation run, then back to work)" if policy.slurm.validation_command else
+            " (back to work after clean runs: validation_command is \"\")"))
+    for node, why in done.left.items():
+        click.echo(f"{node}: {why}", err=True)
+    if free:
+        click.echo(f"{fold(free)}: not drained, nothing to do", err=True)
+    if done.left:
+        sys.exit(1)
+
+
 @fleet.command("domains")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json domains`).")
 @click.pass_context

@@ -43,6 +43,9 @@ _TABLES = {
                 "[boot] TEXT, [episode] REAL, [outcome] TEXT, [detail] TEXT",
     # a case closed: an admin resumed a node drained for repair; attempts before it no longer count
     "case_closes": "[ts] REAL, [node] TEXT, [class] TEXT",
+    # validation before return (returning.py): one row per validation job; state open, passed or failed
+    "validations": "[id] INTEGER PRIMARY KEY, [ts] REAL, [node] TEXT, [cause] TEXT, [attempt] INTEGER, [job] TEXT, "
+                   "[state] TEXT, [detail] TEXT, [ended] REAL",
 }
 _INDEXES = {"idx_runs_hook_id": "runs (hook, id)", "idx_findings_run_id": "findings (run_id)"}
 
@@ -134,6 +137,25 @@ class History:
             self.conn.execute("update remedies set outcome = ?, detail = trim(coalesce(detail, '') || ' ' || ?) "
                               "where id = ?", [outcome, detail, remedy_id])
 
+    def open_validation(self, node: str):
+        from .returning import Open
+
+        rows = self._query("select attempt, job, cause, ts from validations where node = ? and state = 'open' "
+                           "order by id desc limit 1", [node])
+        return Open(rows[0]["attempt"], rows[0]["job"], rows[0]["cause"], rows[0]["ts"]) if rows else None
+
+    def start_validation(self, node: str, cause: str, attempt: int, job: str) -> None:
+        with self.conn:
+            self.conn.execute("update validations set state = 'retried', ended = ? where node = ? and state = 'open'",
+                              [time.time(), node])
+            self._insert("validations", {"ts": time.time(), "node": node, "cause": cause, "attempt": attempt,
+                                         "job": job, "state": "open", "detail": "", "ended": None})
+
+    def end_validation(self, node: str, state: str, detail: str = "") -> None:
+        with self.conn:
+            self.conn.execute("update validations set state = ?, detail = ?, ended = ? where node = ? and state = 'open'",
+                              [state, detail, time.time(), node])
+
     def close_case(self, node: str, cls: str) -> None:
         with self.conn:
             self._insert("case_closes", {"ts": time.time(), "node": node, "class": cls})
@@ -188,7 +210,8 @@ class History:
     def prune(self, days: int = RETENTION_DAYS) -> None:
         cutoff = time.time() - days * 86400
         with self.conn:
-            for table in ("findings", "actions", "reboots", "performance", "runs", "remedies", "case_closes"):
+            for table in ("findings", "actions", "reboots", "performance", "runs", "remedies", "case_closes",
+                          "validations"):
                 self.conn.execute(f"delete from [{table}] where ts < ?", [cutoff])
 
     def runs(self, limit: int = 20) -> list[dict[str, Any]]:

@@ -274,6 +274,14 @@ class SlurmSettings:
     # remedied again: the node is drained for repair and only an admin resumes it (`fleet cases`)
     max_attempts: int = setting(3, _int(1))
     attempt_window_s: float = setting(7 * 86400.0, _number)
+    # validation before return (returning.py): a node the ladder reset, or one `fleet repaired` names, runs
+    # this as a job in a maintenance reservation of its own before it takes work again ("" turns it off);
+    # a failure is retried validation_retries times, then the node is drained for repair
+    validation_command: str = setting("/usr/local/sbin/slurm-gpufleet-healthcheck --level deep --nhc",
+                                      lambda v: v.strip() if isinstance(v, str) else _str(v))
+    validation_timeout_minutes: int = setting(30, _int(1))
+    validation_retries: int = setting(1, _int(0))
+    validation_partition: str = setting("", _str)
     # where the node's GPU summary goes: "extra", "comment" or "none"
     publish: str = setting("extra", _choice("extra", "comment", "none"))
     # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits

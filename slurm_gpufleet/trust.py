@@ -130,8 +130,8 @@ def policy_paths(policy) -> tuple[list[str], list[str]]:
     if m.upgrade_template:
         named.append(m.upgrade_template)
     # the programs the jobs it submits run (as root where root submits them): the command line's program
-    named += [p for p in (program_of(s.lemon_check), program_of(m.validation_job), program_of(s.reset_command))
-              if p]
+    named += [p for p in (program_of(s.lemon_check), program_of(m.validation_job), program_of(s.reset_command),
+                          program_of(s.validation_command)) if p]
     return own, named
 
 

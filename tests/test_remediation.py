@@ -36,8 +36,9 @@ def _node(tmp_path, *, fixes: bool = True, hang: bool = False, extra: str = ""):
     (tmp_path / "kmsg").mkdir()
     cfg = env["SLURM_GPUFLEET_CONFIG"]
     with open(cfg, "a") as fh:
+        # the recording scontrol has no sbatch: validation runs are the real-Slurm tests' (tests/slurm)
         fh.write(f'reset_command = "{reset} {{gpus}} {{node}}"\nreset_timeout_s = 3\nclean_runs_to_resume = 2\n'
-                 f'kernel_log = "{tmp_path}/kmsg"\n{extra}')
+                 f'kernel_log = "{tmp_path}/kmsg"\nvalidation_command = ""\n{extra}')
     return bin_dir, gpus, env
 
 
@@ -232,3 +233,13 @@ def test_an_xid_that_asks_for_a_reset_is_answered_by_one_and_not_reset_again(tmp
     assert not _shown(bin_dir)["drain"]
     assert (tmp_path / "resets.log").read_text().count("n9") == 1
     assert json.loads(_shown(bin_dir)["extra"])["v"] == "ok"
+
+
+@pytest.mark.parametrize("state,attempt,waited,want", [
+    ("RUNNING", 1, 10, "wait"), ("PENDING", 1, 10, "wait"), ("COMPLETED", 1, 10, "passed"),
+    ("FAILED", 1, 10, "retry"), ("TIMEOUT", 2, 10, "failed"), (None, 1, 10, "wait"), (None, 2, 4000, "failed"),
+])
+def test_a_validation_job_is_waited_for_passed_retried_or_failed(state, attempt, waited, want):
+    from slurm_gpufleet.returning import judge
+
+    assert judge(state, attempt, 1, waited, 1800) == want

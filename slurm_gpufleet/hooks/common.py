@@ -160,6 +160,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     from ..findings import verdict
     from ..history import History, db_path
     from ..slurm import SlurmError
+    from ..slurm.actions import one_line
     from ..slurm.actuator import Actuator
     from ..slurm.ownership import HEALTH, rack_of_reason
     from ..snapshot import known
@@ -183,6 +184,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     ladder = _ladder(setup)
     actuator = Actuator(backend, HEALTH, settings)
     _settle_remedies(history, info, findings)
+    if hook == "healthcheck" and ladder.mode != "observe":
+        info = _follow_validation(setup, history, actuator, backend, info, final) or info
     action = _decide(setup, ladder, history, info, report, final, findings)
     if action.kind == "reset" and ladder.mode == "full":
         # the cheapest rung: reset the idle GPUs, read them again, and decide on what the reset left
@@ -190,11 +193,22 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         if isinstance(after, str):
             action = type(action)("none", why=after)
         else:
+            reset_fault = action.finding
             report, info = after
             findings = report.findings + (extra_findings or [])
             final = verdict(findings)
             s = report.snapshot
             action = _decide(setup, ladder, history, info, report, final, findings)
+            if final in ("ok", "warn") and settings.validation_command and action.kind == "none":
+                # fixed: back to work only through a validation run (returning.py)
+                from ..returning import VALIDATE_PREFIX
+                from ..slurm.actions import make_reason
+
+                action = type(action)("set_reason", reason=one_line(
+                    f"{VALIDATE_PREFIX}reset: {make_reason(reset_fault)[len('gpufleet: '):]}"),
+                    why="the reset fixed it: a validation run before it returns")
+    if action.kind == "validate" and ladder.mode == "full":
+        action = _start_validation(setup, history, actuator, info, hook) or action
     observed = None
     if ladder.mode == "observe" and action.kind != "none":
         # staged enablement: what would be done is decided, logged and published; nothing is touched
@@ -386,6 +400,91 @@ def _reset(setup: Setup, history, actuator, info: NodeInfo, action, report: Repo
     history.record_run(node, hook, verdict(after.findings), after.findings, duration_s=after.duration_s,
                        driver=known(snap.driver_version), gpus=len(snap.gpus))
     return after, info
+
+
+def _start_validation(setup: Setup, history, actuator, info: NodeInfo, hook: str, attempt: int = 1):
+    """The node runs clean after a reset or a repair: its own maintenance reservation, the node resumed
+    into it (no user job can land), the validation job submitted there.  Returns the action done, or
+    None where it could not start (said in the log; the next run tries again)."""
+    from ..returning import JOB_NAME, reservation_name
+    from ..slurm import SlurmError
+
+    settings, node = setup.settings, setup.node
+    cause = info.reason[len("gpufleet: validate after "):] if info.reason else "repair"
+    name = reservation_name(node)
+    minutes = settings.validation_timeout_minutes * (settings.validation_retries + 1) + 10
+    try:
+        if attempt == 1:
+            actuator.reservation("create_reservation", name, [node], None, minutes)
+            actuator.resume([info])
+        job = actuator.job("submit_job", JOB_NAME, node, name, settings.validation_partition,
+                           settings.validation_command, settings.validation_timeout_minutes,
+                           f"gpufleet validation of {node} after {cause}"[:200])
+    except SlurmError as exc:
+        log.error("validation of %s not started: %s", node, exc)
+        history.record_action(node, hook, "validate", "", f"not started: {exc}", False, str(exc))
+        return None
+    history.start_validation(node, cause, attempt, job)
+    history.record_action(node, hook, "validate", name, f"attempt {attempt}: job {job} in {name}", True)
+    from ..slurm.actions import Action
+
+    return Action("none", why=f"validation job {job} (attempt {attempt}) in reservation {name}")
+
+
+def _follow_validation(setup: Setup, history, actuator, backend, info: NodeInfo, final: str):
+    """An open validation (the node's history says so; no Slurm call otherwise): read its job, then pass,
+    retry or fail it.  Returns what Slurm shows of the node where this changed it."""
+    import time as _time
+    from dataclasses import replace
+
+    from ..returning import JOB_NAME, judge, reservation_name
+    from ..slurm import SlurmError
+    from ..slurm.actions import one_line
+    from ..slurm.ownership import PREFIX
+
+    opened = history.open_validation(info.name)
+    if opened is None:
+        return None
+    settings, node, name = setup.settings, setup.node, reservation_name(setup.node)
+    try:
+        shown = {job: (state, comment) for job, state, comment in backend.jobs_named(JOB_NAME)}
+    except SlurmError as exc:
+        log.warning("validation job %s of %s not read: %s", opened.job, node, exc)
+        return None
+    state, comment = shown.get(opened.job, (None, ""))
+    verdict_now = judge(state, opened.attempt, settings.validation_retries, _time.time() - opened.since,
+                        settings.validation_timeout_minutes * 60)
+    if final not in ("ok", "warn") and verdict_now == "wait":
+        verdict_now = "failed"  # the fault is back: the decision below takes the node out again
+    if verdict_now == "wait":
+        return None
+    if verdict_now == "retry":
+        log.warning("validation job %s of %s ended %s: submitted again", opened.job, node, state or "unseen")
+        _start_validation(setup, history, actuator, info, "healthcheck", opened.attempt + 1)
+        return None
+    try:
+        if state not in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", None) and verdict_now == "failed":
+            actuator.job("cancel_jobs", [opened.job])
+        actuator.reservation("delete_reservation", name)
+    except SlurmError as exc:
+        log.warning("validation reservation %s not deleted: %s", name, exc)
+    if verdict_now == "passed":
+        history.end_validation(node, "passed", f"job {opened.job}")
+        history.record_action(node, "healthcheck", "validated", "", f"job {opened.job} passed after {opened.cause}", True)
+        log.info("validation job %s of %s passed: back in service", opened.job, node)
+        return None
+    detail = one_line(comment or state or "no result")
+    history.end_validation(node, "failed", detail)
+    if final not in ("ok", "warn"):
+        return None
+    reason = one_line(f"{PREFIX} repair validation failed {opened.attempt}x after {opened.cause}: {detail}")
+    try:
+        done = actuator.drain([info], reason)
+    except SlurmError as exc:
+        log.error("%s not drained after its failed validation: %s", node, exc)
+        return None
+    history.record_action(node, "healthcheck", "drain", reason, f"validation job {opened.job} {state}", True)
+    return replace(info, flags=info.flags | {"DRAIN"}, reason=reason) if done.done else None
 
 
 def _published_cases(history, info: NodeInfo, settings: SlurmSettings) -> list[list]:

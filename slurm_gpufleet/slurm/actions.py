@@ -105,7 +105,7 @@ class Ladder:
 
 @dataclass
 class Action:
-    kind: str      # drain | set_reason | resume | reboot | reset | none
+    kind: str      # drain | set_reason | resume | reboot | reset | validate | none
     reason: str = ""
     why: str = ""
     fault: str | None = None
@@ -135,6 +135,10 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
     if verdict in ("ok", "warn"):
         if held:
             if history.clean_runs >= clean_runs_to_resume:
+                from ..returning import is_validate
+
+                if is_validate(node.reason):  # returning.py: back to work only through a validation run
+                    return Action("validate", why=f"{history.clean_runs} clean runs in a row: validation run next")
                 return Action("resume", why=f"{history.clean_runs} clean runs in a row")
             return Action("none", why=f"clean run {history.clean_runs} of {clean_runs_to_resume} before resume")
         return Action("none", why="healthy")

@@ -38,7 +38,9 @@ FREE, HEALTH, MAINTAIN, STRAGGLER, HOOK, OTHER = "free", "health", "maintain", "
 # the lemon hold of a node under a deep check, which a rollout leaves alone)
 ROLLOUT_RESERVATION_PREFIX = "gpufleet_"
 LEMON_RESERVATION_PREFIX = "gpufleet-lemon-"
-RESERVATION_PREFIXES = {MAINTAIN: ROLLOUT_RESERVATION_PREFIX, STRAGGLER: LEMON_RESERVATION_PREFIX}
+VALIDATE_RESERVATION_PREFIX = "gpufleet-validate-"   # validation before return (returning.py)
+RESERVATION_PREFIXES = {MAINTAIN: ROLLOUT_RESERVATION_PREFIX, STRAGGLER: LEMON_RESERVATION_PREFIX,
+                        HEALTH: VALIDATE_RESERVATION_PREFIX}
 
 
 def owner_of_reason(reason: str) -> str:

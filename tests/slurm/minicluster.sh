@@ -277,6 +277,8 @@ imex_features = ["imex"]
 imex_ctl = "$DIR/bin/nvidia-imex-ctl"
 reset_command = "$DIR/bin/fake-reset {node} {gpus}"
 reset_timeout_s = 10
+validation_command = "$DIR/sbin/slurm-gpufleet-healthcheck --level deep --nhc"
+validation_timeout_minutes = 2
 
 [maintain]
 upgrade_template = "$DIR/etc/upgrade.sh.j2"

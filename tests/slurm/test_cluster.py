@@ -71,6 +71,11 @@ def test_admin_drain_is_never_touched(mc):
     assert mc.history("n3", "select count(*) from actions where action in ('drain','resume','set_reason')") == [(0,)]
 
 
+def _validate_reservations(mc) -> list[str]:
+    return [line.split()[0] for line in mc.run("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines()
+            if line.startswith("ReservationName=gpufleet-validate-")]
+
+
 def _resets(mc, node: str) -> int:
     log = mc.dir / "log" / "resets.log"
     return log.read_text().split().count(node) if log.exists() else 0
@@ -89,12 +94,25 @@ def test_row_remap_pending_is_reset_between_jobs_without_a_reboot(mc):
     assert mc.node("n5")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
     mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 60, "job completed")
     mc.wait(lambda: _resets(mc, "n5") == 1, 2 * mc.hc_interval + 10, "the reset once the node is idle")
-    mc.wait(lambda: mc.state("n5") == "IDLE", 3 * mc.hc_interval + 10, "n5 resumed after clean runs")
+    # fixed: it returns only through a validation run, in a maintenance reservation of its own
+    mc.wait(lambda: mc.node("n5").get("Reason", "").startswith("gpufleet: validate after reset: memory gpu1"),
+            mc.hc_interval + 5, "n5 waiting for its validation")
+    mc.wait(lambda: mc.history("n5", "select count(*) from validations where state = 'passed'") == [(1,)],
+            4 * mc.hc_interval + 30, "the validation job passed")
+    mc.wait(lambda: mc.state("n5") == "IDLE" and not _validate_reservations(mc), 2 * mc.hc_interval + 5,
+            "n5 in service, its reservation gone")
     # the reset took all 8 GPUs of the NVSwitch board together
     assert (mc.dir / "log" / "resets.log").read_text().split()[-1] == "0,1,2,3,4,5,6,7"
     assert not (mc.dir / "log" / "reboots.log").exists() or "n5" not in (mc.dir / "log" / "reboots.log").read_text()
     assert mc.history("n5", "select class, rung, outcome from remedies") == [("ecc", "reset", "succeeded")]
-    assert [a for (a,) in mc.history("n5", "select action from actions order by ts")] == ["drain", "reset", "resume"]
+    assert [a for (a,) in mc.history("n5", "select action from actions order by ts")] == [
+        "drain", "reset", "set_reason", "validate", "validated"]
+    job_id = mc.history("n5", "select job from validations")[0][0]
+    shown = mc.job(job_id)  # (its reservation is deleted by now: Slurm no longer names it)
+    assert shown.get("JobState") == "COMPLETED" and shown.get("NodeList") == "n5", shown
+    assert shown.get("JobName") == "gpufleet-validate" and shown.get("ExitCode") == "0:0", shown
+    assert mc.history("n5", "select action, why from actions where action = 'validate'")[0][1].endswith(
+        "in gpufleet-validate-n5")
 
 
 @pytest.mark.release("scontrol reboot ASAP nextstate=RESUME and RebootProgram")
@@ -127,7 +145,10 @@ def test_the_third_fault_of_a_class_within_the_window_is_drained_for_repair(mc):
         mc.fault("n6", attempt, "row_remap_pending")
         gpustate.write_atomic(gpustate.healthy_state(8, "n6"), str(mc.gpus / "n6.after-reset.json"))
         mc.wait(lambda n=attempt: _resets(mc, "n6") == n, 2 * mc.hc_interval + 10, f"reset {attempt}")
-        mc.wait(lambda: mc.state("n6") == "IDLE", 3 * mc.hc_interval + 10, f"n6 resumed after reset {attempt}")
+        mc.wait(lambda n=attempt: mc.history("n6", "select count(*) from validations where state = 'passed'") == [(n,)],
+                5 * mc.hc_interval + 30, f"validated after reset {attempt}")
+        mc.wait(lambda: mc.state("n6") == "IDLE" and not _validate_reservations(mc), 2 * mc.hc_interval + 5,
+                f"n6 in service after reset {attempt}")
     mc.fault("n6", 3, "row_remap_pending")
     mc.wait(lambda: "DRAIN" in mc.state("n6"), 2 * mc.hc_interval + 5, "n6 drained")
     assert mc.node("n6")["Reason"].startswith("gpufleet: repair ecc attempt 3 of 3 in 7d: memory gpu3 row remap pending")
@@ -139,9 +160,15 @@ def test_the_third_fault_of_a_class_within_the_window_is_drained_for_repair(mc):
     assert cases.returncode == 0, cases.stderr
     rows = [(r["node"], r["class"], r["attempts"], r["status"]) for r in json.loads(cases.stdout)["cases"]]
     assert rows == [("n6", "ecc", 3, "repair")], rows
-    mc.run("scontrol", "update", "nodename=n6", "state=resume")
+    # the admin hands it back: a validation run, then back to work, and the case closes
+    handed = mc.gpufleet("fleet", "repaired", "n6")
+    assert handed.returncode == 0 and "validate after repair" in handed.stdout, handed.stderr
+    assert mc.node("n6")["Reason"].startswith("gpufleet: validate after repair")
+    mc.wait(lambda: mc.history("n6", "select count(*) from validations where state = 'passed' and cause = 'repair'")
+            == [(1,)], 4 * mc.hc_interval + 30, "the validation after repair passed")
     mc.wait(lambda: mc.history("n6", "select count(*) from case_closes") == [(1,)], 2 * mc.hc_interval + 5,
             "the case closed")
+    assert mc.state("n6") == "IDLE"
     mc.wait(lambda: "case" not in json.loads(mc.node("n6").get("Extra") or "{}"), 2 * mc.hc_interval + 5,
             "no open case published")
 
