@@ -243,3 +243,33 @@ def test_a_validation_job_is_waited_for_passed_retried_or_failed(state, attempt,
     from slurm_gpufleet.returning import judge
 
     assert judge(state, attempt, 1, waited, 1800) == want
+
+
+@pytest.mark.parametrize("name", ["dcgm-diag.sh", "nccl-allreduce.sh"])
+def test_the_sample_validation_commands_pass_shellcheck_and_fail_without_their_tool(tmp_path, name):
+    """Where dcgmi or all_reduce_perf is missing, the validation fails with one line (the node is not
+    returned on a check that never ran)."""
+    import subprocess
+
+    from test_bundle import _shellcheck
+
+    script = REPO / "etc" / "validation" / name
+    _shellcheck(script.read_text())
+    r = subprocess.run([str(script)], capture_output=True, text=True, env={"PATH": str(tmp_path), "GPUS": "8"})
+    assert r.returncode == 1 and r.stdout.count("\n") == 1 and "not found" in r.stdout, r.stdout
+
+
+def test_the_sample_nccl_validation_judges_the_bus_bandwidth(tmp_path):
+    import subprocess
+
+    fake = tmp_path / "all_reduce_perf"
+    rows = ["#  size  count type redop root time algbw busbw #wrong",
+            "  1073741824  268435456 float sum -1  5000  214.7  375.8  0",
+            "  4294967296 1073741824 float sum -1 20000  214.7  {bw}  0"]
+    script = REPO / "etc" / "validation" / "nccl-allreduce.sh"
+    for bw, rc in (("375.8", 0), ("120.5", 1)):
+        fake.write_text("#!/bin/sh\ncat <<'OUT'\n" + "\n".join(rows).replace("{bw}", bw) + "\nOUT\n")
+        fake.chmod(0o755)
+        r = subprocess.run([str(script)], capture_output=True, text=True,
+                           env={"PATH": f"{tmp_path}:/usr/bin:/bin", "GPUS": "8"})
+        assert r.returncode == rc and bw in r.stdout, r.stdout
