@@ -1412,6 +1412,43 @@ def fleet_repaired(ctx: click.Context, nodeset: str) -> None:
         sys.exit(1)
 
 
+@fleet.command("sweep")
+@click.option("--dry-run", is_flag=True, help="Say which nodes are due; submit and cancel nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def fleet_sweep(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """One step of the idle sweeps (run it every few minutes, e.g. from a systemd timer): nodes of groups
+    with `sweep_interval_h`, idle `sweep_idle_min` and not swept within the interval, get the deep check as
+    a job in `sweep_partition`, whose jobs any user job preempts (README, "Idle sweeps"); at most
+    `sweep_max_nodes` at once.  One read of the nodes, one of the sweep jobs."""
+    from .slurm import SlurmError
+    from .sweep import run_step
+
+    policy = _load_policy(ctx.obj["config"])
+    if not policy.slurm.sweep_partition and not dry_run:
+        _fail("no sweep_partition in [slurm]: a sweep job must run where any user job preempts it (README, "
+              "\"Idle sweeps\")", exitcodes.USAGE)
+    try:
+        step = run_step(_backend(policy), policy, dry_run=dry_run)
+    except SlurmError as exc:
+        _fail(f"cannot read the nodes or the sweep jobs from Slurm: {exc}", exitcodes.USAGE)
+    if as_json or ctx.obj["as_json"]:
+        from dataclasses import asdict
+
+        click.echo(json.dumps(asdict(step), indent=1))
+    else:
+        from .hostlist import fold
+
+        click.echo(f"due: {fold(step.due) or 'none'}; sweeping: {fold(step.running) or 'none'}"
+                   + (f"; submitted: {', '.join(f'{n} (job {j})' for n, j in step.submitted.items())}"
+                      if step.submitted else "") + (f"; cancelled stale: {', '.join(step.cancelled)}"
+                                                    if step.cancelled else ""))
+        for e in step.errors:
+            click.echo(e, err=True)
+    if step.errors:
+        sys.exit(1)
+
+
 @fleet.command("domains")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json domains`).")
 @click.pass_context

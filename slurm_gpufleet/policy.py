@@ -250,6 +250,10 @@ class NodePolicy:
     # staged enablement: "observe" decides and publishes what it would do and touches nothing (a prolog
     # never fails), "quarantine" drains but never resets or reboots, "full" does everything
     mode: str = setting("full", _choice("observe", "quarantine", "full"))
+    # idle sweeps (sweep.py, `fleet sweep`): a node idle this long gets the deep check as a preemptable job
+    # once every sweep_interval_h (unset: the group is not swept)
+    sweep_interval_h: float | None = setting(None, _number)
+    sweep_idle_min: float = setting(30.0, _number)
     # processes
     expect_idle: bool = setting(False, _bool)
     idle_memory_mib: int = setting(100, _int(0))
@@ -282,6 +286,15 @@ class SlurmSettings:
     validation_timeout_minutes: int = setting(30, _int(1))
     validation_retries: int = setting(1, _int(0))
     validation_partition: str = setting("", _str)
+    # idle sweeps (sweep.py): their jobs go to sweep_partition, a partition over the same nodes whose jobs
+    # any user job preempts (PreemptType=preempt/partition_prio, a lower PriorityTier, PreemptMode=CANCEL);
+    # at most sweep_max_nodes at once, each sweep_minutes at most
+    sweep_partition: str = setting("", _str)
+    sweep_command: str = setting("/usr/local/sbin/slurm-gpufleet-healthcheck --level deep",
+                                 lambda v: v.strip() if isinstance(v, str) else _str(v))
+    sweep_max_nodes: int = setting(2, _int(1))
+    sweep_minutes: int = setting(20, _int(1))
+    sweep_db: str | None = setting(None, _abs_path)
     # where the node's GPU summary goes: "extra", "comment" or "none"
     publish: str = setting("extra", _choice("extra", "comment", "none"))
     # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits
@@ -351,6 +364,12 @@ class SlurmSettings:
         import os
 
         return self.breaker_file or os.path.join(self.state_dir, "breaker.json")
+
+    @property
+    def sweep_path(self) -> str:
+        import os
+
+        return self.sweep_db or os.path.join(self.state_dir, "sweeps.json")
 
     @property
     def lemon_path(self) -> str:

@@ -126,12 +126,12 @@ def policy_paths(policy) -> tuple[list[str], list[str]]:
     bindir = os.path.dirname(s.scontrol)
     named += [os.path.join(bindir, exe) for exe in ("squeue", "sinfo", "sacct")
               if os.path.exists(os.path.join(bindir, exe))]
-    named += [s.state_dir, s.breaker_path, s.lemon_path, m.db]
+    named += [s.state_dir, s.breaker_path, s.lemon_path, s.sweep_path, m.db]
     if m.upgrade_template:
         named.append(m.upgrade_template)
     # the programs the jobs it submits run (as root where root submits them): the command line's program
     named += [p for p in (program_of(s.lemon_check), program_of(m.validation_job), program_of(s.reset_command),
-                          program_of(s.validation_command)) if p]
+                          program_of(s.validation_command), program_of(s.sweep_command)) if p]
     return own, named
 
 

@@ -30,6 +30,7 @@ class NodeInfo:
     active_features: list[str] = field(default_factory=list)   # ActiveFeatures
     weight: int | None = None        # scheduling weight: Slurm prefers lower-weight nodes
     slurmd_start: float | None = None  # when this node's slurmd last registered (epoch s): a restart moves it
+    last_busy: float | None = None   # when a job last ran on it (Slurm's LastBusyTime, epoch s): idle sweeps
 
     def __post_init__(self) -> None:
         # A reason means something only while the node is drained, down, failing or rebooting.  Slurm

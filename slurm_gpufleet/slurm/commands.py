@@ -214,8 +214,10 @@ class CommandBackend:
     def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,
                    comment: str) -> str:
         argv = ["--parsable", f"--job-name={name}", f"--nodelist={node}", "--nodes=1", "--exclusive",
-                f"--reservation={reservation}", f"--time={int(minutes)}", f"--comment={one_line(comment)}",
+                f"--time={int(minutes)}", f"--comment={one_line(comment)}",
                 "--output=/dev/null", "--export=NONE", f"--wrap={command}"]
+        if reservation:  # "": an idle sweep's job, in its own preemptable partition
+            argv.append(f"--reservation={reservation}")
         if partition:
             argv.append(f"--partition={partition}")
         return self._run(*argv, exe=self.sbatch).strip().split(";")[0]
@@ -295,6 +297,7 @@ def parse_node_text(text: str) -> NodeInfo:
     info.active_features = _list(values.get("ActiveFeatures", ""))
     info.weight = int(values["Weight"]) if values.get("Weight", "").isdecimal() else None
     info.slurmd_start = slurm_time(values.get("SlurmdStartTime", ""))
+    info.last_busy = slurm_time(values.get("LastBusyTime", ""))
     return info
 
 
@@ -348,6 +351,10 @@ def parse_node_json(text: str, name: str) -> NodeInfo:
     if isinstance(started, dict):
         started = started.get("number")
     info.slurmd_start = float(started) if isinstance(started, int | float) and started else None
+    busy = node.get("last_busy")
+    if isinstance(busy, dict):
+        busy = busy.get("number")
+    info.last_busy = float(busy) if isinstance(busy, int | float) and busy else None
     return info
 
 
