@@ -245,7 +245,7 @@ def _empty_history(path: Path) -> None:
 def _reset(c: Cluster) -> None:
     c.run("scancel", "--user=root", check=False)
     c.wait(lambda: c.run("squeue", "-h", "-t", "all", "-o", "%T", check=False).stdout.strip() in ("",)
-           or all(s in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT") for s in
+           or all(s in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "PREEMPTED", "NODE_FAIL") for s in
                   c.run("squeue", "-h", "-t", "all", "-o", "%T", check=False).stdout.split()), 60, "jobs to end")
     for node in c.nodes:
         c.heal(node)
@@ -268,6 +268,8 @@ def _reset(c: Cluster) -> None:
         _empty_history(db)
     (c.dir / "state" / "gpufleet" / "internal-errors.log").unlink(missing_ok=True)
     (c.dir / "state" / "gpufleet" / "breaker.json").unlink(missing_ok=True)
+    (c.dir / "state" / "gpufleet" / "sweeps.json").unlink(missing_ok=True)
+    c.run("scontrol", "delete", "partitionname=gpufleet-sweep", check=False)  # an idle-sweep test's
     for node in c.nodes:
         state = c.state(node)
         if "REBOOT" in state:

@@ -221,6 +221,10 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,batch_sched_delay=0
+# idle sweeps (slurm_gpufleet/sweep.py) give way by partition priority: a test adds a sweep partition of
+# a lower PriorityTier at run time; the partitions below share one tier, so nothing preempts among them
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
@@ -238,9 +242,9 @@ NodeName=n[1-$n] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$SLURMD_PORT_BAS
 $(if [ "${RECORD_NODES:-0}" -gt 0 ]; then
   printf 'NodeName=g[%05d-%05d] NodeHostname=localhost NodeAddr=127.0.0.1 Port=1 CPUs=112 RealMemory=2000000 Gres=gpu:h200:8 State=DOWN Reason=record\n' 1 "$RECORD_NODES"
 fi)
-PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE DefaultTime=10 State=UP
-PartitionName=dev Nodes=n[1-$(( (n + 1) / 2 ))] MaxTime=INFINITE DefaultTime=10 State=UP
-PartitionName=prod Nodes=n[$(( (n + 1) / 2 + 1 > n ? n : (n + 1) / 2 + 1 ))-$n] MaxTime=INFINITE DefaultTime=10 State=UP
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE DefaultTime=10 State=UP PriorityTier=10
+PartitionName=dev Nodes=n[1-$(( (n + 1) / 2 ))] MaxTime=INFINITE DefaultTime=10 State=UP PriorityTier=10
+PartitionName=prod Nodes=n[$(( (n + 1) / 2 + 1 > n ? n : (n + 1) / 2 + 1 ))-$n] MaxTime=INFINITE DefaultTime=10 State=UP PriorityTier=10
 EOF
   cat > "$DIR/etc/gres.conf" <<EOF
 AutoDetect=off

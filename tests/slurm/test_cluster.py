@@ -396,3 +396,37 @@ def test_straggler_drains_go_through_the_breaker(mc, tmp_path):
         assert "DRAIN" not in mc.state(node)
     breaker_file = mc.dir / "state" / "gpufleet" / "breaker.json"
     assert "limit 1" in json.loads(breaker_file.read_text())["why"]
+
+
+def test_an_idle_sweep_gives_way_to_a_user_job(mc):
+    """`fleet sweep` puts the deep check on an idle node as a job of the sweep partition (a lower
+    PriorityTier, PreemptMode=CANCEL); a user job that needs the node starts at once, the sweep cancelled."""
+    mc.run("scontrol", "create", "partitionname=gpufleet-sweep", "nodes=n8", "prioritytier=1", "preemptmode=cancel",
+           "maxtime=60", "defaulttime=10", "state=up")
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    sweep = f"{mc.dir}/sbin/slurm-gpufleet-healthcheck --level deep; sleep 300"
+    config.write_text(original.replace("[slurm]\n", f'[slurm]\nsweep_partition = "gpufleet-sweep"\n'
+                                                     f'sweep_command = "{sweep}"\n', 1)
+                      + '\n[[group]]\nname = "swept"\nnodes = "n8"\nsweep_interval_h = 24\nsweep_idle_min = 0\n')
+    try:
+        step = mc.gpufleet("fleet", "sweep", "--json")
+        assert step.returncode == 0, step.stderr
+        submitted = json.loads(step.stdout)["submitted"]
+        assert list(submitted) == ["n8"], step.stdout
+        sweep_job = submitted["n8"]
+        mc.wait(lambda: mc.job(sweep_job).get("JobState") == "RUNNING", 30, "the sweep job running")
+        assert mc.job(sweep_job)["Partition"] == "gpufleet-sweep"
+        # the deep check ran, acting, as the node's health check: its measurements are in the history
+        mc.wait(lambda: mc.history("n8", "select count(*) from performance")[0][0] > 0, 30, "the deep check's record")
+        # swept within the interval: not due again
+        again = json.loads(mc.gpufleet("fleet", "sweep", "--json").stdout)
+        assert again["submitted"] == {} and again["running"] == ["n8"]
+        asked = time.monotonic()
+        user = mc.sbatch("-p", "gpu", "-w", "n8", "--gres=gpu:8", "--time=2", "--wrap", "sleep 30")
+        mc.wait(lambda: mc.job(user).get("JobState") == "RUNNING", 30, "the user job running")
+        waited = time.monotonic() - asked
+        assert waited < 15, f"the user job waited {waited:.1f} s for the sweep"
+        assert mc.job(sweep_job).get("JobState") in ("CANCELLED", "PREEMPTED"), mc.job(sweep_job)
+    finally:
+        config.write_text(original)
