@@ -1512,18 +1512,22 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
 @click.option("--big-job", "big_job_gpus", type=click.IntRange(0, 1_000_000), default=0, metavar="GPUS",
               help="(fleet) Add one training job of GPUS GPUs running the whole time (ETTR of jobs of 1,024 GPUs "
                    "or more).")
+@click.option("--plot", "plot_file", metavar="FILE.html", help="(fleet) GPUs in service and ETTR over time, per "
+                                                               "strategy.")
 @click.option("--json", "as_json", is_flag=True)
 def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | None, checkpoint_every_h: float | None,
                           restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
                           seeds: int, sacct_file: str | None, node_count: int, gpus_per_node: int, rates_file: str | None,
                           hc_interval_s: float, lemon_share: float, lemon_factor: float, big_job_gpus: int,
-                          as_json: bool) -> None:
+                          plot_file: str | None, as_json: bool) -> None:
     """What failures cost jobs, and what the health checks save, on the simulator core of `maintain
     simulate`.  Fleet mode: a job history on a simulated fleet with failures drawn per class (Llama 3's
     rates), found and handled by each strategy; per strategy the effective training time ratio (ETTR),
     GPU-hours lost to failures, remedies and false drains, node-hours out of service, fault-to-drain time
     and how faults were resolved.  --one-job: one job against Daly's formula."""
     if one_job_gpus is not None:
+        if plot_file:
+            _fail("--plot draws the fleet mode, not --one-job", exitcodes.USAGE)
         _simulate_one_job(one_job_gpus, node_mtbf_hours, checkpoint_every_h, restart_minutes, days, strategies, seed,
                           as_json)
         return
@@ -1556,6 +1560,14 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
     except ValueError as exc:
         _fail(str(exc), exitcodes.USAGE)
     out["assumptions"]["history"] = label
+    series = out.pop("_series")
+    if plot_file:
+        from .faultsim import fleet_html
+
+        try:
+            _write_atomic(plot_file, fleet_html(out, series))
+        except OSError as exc:
+            _fail(f"{plot_file}: {exc.strerror or exc}", exitcodes.USAGE)
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return

@@ -464,6 +464,14 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
         return round(work / elapsed, 4) if elapsed else None
 
     started = list(sim.first_start)
+    # for --plot: GPUs in service, and the ETTR of the jobs ended by each day (hours on both axes)
+    capacity = [(0.0, sum(n.gpus for n in sim.nodes))] + [(t / 3600, g) for t, g in sim.capacity]
+    ettr_by_day = []
+    for day in range(1, int(end // 86400) + 1):
+        ended = [j for j in started if sim.done_at.get(j, math.inf) <= day * 86400]
+        value = ettr(ended)
+        if value is not None:
+            ettr_by_day.append((day * 24.0, value))
     found = [f for f in faults if f.detected_at is not None]
     latency_min = [(f.detected_at - f.t) / 60 for f in found if f.cls.effect == "gpu"]
     resolved = sum(ctl.resolved.values())
@@ -482,6 +490,7 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
         "faults": sum(f.hit for f in faults),
         "jobs_failed": sim.jobs_failed, "black_hole_crashes": sim.black_hole_crashes, "jobs_lost": sim.lost_jobs,
         "false_drains": ctl.false_drains,
+        "_series": {"capacity": capacity, "ettr": ettr_by_day},
     }
 
 
@@ -524,7 +533,11 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
                 name, model, run_jobs, nodes, gpus_per_node, horizon, faults, alarms, hc_interval_s=hc_interval_s,
                 checkpoint_every_h=checkpoint_every_h, restart_min=restart_min, seed=s, big_jobs=big,
                 settings=settings))
-    out: dict[str, Any] = {"strategies": {name: _mean(rs) for name, rs in runs.items()}}
+    series = {name: rs[0]["_series"] for name, rs in runs.items()}   # the first seed's, for --plot
+    for rs in runs.values():
+        for r in rs:
+            r.pop("_series")
+    out: dict[str, Any] = {"strategies": {name: _mean(rs) for name, rs in runs.items()}, "_series": series}
     out["assumptions"] = {
         "mode": "fleet", "nodes": nodes, "gpus_per_node": gpus_per_node, "days": round(horizon / 86400, 2),
         "jobs": len(jobs), "jobs_dropped": dict(dropped), "seed": seed, "seeds": seeds, "rates": model.source,
@@ -575,3 +588,31 @@ def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
             values = [r[key] for r in runs if isinstance(r[key], int | float)]
             out[key] = round(sum(values) / len(values), 4) if values else None
     return out
+
+
+FAULT_COLORS = {"none": "#999999", "drain-on-any": "#e69f00", "two-tier": "#cc79a7", "gpufleet": "#0072b2",
+                "gpufleet-reboot-first": "#56b4e9"}
+
+
+def fleet_html(out: dict[str, Any], series: dict[str, dict[str, list]]) -> str:
+    """--plot: the figures, GPUs in service over time and the ETTR of the jobs ended by each day, per
+    strategy (the first seed's run), on one hours axis."""
+    import html as html_lib
+
+    from .maintain.plots import series_svg
+
+    t_max = max([t for sr in series.values() for t, _ in sr["capacity"][-1:] + sr["ettr"][-1:]]
+                + [out["assumptions"]["days"] * 24]) or 1.0
+    low = min([g for sr in series.values() for _, g in sr["capacity"]] or [0])
+    capacity = series_svg({k: v["capacity"] for k, v in series.items()}, t_max, "hours", colors=FAULT_COLORS,
+                          v_min=low * 0.95)  # the dips show; the axis says where it starts
+    ettr = series_svg({k: v["ettr"] for k, v in series.items()}, t_max, "hours", colors=FAULT_COLORS, step=False,
+                      v_min=min([v for sr in series.values() for _, v in sr["ettr"]] or [0.0]), y_fmt="{:.4f}")
+    text = html_lib.escape(fleet_text(out))
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>slurm-gpufleet: what failures cost</title>
+<style>body{{font:14px system-ui,sans-serif;margin:24px}}pre{{font-size:12px;overflow-x:auto}}</style></head><body>
+<h1>What failures cost, per strategy</h1><pre>{text}</pre>
+<h2>GPUs in service</h2>{capacity}
+<h2>ETTR of the jobs ended by then</h2>{ettr}
+<p>Series from the run of seed {out["assumptions"]["seed"]}; the table above is the mean over
+{out["assumptions"].get("seeds", 1)} seed(s).</p></body></html>"""

@@ -122,3 +122,23 @@ def test_the_fleet_mode_text_and_json_from_the_cli():
     bad = run_cli("fleet", "simulate-faults", "--one-job", "8", "--node-mtbf-hours", "10", "--checkpoint-every", "1",
                   "--strategy", "gpufleet")
     assert bad.returncode == 2
+
+
+def test_the_fleet_plot_draws_capacity_and_ettr_per_strategy_on_one_axis(tmp_path):
+    import re
+
+    out = tmp_path / "f.html"
+    r = run_cli("fleet", "simulate-faults", "--nodes", "60", "--days", "4", "--strategy", "none", "--strategy",
+                "gpufleet", "--plot", str(out))
+    assert r.returncode == 0, r.stderr
+    page = out.read_text()
+    svgs = re.findall(r"<svg.*?</svg>", page, re.S)
+    assert len(svgs) == 2
+    for svg in svgs:
+        assert svg.count("<polyline") == 2 and ">none<" in svg and ">gpufleet<" in svg
+    # one hours axis: the same tick labels on both charts
+    ticks = [re.findall(r'text-anchor="middle">(\d+)<', svg) for svg in svgs]
+    assert ticks[0] == ticks[1] and ticks[0][-1] == "96"
+    bad = run_cli("fleet", "simulate-faults", "--one-job", "8", "--node-mtbf-hours", "10", "--checkpoint-every", "1",
+                  "--plot", str(out))
+    assert bad.returncode == 2

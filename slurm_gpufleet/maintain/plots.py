@@ -21,30 +21,41 @@ def _ticks(x: Any, t_max: float, y: float) -> list[str]:
 
 
 def _capacity_svg(results: dict[str, Any], t_max: float, width: int = 900, height: int = 280) -> str:
-    series = {k: r.capacity for k, r in results.items() if r.capacity}
+    return series_svg({k: r.capacity for k, r in results.items() if r.capacity}, t_max,
+                      "hours since rollout start", width=width, height=height)
+
+
+def series_svg(series: dict[str, list[tuple[float, float]]], t_max: float, x_label: str, *, colors=None,
+               step: bool = True, v_min: float = 0.0, y_fmt: str = "{:g}", width: int = 900, height: int = 280) -> str:
+    """One chart of (hours, value) series, one line per name: steps (capacity) or straight lines."""
+    series = {k: v for k, v in series.items() if v}
     if not series:
-        return "<p>no capacity data</p>"
-    g_max = max(max(g for _, g in s) for s in series.values()) or 1
+        return "<p>no data</p>"
+    colors = colors or COLORS
+    v_max = max(max(v for _, v in s) for s in series.values()) or 1
+    v_min = min(v_min, min(min(v for _, v in s) for s in series.values()))
+    span = (v_max - v_min) or 1
     top, bottom = 30, height - 36  # the legend above the plot area, never over the data
     x = _axis(t_max, width)
-    y = lambda g: top + (1 - g / g_max) * (bottom - top)  # noqa: E731
+    y = lambda v: top + (1 - (v - v_min) / span) * (bottom - top)  # noqa: E731
     parts = [f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" font-size="11">',
              f'<line x1="{LEFT}" y1="{bottom}" x2="{width - RIGHT}" y2="{bottom}" stroke="#999"/>',
              f'<line x1="{LEFT}" y1="{top}" x2="{LEFT}" y2="{bottom}" stroke="#999"/>',
-             f'<text x="{LEFT - 6}" y="{y(g_max) + 4}" text-anchor="end">{g_max}</text>'
-             f'<text x="{LEFT - 6}" y="{y(0) + 4}" text-anchor="end">0</text>',
-             f'<text x="{width - RIGHT}" y="{height - 4}" text-anchor="end">hours since rollout start</text>',
+             f'<text x="{LEFT - 6}" y="{y(v_max) + 4}" text-anchor="end">{y_fmt.format(v_max)}</text>'
+             f'<text x="{LEFT - 6}" y="{y(v_min) + 4}" text-anchor="end">{y_fmt.format(v_min)}</text>',
+             f'<text x="{width - RIGHT}" y="{height - 4}" text-anchor="end">{html_lib.escape(x_label)}</text>',
              *_ticks(x, t_max, bottom + 14)]
     for k, (name, s) in enumerate(series.items()):
         pts = []
-        for j, (t, g) in enumerate(s):
-            if j:
+        for j, (t, v) in enumerate(s):
+            if j and step:
                 pts.append(f"{x(t):.1f},{y(s[j - 1][1]):.1f}")
-            pts.append(f"{x(t):.1f},{y(g):.1f}")
-        pts.append(f"{x(t_max):.1f},{y(s[-1][1]):.1f}")
-        color = COLORS.get(name, "#333")
+            pts.append(f"{x(t):.1f},{y(v):.1f}")
+        if step:
+            pts.append(f"{x(t_max):.1f},{y(s[-1][1]):.1f}")
+        color = colors.get(name, "#333")
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{" ".join(pts)}"/>')
-        lx = LEFT + 150 * k
+        lx = LEFT + 170 * k
         parts.append(f'<rect x="{lx}" y="8" width="14" height="4" fill="{color}"/>'
                      f'<text x="{lx + 20}" y="14" fill="{color}">{html_lib.escape(name)}</text>')
     parts.append("</svg>")
