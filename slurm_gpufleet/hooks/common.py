@@ -415,7 +415,12 @@ def _start_validation(setup: Setup, history, actuator, info: NodeInfo, hook: str
     minutes = settings.validation_timeout_minutes * (settings.validation_retries + 1) + 10
     try:
         if attempt == 1:
-            actuator.reservation("create_reservation", name, [node], None, minutes)
+            try:
+                actuator.reservation("create_reservation", name, [node], None, minutes)
+            except SlurmError as exc:
+                # one left by a run that stopped half-way (made, not yet used): used as it is; if there is
+                # none, the submission below says so
+                log.warning("validation reservation %s not made (%s): using the one there, if any", name, exc)
             actuator.resume([info])
         job = actuator.job("submit_job", JOB_NAME, node, name, settings.validation_partition,
                            settings.validation_command, settings.validation_timeout_minutes,
