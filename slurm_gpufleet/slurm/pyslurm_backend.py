@@ -116,6 +116,7 @@ def node_info(n: Any) -> NodeInfo:
     info.active_features = list(n.active_features or [])
     info.weight = n.weight
     info.slurmd_start = _epoch(getattr(n, "slurmd_start_time", None))
+XX
     return info
 
 
