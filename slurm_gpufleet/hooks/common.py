@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("slurm-gpufleet")
 TIMEOUT_REASON = "gpufleet: NVML timeout"
+_STARTED = time.monotonic()  # the hook's start, near enough: the health check's 60 s are counted from here
+SLURMD_HEALTH_CHECK_S = 60.0  # slurmd kills a health check after this (22.05, 24.11, 26.05)
 
 
 def setup_logging(hook: str, node: str, job: str | None = None) -> None:
@@ -366,13 +368,19 @@ def _reset(setup: Setup, history, actuator, info: NodeInfo, action, report: Repo
 
     settings, node = setup.settings, setup.node
     gpus = reset_targets(report.snapshot, action.finding, setup.policy.models)
+    timeout = settings.reset_timeout_s
+    if hook == "healthcheck":  # the reset and the read after it must fit in what slurmd leaves this run
+        left = SLURMD_HEALTH_CHECK_S - 5 - (time.monotonic() - _STARTED) - settings.read_timeout_s
+        if left < min(5.0, timeout):
+            return f"not reset in this run: {max(left, 0):.0f} s left of slurmd's {SLURMD_HEALTH_CHECK_S:.0f} s"
+        timeout = min(timeout, left)
     if not info.drained:
         done = actuator.drain([info], action.reason)
         if done.blocked:
             history.record_action(node, hook, "breaker", action.reason, done.breaker, True)
             return f"not reset, breaker open: {done.breaker}"
         info = replace(info, flags=info.flags | {"DRAIN"}, reason=action.reason)
-    result = run_reset(settings.reset_command, node, gpus, settings.reset_timeout_s)
+    result = run_reset(settings.reset_command, node, gpus, timeout)
     gpu_list = ",".join(map(str, gpus))
     history.record_action(node, hook, "reset", action.reason, f"gpus {gpu_list} in {result.seconds:.1f} s: {result.detail}",
                           result.ok, None if result.ok else result.detail)
