@@ -273,3 +273,14 @@ def test_the_sample_nccl_validation_judges_the_bus_bandwidth(tmp_path):
         r = subprocess.run([str(script)], capture_output=True, text=True,
                            env={"PATH": f"{tmp_path}:/usr/bin:/bin", "GPUS": "8"})
         assert r.returncode == rc and bw in r.stdout, r.stdout
+
+
+def test_a_node_to_validate_returns_after_clean_runs_where_validation_is_off(tmp_path):
+    bin_dir, gpus, env = _node(tmp_path)   # validation_command = ""
+    _run(bin_dir, env)
+    state = _shown(bin_dir)
+    state.update(drain=True, reason="gpufleet: validate after repair")
+    (bin_dir / "node.json").write_text(json.dumps(state))
+    calls, r = _run(bin_dir, env)   # its second clean run in a row
+    assert not _shown(bin_dir)["drain"] and "validation_command is" in r.stderr
+    assert not [c for c in calls if c[0] == "create"]

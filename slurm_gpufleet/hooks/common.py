@@ -209,7 +209,9 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                 action = type(action)("set_reason", reason=one_line(
                     f"{VALIDATE_PREFIX}reset: {make_reason(reset_fault)[len('gpufleet: '):]}"),
                     why="the reset fixed it: a validation run before it returns")
-    if action.kind == "validate" and ladder.mode == "full":
+    if action.kind == "validate" and not settings.validation_command:  # turned off since it was asked
+        action = type(action)("resume", why=f"{action.why.split(':')[0]}; validation_command is \"\"")
+    if action.kind == "validate" and ladder.mode != "observe":
         action = _start_validation(setup, history, actuator, info, hook) or action
     observed = None
     if ladder.mode == "observe" and action.kind != "none":
