@@ -608,9 +608,20 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
         firmware, firmware_by_model = parse_firmware_targets(target_firmware)
     except ValueError as exc:
         _fail(str(exc), exitcodes.USAGE)
-    if not (target_driver or target_kernel or firmware or firmware_by_model):
-        _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware", exitcodes.USAGE)
     policy = _with_budget(_maintain_policy(policy_file, config, read_only=bool(fleet_file)), max_unavailable)
+    given = bool(target_driver or target_kernel or firmware or firmware_by_model)
+    if not given and policy.bundle is not None:
+        # the site's standard bundle, whole; the command line's targets, when given, replace it whole: one
+        # source per plan, never a mix
+        b = policy.bundle
+        target_driver, target_kernel, firmware, firmware_by_model = b.driver, b.kernel, dict(b.firmware), \
+            {m: dict(fw) for m, fw in b.firmware_by_model.items()}
+        click.echo(f"targets from [bundle] in {policy.path}", err=True)
+    elif given and policy.bundle is not None:
+        click.echo(f"targets from the command line; [bundle] in {policy.path} not used", err=True)
+    if not (target_driver or target_kernel or firmware or firmware_by_model):
+        _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware, or a [bundle] in "
+              "the config", exitcodes.USAGE)
     try:
         names = list(NodeSet(nodeset))
     except NodeSetException as exc:

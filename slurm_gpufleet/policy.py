@@ -495,6 +495,18 @@ class DomainSpec:
     nodes: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class BundleSpec:
+    """[bundle]: what `maintain plan` rolls out when its command line names no target (a site keeps its
+    standard bundle in the config).  firmware: for every node; firmware_by_model: per GPU model, as the
+    fleet names it (the same forms as --target-firmware)."""
+
+    driver: str | None = None
+    kernel: str | None = None
+    firmware: dict[str, str] = field(default_factory=dict)
+    firmware_by_model: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
 @dataclass
 class Policy:
     path: str | None = None
@@ -505,6 +517,7 @@ class Policy:
     maintain: MaintainSettings = field(default_factory=MaintainSettings)
     requires: tuple[Requirement, ...] = ()
     domains: tuple[DomainSpec, ...] = ()
+    bundle: BundleSpec | None = None
 
     def for_node(self, host: str | None) -> NodePolicy:
         resolved = replace(NodePolicy(), **self.defaults)
@@ -551,10 +564,12 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
     lines = _KeyLines(text)
     policy = Policy(path=path)
     for key in data:
-        if key not in ("defaults", "group", "models", "slurm", "maintain", "requires", "domain"):
+        if key not in ("defaults", "group", "models", "slurm", "maintain", "requires", "domain", "bundle"):
             raise PolicyError(f"{path}:{lines.find(None, key)}: unknown section or key '{key}' "
                               "(expected [defaults], [[group]], [models.\"NAME\"], [slurm], [maintain], "
-                              "[[requires]] or [[domain]])")
+                              "[bundle], [[requires]] or [[domain]])")
+    if "bundle" in data:
+        policy.bundle = _bundle(data["bundle"], path, lines)
     policy.slurm = SlurmSettings(**_site_section(data, "slurm", SLURM_VALIDATORS, path, lines))
     policy.maintain = MaintainSettings(**_site_section(data, "maintain", MAINTAIN_VALIDATORS, path, lines))
     if policy.maintain.gate_max_soak_s < policy.maintain.gate_min_soak_s:
@@ -602,6 +617,38 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
     policy.requires = tuple(_requirements(data.get("requires", []), path, lines))
     policy.domains = tuple(_domains(data.get("domain", []), path, lines))
     return policy
+
+
+def _bundle(table: Any, path: str, lines: _KeyLines) -> BundleSpec:
+    from .maintain.bundle import parse_firmware_targets
+
+    where = f"{path}:{lines.find(None, 'bundle')}"
+    if not isinstance(table, dict):
+        raise PolicyError(f"{where}: [bundle] must be a table")
+    unknown = set(table) - {"driver", "kernel", "firmware"}
+    if unknown:
+        raise PolicyError(f"{where}: unknown key '{sorted(unknown)[0]}' in [bundle] (known: driver, kernel, firmware)")
+    try:
+        driver = _version(table["driver"]) if "driver" in table else None
+        kernel = _str(table["kernel"]) if "kernel" in table else None
+    except ValueError as exc:
+        raise PolicyError(f"{where}: [bundle] {exc}") from None
+    firmware = table.get("firmware", {})
+    if not isinstance(firmware, dict):
+        raise PolicyError(f"{where}: [bundle] firmware must be a table: COMPONENT = VERSION, or a table per GPU model")
+    specs = []
+    for key, value in firmware.items():
+        if isinstance(value, dict):  # [bundle.firmware."NVIDIA H200"]
+            specs += [f"{key}:{comp}={ver}" for comp, ver in value.items()]
+        else:
+            specs.append(f"{key}={value}")
+    try:
+        common, by_model = parse_firmware_targets(specs)
+    except ValueError as exc:
+        raise PolicyError(f"{where}: [bundle] {str(exc).replace('--target-firmware ', 'firmware ')}") from None
+    if not (driver or kernel or common or by_model):
+        raise PolicyError(f"{where}: [bundle] names nothing to roll out (driver, kernel or firmware)")
+    return BundleSpec(driver, kernel, common, by_model)
 
 
 def _rows(data: Any, name: str, path: str, lines: _KeyLines) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ the node publishes, rolled back to each node's recorded bundle."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -174,7 +175,7 @@ def test_plan_needs_a_target_and_a_well_formed_firmware_option(tmp_path):
     fleet.write_text(json.dumps(SimFleet(2).fleet_state().to_dict()))
     r = run_cli("maintain", "plan", "--nodes", "node[00001-00002]", "--fleet", str(fleet))
     assert r.returncode == 2 and r.stderr.decode().strip().endswith(
-        "nothing to roll out: give --target-driver, --target-kernel or --target-firmware")
+        "nothing to roll out: give --target-driver, --target-kernel or --target-firmware, or a [bundle] in the config")
     r = run_cli("maintain", "plan", "--nodes", "node00001", "--fleet", str(fleet), "--target-firmware", "vbios")
     assert r.returncode == 2 and b"is not COMPONENT=VERSION" in r.stderr
     r = run_cli("maintain", "plan", "--nodes", "node[00001-00002]", "--fleet", str(fleet),
@@ -290,3 +291,44 @@ def test_cli_firmware_per_model_on_the_sample_fleet(tmp_path):
     assert plan["firmware_by_model"] == {"NVIDIA H200": {"vbios": "96.00.AF.00.01"}}
     r = run_cli(*base, "--target-firmware", "NVIDIA H100:vbios=96.00.AF.00.01")
     assert r.returncode == 2 and b"matches no node's GPU model" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_a_bundle_table_in_the_config_is_the_plan_s_targets_when_the_command_line_names_none(tmp_path):
+    """[bundle]: the site's standard bundle, firmware per GPU model; the command line's targets, when given,
+    replace it whole (never mixed), and each run says which it used."""
+    from support import REPO, trusted
+
+    conf = (REPO / "etc" / "gpufleet.toml").read_text() + (
+        '\n[bundle]\ndriver = "580.159.04"\nkernel = "6.1.0-31-amd64"\n'
+        '[bundle.firmware."NVIDIA H200"]\nvbios = "96.00.AF.00.01"\n')
+    cfg = tmp_path / "with-bundle.toml"
+    cfg.write_text(conf)
+    base = ["maintain", "plan", "--fleet", str(REPO / "etc" / "sample-fleet.json"), "--config", str(trusted(cfg)),
+            "--nodes", "gpu[001-032],a100-[01-08]", "--json"]
+    r = run_cli(*base)
+    assert r.returncode == 0, r.stderr
+    assert b"targets from [bundle] in" in r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["firmware_by_model"] == {"NVIDIA H200": {"vbios": "96.00.AF.00.01"}}
+    assert plan["target_driver"] == "580.159.04" and plan["target_kernel"] == "6.1.0-31-amd64"
+    planned = {n for w in plan["waves"] for n in w["nodes"]}
+    assert planned and not any(n.startswith("a100") for n in planned)
+    r = run_cli(*base, "--target-driver", "580.159.04")
+    assert r.returncode == 0, r.stderr
+    assert b"[bundle] in" in r.stderr and b"not used" in r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["target_kernel"] is None and plan["firmware_by_model"] == {} and plan["target_firmware"] == {}
+
+
+@pytest.mark.parametrize("body,says", [
+    ('[bundle]\n', "names nothing to roll out"),
+    ('[bundle]\ndriver = "latest"\n', "[bundle]"),
+    ('[bundle]\nfirmware = { "bogus name" = "1" }\n', "firmware"),
+    ('[bundle]\nkernels = "6.1"\n', "unknown key 'kernels' in [bundle]"),
+])
+def test_a_bad_bundle_table_is_a_config_error_with_its_line(body, says):
+    from slurm_gpufleet.policy import PolicyError, parse_policy
+
+    with pytest.raises(PolicyError, match=re.escape(says)) as info:
+        parse_policy(body, "site.toml")
+    assert str(info.value).startswith("site.toml:1:")
