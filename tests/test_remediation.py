@@ -284,3 +284,24 @@ def test_a_node_to_validate_returns_after_clean_runs_where_validation_is_off(tmp
     calls, r = _run(bin_dir, env)   # its second clean run in a row
     assert not _shown(bin_dir)["drain"] and "validation_command is" in r.stderr
     assert not [c for c in calls if c[0] == "create"]
+
+
+def test_one_remedy_of_a_node_at_a_time(tmp_path):
+    """The epilog and the health check can run together: while one holds the node's remedy lock, the other
+    resets nothing; after it, the history it left decides."""
+    import fcntl
+    import os
+
+    bin_dir, gpus, env = _node(tmp_path)
+    _run(bin_dir, env)
+    fault(gpus, 1, "row_remap_pending")
+    fd = os.open(tmp_path / "state" / "remedy-n9.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        _, r = _run(bin_dir, env)
+        assert "another run of ours is remedying this node" in r.stderr
+        assert not (tmp_path / "resets.log").exists()
+    finally:
+        os.close(fd)
+    _run(bin_dir, env)
+    assert (tmp_path / "resets.log").read_text().count("n9") == 1

@@ -189,6 +189,14 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     if hook == "healthcheck" and ladder.mode != "observe":
         info = _follow_validation(setup, history, actuator, backend, info, final) or info
     action = _decide(setup, ladder, history, info, report, final, findings)
+    remedy_lock = None
+    if action.kind in ("reset", "reboot") and ladder.mode == "full":
+        # one remedy of a node at a time: the epilog and the health check can run together, and both saw
+        # the same history (CI, 26.05: two resets for one fault).  Under the lock the history is read again;
+        # it is held until this run's remedy is carried out and recorded.
+        remedy_lock = _remedy_lock(settings.state_dir, node)
+        action = _decide(setup, ladder, history, info, report, final, findings) if remedy_lock is not None else \
+            type(action)("none", why="another run of ours is remedying this node")
     if action.kind == "reset" and ladder.mode == "full":
         # the cheapest rung: reset the idle GPUs, read them again, and decide on what the reset left
         after = _reset(setup, history, actuator, info, action, report, hook)
@@ -304,10 +312,30 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                 actuator.publish(info.name, fields)
             except SlurmError as exc:
                 log.warning("could not publish the GPU summary and features: %s", exc)
+    if remedy_lock is not None and remedy_lock >= 0:
+        os.close(remedy_lock)  # the remedy and what it left are recorded: the next run sees them
     if hook == "healthcheck":
         history.prune()
     history.close()
     return action.kind if ok else "error"
+
+
+def _remedy_lock(state_dir: str, node: str) -> int | None:
+    """A non-blocking lock on the node's remedies, or None while another run holds it."""
+    import fcntl
+
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(state_dir, f"remedy-{node}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        log.warning("no remedy lock (%s): going on without it", exc)
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
 
 
 def _ladder(setup: Setup):
