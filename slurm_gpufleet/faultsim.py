@@ -174,7 +174,8 @@ def load_model(path: str | None = None) -> FaultModel:
     fa = data.get("false_alarm", {}).get("rate_per_node_day", 0.0)
     if not isinstance(fa, int | float) or fa < 0:
         raise RatesError(f"{where}: false_alarm.rate_per_node_day must be a number >= 0")
-    times = {k: float(v) for k, v in data.get("times", {}).items()}
+    # the packaged [times] (data/failure_classes.toml), key by key under a rates file's own
+    times = {k: float(v) for k, v in {**failure_classes_data()["times"], **data.get("times", {})}.items()}
     return FaultModel(tuple(classes), float(fa), times, path or "data/failure_classes.toml (Llama 3 rates)")
 
 
@@ -235,8 +236,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
     from .maintain.simulate import Controller, Simulator
     from .slurm.actions import Ladder, NodeHistory, decide, fault_key
 
-    times = {"reset_minutes": 5.0, "reboot_minutes": 15.0, "admin_hours": 4.0, "repair_hours": 48.0,
-             "false_drain_hours": 4.0, **model.times}
+    times = model.times
     mech = MECHANISMS[strategy]
     ladder = Ladder(settings.reboots_before_drain if settings else 2, settings.max_attempts if settings else 3,
                     settings.attempt_window_s if settings else 7 * 86400.0)
@@ -544,8 +544,7 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
         "faults_drawn": by_class, "false_alarms_drawn": alarms_drawn,
         "health_check_interval_s": hc_interval_s, "checkpoint_every_h": checkpoint_every_h,
         "restart_minutes": restart_min, "lemon_share": lemon_share, "lemon_factor": lemon_factor,
-        "times": {"reset_minutes": 5.0, "reboot_minutes": 15.0, "admin_hours": 4.0, "repair_hours": 48.0,
-                  "false_drain_hours": 4.0, **model.times},
+        "times": dict(model.times),
         "not_modelled": "precursors (0 for every class: no source), rack-correlated events, the breaker",
     }
     return out

@@ -59,6 +59,8 @@ class History:
         self.path = path
         self.conn = open_conn(path, _schema)
         self._db: sqlite_utils.Database | None = None
+        # a run reads the node's cases for its decision and again for its summary: once, until it writes
+        self._cases: dict[tuple[str, float], list[dict[str, Any]]] = {}
 
     @property
     def db(self) -> sqlite_utils.Database:
@@ -84,10 +86,14 @@ class History:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
+    def _changed(self) -> None:
+        self._cases.clear()
+
     def record_run(self, node: str, hook: str, verdict: str, findings: list[Finding], *, job_id: str | None = None,
                    duration_s: float = 0.0, driver: str | None = None, gpus: int = 0, error: str | None = None,
                    performance: list | None = None, models: dict[int, str] | None = None) -> int:
         now = time.time()
+        self._changed()  # a clean run ends an episode
         with self.conn:
             run_id = self._insert("runs", {
                 "ts": now, "time": _iso(now), "node": node, "hook": hook, "job_id": job_id, "verdict": verdict,
@@ -123,6 +129,7 @@ class History:
 
     def record_remedy(self, node: str, cls: str, fault: str, rung: str, boot: str | None,
                       outcome: str = "pending", detail: str = "") -> int:
+        self._changed()
         with self.conn:
             return self._insert("remedies", {
                 "ts": time.time(), "node": node, "class": cls, "fault": fault, "rung": rung,
@@ -133,6 +140,7 @@ class History:
                            "order by id", [node])
 
     def settle_remedy(self, remedy_id: int, outcome: str, detail: str = "") -> None:
+        self._changed()
         with self.conn:
             self.conn.execute("update remedies set outcome = ?, detail = trim(coalesce(detail, '') || ' ' || ?) "
                               "where id = ?", [outcome, detail, remedy_id])
@@ -157,12 +165,16 @@ class History:
                               [state, detail, time.time(), node])
 
     def close_case(self, node: str, cls: str) -> None:
+        self._changed()
         with self.conn:
             self._insert("case_closes", {"ts": time.time(), "node": node, "class": cls})
 
     def cases(self, node: str, window_s: float, now: float | None = None) -> list[dict[str, Any]]:
         """The node's open cases: per class, the attempts within the window since its last close, the
         first and last remedy, the latest outcome, and whether the current episode is still running."""
+        if now is None and (node, window_s) in self._cases:
+            return self._cases[(node, window_s)]
+        cached = now is None
         now = time.time() if now is None else now
         last_clean = self._last_clean(node)
         rows = self._query(
@@ -174,6 +186,8 @@ class History:
             row["running"] = row.pop("episode") == last_clean
             row["outcome"] = self._query("select outcome from remedies where node = ? and class = ? "
                                          "order by id desc limit 1", [node, row["class"]])[0]["outcome"]
+        if cached:
+            self._cases[(node, window_s)] = rows
         return rows
 
     def node_history(self, node: str, window: int = 50, attempt_window_s: float = 7 * 86400) -> NodeHistory:
