@@ -24,15 +24,15 @@ REPO = Path(__file__).resolve().parent.parent
 def child(samples: int) -> None:
     import pynvml
 
-    from slurm_gpufleet.sampler import Digest, read_gpus
+    from slurm_gpufleet.sampler import Digest, Links, read_gpus
 
     pynvml.nvmlInit()
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-    digest = Digest("bench", 60.0, 3)
+    digest, links = Digest("bench", 60.0, 3), Links()
     t0 = time.process_time()
     now = time.time()
     for i in range(samples):
-        digest.add(now + i * 15.0, read_gpus(pynvml, handles))
+        digest.add(now + i * 15.0, read_gpus(pynvml, handles, links))
     cpu = time.process_time() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"gpus": len(handles), "samples": samples, "cpu_ms_per_sample": round(1000 * cpu / samples, 3),

@@ -45,6 +45,13 @@ class Sample:
     sm_util: float
     throttle: int = 0
     model: str = ""
+    # shown beside a flag, never judged: where the sampler's NVML gave them
+    temp_c: float | None = None
+    pcie_mbps: float | None = None
+    nvlink_mbps: float | None = None
+
+
+EXTRAS = ("temp_c", "pcie_mbps", "nvlink_mbps")
 
 
 @dataclass
@@ -79,8 +86,9 @@ def _mad(values: list[float]) -> float:
 
 
 def windows_of(samples: Iterable[Sample], window_s: float) -> dict[str, dict[int, dict[tuple[str, int], list]]]:
-    """job -> window index -> (node, gpu) -> [clock, power, util, throttle OR, model] averaged."""
-    acc: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0.0, 0, 0, ""])))
+    """job -> window index -> (node, gpu) -> [clock, power, util, throttle OR, model, {extra: mean}]
+    averaged (the extras only where samples gave them)."""
+    acc: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0.0, 0, 0, "", {}])))
     for s in samples:
         cell = acc[s.job][int(s.t // window_s)][(s.node, s.gpu)]
         cell[0] += s.sm_clock_mhz
@@ -89,10 +97,31 @@ def windows_of(samples: Iterable[Sample], window_s: float) -> dict[str, dict[int
         cell[3] |= int(s.throttle)
         cell[4] += 1
         cell[5] = s.model or cell[5]
+        for name in EXTRAS:
+            value = getattr(s, name)
+            if value is not None:
+                total = cell[6].setdefault(name, [0.0, 0])
+                total[0] += value
+                total[1] += 1
     out: dict = {}
     for job, by_window in acc.items():
-        out[job] = {w: {k: [c[0] / c[4], c[1] / c[4], c[2] / c[4], c[3], c[5]] for k, c in cells.items()}
+        out[job] = {w: {k: [c[0] / c[4], c[1] / c[4], c[2] / c[4], c[3], c[5],
+                            {n: v[0] / v[1] for n, v in c[6].items()}] for k, c in cells.items()}
                     for w, cells in by_window.items()}
+    return out
+
+
+def _beside(cells: dict[tuple[str, int], list], key: tuple[str, int | None]) -> dict[str, float]:
+    """What a flag shows beside its evidence: the flagged GPU's (or node's median) temperature, PCIe and
+    NVLink throughput, with the job's median of each, where the sampler read them."""
+    out: dict[str, float] = {}
+    mine = [c for k, c in cells.items() if k == key or (key[1] is None and k[0] == key[0])]
+    for name in EXTRAS:
+        own = [c[5][name] for c in mine if len(c) > 5 and name in c[5]]
+        job = [c[5][name] for c in cells.values() if len(c) > 5 and name in c[5]]
+        if own and job:
+            out[name] = round(statistics.median(own), 1)
+            out[f"job_median_{name}"] = round(statistics.median(job), 1)
     return out
 
 
@@ -206,9 +235,9 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
                 run[2] = evidence
                 if run[1] == s.windows and key[0] not in flagged:
                     flagged.add(key[0])
+                    shown = {k: v for k, v in evidence.items() if k != "signature"}
                     flags.append(Flag(job, key[0], key[1], run[0] * s.window_s, evidence["signature"],
-                                      {k: v for k, v in evidence.items() if k != "signature"},
-                                      (w + 1) * s.window_s))
+                                      {**shown, **_beside(by_window[w], key)}, (w + 1) * s.window_s))
     return sorted(flags, key=lambda f: (f.job, f.t_first, f.node))
 
 
@@ -226,12 +255,15 @@ def parse_telemetry(lines: Iterable[str]) -> tuple[list[Sample], list[int]]:
             d = json.loads(line)
             sample = Sample(float(d["t"]), str(d["job"]), str(d["node"]), int(d["gpu"]),
                             float(d["sm_clock_mhz"]), float(d["power_w"]), float(d["sm_util"]),
-                            int(d.get("throttle") or 0), str(d.get("model") or ""))
+                            int(d.get("throttle") or 0), str(d.get("model") or ""),
+                            *(None if d.get(n) is None else float(d[n]) for n in EXTRAS))
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             bad.append(number)
             continue
         # json reads NaN and Infinity: a value no GPU reports is a malformed line, never a window's mean
-        if all(math.isfinite(v) for v in (sample.t, sample.sm_clock_mhz, sample.power_w, sample.sm_util)):
+        values = (sample.t, sample.sm_clock_mhz, sample.power_w, sample.sm_util,
+                  *(getattr(sample, n) for n in EXTRAS if getattr(sample, n) is not None))
+        if all(math.isfinite(v) for v in values):
             samples.append(sample)
         else:
             bad.append(number)
@@ -240,7 +272,8 @@ def parse_telemetry(lines: Iterable[str]) -> tuple[list[Sample], list[int]]:
 
 def samples_from_digests(published: dict[str, dict]) -> tuple[list[Sample], float | None]:
     """What the nodes' samplers published (node -> its summary, with `"is"`: per job, the window length,
-    the job's first windows and the last ones, per GPU [clock, power, util, throttle]) as samples, one per
+    the job's first windows and the last ones, per GPU [clock, power, util, throttle] and, from samplers
+that read them, [temperature, PCIe MB/s, NVLink MB/s]) as samples, one per
     GPU and window; and the window length."""
     from .summary import digests
 
@@ -258,9 +291,12 @@ def samples_from_digests(published: dict[str, dict]) -> tuple[list[Sample], floa
                     if i in seen:
                         continue
                     seen.add(i)
-                    for g, (clock, power, util, thr) in enumerate(gpus):
+                    for g, row in enumerate(gpus):
+                        clock, power, util, thr = row[:4]
+                        extras = [None if v is None else float(v) for v in row[4:7]]
                         rows.append(Sample(i * ws + ws / 2, job, node, int(index[g]) if index else g,
-                                           float(clock), float(power), float(util), int(thr), model))
+                                           float(clock), float(power), float(util), int(thr), model,
+                                           *extras))
             except (KeyError, TypeError, ValueError):
                 continue  # a digest this release cannot read: that job on that node is not judged
             out += rows

@@ -2,7 +2,8 @@
 
 Every `instep_sample_s` it reads, per GPU of the job (SLURM_JOB_GPUS, as the prolog got it; every GPU
 of the node where Slurm does not say) through NVML, the SM clock, power, SM utilisation and the
-clock-event (throttle) reasons, and keeps the current window; at each window's end (windows are whole
+clock-event (throttle) reasons (the detector's inputs), and the temperature, PCIe throughput and NVLink
+throughput where NVML gives them (shown beside a flag), and keeps the current window; at each window's end (windows are whole
 multiples of `instep_window_s` of wall-clock time, so every node of a job cuts them at the same moments)
 it publishes a digest into the node's summary (`"is"`, per job: the mean of the job's first windows per
 GPU, the last `instep_windows` + 1 windows per GPU): one Slurm read and one write a window, nothing else.
@@ -33,20 +34,67 @@ def pid_path(state_dir: str, job: str, node: str) -> str:
     return os.path.join(state_dir, f"instep-{job}-{node}.pid")
 
 
-def read_gpus(nvml: Any, handles: list[Any]) -> list[list[float]]:
-    """[sm clock MHz, power W, SM util %, throttle mask] per GPU; a value NVML refuses reads 0."""
+# nvml.h's field ids: NVLink data throughput counters, cumulative KiB per link (scopeId = the link)
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 138, 139
+NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
+# a row per GPU: what read_gpus gives, in this order; the digest keeps the first six as window means (the
+# NVLink counter becomes a rate) and publishes them in this order; older digests hold only the first four
+ROW = ("sm_clock_mhz", "power_w", "sm_util", "throttle", "temp_c", "pcie_mbps", "nvlink_kib")
+
+
+class Links:
+    """Which NVLinks of each GPU answer the throughput counters: asked once for all links, then only
+    those (one NVML call per GPU and sample either way); a GPU with none (PCIe boards) is asked no more."""
+
+    def __init__(self) -> None:
+        self.of: dict[int, list[int] | None] = {}
+
+    def read(self, nvml: Any, index: int, handle: Any) -> float | None:
+        links = self.of.get(index, list(range(NVLINK_MAX_LINKS)))
+        if links is None or not links:
+            return None
+        fields = [(f, link) for link in links
+                  for f in (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)]
+        try:
+            values = nvml.nvmlDeviceGetFieldValues(handle, fields)
+        except Exception:
+            self.of[index] = None
+            return None
+        total, answered = 0, set()
+        for (_, link), v in zip(fields, values, strict=False):
+            if getattr(v, "nvmlReturn", 1) == 0:
+                total += int(getattr(v.value, "ullVal", 0) or getattr(v.value, "uiVal", 0))
+                answered.add(link)
+        if index not in self.of:
+            self.of[index] = sorted(answered) or None
+        return float(total) if answered else None
+
+
+def read_gpus(nvml: Any, handles: list[Any], links: Links | None = None) -> list[list[float | None]]:
+    """Per GPU, ROW: [SM clock MHz, power W, SM util %, throttle mask, temperature C, PCIe TX+RX MB/s,
+    NVLink TX+RX counter KiB].  The first four read 0 when NVML refuses them (the detector's inputs);
+    the others None where NVML does not give them (no NVLink on PCIe boards, no PCIe counters in a VM)."""
     reads = (lambda h: nvml.nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM),
              lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
              lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu,
              lambda h: nvml.nvmlDeviceGetCurrentClocksEventReasons(h))
+    extra = (lambda h: nvml.nvmlDeviceGetTemperature(h, 0),  # NVML_TEMPERATURE_GPU
+             # KB/s over the driver's last 20 ms sample, TX (0) and RX (1)
+             lambda h: (nvml.nvmlDeviceGetPcieThroughput(h, 0) + nvml.nvmlDeviceGetPcieThroughput(h, 1)) / 1000.0)
     out = []
-    for h in handles:
-        row: list[float] = []
+    for index, h in enumerate(handles):
+        row: list[float | None] = []
         for read in reads:
             try:
                 row.append(read(h))
             except Exception:
                 row.append(0)
+        for read in extra:
+            try:
+                row.append(float(read(h)))
+            except Exception:
+                row.append(None)
+        row.append(links.read(nvml, index, h) if links is not None else None)
         out.append(row)
     return out
 
@@ -61,25 +109,58 @@ class Digest:
         self.current: int | None = None
         self.sums: list[list[float]] = []
         self.n = 0
-        self.first: list[tuple[int, list[list[float]]]] = []
-        self.last: list[tuple[int, list[list[float]]]] = []
+        self.first: list[tuple[int, list[list[Any]]]] = []
+        self.last: list[tuple[int, list[list[Any]]]] = []
+        # per GPU: [count of temperature reads, of PCIe reads]; NVLink KiB moved and seconds seen within
+        # the window, from one counter reading to the next (a counter that went back, reset, is skipped)
+        self.seen: list[list[float]] = []
+        self.link: list[list[float]] = []
+        self.prev: list[tuple[float, float] | None] = []
 
-    def add(self, t: float, rows: list[list[float]]) -> bool:
+    def _means(self) -> list[list[Any]]:
+        out = []
+        for s, seen, link in zip(self.sums, self.seen, self.link, strict=False):
+            row: list[Any] = [round(v / self.n, 1) for v in s[:3]] + [int(s[3])]
+            row.append(round(s[4] / seen[0], 1) if seen[0] else None)
+            row.append(round(s[5] / seen[1], 1) if seen[1] else None)
+            row.append(round(link[0] * 1.024 / 1000 / link[1], 1) if link[1] > 0 else None)  # KiB/s -> MB/s
+            out.append(row)
+        # rows with nothing beyond the four detector inputs publish as before: four values
+        if all(r[4] is None and r[5] is None and r[6] is None for r in out):
+            return [r[:4] for r in out]
+        return out
+
+    def add(self, t: float, rows: list[list[Any]]) -> bool:
         """One sample; True when it closed a window (a digest to publish)."""
         w = int(t // self.window_s)
         closed = self.current is not None and w != self.current and self.n > 0
         if closed:
-            means = [[round(v / self.n, 1) for v in s[:3]] + [int(s[3])] for s in self.sums]
+            means = self._means()
             if len(self.first) < BASELINE_WINDOWS:
                 self.first.append((self.current, means))
             self.last = (self.last + [(self.current, means)])[-self.keep:]
         if self.current != w:
-            self.current, self.sums, self.n = w, [[0.0, 0.0, 0.0, 0] for _ in rows], 0
-        for s, r in zip(self.sums, rows, strict=False):
+            self.current, self.n = w, 0
+            self.sums = [[0.0, 0.0, 0.0, 0, 0.0, 0.0] for _ in rows]
+            self.seen, self.link = [[0, 0] for _ in rows], [[0.0, 0.0] for _ in rows]
+        if len(self.prev) != len(rows):
+            self.prev = [None] * len(rows)
+        for g, (s, r) in enumerate(zip(self.sums, rows, strict=False)):
             s[0] += r[0]
             s[1] += r[1]
             s[2] += r[2]
             s[3] = int(s[3]) | int(r[3])
+            for k in (4, 5):
+                if len(r) > k and r[k] is not None:
+                    s[k] += r[k]
+                    self.seen[g][k - 4] += 1
+            counter = r[6] if len(r) > 6 else None
+            if counter is not None:
+                before = self.prev[g]
+                if before is not None and counter >= before[1] and t > before[0]:
+                    self.link[g][0] += counter - before[1]
+                    self.link[g][1] += t - before[0]
+                self.prev[g] = (t, counter)
         self.n += 1
         return closed
 
@@ -157,6 +238,7 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
     mine = [i for i in gpus if 0 <= i < count] if gpus else None  # only the job's GPUs, where known
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in (mine if mine else range(count))]
     digest = digest_for(job, s, mine or None)
+    links = Links()
     deadline = time.monotonic() + max_hours * 3600
     while not stopping["now"] and time.monotonic() < deadline:
         try:
@@ -166,7 +248,7 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
         except OSError:
             break
         now = time.time()
-        if digest.add(now, read_gpus(nvml, handles)):
+        if digest.add(now, read_gpus(nvml, handles, links)):
             if job_gone(job, cgroup_root):  # looked at once a window: a stat or two
                 break
             try:

@@ -226,3 +226,52 @@ def test_the_sampler_reads_only_the_job_s_gpus_and_the_flag_names_the_real_index
     published = {"n1": {"gpus": "8xNVIDIA H200", "is": json.loads(json.dumps({"5": d.to_dict()}))}}
     samples, _ = samples_from_digests(published)
     assert {s.gpu for s in samples} == {4, 5, 6, 7}
+
+
+def test_the_sampler_reads_temperature_and_pcie_and_nvlink_throughput_where_nvml_gives_them():
+    """The recorded H200 answers PCIe throughput (its nvidia-smi -q: 1051 KB/s TX, 594 KB/s RX) and the
+    temperature (34 C) and has no NVLink; GPU 1 is given NVLink counters that grow 2,000 KiB a second on
+    each of two links.  The window's means carry them; a digest from before (four values a row) still
+    reads; a flag shows them beside its evidence."""
+    sys.path.insert(0, str(REPO / "tests" / "slurm"))
+    import gpustate
+
+    from slurm_gpufleet.instep import Sample, samples_from_digests
+    from slurm_gpufleet.readers.nvml_replay import NvmlReplay
+    from slurm_gpufleet.sampler import Digest, Links, read_gpus
+
+    probe = gpustate.healthy_state(2, "n1")
+    nvml = NvmlReplay(probe)
+    handles = [0, 1]
+    links, digest = Links(), Digest("7", 60.0, 3)
+    for t in (0.0, 15.0, 30.0, 45.0, 60.0):
+        kib = int(t * 2000)
+        probe["devices"][1]["nvlink_throughput_kib"] = {"value": {"tx": [kib, kib], "rx": [0, 0]}}
+        rows = read_gpus(nvml, handles, links)
+        assert rows[0][4:] == [34.0, 1.645, None] and rows[1][4:6] == [34.0, 1.645], rows
+        closed = digest.add(t, rows)
+    assert closed and links.of == {0: None, 1: [0, 1]}  # GPU 0 has no NVLink: asked once, never again
+    means = digest.to_dict()["b"][0][1]
+    # 4,000 KiB/s on the two links = 4.096 MB/s
+    assert means[0][4:] == [34.0, 1.6, None] and means[1][4:] == [34.0, 1.6, 4.1], means
+    samples, _ = samples_from_digests({"n1": {"is": digest.to_dict()}})
+    assert {(s.gpu, s.temp_c, s.pcie_mbps, s.nvlink_mbps) for s in samples} == {(0, 34.0, 1.6, None),
+                                                                                  (1, 34.0, 1.6, 4.1)}
+    old = {"j": "7", "ws": 60.0, "b": [[0, [[1980, 700.0, 99.0, 0]]]], "w": []}
+    assert samples_from_digests({"n1": {"is": old}})[0][0].temp_c is None
+    # a flag shows the extras of what it names, beside the job's median
+    samples, bad, _ = job_samples(random.Random(3), "j1", 20, "throttled", nodes=4)
+    warm = [Sample(s.t, s.job, s.node, s.gpu, s.sm_clock_mhz, s.power_w, s.sm_util, s.throttle, s.model,
+                   88.0 if s.node == bad and s.throttle else 60.0, 2.0, 300.0) for s in samples]
+    flag = detect(warm)[0]
+    assert flag.evidence["temp_c"] == 88.0 and flag.evidence["job_median_temp_c"] == 60.0, flag.evidence
+    assert flag.evidence["nvlink_mbps"] == 300.0
+
+
+def test_a_telemetry_line_with_a_non_finite_temperature_is_malformed():
+    from slurm_gpufleet.instep import parse_telemetry
+
+    good = {"t": 0, "job": "1", "node": "n1", "gpu": 0, "sm_clock_mhz": 1980, "power_w": 700, "sm_util": 99}
+    lines = [json.dumps({**good, "temp_c": 61.5}), json.dumps(good).replace("}", ', "temp_c": NaN}')]
+    samples, bad = parse_telemetry(lines)
+    assert [s.temp_c for s in samples] == [61.5] and bad == [2]

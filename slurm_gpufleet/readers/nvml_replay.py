@@ -262,9 +262,25 @@ class NvmlReplay:
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
         return [SimpleNamespace(**p) for p in self._dev(h, "compute_processes")]
 
-    def nvmlDeviceGetFieldValues(self, h: int, field_ids: list[int]) -> list[Any]:
+    def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:
+        """KB/s, TX (0) or RX (1): nvidia-smi -q's `tx_util`/`rx_util`, as the session recorded them."""
+        return self._dev(h, ("pcie_tx_kbps", "pcie_rx_kbps")[counter])
+
+    def nvmlDeviceGetFieldValues(self, h: int, field_ids: list[Any]) -> list[Any]:
         out = []
         for field_id in field_ids:
+            if isinstance(field_id, tuple):  # (field, scope): per-link NVLink counters, KiB per link
+                fid, link = field_id
+                entry = self.probe["devices"][h].get("nvlink_throughput_kib")
+                direction = {138: "tx", 139: "rx"}.get(fid)
+                counters = (entry or {}).get("value", {}).get(direction) if isinstance(entry, dict) else None
+                self.calls += 1
+                if not counters or link >= len(counters) or counters[link] is None:
+                    out.append(SimpleNamespace(nvmlReturn=3, value=SimpleNamespace(ullVal=0, uiVal=0)))
+                else:
+                    out.append(SimpleNamespace(nvmlReturn=0, value=SimpleNamespace(ullVal=int(counters[link]),
+                                                                                    uiVal=0)))
+                continue
             entry = self.probe["devices"][h].get(_FIELDS.get(field_id, ""))
             if entry is None and field_id != 230:  # NVML answers per field: not recorded is not supported
                 self.calls += 1

@@ -54,11 +54,19 @@ def _memory_v2(probe: dict[str, Any]) -> dict[str, Any]:
                "free": v1["total"] - mib["reserved"] - mib["used"], "used": mib["used"]})
 
 
+def _pcie_throughput() -> dict[str, Any]:
+    """nvmlDeviceGetPcieThroughput as this H200 answered it: the probe did not call it, the same capture's
+    `nvidia-smi -q -x` (which does) shows it, KB/s, as `pci/tx_util` and `pci/rx_util`."""
+    pci = ET.parse(PROBE.with_name("nvidia-smi-q.xml")).getroot().find("gpu/pci")
+    return {f"pcie_{d}_kbps": _v(int(pci.find(f"{d}_util").text.split()[0])) for d in ("tx", "rx")}
+
+
 def healthy_state(gpus: int, node: str, driver: str | None = None, vbios: str | None = None) -> dict[str, Any]:
     probe = json.loads(PROBE.read_text())
     if vbios:  # flashed firmware (a rollout bundle's)
         probe["devices"][0]["vbios"] = _v(vbios)
     probe["devices"][0]["memory_v2"] = _memory_v2(probe)
+    probe["devices"][0].update(_pcie_throughput())
     if driver:  # a node on another driver: the library, and the GSP firmware that ships with it
         probe["system"]["driver_version"] = _v(driver)
         probe["system"]["nvml_version"] = _v(f"13.{driver}")

@@ -56,6 +56,11 @@ def test_a_throttled_node_in_a_three_node_job_is_flagged_and_the_sampler_ends_wi
                         .stdout[:1500] + " digests: " + " ".join(mc.node(n).get("Extra", "")[:700] for n in ("n1", "n2")))
         assert {f["node"] for f in flags} == {"n2"} and {f["job"] for f in flags} == {job}, flags
         assert flags[0]["signature"] == "throttled" and flags[0]["evidence"]["throttle"] == "0x20"
+        # what the samplers read beside: the recorded H200's temperature and PCIe throughput (1051 + 594
+        # KB/s); no NVLink on it, so none is shown
+        evidence = flags[0]["evidence"]
+        assert (evidence["temp_c"], evidence["pcie_mbps"], evidence["job_median_pcie_mbps"]) == (34.0, 1.6, 1.6)
+        assert "nvlink_mbps" not in evidence, evidence
         took = time.time() - onset
         assert took < 60, took
         text = mc.gpufleet("fleet", "stragglers", "--running").stdout
