@@ -72,6 +72,9 @@ lint: setup
 #              Every cluster has ports of its own, all below the kernel's ephemeral range (32768 up): an
 #              outgoing connection may take one of those while a slurmd restarts.
 # `SLURM_RELEASE=24.11 make test` runs the whole real-Slurm tier on that release only.
+# PYSLURM_SRC=DIR (a PySlurm checkout of one release's branch): the pyslurm backend's contract runs on
+# that release, built from it first (tests/slurm/pyslurm_build.sh, once); the summary says, per release,
+# whether the contract ran or why it was skipped.
 OTHER_RELEASES ?= 24.11 26.05
 # on the other releases: only the cases whose outcome depends on the release (marker `release`, each with
 # what differs); the host's release runs them all
@@ -91,9 +94,9 @@ test: setup system-deps test-fast
 
 test-slurm: setup
 	@mkdir -p out; if [ -n "$(SLURM_RELEASE)" ]; then exec $(PYTEST) -m "not image" tests/slurm; fi; \
-	($(PYTEST) -m "not image" tests/slurm > out/test-slurm-host.log 2>&1; echo $$? > out/test-slurm-host.rc) & \
+	($(PYTEST) -rs -m "not image" tests/slurm > out/test-slurm-host.log 2>&1; echo $$? > out/test-slurm-host.rc) & \
 	(off=-10000; for r in $(OTHER_RELEASES); do \
-	  SLURM_RELEASE=$$r GPUFLEET_TEST_PORT_OFFSET=$$off $(PYTEST) $(RELEASE_TESTS) \
+	  SLURM_RELEASE=$$r GPUFLEET_TEST_PORT_OFFSET=$$off $(PYTEST) -rs $(RELEASE_TESTS) \
 	    > out/test-slurm-$$r.log 2>&1; echo $$? > out/test-slurm-$$r.rc; \
 	  off=$$((off - 4000)); done; \
 	 nice -n 10 env GPUFLEET_TEST_PORT_OFFSET=-18000 $(PYTEST) -m image \
@@ -101,7 +104,9 @@ test-slurm: setup
 	  echo $$? > out/test-slurm-image.rc) & \
 	wait; rc=0; \
 	for r in host $(OTHER_RELEASES) image; do echo "Slurm $$r: $$(tail -1 out/test-slurm-$$r.log)"; \
-	  [ "$$(cat out/test-slurm-$$r.rc)" = 0 ] || { rc=1; tail -60 out/test-slurm-$$r.log; }; done; exit $$rc
+	  [ "$$(cat out/test-slurm-$$r.rc)" = 0 ] || { rc=1; tail -60 out/test-slurm-$$r.log; }; done; \
+	for r in host $(OTHER_RELEASES); do why=$$(grep -m1 -o 'pyslurm backend not usable here: .*' out/test-slurm-$$r.log); \
+	  echo "pyslurm contract on $$r: $${why:+skipped, $${why#pyslurm backend not usable here: }}$${why:-ran}"; done; exit $$rc
 
 bench: setup
 	$(PY) bench/check_speed.py

@@ -153,3 +153,21 @@ def test_the_health_check_reads_its_node_through_pyslurm_when_usable(tmp_path):
     (tmp_path / "nodes.json.calls").unlink()
     calls, _, r = healthcheck(bin_dir, env)
     assert r.returncode == 0 and not (tmp_path / "nodes.json.calls").exists()
+
+
+def test_a_pyslurm_checkout_names_the_slurm_release_it_is_for(tmp_path):
+    """make test builds pyslurm from PYSLURM_SRC only for the release its branch is for: PySlurm's version
+    is SLURM_MAJOR.PATCH (22.5.3 is for 22.05)."""
+    import subprocess
+
+    from support import REPO
+
+    script = str(REPO / "tests" / "slurm" / "pyslurm_build.sh")
+    for version, release in (("22.5.3", "22.05"), ("24.11.0", "24.11"), ("23.2.2", "23.02")):
+        src = tmp_path / version
+        (src / "pyslurm").mkdir(parents=True)
+        (src / "pyslurm" / "version.py").write_text(f'# SLURM_MAJOR.PYSLURM_PATCH\n__version__ = "{version}"\n')
+        r = subprocess.run([script, "release-of", str(src)], capture_output=True, text=True)
+        assert (r.returncode, r.stdout.strip()) == (0, release), r.stderr
+    r = subprocess.run([script, "release-of", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 1 and "no PySlurm version" in r.stderr

@@ -6,6 +6,8 @@
 #   pyslurm_build.sh build RELEASE SRC   build unless built (minutes: Cython and a C compiler)
 #   pyslurm_build.sh path RELEASE        the directory to put on PYTHONPATH, as the release's python sees
 #                                        it; exit 1 when there is none
+#   pyslurm_build.sh release-of SRC      the Slurm release a checkout is for, from its version
+#                                        (pyslurm/version.py: "22.5.3" is for 22.05, "24.11.0" for 24.11)
 #
 # RELEASE is the host's (22.05 here: Debian's libslurm-dev, for the tests' interpreter, $PYTHON or the
 # repository's .venv) or one of minicluster.sh's release roots (24.11: the root's libslurm-dev, for the
@@ -83,8 +85,19 @@ build() {
   log "built pyslurm for Slurm $release in $(( $(date +%s) - t0 )) s: $site"
 }
 
+release_of() {  # SRC: PySlurm's version is SLURM_MAJOR.PATCH, its first two numbers the Slurm release
+  local src=$1 file version
+  for file in "$src/pyslurm/version.py" "$src/pyslurm/__version__.py"; do
+    [ -f "$file" ] || continue
+    version=$(sed -n 's/^__version__ *= *["'"'"']\([0-9][0-9.]*\)["'"'"'].*/\1/p' "$file" | head -1)
+    [ -n "$version" ] && { echo "$version" | awk -F. '{printf "%d.%02d\n", $1, $2}'; return 0; }
+  done
+  die "no PySlurm version in $src (pyslurm/version.py)"
+}
+
 case "${1:-}" in
+  release-of) [ $# = 2 ] || die "usage: pyslurm_build.sh release-of SRC"; release_of "$2" ;;
   build) [ $# = 3 ] || die "usage: pyslurm_build.sh build RELEASE SRC"; build "$2" "$3" ;;
   path) [ $# = 2 ] || die "usage: pyslurm_build.sh path RELEASE"; path "$2" ;;
-  *) die "usage: pyslurm_build.sh build RELEASE SRC | path RELEASE" ;;
+  *) die "usage: pyslurm_build.sh build RELEASE SRC | path RELEASE | release-of SRC" ;;
 esac

@@ -34,7 +34,7 @@ def backend(request, mc):
                 sys.path.insert(0, site)
             usable, why = pyslurm_usable(scontrol)
             if not usable:
-                pytest.skip(f"pyslurm backend not usable here: {why}")
+                pytest.skip(_why_not(mc, why))
             yield PyslurmBackend(scontrol)
         else:
             yield CommandBackend(scontrol)
@@ -46,10 +46,37 @@ def backend(request, mc):
 
 
 def _pyslurm_site(mc) -> str | None:
-    """Where tests/slurm/pyslurm_build.sh put pyslurm for the release under test, as its python sees it."""
+    """Where tests/slurm/pyslurm_build.sh put pyslurm for the release under test, as its python sees it;
+    built first (minutes, once: kept like the release roots) where PYSLURM_SRC is a PySlurm checkout for
+    this release.  None: no pyslurm for this release (the skip then says why)."""
     release = f"{mc.release[0]}.{mc.release[1]:02d}"
-    r = subprocess.run([str(HERE / "pyslurm_build.sh"), "path", release], capture_output=True, text=True)
-    return (r.stdout.strip() or None) if r.returncode == 0 else None
+    script = str(HERE / "pyslurm_build.sh")
+    r = subprocess.run([script, "path", release], capture_output=True, text=True)
+    if r.returncode == 0 and r.stdout.strip():
+        return r.stdout.strip()
+    src = os.environ.get("PYSLURM_SRC", "")
+    if not src:
+        _PYSLURM_WHY[release] = "PYSLURM_SRC is not set (a PySlurm checkout of this release's branch)"
+        return None
+    of = subprocess.run([script, "release-of", src], capture_output=True, text=True)
+    if of.returncode != 0 or of.stdout.strip() != release:
+        found = of.stdout.strip() or f"? ({of.stderr.strip()})"
+        _PYSLURM_WHY[release] = f"PYSLURM_SRC={src} is for Slurm {found}, this cluster runs {release}"
+        return None
+    built = subprocess.run([script, "build", release, src], capture_output=True, text=True, timeout=3600)
+    if built.returncode != 0:
+        pytest.fail(f"pyslurm for {release} from PYSLURM_SRC={src} did not build: {built.stderr.strip()[-800:]}")
+    r = subprocess.run([script, "path", release], capture_output=True, text=True)
+    return r.stdout.strip() or None
+
+
+_PYSLURM_WHY: dict[str, str] = {}
+
+
+def _why_not(mc, why: str) -> str:
+    release = f"{mc.release[0]}.{mc.release[1]:02d}"
+    return f"pyslurm backend not usable here: {why}" + (f"; {_PYSLURM_WHY[release]}" if release in _PYSLURM_WHY
+                                                          else "")
 
 
 def test_both_backends_read_a_node_the_same_field_by_field(mc):
@@ -68,7 +95,7 @@ def test_both_backends_read_a_node_the_same_field_by_field(mc):
         assert r.returncode == 0, r.stdout + r.stderr
         out = json.loads(r.stdout)
         if not out["usable"]:
-            pytest.skip(f"pyslurm backend not usable here: {out['why']}")
+            pytest.skip(_why_not(mc, out["why"]))
         a, b = out["commands"], out["pyslurm"]
         for field in ("name", "state", "flags", "reason", "reason_user", "comment", "extra", "gres", "partitions",
                       "features", "active_features", "weight"):
