@@ -4,7 +4,9 @@ commands reaching the node by chroot), DKMS building, `reboot-check` judging the
 installed without its headers, then with them, and the template's rollback.  Needs root and Debian's
 archive (bookworm, bookworm-security, bookworm-backports).  Run through bench/real_upgrade.sh.
 
-Prints one JSON object (--json) or a line per step: image_build_s, dkms_build_s, module_version,
+Prints one JSON object (--json) or a line per step: image_build_s, upgrade_s (the template's run),
+dkms_build_s (the DKMS build alone: nvidia-kernel-dkms's configure step in the image's dpkg log, where
+its postinst has DKMS build the module), module_version,
 module_signer, reboot_check_after, rollback_s, rollback_ok, drift_kernel, drift_caught, drift_message,
 drift_fixed, drift_how, failed_reason, and each step's detail.
 """
@@ -45,6 +47,31 @@ def reboot_check(root: Path, driver: str) -> dict:
     r = gpufleet("reboot-check", "--driver", driver, "--host-root", str(root), "--json")
     out = json.loads(r.stdout) if r.stdout.strip().startswith("{") else {"problem": r.stderr.strip()}
     return {**out, "rc": r.returncode}
+
+
+def dkms_build_s(root: Path, version: str) -> float | None:
+    """The DKMS build alone: dpkg runs nvidia-kernel-dkms's postinst (DKMS building and installing the
+    module for every kernel with headers) between its `half-configured` and `installed` status lines in
+    the image's /var/log/dpkg.log (whole seconds); the last such configure of `version`."""
+    from datetime import datetime
+
+    start = took = None
+    try:
+        lines = (root / "var" / "log" / "dpkg.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 6 or parts[2] != "status" or not parts[4].startswith("nvidia-kernel-dkms:"):
+            continue
+        if not parts[5].startswith(f"{version}-"):
+            continue
+        at = datetime.strptime(f"{parts[0]} {parts[1]}", "%Y-%m-%d %H:%M:%S")
+        if parts[3] == "half-configured":
+            start = at
+        elif parts[3] == "installed" and start is not None:
+            took, start = (at - start).total_seconds(), None
+    return took
 
 
 def template(root: Path, action: str, driver: str, previous: str) -> tuple[bool, float, str]:
@@ -88,7 +115,8 @@ def main() -> int:
     if args.upgraded:
         root = Path(args.upgraded)
         out["before"] = reboot_check(image, OLD)  # the image the rollout's node started from
-        out["upgrade_ok"], out["dkms_build_s"] = True, None
+        out["upgrade_ok"], out["upgrade_s"] = True, None
+        out["dkms_build_s"] = dkms_build_s(root, NEW)  # the rollout's upgrade, from the image's dpkg log
         out["upgrade_last_line"] = f"upgraded by a rollout, before this ran ({root})"
     else:
         root = Path(args.work) / "n1"
@@ -100,7 +128,8 @@ def main() -> int:
         out["before"] = reboot_check(root, OLD)
         # 1. the upgrade through the template: apt to 535.309.01, DKMS rebuilding for 6.1
         ok, seconds, output = template(root, "upgrade", NEW, OLD)
-        out["upgrade_ok"], out["dkms_build_s"] = ok, seconds
+        out["upgrade_ok"], out["upgrade_s"] = ok, seconds
+        out["dkms_build_s"] = dkms_build_s(root, NEW)
         out["upgrade_last_line"] = (output.strip().splitlines() or [""])[-1]
     after = reboot_check(root, NEW)
     out["module_version"], out["module_signer"] = after.get("module_version"), after.get("module_signer")

@@ -207,7 +207,7 @@ def test_the_sample_template_renders_to_valid_bash_for_a_driver_and_for_a_bundle
     assert ("nvfwupd" in script) == bool(bundle) and ("linux-image-" in script) == bool(bundle)
 
 
-@pytest.mark.parametrize("name", ["dnf-precompiled.sh.j2", "warewulf-image.sh.j2"])
+@pytest.mark.parametrize("name", ["dnf-precompiled.sh.j2", "warewulf-image.sh.j2", "bcm-software-image.sh.j2"])
 @pytest.mark.parametrize("action", ["upgrade", "rollback"])
 def test_the_other_sample_templates_render_to_bash_that_shellcheck_passes(name, action):
     import subprocess
