@@ -111,7 +111,8 @@ def rolled(imaged, tmp_path_factory):
     if r.returncode:
         audit.append(("n1 now", mc.node("n1").get("Extra", "")))
     return {"rc": r.returncode, "out": r.stdout + r.stderr[-3000:], "status": status, "audit": audit[-16:],
-            "apply_s": round(time.monotonic() - t, 1), "kernel": kernel, "before": before, "root": root}
+            "apply_s": round(time.monotonic() - t, 1), "kernel": kernel, "before": before, "root": root,
+            "env": env, "tmp": tmp_path}
 
 
 def test_a_rollout_on_a_node_booting_the_real_image_validates_what_apt_and_dkms_installed(imaged, rolled):
@@ -142,6 +143,36 @@ def test_a_rollout_on_a_node_booting_the_real_image_validates_what_apt_and_dkms_
     print(f"\nrollout of n1 through the real packages: {rolled['apply_s']} s")
 
 
+def test_a_rollout_whose_package_manager_fails_half_way_names_its_last_line(imaged, rolled):
+    """From 535.309.01 to a version n1's apt sources do not have: the template fails half-way (apt finds no
+    such package), and the rollout fails the node with the template's last line, in `maintain status` and
+    in the reason Slurm shows, and leaves its packages as they were."""
+    mc, env, root = imaged, rolled["env"], rolled["root"]
+    assert rolled["rc"] == 0, "the first rollout did not finish: nothing to go on from"
+    plan_file = rolled["tmp"] / "plan-missing.json"
+    r = mc.gpufleet("maintain", "plan", "--target-driver", "535.999.99", "--nodes", "n1", "--out", str(plan_file),
+                    "--force", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    try:
+        r = mc.gpufleet("maintain", "apply", str(plan_file), env=env, timeout=1200)
+        status = json.loads(mc.gpufleet("maintain", "status", "--json", env=env).stdout)
+        node = next(n for n in status["nodes"] if n["node"] == "n1")
+        assert node["state"] == "failed", (r.stdout + r.stderr[-2000:], status)
+        # the template's last line: the first of the driver's packages the node holds has no such version
+        error = node["error"]
+        assert error.startswith("upgrade command failed (rc ") and error.endswith(
+            " 535.999.99 in the node's apt sources"), error
+        last = error.split("): ", 1)[1]
+        reason = mc.node("n1").get("Reason", "")
+        assert "DRAIN" in mc.state("n1") and "failed: upgrade command failed" in reason, reason
+        assert last[:40] in reason, (last, reason)  # cut to Slurm's length, never lost at its start
+        dpkg = subprocess.run(["chroot", str(root), "dpkg-query", "-W", "-f", "${Version}", "nvidia-kernel-dkms"],
+                              capture_output=True, text=True, check=True).stdout
+        assert dpkg.startswith(f"{NEW}-"), dpkg
+    finally:  # the node back in service for what follows (the bench judges its image, not Slurm's state)
+        mc.run("scontrol", "update", "nodename=n1", "state=resume")
+
+
 @pytest.fixture(scope="module")
 def result(rolled):
     """bench/real_upgrade.py from where the rollout left n1's image: rollback, drift, a failing template."""
@@ -158,6 +189,8 @@ def test_the_template_upgraded_the_real_package_and_dkms_built_the_module(result
     assert result["before"]["module_version"] == OLD and result["before"]["ok"]
     assert result["upgrade_ok"], result["upgrade_last_line"]
     assert result["module_version"] == NEW and result["reboot_check_after"] == 0
+    # the DKMS build alone, from the image's dpkg log: the rollout's configure of nvidia-kernel-dkms
+    assert result["dkms_build_s"] is not None and result["dkms_build_s"] > 0, result
     assert result["module_vermagic"].split()[0] == result["before"]["next_boot_kernel"]
     assert result["module_path"].endswith("/updates/dkms/nvidia-current.ko")  # Debian's name, found
     assert result["module_flavour"] == "proprietary" and result["module_signer"] == "DKMS module signing key"
