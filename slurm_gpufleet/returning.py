@@ -1,5 +1,6 @@
-"""Validation before return: a node the ladder reset, or one an admin marks repaired (`fleet repaired`),
-goes back to work only after a validation run passes.
+"""Validation before return: a node the ladder reset or rebooted, or one an admin marks repaired (`fleet
+repaired`), goes back to work only after a validation run passes.  (A reboot for it is asked for with
+nextstate=DOWN: Slurm keeps our reason across it and does not resume the node itself.)
 
 The node carries the request in its reason, `gpufleet: validate after <what>` (visible to every tool,
 kept across our own runs).  Once the node runs clean (`clean_runs_to_resume`), its health check:

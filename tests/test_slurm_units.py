@@ -337,3 +337,19 @@ def test_the_slurm_release_is_learned_once_per_installed_scontrol(tmp_path):
     assert parse_release("slurm-wlm 26.05.0-0rc1") == (26, 5)
     with pytest.raises(SlurmError):
         parse_release("garbage")
+
+
+def test_a_down_node_is_ours_only_back_from_the_reboot_we_asked_for():
+    """`scontrol reboot ASAP nextstate=DOWN` for a validation: Slurm keeps our reason and appends its own
+    words; that node, responding, is the health check's to validate and resume.  Any other down node is
+    someone else's, whatever its reason says."""
+    from slurm_gpufleet.slurm.base import NodeInfo
+    from slurm_gpufleet.slurm.ownership import HEALTH, OTHER, owner
+
+    back = "gpufleet: validate after reboot: memory gpu1 row remap pending : reboot issued : reboot complete"
+    assert owner(NodeInfo("n4", "DOWN", set(), back)) == HEALTH
+    assert owner(NodeInfo("n4", "DOWN", {"NOT_RESPONDING"}, back)) == OTHER
+    # under way, as 22.05 shows it: DOWN+DRAIN+REBOOT_ISSUED, our reason and ": reboot issued"
+    assert owner(NodeInfo("n4", "DOWN", {"DRAIN", "REBOOT_ISSUED"}, back.split(" : reboot complete")[0])) == HEALTH
+    assert owner(NodeInfo("n4", "DOWN", set(), "gpufleet: memory gpu1 row remap pending")) == OTHER
+    assert owner(NodeInfo("n4", "DOWN", set(), "gpufleet: validate after reboot: x : reboot issued")) == OTHER

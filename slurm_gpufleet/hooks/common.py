@@ -270,7 +270,15 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         elif action.kind == "resume":
             published = bool(actuator.resume([info], fields or None).done)
         elif action.kind == "reboot":
-            done = actuator.reboot_asap([info], action.reason)
+            if settings.validation_command:
+                # back to work only through a validation run (returning.py): the node comes back DOWN with
+                # this reason (Slurm adds ": reboot issued : reboot complete"), not resumed by Slurm
+                from ..returning import VALIDATE_PREFIX
+
+                action.reason = one_line(f"{VALIDATE_PREFIX}reboot: {action.reason[len('gpufleet: '):]}")
+                done = actuator.reboot_asap([info], action.reason, next_state="DOWN")
+            else:
+                done = actuator.reboot_asap([info], action.reason)
             if done.blocked:
                 blocked = done.breaker
                 history.record_action(node, hook, "breaker", action.reason, blocked, True)
@@ -448,7 +456,8 @@ def _start_validation(setup: Setup, history, actuator, info: NodeInfo, hook: str
     from ..slurm import SlurmError
 
     settings, node = setup.settings, setup.node
-    cause = info.reason[len("gpufleet: validate after "):] if info.reason else "repair"
+    # Slurm appends to a reboot's reason what it did (": reboot issued : reboot complete")
+    cause = info.reason[len("gpufleet: validate after "):].split(" : reboot ")[0] if info.reason else "repair"
     name = reservation_name(node)
     minutes = settings.validation_timeout_minutes * (settings.validation_retries + 1) + 10
     try:

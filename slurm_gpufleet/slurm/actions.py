@@ -6,7 +6,8 @@ Rules an admin can rely on:
   own prolog/epilog caused), and only after `clean_runs_to_resume` clean runs in a row;
 * the remediation ladder (remediation.py, data/remediation.toml), cheapest first: a fault a GPU reset
   fixes gets one reset of its idle GPUs (the node drained first, so no job lands during it; a busy node
-  is drained and waits for its jobs), then `scontrol reboot ASAP nextstate=RESUME` once per boot; still
+  is drained and waits for its jobs), then `scontrol reboot ASAP` once per boot (nextstate=DOWN and a
+  validation run before it returns, where `validation_command` is set: hooks/common.act); still
   there after `reboots_before_drain` reboots, it becomes a drain for hardware inspection;
 * attempts are counted per failure class: the `max_attempts`-th within `attempt_window_s` is not
   remedied again, the node is drained for repair, and only an admin resumes it;
@@ -27,12 +28,14 @@ from ..findings import RANK, Finding
 from .base import NodeInfo
 from .ownership import (  # noqa: F401  (re-exported: one place names them)
     HEALTH,
+    HOOK,
     MAINTAIN_PREFIX,
     PREFIX,
     RACK_PREFIX,
     SLURM_HOOK_REASONS,
     STRAGGLER_PREFIX,
     left_alone,
+    owner,
     owner_of_reason,
 )
 
@@ -123,7 +126,10 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
     ladder = ladder or Ladder()
     if reboots_before_drain is not None:
         ladder = replace(ladder, reboots_before_drain=reboots_before_drain)
-    ours = is_ours(node.reason) or (node.reason in SLURM_HOOK_REASONS and history.hook_failure)
+    # whose the node is, by the one rule every actor reads (ownership.owner: a down node is someone
+    # else's unless it is back from the reboot we asked for)
+    whose = owner(node)
+    ours = whose == HEALTH or (whose == HOOK and history.hook_failure)
     held = node.drained or node.down or node.rebooting
     if held and not ours:
         return Action("none", why=left_alone(node))

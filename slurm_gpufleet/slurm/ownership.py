@@ -10,6 +10,10 @@ A node's owner is read from its Slurm state and reason:
     hook        Slurm's own "Prolog error"/"Epilog error" drain (ours only when our hook failed)
     other       anyone else: an admin, another tool, a down node; never touched, reason never replaced
 
+One down node is ours: the one our health check rebooted for a validation (`scontrol reboot ASAP
+nextstate=DOWN`, so Slurm does not hand it back): it comes back DOWN with our reason and Slurm's own
+words after it ("gpufleet: validate after reboot: ... : reboot issued : reboot complete"), responding.
+
 Each actor may drain a free node, and may update or give back only what it owns itself.
 """
 
@@ -56,10 +60,21 @@ def owner_of_reason(reason: str) -> str:
     return OTHER
 
 
+# what Slurm appends to a reboot's reason once the node is back (22.05 to 26.05)
+REBOOT_COMPLETE = ": reboot complete"
+VALIDATE_AFTER_REBOOT = f"{PREFIX} validate after reboot"
+
+
+def back_from_our_reboot(info: NodeInfo) -> bool:
+    """Down after the reboot our health check asked for, with nextstate=DOWN, and responding."""
+    return (info.down and info.reason.startswith(VALIDATE_AFTER_REBOOT) and REBOOT_COMPLETE in info.reason
+            and "NOT_RESPONDING" not in info.flags and not info.rebooting)
+
+
 def owner(info: NodeInfo) -> str:
     if not (info.drained or info.down or info.rebooting):
         return FREE
-    if info.down and not info.drained:
+    if info.down and not info.drained and not back_from_our_reboot(info):
         return OTHER  # down: Slurm's or an admin's, whatever its reason says
     return owner_of_reason(info.reason)
 

@@ -115,8 +115,11 @@ def test_row_remap_pending_is_reset_between_jobs_without_a_reboot(mc):
         "in gpufleet-validate-n5")
 
 
-@pytest.mark.release("scontrol reboot ASAP nextstate=RESUME and RebootProgram")
+@pytest.mark.release("scontrol reboot ASAP nextstate=DOWN, the reason Slurm keeps across it, and RebootProgram")
 def test_row_remap_pending_that_a_reset_does_not_fix_gets_one_reboot_between_jobs(mc):
+    """The ladder's second rung, and validation after it: the node reboots with nextstate=DOWN, so Slurm
+    does not hand it back; it comes back DOWN with our reason, runs clean, and returns only through a
+    validation run in its own reservation."""
     # the job outlasts a health-check round with room to spare, also on a loaded machine (three releases'
     # clusters side by side): the node is drained while it runs, and the remedies wait for it
     job = mc.start_job("n4", 2, 40)
@@ -128,7 +131,21 @@ def test_row_remap_pending_that_a_reset_does_not_fix_gets_one_reboot_between_job
     assert mc.node("n4")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
     mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 60, "job completed")
     mc.wait(lambda: _resets(mc, "n4") == 1, 2 * mc.hc_interval + 10, "the reset once the node is idle")
-    mc.wait(lambda: mc.state("n4") == "IDLE", 60, "n4 back after the reboot")
+    mc.wait(lambda: (mc.dir / "log" / "reboots.log").exists()
+            and "n4" in (mc.dir / "log" / "reboots.log").read_text().split(), 60, "n4 rebooted")
+    # back from the reboot, Slurm does not resume it: DOWN with our reason, until the validation
+    back = mc.wait(lambda: (lambda i: i if "REBOOT" not in i["State"] else None)(mc.node("n4")), 60,
+                   "n4 back from its reboot")
+    assert back["State"].startswith("DOWN") or mc.history(
+        "n4", "select count(*) from validations") != [(0,)], back  # (a fast validation may be under way)
+    reboot_reason = mc.history("n4", "select reason from actions where action = 'reboot'")[0][0]
+    assert reboot_reason.startswith("gpufleet: validate after reboot: memory gpu1 row remap pending"), reboot_reason
+    mc.wait(lambda: mc.history("n4", "select count(*) from validations where state = 'passed'") == [(1,)],
+            5 * mc.hc_interval + 60, "the validation after the reboot passed")
+    mc.wait(lambda: mc.state("n4") == "IDLE" and not _validate_reservations(mc), 2 * mc.hc_interval + 5,
+            "n4 in service after its validation")
+    cause = mc.history("n4", "select cause from validations")[0][0]
+    assert cause.startswith("reboot: memory gpu1 row remap pending") and "reboot issued" not in cause, cause
     time.sleep(mc.hc_interval + 1)  # one more health-check round: no second reboot
     reboots = (mc.dir / "log" / "reboots.log").read_text().split()
     assert reboots.count("n4") == 1 and _resets(mc, "n4") == 1
