@@ -1523,6 +1523,12 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
 @click.option("--big-job", "big_job_gpus", type=click.IntRange(0, 1_000_000), default=0, metavar="GPUS",
               help="(fleet) Add one training job of GPUS GPUs running the whole time (ETTR of jobs of 1,024 GPUs "
                    "or more).")
+@click.option("--domain-size", type=click.IntRange(0, 1024), default=0, show_default=True, metavar="N",
+              help="(fleet) NVLink domains of N consecutive nodes (18: an NVL72 rack): a share of faults is "
+                   "switch-side and takes its domain whole (rack-correlated events); 0: none.")
+@click.option("--switch-share", type=click.FloatRange(0, 1), default=None, metavar="S",
+              help="(fleet, --domain-size) The share of the domain classes' faults that are switch-side (default: "
+                   "the rates file's [domain] switch_share, 0.1, an assumption).")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="(fleet) GPUs in service and ETTR over time, per "
                                                                "strategy.")
 @click.option("--json", "as_json", is_flag=True)
@@ -1530,7 +1536,7 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
                           restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
                           seeds: int, sacct_file: str | None, node_count: int, gpus_per_node: int, rates_file: str | None,
                           hc_interval_s: float, lemon_share: float, lemon_factor: float, big_job_gpus: int,
-                          plot_file: str | None, as_json: bool) -> None:
+                          domain_size: int, switch_share: float | None, plot_file: str | None, as_json: bool) -> None:
     """What failures cost jobs, and what the health checks save, on the simulator core of `maintain
     simulate`.  Fleet mode: a job history on a simulated fleet with failures drawn per class (Llama 3's
     rates), found and handled by each strategy; per strategy the effective training time ratio (ETTR),
@@ -1545,6 +1551,8 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
     if node_mtbf_hours is not None:
         _fail("--node-mtbf-hours is for --one-job; the fleet mode draws failures per class (--rates FILE)",
               exitcodes.USAGE)
+    if switch_share is not None and not domain_size:
+        _fail("--switch-share needs --domain-size N (the nodes a switch-side fault takes together)", exitcodes.USAGE)
     from .datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
     from .faultsim import STRATEGIES, RatesError, fleet_faults, load_model
     from .maintain.sacct import SacctError, read_sacct
@@ -1567,7 +1575,8 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
                            checkpoint_every_h=checkpoint_every_h or 1.0,
                            restart_min=10.0 if restart_minutes is None else restart_minutes, seed=seed,
                            lemon_share=lemon_share, lemon_factor=lemon_factor, big_job_gpus=big_job_gpus,
-                           settings=_load_policy(None, read_only=True).slurm, seeds=seeds)
+                           settings=_load_policy(None, read_only=True).slurm, seeds=seeds,
+                           domain_size=domain_size, switch_share=switch_share)
     except ValueError as exc:
         _fail(str(exc), exitcodes.USAGE)
     out["assumptions"]["history"] = label

@@ -29,7 +29,13 @@ Strategies compared:
 * `gpufleet`: the health check, prolog and epilog, and the ladder: reset, reboot, repair, capped per
   class (`decide`).
 
-Not modelled: precursors (no class has a known share: all 0), rack-correlated events, the breaker.
+Rack-correlated events (`--domain-size N`, `--switch-share S`; [domain] of the data file): a share of
+the faults of the domain classes are switch-side and strike every node of their domain at once; only a
+switch-tray swap fixes them.  The gpufleet strategy escalates through the project's own
+`slurm/escalation.trigger` (the domain drained whole, its repair at once, no node climbing its ladder
+for a fault that is the rack's); the others find each tray, and an admin finds the switch.
+
+Not modelled: precursors (no class has a known share: all 0), the breaker.
 """
 
 from __future__ import annotations
@@ -115,11 +121,23 @@ class FailureClass:
 
 
 @dataclass(frozen=True)
+class DomainModel:
+    """Rack-correlated events ([domain] of data/failure_classes.toml)."""
+
+    classes: tuple[str, ...]     # the classes a share of whose faults are switch-side
+    switch_share: float
+    finding: tuple[str, str, str]
+    switch_repair_hours: float
+    source: str
+
+
+@dataclass(frozen=True)
 class FaultModel:
     classes: tuple[FailureClass, ...]
     false_alarm_rate: float      # per node-day
     times: dict[str, float]
     source: str
+    domain: DomainModel | None = None
 
 
 def load_model(path: str | None = None) -> FaultModel:
@@ -176,7 +194,21 @@ def load_model(path: str | None = None) -> FaultModel:
         raise RatesError(f"{where}: false_alarm.rate_per_node_day must be a number >= 0")
     # the packaged [times] (data/failure_classes.toml), key by key under a rates file's own
     times = {k: float(v) for k, v in {**failure_classes_data()["times"], **data.get("times", {})}.items()}
-    return FaultModel(tuple(classes), float(fa), times, path or "data/failure_classes.toml (Llama 3 rates)")
+    d = {**failure_classes_data().get("domain", {}), **data.get("domain", {})}
+    share, hours = d.get("switch_share", 0.0), d.get("switch_repair_hours", 0.0)
+    if not isinstance(share, int | float) or not 0 <= share <= 1:
+        raise RatesError(f"{where}: domain.switch_share must be a number from 0 to 1, not {share!r}")
+    if not isinstance(hours, int | float) or hours < 0:
+        raise RatesError(f"{where}: domain.switch_repair_hours must be a number >= 0, not {hours!r}")
+    unknown = set(d.get("classes", [])) - set(names)
+    if unknown:
+        raise RatesError(f"{where}: domain.classes: unknown failure class(es) {', '.join(sorted(unknown))}")
+    check, severity, action = d.get("finding", ["fabric", "reboot", "reset_gpu"])
+    if severity not in RANK or action not in ACTIONS:
+        raise RatesError(f"{where}: domain.finding {d.get('finding')!r}: unknown severity or action")
+    domain = DomainModel(tuple(d.get("classes", [])), float(share), (check, severity, action), float(hours),
+                         d.get("source", ""))
+    return FaultModel(tuple(classes), float(fa), times, path or "data/failure_classes.toml (Llama 3 rates)", domain)
 
 
 @dataclass
@@ -190,20 +222,38 @@ class Fault:
     how: str = ""
     resolved_by: str = ""
     hit: bool = False            # it struck a node in service (one out of service has nothing to fail)
+    domain: int | None = None    # a switch-side fault: the index of the domain it took whole
+
+
+def switch_class(model: FaultModel) -> FailureClass:
+    """The failure class of a switch-side fault on each tray of its domain: seen by the GPU checks (the
+    trays' fabric state), fixed by nothing on a node's ladder."""
+    d = model.domain
+    assert d is not None
+    return FailureClass("switch", "NVLink switch tray (whole domain)", 0.0, "gpu", SEEN_BY, "high", d.finding,
+                        0.0, 0.0, 0.0, d.source)
 
 
 def draw_faults(model: FaultModel, nodes: int, horizon_s: float, seed: int, lemon_share: float = 0.0,
-                lemon_factor: float = 1.0) -> tuple[list[Fault], list[tuple[float, int]]]:
-    """Every failure and false alarm of a run, drawn once so that every strategy meets the same ones."""
+                lemon_factor: float = 1.0, domain_size: int = 0,
+                switch_share: float | None = None) -> tuple[list[Fault], list[tuple[float, int]]]:
+    """Every failure and false alarm of a run, drawn once so that every strategy meets the same ones.  With
+    `domain_size`, a `switch_share` of the faults of the domain classes are switch-side: the fault strikes
+    every node of its domain (domains of `domain_size` consecutive nodes) at once."""
     import random
 
     from .maintain.failures import poisson
 
     rng = random.Random(seed)
+    side = random.Random(f"{seed} switch-side")  # its own stream: the same faults are drawn with or without domains
     lemons = set(rng.sample(range(nodes), round(lemon_share * nodes))) if lemon_share > 0 else set()
     faults: list[Fault] = []
     alarms: list[tuple[float, int]] = []
     days = horizon_s / 86400
+    d = model.domain
+    share = (d.switch_share if d else 0.0) if switch_share is None else switch_share
+    correlated = set(d.classes) if d and domain_size > 0 and share > 0 else set()
+    switch = switch_class(model) if correlated else None
     for i in range(nodes):
         k = lemon_factor if i in lemons else 1.0
         for c in model.classes:
@@ -211,7 +261,14 @@ def draw_faults(model: FaultModel, nodes: int, horizon_s: float, seed: int, lemo
                 u = rng.random()
                 level = "reset" if u < c.fixed_by_reset else "reboot" if u < c.fixed_by_reset + c.fixed_by_reboot \
                     else "repair"
-                faults.append(Fault(rng.uniform(0, horizon_s), i, c, level, rng.random()))
+                t, phase = rng.uniform(0, horizon_s), rng.random()
+                if c.name in correlated and side.random() < share:
+                    dom = i // domain_size
+                    for j in range(dom * domain_size, min(nodes, (dom + 1) * domain_size)):
+                        # each tray's check falls at its own moment of the interval
+                        faults.append(Fault(t, j, switch, "rack", (phase + (j - i) * 0.618) % 1.0, domain=dom))
+                    continue
+                faults.append(Fault(t, i, c, level, phase))
         for _ in range(poisson(rng, model.false_alarm_rate * days)):
             alarms.append((rng.uniform(0, horizon_s), i))
     faults.sort(key=lambda f: (f.t, f.node))
@@ -227,7 +284,8 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_per_node: int, horizon_s: float,
                faults: list[Fault], alarms: list[tuple[float, int]], *, hc_interval_s: float, checkpoint_every_h: float,
-               restart_min: float, seed: int, big_jobs: frozenset[str], settings=None) -> dict[str, Any]:
+               restart_min: float, seed: int, big_jobs: frozenset[str], settings=None,
+               domain_size: int = 0) -> dict[str, Any]:
     """One strategy's replay: the same jobs, faults and false alarms as every other strategy."""
     import copy
 
@@ -238,6 +296,9 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
 
     times = model.times
     mech = MECHANISMS[strategy]
+    switch_repair_s = (model.domain.switch_repair_hours if model.domain else 0.0) * 3600
+    rack_nodes = settings.rack_escalate_nodes if settings else 3
+    rack_window_s = settings.rack_escalate_window_s if settings else 600.0
     ladder = Ladder(settings.reboots_before_drain if settings else 2, settings.max_attempts if settings else 3,
                     settings.attempt_window_s if settings else 7 * 86400.0)
     faults = [copy.copy(f) for f in faults]
@@ -277,7 +338,10 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             super().__init__(0, 0.0)
             self.out_by: dict[str, float] = {"failures": 0.0, "remedies": 0.0, "false_drains": 0.0}
             self.out_since: dict[int, tuple[float, str]] = {}
-            self.resolved = {"reset": 0, "reboot": 0, "repair": 0}
+            self.resolved = {"reset": 0, "reboot": 0, "repair": 0, "rack": 0}
+            self.rack_fix_at: dict[int, float] = {}    # domain -> when its switch-tray swap is done
+            self.escalated: set[int] = set()            # domains drained whole by the rack escalation
+            self.rack_escalations = 0
             self.remedies: dict[int, list[dict[str, Any]]] = {}   # node -> the ladder's record (decide's history)
             self.boot: dict[int, int] = {}
             self.false_drains = 0
@@ -345,16 +409,73 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             self._take(sim, f.node, "failures")
             self._crash_jobs(sim, f.node)   # a high-severity drain: its jobs are rescheduled at once
             if strategy.startswith("gpufleet") and how not in ("slurm", "admin"):
+                if f.domain is not None and (f.domain in self.escalated or self._escalate(sim, f)):
+                    return  # the rack is drained whole and its repair is under way
                 self._climb(sim, f)
             else:  # an admin looks, reboots where a reboot can help, else sends it for repair
                 wait = times["admin_hours"] * 3600 if how != "admin" else 0.0
-                if f.level in ("reset", "reboot"):
+                if f.level == "rack":  # the admin finds the switch tray: one swap for the whole domain
+                    self._rack_repair(sim, f.domain, sim.now + wait)
+                elif f.level in ("reset", "reboot"):
                     self._after(sim, f, wait + times["reboot_minutes"] * 60, "reboot")
                 else:
                     self._after(sim, f, wait + times["repair_hours"] * 3600, "repair")
 
+        # -- rack-correlated events (--domain-size) ----------------------------------------------------
+        def _escalate(self, sim, f: Fault) -> bool:
+            """The project's rack escalation (slurm/escalation.trigger) over the domain as Slurm would show
+            it: the trays drained for a fabric or NVLink finding, with the time of each drain.  Fired: the
+            domain is drained whole and goes for its repair."""
+            from .slurm.actions import make_reason
+            from .slurm.base import NodeInfo
+            from .slurm.escalation import RACK_CHECKS, trigger
+
+            members = []
+            for j in self._domain_nodes(sim, f.domain):
+                g = sim.active_fault.get(j)
+                if g is not None and g.detected_at is not None and g.cls.finding[0] in RACK_CHECKS:
+                    check, severity, action = g.cls.finding
+                    members.append(NodeInfo(sim.nodes[j].name, "IDLE", {"DRAIN"},
+                                            make_reason(Finding(check, severity, action, 0, g.cls.what)),
+                                            reason_time=g.detected_at))
+                else:
+                    members.append(NodeInfo(sim.nodes[j].name, "IDLE"))
+            fired = trigger(str(f.domain), members, rack_nodes, rack_window_s, sim.now)
+            if fired is None:
+                return False
+            self.escalated.add(f.domain)
+            self.rack_escalations += 1
+            for j in self._domain_nodes(sim, f.domain):
+                self._take(sim, j, "failures")
+                self._crash_jobs(sim, j)
+            self._rack_repair(sim, f.domain, sim.now + times["admin_hours"] * 3600)
+            return True
+
+        def _domain_nodes(self, sim, dom: int) -> range:
+            return range(dom * domain_size, min(len(sim.nodes), (dom + 1) * domain_size))
+
+        def _rack_repair(self, sim, dom: int, admin_at: float) -> None:
+            """The switch-tray swap, once per domain: done `switch_repair_hours` after an admin looks."""
+            if dom in self.rack_fix_at:
+                return
+            done = admin_at + switch_repair_s
+            self.rack_fix_at[dom] = done
+            sim.push(done, "tick", ("rack_fixed", dom))
+
+        def _rack_fixed(self, sim, dom: int) -> None:
+            self.rack_fix_at.pop(dom, None)
+            self.escalated.discard(dom)
+            for j in self._domain_nodes(sim, dom):
+                g = sim.active_fault.get(j)
+                if g is not None and g.domain == dom:
+                    self._back(sim, g, "rack")
+                elif g is None:
+                    self._return(sim, j)   # drained whole by the escalation, its own GPUs fine
+
         def _climb(self, sim, f: Fault) -> None:
             """The next rung, as the project's decide picks it from the node's own record."""
+            if f.domain is not None and f.domain in self.escalated:
+                return  # held by its rack's escalation: its repair is the rack's
             check, severity, action = f.cls.finding
             boot = f"B{self.boot.get(f.node, 0)}"
             rec = self.remedies.setdefault(f.node, [])
@@ -376,12 +497,17 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             act = decide(info, severity, [finding], history, 1, ladder=ladder, gpus_idle=True)
             rung = act.kind if act.kind in ("reset", "reboot") else "repair"
             rec.append({"t": sim.now, "fault": f, "rung": rung, "boot": boot})
+            if rung == "repair" and f.level == "rack":  # the node's repair finds the switch tray
+                self._rack_repair(sim, f.domain, sim.now + times["admin_hours"] * 3600)
+                return
             minutes = {"reset": times["reset_minutes"], "reboot": times["reboot_minutes"]}
             delay = minutes[rung] * 60 if rung in minutes else (times["admin_hours"] + times["repair_hours"]) * 3600
             sim.push(sim.now + delay, "tick", ("rung_done", (f, rung)))
 
         def _rung_done(self, sim, data):
             f, rung = data
+            if sim.active_fault.get(f.node) is not f:
+                return  # fixed meanwhile (its rack's repair)
             if rung == "reboot":
                 self.boot[f.node] = self.boot.get(f.node, 0) + 1
             fixed = rung == "repair" or (rung == "reset" and f.level == "reset") or (
@@ -489,7 +615,7 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
         "resolved": {k: round(v / resolved, 3) if resolved else 0.0 for k, v in ctl.resolved.items()},
         "faults": sum(f.hit for f in faults),
         "jobs_failed": sim.jobs_failed, "black_hole_crashes": sim.black_hole_crashes, "jobs_lost": sim.lost_jobs,
-        "false_drains": ctl.false_drains,
+        "false_drains": ctl.false_drains, "rack_escalations": ctl.rack_escalations,
         "_series": {"capacity": capacity, "ettr": ettr_by_day},
     }
 
@@ -501,7 +627,8 @@ def _round(v: float | None) -> float | None:
 def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, strategies: tuple[str, ...],
                  model: FaultModel, hc_interval_s: float, checkpoint_every_h: float, restart_min: float, seed: int,
                  lemon_share: float = 0.0, lemon_factor: float = 1.0, big_job_gpus: int = 0,
-                 assumption: str = "runtime-ceil-hour", settings=None, seeds: int = 1) -> dict[str, Any]:
+                 assumption: str = "runtime-ceil-hour", settings=None, seeds: int = 1, domain_size: int = 0,
+                 switch_share: float | None = None) -> dict[str, Any]:
     """The fleet mode: the trace's jobs on `nodes` nodes for `days`, the same faults for every strategy;
     with `seeds` > 1 every figure is the mean over seeds seed..seed+seeds-1 (faults drawn are summed)."""
     from .maintain.simulate import SimJob, sim_jobs
@@ -521,18 +648,21 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
         big = frozenset({"big-1"})
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in strategies}
     by_class: dict[str, int] = {}
-    alarms_drawn = 0
+    alarms_drawn = rack_events = 0
+    if domain_size and (model.domain is None or not model.domain.classes):
+        raise ValueError("--domain-size: the rates file names no [domain] classes")
     for s in range(seed, seed + seeds):
-        faults, alarms = draw_faults(model, nodes, horizon, s, lemon_share, lemon_factor)
+        faults, alarms = draw_faults(model, nodes, horizon, s, lemon_share, lemon_factor, domain_size, switch_share)
         alarms_drawn += len(alarms)
         for f in faults:
             by_class[f.cls.name] = by_class.get(f.cls.name, 0) + 1
+        rack_events += len({(f.t, f.domain) for f in faults if f.domain is not None})
         for name in strategies:
             run_jobs = [SimJob(j.id, j.submit, j.run, j.limit, j.nodes, j.gpn) for j in jobs]
             runs[name].append(_fault_run(
                 name, model, run_jobs, nodes, gpus_per_node, horizon, faults, alarms, hc_interval_s=hc_interval_s,
                 checkpoint_every_h=checkpoint_every_h, restart_min=restart_min, seed=s, big_jobs=big,
-                settings=settings))
+                settings=settings, domain_size=domain_size))
     series = {name: rs[0]["_series"] for name, rs in runs.items()}   # the first seed's, for --plot
     for rs in runs.values():
         for r in rs:
@@ -545,7 +675,11 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
         "health_check_interval_s": hc_interval_s, "checkpoint_every_h": checkpoint_every_h,
         "restart_minutes": restart_min, "lemon_share": lemon_share, "lemon_factor": lemon_factor,
         "times": dict(model.times),
-        "not_modelled": "precursors (0 for every class: no source), rack-correlated events, the breaker",
+        "domain_size": domain_size,
+        "switch_share": (model.domain.switch_share if model.domain else 0.0) if switch_share is None else switch_share,
+        "switch_events_drawn": rack_events,
+        "not_modelled": "precursors (0 for every class: no source), the breaker"
+                        + ("" if domain_size else ", rack-correlated events (--domain-size)"),
     }
     return out
 
@@ -558,9 +692,14 @@ def fleet_text(out: dict[str, Any]) -> str:
                                                                    if a.get('seeds', 1) > 1 else "")
              + f"): {drawn}; false alarms {a['false_alarms_drawn']}",
              f"health check every {a['health_check_interval_s']:g} s, checkpoint every {a['checkpoint_every_h']:g} h, "
-             f"restart {a['restart_minutes']:g} min; not modelled: {a['not_modelled']}", ""]
+             f"restart {a['restart_minutes']:g} min; not modelled: {a['not_modelled']}"]
+    if a.get("domain_size"):
+        lines.append(f"domains of {a['domain_size']} nodes: {a['switch_share']:g} of the domain classes' faults "
+                     f"switch-side, {a['switch_events_drawn']} switch event(s) drawn, each taking its domain whole")
+    lines.append("")
     head = f"{'strategy':<22} {'ETTR':>6} {'ETTR>=1024':>10} {'lost GPU-h: failures':>20} {'remedies':>9} " \
-           f"{'false drains':>12} {'node-h out':>10} {'to drain p50/p90 min':>21} {'reset/reboot/repair':>20}"
+           f"{'false drains':>12} {'node-h out':>10} {'to drain p50/p90 min':>21} {'reset/reboot/repair':>20}" \
+           + (f" {'rack':>5} {'escalations':>11}" if a.get("domain_size") else "")
     lines.append(head)
     for name, m in out["strategies"].items():
         lat = m["fault_to_drain_min"]
@@ -571,7 +710,8 @@ def fleet_text(out: dict[str, Any]) -> str:
         lines.append(f"{name:<22} {m['ettr']:>6.4f} {e1024:>10} {m['gpu_hours_lost']['failures']:>20.1f} "
                      f"{m['gpu_hours_lost']['remedies']:>9.1f} {m['gpu_hours_lost']['false_drains']:>12.1f} "
                      f"{m['node_hours_out']:>10.1f} {p50 + ' / ' + p90:>21} "
-                     f"{r['reset']:.2f}/{r['reboot']:.2f}/{r['repair']:.2f}")
+                     f"{r['reset']:.2f}/{r['reboot']:.2f}/{r['repair']:.2f}"
+                     + (f" {r.get('rack', 0):>5.2f} {m.get('rack_escalations', 0):>11g}" if a.get("domain_size") else ""))
     return "\n".join(lines)
 
 

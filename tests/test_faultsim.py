@@ -41,6 +41,7 @@ def test_a_job_on_more_nodes_fails_as_often_as_they_all_do():
     (["--one-job", "8", "--node-mtbf-hours", "0", "--checkpoint-every", "1"], b"--node-mtbf-hours"),
     (["--node-mtbf-hours", "5", "--checkpoint-every", "1"], b"--one-job"),
     (["--one-job", "8", "--node-mtbf-hours", "5", "--checkpoint-every", "1", "--strategy", "gpufleet"], b"--strategy"),
+    (["--switch-share", "0.5", "--days", "1"], b"--switch-share needs --domain-size"),
 ])
 def test_bad_input_is_exit_2(args, said):
     r = run_cli("fleet", "simulate-faults", *args)
@@ -103,6 +104,8 @@ def test_a_big_job_gives_the_ettr_of_jobs_of_1024_gpus():
     ('[[class]]\nname = "gpu"\nfixed_by = { reset = 0.8, reboot = 0.5 }\n', "shares above 1"),
     ('[[class]]\nname = "gpu"\nprecursor_share = 1.5\n', "shares above 1"),
     ("not toml [", "not TOML"),
+    ("[domain]\nswitch_share = 1.5\n", "domain.switch_share must be a number from 0 to 1"),
+    ('[domain]\nclasses = ["cosmic_rays"]\n', "domain.classes: unknown failure class(es) cosmic_rays"),
 ])
 def test_a_bad_rates_file_is_exit_2_in_one_line(tmp_path, body, says):
     f = tmp_path / "rates.toml"
@@ -142,3 +145,48 @@ def test_the_fleet_plot_draws_capacity_and_ettr_per_strategy_on_one_axis(tmp_pat
     bad = run_cli("fleet", "simulate-faults", "--one-job", "8", "--node-mtbf-hours", "10", "--checkpoint-every", "1",
                   "--plot", str(out))
     assert bad.returncode == 2
+
+
+# ---------------------------------------------------------------- rack-correlated events
+def test_a_switch_side_fault_strikes_every_node_of_its_domain_and_none_else():
+    """The same faults are drawn with or without domains; with them, each switch-side one (all of the domain
+    classes' at share 1) strikes every node of its domain at once, and only those."""
+    from slurm_gpufleet.faultsim import draw_faults, load_model
+
+    model = load_model()
+    plain, _ = draw_faults(model, 36, 30 * 86400, 7)
+    assert draw_faults(model, 36, 30 * 86400, 7, domain_size=0, switch_share=1.0)[0] == plain
+    faults, _ = draw_faults(model, 36, 30 * 86400, 7, domain_size=18, switch_share=1.0)
+    gpu = [f for f in plain if f.cls.name == "gpu"]
+    events = {(f.t, f.domain) for f in faults if f.domain is not None}
+    assert gpu and len(events) == len(gpu) and not any(f.cls.name == "gpu" for f in faults)
+    assert sorted((t, dom) for t, dom in events) == sorted((f.t, f.node // 18) for f in gpu)
+    for t, dom in events:
+        struck = sorted(f.node for f in faults if f.t == t and f.domain == dom)
+        assert struck == list(range(dom * 18, dom * 18 + 18)), (t, dom, struck)
+        assert {f.level for f in faults if f.t == t} == {"rack"}
+    others = sorted((f.t, f.node, f.cls.name) for f in faults if f.domain is None)
+    assert others == sorted((f.t, f.node, f.cls.name) for f in plain if f.cls.name != "gpu")
+    half, _ = draw_faults(model, 36, 30 * 86400, 7, domain_size=18, switch_share=0.5)
+    assert len({(f.t, f.domain) for f in half if f.domain is not None}) < len(gpu)
+
+
+def test_the_gpufleet_strategy_drains_a_struck_rack_whole_through_the_project_s_escalation():
+    out = _fleet(nodes=126, days=20.0, domain_size=18, switch_share=1.0)
+    a, s = out["assumptions"], out["strategies"]
+    assert a["switch_events_drawn"] >= 1 and a["domain_size"] == 18, a
+    assert s["gpufleet"]["rack_escalations"] >= 1
+    assert all(s[k]["rack_escalations"] == 0 for k in ("none", "drain-on-any", "two-tier"))
+    # only the switch-tray swap fixes a switch-side fault, in every strategy
+    assert all(s[k]["resolved"]["rack"] > 0 for k in s), {k: s[k]["resolved"] for k in s}
+    # the escalation is the project's trigger, with its settings: with no window it never fires, and each
+    # tray climbs its own ladder (a reset and a reboot that fix nothing) before its repair finds the switch
+    from slurm_gpufleet.policy import SlurmSettings
+
+    never = _fleet(nodes=126, days=20.0, domain_size=18, switch_share=1.0, strategies=("gpufleet",),
+                   settings=SlurmSettings(rack_escalate_nodes=19, rack_escalate_window_s=-1.0))["strategies"]["gpufleet"]
+    assert never["rack_escalations"] == 0 and never["resolved"]["rack"] > 0
+    assert never["node_hours_out"] > s["gpufleet"]["node_hours_out"], (never, s["gpufleet"])
+    text = run_cli("fleet", "simulate-faults", "--nodes", "54", "--days", "3", "--domain-size", "18",
+                   "--switch-share", "1", "--strategy", "gpufleet")
+    assert text.returncode == 0 and b"domains of 18 nodes: 1 of the domain classes" in text.stdout, text.stderr
