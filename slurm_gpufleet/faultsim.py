@@ -35,7 +35,11 @@ switch-tray swap fixes them.  The gpufleet strategy escalates through the projec
 `slurm/escalation.trigger` (the domain drained whole, its repair at once, no node climbing its ladder
 for a fault that is the rack's); the others find each tray, and an admin finds the switch.
 
-Not modelled: precursors (no class has a known share: all 0), the breaker.
+The breaker (slurm/breaker.would_trip and would_trip_domain, `breaker_threshold` within
+`breaker_window_s`) is asked before each of the gpufleet strategy's drains and escalations, as the
+actuator asks it; tripped, it drains nothing until a person resets it (`admin_hours`).
+
+Not modelled: precursors (no class has a known share: all 0).
 """
 
 from __future__ import annotations
@@ -292,13 +296,16 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
     from .findings import Finding
     from .maintain.failures import MAX_BATCH_REQUEUE
     from .maintain.simulate import Controller, Simulator
-    from .slurm.actions import Ladder, NodeHistory, decide, fault_key
+    from .slurm.actions import Ladder, NodeHistory, decide, fault_key, make_reason
 
     times = model.times
     mech = MECHANISMS[strategy]
     switch_repair_s = (model.domain.switch_repair_hours if model.domain else 0.0) * 3600
     rack_nodes = settings.rack_escalate_nodes if settings else 3
     rack_window_s = settings.rack_escalate_window_s if settings else 600.0
+    breaker_threshold = settings.breaker_threshold if settings else "10%"
+    breaker_window_s = settings.breaker_window_s if settings else 300.0
+    n_domains = math.ceil(nodes / domain_size) if domain_size else 0
     ladder = Ladder(settings.reboots_before_drain if settings else 2, settings.max_attempts if settings else 3,
                     settings.attempt_window_s if settings else 7 * 86400.0)
     faults = [copy.copy(f) for f in faults]
@@ -340,6 +347,9 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             self.out_since: dict[int, tuple[float, str]] = {}
             self.resolved = {"reset": 0, "reboot": 0, "repair": 0, "rack": 0}
             self.rack_fix_at: dict[int, float] = {}    # domain -> when its switch-tray swap is done
+            self.reasons: dict[int, tuple[str, float]] = {}   # node -> our drain's reason and time
+            self.breaker_open_until: float | None = None
+            self.breaker_trips = 0
             self.escalated: set[int] = set()            # domains drained whole by the rack escalation
             self.rack_escalations = 0
             self.remedies: dict[int, list[dict[str, Any]]] = {}   # node -> the ladder's record (decide's history)
@@ -405,10 +415,19 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
         def detect(self, sim, f: Fault, how: str) -> None:
             if f.detected_at is not None or sim.active_fault.get(f.node) is not f:
                 return
+            ours = strategy.startswith("gpufleet") and how not in ("slurm", "admin")
+            if ours and f.domain is not None and f.domain in self.escalated:
+                f.detected_at, f.how = sim.now, how   # held by its rack's escalation: nothing more to drain
+                return
+            if ours and not self._breaker_allows(sim, f, how):
+                return  # not drained: the node stays in service until the breaker is reset, or an admin looks
             f.detected_at, f.how = sim.now, how
+            if ours:
+                check, severity, action = f.cls.finding
+                self.reasons[f.node] = (make_reason(Finding(check, severity, action, 0, f.cls.what)), sim.now)
             self._take(sim, f.node, "failures")
             self._crash_jobs(sim, f.node)   # a high-severity drain: its jobs are rescheduled at once
-            if strategy.startswith("gpufleet") and how not in ("slurm", "admin"):
+            if ours:
                 if f.domain is not None and (f.domain in self.escalated or self._escalate(sim, f)):
                     return  # the rack is drained whole and its repair is under way
                 self._climb(sim, f)
@@ -420,6 +439,36 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                     self._after(sim, f, wait + times["reboot_minutes"] * 60, "reboot")
                 else:
                     self._after(sim, f, wait + times["repair_hours"] * 3600, "repair")
+
+        # -- the breaker (slurm/breaker.py), as the actuator asks it before each of our drains ------------
+        def _fleet(self, sim) -> list:
+            """The fleet as one read of Slurm would show it: our drains with their reasons and times."""
+            from .slurm.base import NodeInfo
+
+            return [NodeInfo(n.name, "IDLE", {"DRAIN"}, self.reasons[i][0], reason_time=self.reasons[i][1])
+                    if i in self.reasons else NodeInfo(n.name, "IDLE") for i, n in enumerate(sim.nodes)]
+
+        def _breaker_allows(self, sim, f: Fault, how: str, domain: int | None = None) -> bool:
+            from .slurm import breaker
+
+            if self.breaker_open_until is not None:
+                if sim.now < self.breaker_open_until:
+                    return False
+                self.breaker_open_until = None   # a person reset it
+            if domain is not None:
+                trip = breaker.would_trip_domain(self._fleet(sim), f"rack{domain}", n_domains, breaker_threshold,
+                                                 breaker_window_s, sim.now)
+            else:
+                trip = breaker.would_trip(self._fleet(sim), sim.nodes[f.node].name, breaker_threshold,
+                                          breaker_window_s, sim.now)
+            if trip is None:
+                return True
+            # open until a person resets it: an admin looks within admin_hours; the check then finds it again
+            self.breaker_trips += 1
+            self.breaker_open_until = sim.now + times["admin_hours"] * 3600
+            if domain is None:
+                sim.push(self.breaker_open_until, "tick", ("detect", (f, how)))
+            return False
 
         # -- rack-correlated events (--domain-size) ----------------------------------------------------
         def _escalate(self, sim, f: Fault) -> bool:
@@ -441,11 +490,12 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 else:
                     members.append(NodeInfo(sim.nodes[j].name, "IDLE"))
             fired = trigger(str(f.domain), members, rack_nodes, rack_window_s, sim.now)
-            if fired is None:
+            if fired is None or not self._breaker_allows(sim, f, f.how, domain=f.domain):
                 return False
             self.escalated.add(f.domain)
             self.rack_escalations += 1
             for j in self._domain_nodes(sim, f.domain):
+                self.reasons[j] = (f"gpufleet: rack rack{f.domain} {fired.why}", sim.now)
                 self._take(sim, j, "failures")
                 self._crash_jobs(sim, j)
             self._rack_repair(sim, f.domain, sim.now + times["admin_hours"] * 3600)
@@ -549,6 +599,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
 
         def _return(self, sim, i: int) -> None:
             n = sim.nodes[i]
+            self.reasons.pop(i, None)
             if n.drained:
                 since, cause = self.out_since.pop(i, (sim.now, "failures"))
                 self.out_by["remedies" if cause == "failures" else cause] += (sim.now - since) * n.gpus
@@ -616,6 +667,7 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
         "faults": sum(f.hit for f in faults),
         "jobs_failed": sim.jobs_failed, "black_hole_crashes": sim.black_hole_crashes, "jobs_lost": sim.lost_jobs,
         "false_drains": ctl.false_drains, "rack_escalations": ctl.rack_escalations,
+        "breaker_trips": ctl.breaker_trips,
         "_series": {"capacity": capacity, "ettr": ettr_by_day},
     }
 
@@ -678,7 +730,7 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
         "domain_size": domain_size,
         "switch_share": (model.domain.switch_share if model.domain else 0.0) if switch_share is None else switch_share,
         "switch_events_drawn": rack_events,
-        "not_modelled": "precursors (0 for every class: no source), the breaker"
+        "not_modelled": "precursors (0 for every class: no source)"
                         + ("" if domain_size else ", rack-correlated events (--domain-size)"),
     }
     return out
