@@ -226,7 +226,26 @@ class Engine:
         # looked at a few minutes ahead, pushed by a node's upgrade time at least, so a waiting slot costs a
         # write every few minutes, not every step
         ahead = max(PUSH_LOOKAHEAD_S, 2 * self.s.poll_s)
-        writes.postpone.update(postpone_slots(v, ahead, max(2 * ahead, 60.0 * self.s.upgrade_minutes)))
+        for name, start in postpone_slots(v, ahead, max(2 * ahead, 60.0 * self.s.upgrade_minutes)).items():
+            res = v.mine[name]
+            if res.start is not None and res.start <= v.world.now:
+                # begun: Slurm refuses to move it ("Reservation already started").  A slot whose stage has
+                # not opened keeps its nodes waiting in it (the stage opens once the one before settles);
+                # one of a domain that cannot go (an earlier domain overran) is given up and made again
+                # later in the same step, so that the domain budget holds, when every node in it waits
+                if not v.plan.domains or any(v.state.get(n) != S.PENDING for n in res.nodes):
+                    continue
+                writes.delete.add(name)
+                writes.given_up.add(name)
+                for r in pending:
+                    if r["node"] in res.nodes:
+                        r["slot"] = start
+                        m.changes.append((r["node"], None, "", {"slot": start}))
+                # the later slot is made at once: no gap in which a long job lands on its nodes
+                writes.create.update(slot_reservations({n: start for n in res.nodes}, set(), v.rid,
+                                                       ROLLOUT_RESERVATION_PREFIX, v.world.ours))
+            else:
+                writes.postpone[name] = start
         member = {n for res in v.world.ours.values() for n in res.nodes}
         writes.create.update(slot_reservations({r["node"]: r["slot"] for r in pending}, member, v.rid,
                                                ROLLOUT_RESERVATION_PREFIX, v.world.ours))

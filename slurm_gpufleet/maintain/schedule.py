@@ -320,7 +320,9 @@ def _admit_domains(view: Any, take: Callable[[str], bool], skip: Callable[[str, 
 def out_domains(view: Any, slots_count: bool = True) -> set[str]:
     """Domains with a node out of service: under way, failed, done but not yet given back (drained, or
     still in a reservation of ours), waiting in a slot that has begun (unless `slots_count` is False), or
-    drained or down by anyone."""
+    drained or down by anyone.  A node this rollout skipped is outside it, as a node it never planned:
+    a domain left out whole for an admin's drain of one member does not hold the others' budget (the
+    planner does not count it either)."""
     domain_of = view.domain_of
     in_slot = view.in_slot
     out = set()
@@ -331,7 +333,7 @@ def out_domains(view: Any, slots_count: bool = True) -> set[str]:
         if st in S.IN_FLIGHT or st == S.FAILED or (n in in_slot and (slots_count or st != S.PENDING)) or (
                 st in (S.DONE, S.SKIPPED) and info is not None and view.ours(info)):
             out.add(domain_of[n])
-        elif info is not None and (info.drained or info.down):
+        elif st != S.SKIPPED and info is not None and (info.drained or info.down):
             out.add(domain_of[n])
     return out
 
@@ -352,7 +354,9 @@ def postpone_slots(view: Any, lookahead_s: float, push_s: float) -> dict[str, fl
     """Slot reservations of this rollout, begun or about to begin, whose nodes cannot go now: their stage
     has not opened (the one before overran its slots, or the evidence gate holds it), or their domains
     cannot (an earlier domain overran its slot): reservation -> a later start.  A slot holds its nodes out
-    of service whether the engine takes them or not, so a late stage or domain must not start the next."""
+    of service whether the engine takes them or not, so a late stage or domain must not start the next.
+    (Slurm cannot move a reservation that has begun: the caller gives that one up and its nodes a later
+    slot of their own.)"""
     open_stage = min(boundary(view), view.gate_allowed)
     now = view.world.now
     committed = out_domains(view, slots_count=False) if view.plan.domains else set()

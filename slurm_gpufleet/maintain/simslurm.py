@@ -187,6 +187,11 @@ class SimSlurm:
     def postpone_reservation(self, name: str, start: float) -> None:
         self.calls["write"] += 1
         r = self.reservations_[name]
+        if r.start <= self.sim.now:
+            from ..slurm.base import SlurmError
+
+            # as slurmctld answers (22.05): a begun reservation's start cannot move
+            raise SlurmError(f"scontrol update reservationname={name}: Reservation already started")
         r.end, r.start = r.end + (start - r.start), start
         self._reserve(list(r.nodes))
 

@@ -31,6 +31,8 @@ class Writes:
     resume: set[str] = field(default_factory=set)
     update: dict[str, list[str]] = field(default_factory=dict)                         # reservation -> nodes
     delete: set[str] = field(default_factory=set)
+    # begun slots given up (Slurm cannot move them): deleted in the step that remakes them later, uncapped
+    given_up: set[str] = field(default_factory=set)
     create: dict[str, tuple[list[str], float, int]] = field(default_factory=dict)     # name -> nodes, start, minutes
     postpone: dict[str, float] = field(default_factory=dict)                          # reservation -> new start
     weight: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -75,8 +77,11 @@ class Writes:
         self.made: list[tuple[str, str]] = []
         actuator = Actuator(slurm, MAINTAIN)
         calls = self.calls()
-        uncapped = [c for c in calls if c[0] in UNCAPPED]
-        for method, args in [c for c in calls if c[0] not in UNCAPPED][:cap] + uncapped:
+        def free(call: tuple[str, tuple[Any, ...]]) -> bool:
+            return call[0] in UNCAPPED or (call[0] == "delete_reservation" and call[1][0] in self.given_up)
+
+        uncapped = [c for c in calls if free(c)]
+        for method, args in [c for c in calls if not free(c)][:cap] + uncapped:
             try:
                 if method in NODE_STATE_CALLS:
                     if nodes is None:  # a caller without a read (cleanup): one bulk read, for ownership

@@ -363,6 +363,8 @@ vbios={{ target_firmware.get("vbios") }}
 exec 9>"$DIR/run/upgrade-\$node.lock"
 flock -n 9 || echo "\$(date -Is) \$node" >> "$DIR/log/upgrade-overlaps.log"
 echo "\$(date -Is) \$node \$driver {{ action }}" >> "$DIR/log/upgrades.log"
+# a package manager that fails half-way (a test wrote hooks/upgrade-fails.<node>: its words, said last)
+if [ -e "$DIR/hooks/upgrade-fails.\$node" ]; then cat "$DIR/hooks/upgrade-fails.\$node"; exit 100; fi
 # how long the site's install takes (the 32-node test shows upgrades overlapping; a test may write hooks/upgrade-sleep)
 sleep "\$(cat "$DIR/hooks/upgrade-sleep" 2>/dev/null || echo ${UPGRADE_SLEEP:-0})"
 # look before rebooting, as the sample template does, where a test gave the node its own host tree

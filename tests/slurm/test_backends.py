@@ -263,6 +263,18 @@ def test_the_in_memory_slurm_shows_what_real_slurm_shows(mc, release_env):
         assert reservations(real, t0) == reservations(sim, t0) == {name: (["n5"], 1800, 7200, True)}
         both("delete_reservation", name)
         assert reservations(real, t0) == reservations(sim, t0) == {}
+        # a reservation that has begun cannot be postponed: both refuse, and keep it as it was
+        now = float(int(time.time()))
+        both("create_reservation", name, ["n5"], now, 60)
+        refused = []
+        for backend in (real, sim):
+            try:
+                backend.postpone_reservation(name, now + 1800)
+            except SlurmError as exc:
+                refused.append("already started" in str(exc))
+        assert refused == [True, True], refused
+        assert reservations(real, now) == reservations(sim, now) == {name: (["n5"], 0, 3600, True)}
+        both("delete_reservation", name)
 
         # rebooted: slurmd registers again (a mini-cluster's "reboot" restarts it; the host keeps its boot time)
         boots = [{i.name: i.slurmd_start for i in b.nodes()}["n7"] for b in (real, sim)]

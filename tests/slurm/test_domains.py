@@ -4,7 +4,9 @@ on 24.11 and later, `[[domain]]` rows on 22.05), a node budget of 2: a block of 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import time
 
 import pytest
 from conftest import BLOCKS, _reset, internal_errors
@@ -159,3 +161,101 @@ def test_kill_9_mid_domain_then_resume_converges(bc, tmp_path, killed_after):
                 max(t for n, e, t in rows if n in nodes and e == "done")) for d, nodes in DOMAINS.items()}
     (a0, a1), (b0, b1) = sorted(span.values())
     assert a1 <= b0, span
+
+
+APT_SAID = ("E: Version '595.71.05-1' for 'nvidia-kernel-dkms' was not found; E: Unable to locate package "
+            "'nvidia-vbios-96.00.AF.00.01' in \"bookworm-nvidia\" (the node's apt sources)")
+
+
+def _reason_writes(c, node: str) -> list[float]:
+    """When slurmctld set `node`'s reason ("update_node: node N reason set to: ..."), from its log."""
+    from datetime import datetime
+
+    at = []
+    for line in (c.dir / "log" / "slurmctld.log").read_text(errors="replace").splitlines():
+        m = re.match(rf"\[([0-9T:.-]+)\] update_node: node {node} reason set to: ", line)
+        if m:
+            at.append(datetime.fromisoformat(m.group(1)).timestamp())
+    return at
+
+
+@pytest.mark.release("what each release keeps of a reason with quotes, cut at 120 characters")
+def test_a_bundle_rollout_with_max_failures_2_settles_a_long_quoted_failure_reason(bc, tmp_path):
+    """Driver + kernel + VBIOS + InfoROM on 4 nodes (each with its own host tree), max_failures = 2; one
+    node's package manager fails with apt's own words, quotes included, so the reason Slurm keeps is
+    cleaned and cut at 120 characters.  The rollout ends within 3 minutes of that node's result, and the
+    node's reason is written at most once after it: the engine compares cleaned with cleaned."""
+    nodes = ["n1", "n2", "n3", "n4"]
+    for n in nodes:
+        shutil.copytree(bc.dir / "host", bc.dir / "nodehosts" / n)
+    config = bc.dir / "etc" / "gpufleet.toml"
+    config.write_text(config.read_text().replace(f'host_root = "{bc.dir}/host"', f'host_root = "{bc.dir}/nodehosts/%n"')
+                      + "max_failures = 2\n")
+    bc.wait(lambda: all(json.loads(bc.node(n).get("Extra") or "{}").get("kern") == OLD_KERNEL for n in nodes),
+            60, "every node publishing its kernel")
+    bc.wait_published()
+    out = tmp_path / "plan.json"
+    r = bc.gpufleet("maintain", "plan", "--nodes", "n[1-4]", "--out", str(out), "--target-driver", TARGET,
+                    "--target-kernel", NEW_KERNEL, "--target-firmware", f"vbios={NEW_VBIOS}",
+                    "--target-firmware", "inforom=G520.0282.02.02")
+    assert r.returncode == 0, r.stdout + r.stderr
+    p = json.loads(out.read_text())
+    order = [n["node"] for n in sorted(p["nodes"], key=lambda n: n["slot_start"])]
+    victim = order[-1]
+    (bc.dir / "hooks").mkdir(exist_ok=True)
+    (bc.dir / "hooks" / f"upgrade-fails.{victim}").write_text(APT_SAID + "\n")
+    r = bc.gpufleet("maintain", "apply", str(out), timeout=900)
+    ended = time.time()
+    assert r.returncode == 1 and "done (done 3, failed 1)" in r.stdout, r.stdout + r.stderr
+    failed_at = [ts for node, event, ts in bc.maintain_db("select node, event, ts from audit order by ts")
+                 if node == victim and event == "failed"]
+    assert failed_at, bc.maintain_db("select node, event, detail from audit where node = ?", (victim,))
+    assert ended - failed_at[0] < 180, ended - failed_at[0]
+    reason = re.sub(r" \[[^]@]*@[^]]*\]$", "", bc.node(victim)["Reason"])  # Slurm's [user@time] after it
+    # what the engine built, as Slurm keeps it: one line, no quotes, at most 120 characters
+    assert reason.startswith("gpufleet: maintain ") and " failed: " in reason and len(reason) <= 120, reason
+    assert not set("'\"`") & set(reason) and "E: Version 595.71.05-1 for nvidia-kernel-dkms" in reason, reason
+    after = [t for t in _reason_writes(bc, victim) if t >= failed_at[0] - 1]
+    assert len(after) <= 1, (after, failed_at, reason)
+    # the bundle took on the others: driver, kernel and VBIOS published after their boot
+    for n in nodes:
+        if n != victim:
+            seen = json.loads(bc.node(n)["Extra"])
+            assert (seen["drv"], seen["kern"], seen["fw"]) == (TARGET, NEW_KERNEL, NEW_VBIOS), (n, seen)
+    (bc.dir / "hooks" / f"upgrade-fails.{victim}").unlink()
+    bc.run("scontrol", "update", f"nodename={victim}", "state=resume")
+
+
+@pytest.mark.release("what an admin's drain looks like to each release's commands")
+def test_whole_domains_with_an_admin_drained_member_never_run_two_drivers(bc, tmp_path):
+    """whole_domain, an admin drains n6 (block b2) before the plan: b2 is skipped whole, said in text and
+    JSON, b1 upgraded whole; no block ever runs two drivers in service (sampled every 0.3 s).  Before, the
+    admin's drain of n6 used the domain budget that b1 needed: apply postponed b1's begun slot forever,
+    which Slurm refuses ("Reservation already started"), while the plan showed b1 going at once."""
+    bc.wait_published()
+    configure(bc, "whole_domain = true\nmax_unavailable_domains = 1\n")
+    bc.run("scontrol", "update", "nodename=n6", "state=drain", "reason=admin: PSU swap")
+    try:
+        plan_file, p = plan(bc, tmp_path, "--target-driver", TARGET)
+        states = {d["name"]: (d["state"], d["why"]) for d in p["domains"]}
+        assert states["b2"][0] == "skipped" and "n6" in states["b2"][1], states
+        assert states["b1"][0] == "planned", states
+        text = bc.gpufleet("maintain", "plan", "--target-driver", TARGET, "--nodes", "n[1-8]").stdout
+        assert "domain(s) skipped: b2" in text, text
+
+        def sample() -> int:  # blocks whose nodes in service run two drivers
+            lines = bc.run("sinfo", "-h", "-N", "-o", "%N|%T|%E", check=False).stdout.splitlines()
+            out = {line.split("|")[0] for line in lines if bc.out_of_service(line) or "drain" in line.split("|")[1]}
+            drivers = published_drivers(bc)
+            return sum(1 for members in DOMAINS.values()
+                       if len({drivers.get(n) for n in members if n not in out}) > 1)
+
+        r, samples = apply_sampling(bc, plan_file, sample, 0.3)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert len(samples) > 3 and max(samples) == 0, samples
+        assert all(bc.driver(n) == TARGET for n in DOMAINS["b1"])
+        assert all(bc.driver(n) == OLD for n in DOMAINS["b2"])
+        info = bc.node("n6")
+        assert "DRAIN" in info["State"] and info["Reason"].startswith("admin: PSU swap ["), info  # as the admin left it
+    finally:
+        bc.run("scontrol", "update", "nodename=n6", "state=resume")
