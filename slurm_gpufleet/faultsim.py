@@ -751,7 +751,7 @@ def fleet_text(out: dict[str, Any]) -> str:
     lines.append("")
     head = f"{'strategy':<22} {'ETTR':>6} {'ETTR>=1024':>10} {'lost GPU-h: failures':>20} {'remedies':>9} " \
            f"{'false drains':>12} {'node-h out':>10} {'to drain p50/p90 min':>21} {'reset/reboot/repair':>20}" \
-           + (f" {'rack':>5} {'escalations':>11}" if a.get("domain_size") else "")
+           + (f" {'rack':>5} {'escalations':>11} {'breaker trips':>13}" if a.get("domain_size") else "")
     lines.append(head)
     for name, m in out["strategies"].items():
         lat = m["fault_to_drain_min"]
@@ -763,7 +763,8 @@ def fleet_text(out: dict[str, Any]) -> str:
                      f"{m['gpu_hours_lost']['remedies']:>9.1f} {m['gpu_hours_lost']['false_drains']:>12.1f} "
                      f"{m['node_hours_out']:>10.1f} {p50 + ' / ' + p90:>21} "
                      f"{r['reset']:.2f}/{r['reboot']:.2f}/{r['repair']:.2f}"
-                     + (f" {r.get('rack', 0):>5.2f} {m.get('rack_escalations', 0):>11g}" if a.get("domain_size") else ""))
+                     + (f" {r.get('rack', 0):>5.2f} {m.get('rack_escalations', 0):>11g} {m.get('breaker_trips', 0):>13g}"
+                        if a.get("domain_size") else ""))
     return "\n".join(lines)
 
 
