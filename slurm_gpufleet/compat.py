@@ -167,9 +167,11 @@ def evaluate(driver: str, *, arch: str | None = None, cc: str | None = None, cud
         elif release_min is not None and ver >= parse_version(release_min):
             pass
         elif family_min is not None and ver >= parse_version(family_min):
-            result.notes.append(
-                f"CUDA {cuda} runs through minor-version compatibility (driver {driver} < {release_min or '?'};"
-                " PTX JIT and newest features need the release minimum)")
+            below = (f"driver {driver} < {release_min}, its release minimum" if release_min else
+                     f"the release's own minimum driver is not in the table, data/compat.toml; CUDA "
+                     f"{parse_version(cuda)[0]}.x runs on >= {family_min}")
+            result.notes.append(f"CUDA {cuda} runs through minor-version compatibility ({below}; PTX JIT and "
+                                "the newest features need the release minimum)")
         else:
             result.compatible = False
             need = release_min or family_min

@@ -128,3 +128,16 @@ def test_fleet_shows_exposed_nodes_per_group_with_the_safe_version():
     text = run_cli("fleet", "--fleet", str(REPO / "etc" / "sample-fleet.json"), "--config",
                    str(REPO / "etc" / "gpufleet.toml")).stdout.decode()
     assert "exposed   570.172.08 on 31 gpu[001-011,013-032]" in text and "change branch" in text
+
+
+def test_a_cuda_release_without_its_own_row_says_what_the_table_knows():
+    """CUDA 13.1's GA driver row is not in the table (no citable copy at hand): the family's minimum
+    (minor-version compatibility) decides, and the note says so instead of `< ?`."""
+    from support import run_cli
+
+    r = run_cli("compat", "--cuda", "13.1", "--driver", "580.95.05")
+    out = r.stdout.decode()
+    assert r.returncode == 0 and "?" not in out, out
+    assert "CUDA 13.x runs on >= 580.65.06" in out and "not in the table" in out, out
+    r = run_cli("compat", "--cuda", "13.1", "--driver", "575.51.03")
+    assert r.returncode == 1 and "CUDA 13.1 needs driver >= 580.65.06" in r.stdout.decode()
