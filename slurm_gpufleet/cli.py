@@ -12,7 +12,8 @@ from typing import Any
 import click
 
 from . import exitcodes
-from .maintain.strategy import STRATEGIES
+from .faultsim import ALL_STRATEGIES as FAULT_STRATEGIES
+from .maintain.strategy import SIMULATED, STRATEGIES
 from .readers import ReportError
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug in slurm-gpufleet, never a verdict
@@ -901,7 +902,7 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 @click.option("--nodes", "node_count", type=click.IntRange(1, 100_000), default=150, show_default=True)
 @click.option("--gpus-per-node", type=click.IntRange(1, 64), default=8, show_default=True)
 @click.option("--strategy", "strategies", multiple=True,
-              type=click.Choice(["gpufleet", "reboot-asap", "drain-all", "wait-then-kill"]),
+              type=click.Choice(SIMULATED),
               help="Repeat to compare; default: gpufleet, reboot-asap and drain-all side by side (with "
                    "--deadline: gpufleet and wait-then-kill).")
 @click.option("--rollout-at", type=float, default=240.0, show_default=True, metavar="HOURS",
@@ -1501,7 +1502,7 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
 @click.option("--days", type=click.FloatRange(min=0, min_open=True), default=None, metavar="D",
               help="How long (one job: 30; fleet: the history's span).")
 @click.option("--strategy", "strategies", multiple=True,
-              type=click.Choice(["none", "drain-on-any", "two-tier", "gpufleet", "gpufleet-reboot-first"]),
+              type=click.Choice(FAULT_STRATEGIES),
               help="What to compare (fleet mode: the first four unless given; one job: none).  none: Slurm's "
                    "NODE_FAIL alone; drain-on-any: NHC-like; two-tier: Meta's; gpufleet: this project's checks and "
                    "ladder; gpufleet-reboot-first: the same ladder without its reset rung.")

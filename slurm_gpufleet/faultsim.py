@@ -94,11 +94,12 @@ def one_job(gpus: int, node_mtbf_h: float, checkpoint_every_h: float, restart_mi
 
 
 # ------------------------------------------------------------------ the fleet mode
-STRATEGIES = ("none", "drain-on-any", "two-tier", "gpufleet")
+STRATEGIES = ("none", "drain-on-any", "two-tier", "gpufleet")   # compared unless --strategy says
 # the ladder without its reset rung (reboot first): what the reset tier is worth, by the same decide
 VARIANTS = ("gpufleet-reboot-first",)
 MECHANISMS = {"none": (), "drain-on-any": ("healthcheck",), "two-tier": ("healthcheck", "prolog", "epilog"),
               "gpufleet": ("healthcheck", "prolog", "epilog"), "gpufleet-reboot-first": ("healthcheck", "prolog", "epilog")}
+ALL_STRATEGIES = tuple(MECHANISMS)   # every one --strategy takes
 EFFECTS = ("gpu", "node", "job", "link")
 SEEN_BY = ("healthcheck", "prolog", "epilog")
 CRASH_S = 60.0        # a job placed on a node with a failed GPU dies this soon (CUDA init or its first step)

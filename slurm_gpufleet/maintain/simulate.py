@@ -42,9 +42,10 @@ from .pool import in_pool
 from .sacct import Trace, assume_limit
 from .simslurm import SimExecutor, SimSlurm
 from .states import NodeState
+from .strategy import SIMULATED
 
 # what `simulate --strategy` compares: the engine (gpufleet) and hand-written baselines
-COMPARED = ("gpufleet", "reboot-asap", "drain-all", "wait-then-kill")
+COMPARED = SIMULATED
 INF = float("inf")
 BACKFILL_DEPTH = 200  # like Slurm's bf_max_job_test: how deep into the queue backfill looks
 

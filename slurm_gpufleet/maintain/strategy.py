@@ -27,6 +27,8 @@ REBOOT_ASAP = Strategy("reboot-asap", slots=False, takes_busy=True, reboot_to_em
                        summary="`scontrol reboot ASAP` empties each node as its jobs end; nothing killed")
 
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (RESERVATION, REBOOT_ASAP)}
+# what `maintain simulate --strategy` compares: the two above, and two baselines of its own
+SIMULATED = ("gpufleet", "reboot-asap", "drain-all", "wait-then-kill")
 
 
 def strategy(name: str | None) -> Strategy:
