@@ -266,6 +266,9 @@ def test_the_in_memory_slurm_shows_what_real_slurm_shows(mc, release_env):
         # a reservation that has begun cannot be postponed: both refuse, and keep it as it was
         now = float(int(time.time()))
         both("create_reservation", name, ["n5"], now, 60)
+        # (24.11 starts one made "now" a second later: until then it may still move)
+        mc.wait(lambda: "State=ACTIVE" in mc.run("scontrol", "show", "reservation", name, check=False).stdout, 10,
+                f"{name} begun")
         refused = []
         for backend in (real, sim):
             try:
