@@ -476,20 +476,12 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             """The project's rack escalation (slurm/escalation.trigger) over the domain as Slurm would show
             it: the trays drained for a fabric or NVLink finding, with the time of each drain.  Fired: the
             domain is drained whole and goes for its repair."""
-            from .slurm.actions import make_reason
-            from .slurm.base import NodeInfo
-            from .slurm.escalation import RACK_CHECKS, trigger
+            from .slurm.escalation import trigger
 
-            members = []
-            for j in self._domain_nodes(sim, f.domain):
-                g = sim.active_fault.get(j)
-                if g is not None and g.detected_at is not None and g.cls.finding[0] in RACK_CHECKS:
-                    check, severity, action = g.cls.finding
-                    members.append(NodeInfo(sim.nodes[j].name, "IDLE", {"DRAIN"},
-                                            make_reason(Finding(check, severity, action, 0, g.cls.what)),
-                                            reason_time=g.detected_at))
-                else:
-                    members.append(NodeInfo(sim.nodes[j].name, "IDLE"))
+            # our drains' reasons and times, as recorded when each was made (trigger reads which are fabric
+            # or NVLink faults off the reasons, as it does on a real fleet)
+            fleet = self._fleet(sim)
+            members = [fleet[j] for j in self._domain_nodes(sim, f.domain)]
             fired = trigger(str(f.domain), members, rack_nodes, rack_window_s, sim.now)
             if fired is None or not self._breaker_allows(sim, f, f.how, domain=f.domain):
                 return False

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .slurm.ownership import PREFIX
+# VALIDATE_PREFIX is named once, in ownership: a down node back from our reboot is ours by it
+from .slurm.ownership import VALIDATE_PREFIX
 from .slurm.ownership import VALIDATE_RESERVATION_PREFIX as RESERVATION_PREFIX
 
-VALIDATE_PREFIX = f"{PREFIX} validate after "
 JOB_NAME = "gpufleet-validate"
 PASSED = frozenset({"COMPLETED"})
 FAILED = frozenset({"FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",

@@ -452,12 +452,12 @@ def _start_validation(setup: Setup, history, actuator, info: NodeInfo, hook: str
     """The node runs clean after a reset or a repair: its own maintenance reservation, the node resumed
     into it (no user job can land), the validation job submitted there.  Returns the action done, or
     None where it could not start (said in the log; the next run tries again)."""
-    from ..returning import JOB_NAME, reservation_name
+    from ..returning import JOB_NAME, VALIDATE_PREFIX, reservation_name
     from ..slurm import SlurmError
 
     settings, node = setup.settings, setup.node
     # Slurm appends to a reboot's reason what it did (": reboot issued : reboot complete")
-    cause = info.reason[len("gpufleet: validate after "):].split(" : reboot ")[0] if info.reason else "repair"
+    cause = info.reason[len(VALIDATE_PREFIX):].split(" : reboot ")[0] if info.reason else "repair"
     name = reservation_name(node)
     minutes = settings.validation_timeout_minutes * (settings.validation_retries + 1) + 10
     try:

@@ -235,7 +235,6 @@ class Engine:
                 # later in the same step, so that the domain budget holds, when every node in it waits
                 if not v.plan.domains or any(v.state.get(n) != S.PENDING for n in res.nodes):
                     continue
-                writes.delete.add(name)
                 writes.given_up.add(name)
                 for r in pending:
                     if r["node"] in res.nodes:

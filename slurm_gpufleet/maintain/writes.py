@@ -31,7 +31,7 @@ class Writes:
     resume: set[str] = field(default_factory=set)
     update: dict[str, list[str]] = field(default_factory=dict)                         # reservation -> nodes
     delete: set[str] = field(default_factory=set)
-    # begun slots given up (Slurm cannot move them): deleted in the step that remakes them later, uncapped
+    # begun slots given up (Slurm cannot move them): deleted, uncapped, in the step that remakes them later
     given_up: set[str] = field(default_factory=set)
     create: dict[str, tuple[list[str], float, int]] = field(default_factory=dict)     # name -> nodes, start, minutes
     postpone: dict[str, float] = field(default_factory=dict)                          # reservation -> new start
@@ -53,7 +53,7 @@ class Writes:
         out += [("update_reservation", (name, sorted(n))) for name, n in sorted(self.update.items())]
         # a slot about to begin for a domain that cannot go yet: before it holds nodes out of service
         out += [("postpone_reservation", (name, start)) for name, start in sorted(self.postpone.items())]
-        out += [("delete_reservation", (name,)) for name in sorted(self.delete)]
+        out += [("delete_reservation", (name,)) for name in sorted(self.delete | self.given_up)]
         out += [("set_reason_nodes", (sorted(n), r)) for r, n in self.reason.items()]
         out += [("create_reservation", (name, sorted(n), start, minutes))
                 for name, (n, start, minutes) in sorted(self.create.items(), key=lambda kv: kv[1][1])]

@@ -60,9 +60,11 @@ def owner_of_reason(reason: str) -> str:
     return OTHER
 
 
+# a node back to work only through a validation run (returning.py) carries this, then the cause
+VALIDATE_PREFIX = f"{PREFIX} validate after "
 # what Slurm appends to a reboot's reason once the node is back (22.05 to 26.05)
 REBOOT_COMPLETE = ": reboot complete"
-VALIDATE_AFTER_REBOOT = f"{PREFIX} validate after reboot"
+VALIDATE_AFTER_REBOOT = f"{VALIDATE_PREFIX}reboot"
 
 
 def back_from_our_reboot(info: NodeInfo) -> bool:
