@@ -131,7 +131,11 @@ def main() -> int:
                 "latency_s": {"p50": pct(r["latency"], 0.5), "p90": pct(r["latency"], 0.9),
                               "max": pct(r["latency"], 1.0)}, "gpu_named": r["named_gpu"]}
             for k, r in per.items()}
-    result = {"jobs": args.jobs, "nodes_per_job": args.nodes, "per_case": rows,
+    worst = max((lat for r in per.values() for lat in r["latency"]), default=None)
+    targets = {"precision>=0.90": precision >= 0.90, "recall>=0.90": recall >= 0.90,
+               "flagged_within_300_s": worst is not None and worst <= 300, "no_flag_on_uniform": uniform_flags == 0}
+    result = {"targets": targets, "worst_latency_s": round(worst, 1) if worst is not None else None,
+              "jobs": args.jobs, "nodes_per_job": args.nodes, "per_case": rows,
               "confusion": {"tp": tp, "fp": fp, "fn": fn}, "precision": round(precision, 3),
               "recall": round(recall, 3), "flags_on_uniformly_slow_jobs": uniform_flags, "samples": n_samples,
               "detector_cpu_s": round(detect_s, 2), "us_per_sample": round(1e6 * detect_s / max(1, n_samples), 2)}
@@ -148,6 +152,8 @@ def main() -> int:
                   f"{r['gpu_named']:>9}")
         print(f"  all: precision {precision:.3f}  recall {recall:.3f}; flags on uniformly slow jobs: "
               f"{uniform_flags}")
+        print("  targets: " + ", ".join(f"{k} {'met' if ok else 'MISSED'}" for k, ok in targets.items())
+              + f" (slowest flag {result['worst_latency_s']} s after onset)")
         print(f"  detector: {detect_s:.2f} s CPU for {n_samples} samples ({result['us_per_sample']} us each)")
     return 0
 

@@ -62,6 +62,7 @@ class Settings:
     clock_drop: float = 0.05      # throttled: SM clock this far below the job's median
     min_band: float = 0.04        # silent slow: the least movement that counts, whatever the peers show
     band_k: float = 6.0           # ... and this many robust deviations of the peers' own movement
+    spread_windows: int = 10       # ... that deviation read over the job's last windows, not one alone
     min_nodes: int = 2            # a job on fewer nodes has no peers
 
 
@@ -125,21 +126,31 @@ def _beside(cells: dict[tuple[str, int], list], key: tuple[str, int | None]) -> 
     return out
 
 
-def _band(shifts: list[float], s: Settings) -> tuple[float, float]:
+def _band(shifts: list[float], s: Settings, spread: list[float] | None = None) -> tuple[float, float]:
     """(the peers' median movement, the band beyond it that counts): `band_k` robust deviations of the
-    peers' own movement, `min_band` at least; with two members there is no spread to read, only the
-    least band."""
+    peers' own movement, `min_band` at least; with two members there is no spread to read: the higher
+    is measured from the lower, against the least band.  The deviation is the median of this window's and the job's previous ones (`spread`, kept
+    by the caller, `spread_windows` long): one window's MAD over 16 GPUs swings by half and more, so a
+    single window's wide reading would break a streak that every other window sees."""
+    if len(shifts) < 3:  # the lower of two is the other's reference (their median would halve the gap)
+        return min(shifts), s.min_band
     med = statistics.median(shifts)
-    if len(shifts) < 3:
-        return med, s.min_band
-    return med, max(s.min_band, s.band_k * 1.4826 * _mad(shifts))
+    mad = _mad(shifts)
+    if spread is not None:
+        spread.append(mad)
+        del spread[:-s.spread_windows]
+        mad = statistics.median(spread)
+    return med, max(s.min_band, s.band_k * 1.4826 * mad)
 
 
-def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | None
+def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | None,
+                  spread: dict[tuple[str, str], list[float]] | None = None
                   ) -> tuple[dict[tuple[str, int | None], dict], dict]:
     """One window of one job: (node, gpu or None) -> evidence of what is apart; and the positions of each
     node (its median utilisation over the job's median) and of each GPU (node, gpu), with each GPU's power
-    position beside (key ("p", node, gpu)), to keep as the job's start."""
+    position beside (key ("p", node, gpu)), to keep as the job's start.  `spread`: the peers' recent
+    deviations per (nodes | gpus, model), carried from window to window by the caller."""
+    spread = {} if spread is None else spread
     clocks = [c[0] for c in cells.values()]
     utils = [c[2] for c in cells.values()]
     med_clock = statistics.median(clocks)
@@ -165,16 +176,19 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
     # whole nodes: how far each moved since the job's first windows, against the same model's other nodes
     moved = {n: position[n] - base[n] for n in by_node if n in base}
     models: dict[str, list[str]] = defaultdict(list)
+    whole: dict[str, dict] = {}  # silent nodes, joined to `apart` once the single GPUs are judged
+    node_band: dict[str, tuple[float, float]] = {}
     for n in moved:
         models[model_of[n]].append(n)
-    for members in models.values():
+    for model, members in models.items():
         if len(members) < s.min_nodes:
             continue
-        med, band = _band([moved[n] for n in members], s)
+        med, band = _band([moved[n] for n in members], s, spread.setdefault(("nodes", model), []))
         for n in members:
             if moved[n] - med > band and not any(k[0] == n for k in apart):
-                apart[(n, None)] = {"signature": "silent_slow", "position": round(position[n], 3),
-                                    "position_at_start": round(base[n], 3), "band": round(band, 3)}
+                node_band[n] = (med, band)
+                whole[n] = {"signature": "silent_slow", "position": round(position[n], 3),
+                            "position_at_start": round(base[n], 3), "band": round(band, 3)}
     # single GPUs: one GPU that stays busy while every other GPU of the job (its own node's included)
     # waits more; its power holds too (a GPU at work), where its peers' drops
     gpu_moved = {k: position[k] - base[k] for k in cells if k in base}
@@ -182,10 +196,10 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
     by_model: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for k in gpu_moved:
         by_model[cells[k][4]].append(k)
-    for members in by_model.values():
+    for model, members in by_model.items():
         if len(members) < 4:
             continue
-        med, band = _band([gpu_moved[k] for k in members], s)
+        med, band = _band([gpu_moved[k] for k in members], s, spread.setdefault(("gpus", model), []))
         p_med = statistics.median(power_moved.get(k, 0.0) for k in members)
         hot = [k for k in members if gpu_moved[k] - med > band and power_moved.get(k, 0.0) >= p_med
                and not any(a[0] == k[0] for a in apart)]
@@ -195,11 +209,22 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
         for n, ks in per_node.items():
             if 2 * len(ks) >= len(by_node[n]):
                 continue  # half a node or more: the node-level signature speaks for it
+            # fewer than half: where the node's other GPUs stayed, those few explain the node's own move
+            # (one busy GPU of 8 shifts its median a rank, past the band), and the node key would break
+            # the GPU's streak; where the others moved too, the node is slow as a whole
+            if n in whole:
+                rest = [gpu_moved[(n, g)] for g, _ in by_node[n] if (n, g) not in ks and (n, g) in gpu_moved]
+                med_n, band_n = node_band[n]
+                if not rest or statistics.median(rest) - med_n <= band_n:
+                    del whole[n]
+                else:
+                    continue
             for k in ks:
                 apart[k] = {"signature": "silent_slow", "position": round(position[k], 3),
                             "position_at_start": round(base[k], 3), "band": round(band, 3),
                             "power_position": round(position[("p", *k)], 3),
                             "power_position_at_start": round(base[("p", *k)], 3)}
+    apart.update({(n, None): evidence for n, evidence in whole.items()})
     return apart, position
 
 
@@ -220,9 +245,10 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
         base_sum: dict = defaultdict(list)
         streak: dict[tuple[str, int | None], list] = {}
         flagged: set[str] = set()
+        spread: dict[tuple[str, str], list[float]] = {}
         for i, w in enumerate(order):
             base = {k: statistics.median(v) for k, v in base_sum.items()} if i >= s.baseline_windows else None
-            apart, position = _judge_window(by_window[w], s, base)
+            apart, position = _judge_window(by_window[w], s, base, spread)
             if i < s.baseline_windows:
                 for k, p in position.items():
                     base_sum[k].append(p)

@@ -210,6 +210,65 @@ def test_one_slow_gpu_is_flagged_by_name_and_two_node_jobs_are_judged():
             assert detect(samples) == [], (seed, kind)
 
 
+def _job(utils_before: dict, utils_after: dict, windows: int = 8, onset_window: int = 3) -> list:
+    """Exact samples (no noise), four a window of 60 s: every GPU at `utils_before[(node, gpu)]` until the
+    onset window, at `utils_after` from it; power follows utilisation."""
+    from slurm_gpufleet.instep import Sample
+
+    out = []
+    for i in range(windows * 4):
+        t = i * 15.0
+        utils = utils_after if t >= onset_window * 60 else utils_before
+        for (node, gpu), u in utils.items():
+            out.append(Sample(t, "j", node, gpu, 1980.0, 120 + 5.8 * u, u, 0, "NVIDIA H200"))
+    return out
+
+
+def test_one_busy_gpu_that_moves_its_node_s_median_is_still_named():
+    """n1's GPU 0 was its node's least busy (a fast GPU, waiting most); slowed, it becomes the job's
+    bottleneck and its rise moves n1's median a rank, past the node band, while n1's other GPUs wait like
+    every peer.  The flag names GPU 0 from the first window on: the node key neither wins nor breaks the
+    GPU's streak (a bench tail of 748 s came from that)."""
+    before = {("n1", g): u for g, u in enumerate([60, 70, 70, 70, 90, 90, 90, 90])}
+    before.update({(f"n{n}", g): 80.0 + g for n in (2, 3, 4) for g in range(8)})
+    after = {k: (99.0 if k == ("n1", 0) else 0.9 * u) for k, u in before.items()}
+    (flag,) = detect(_job(before, after))
+    assert (flag.node, flag.gpu, flag.signature) == ("n1", 0, "silent_slow"), flag
+    assert flag.t_first == 3 * 60 and flag.t_flagged == 6 * 60
+    # a whole slow node, half its GPUs past the GPU band or not, is still the node
+    after = {k: (min(99.0, u / 0.9) if k[0] == "n1" else u) for k, u in before.items()}
+    (flag,) = detect(_job(before, after))
+    assert (flag.node, flag.gpu) == ("n1", None), flag
+
+
+def test_on_a_two_node_job_the_gap_between_the_nodes_counts_whole():
+    """Two nodes: the one that rose is measured from the other, not from their mean (which halves the
+    gap).  A 5-point gap in position is flagged, 3 points is not, and the lower node never is."""
+    before = {(n, g): 90.0 for n in ("n1", "n2") for g in range(8)}
+    for gap, flagged in ((0.05, ["n1"]), (0.03, [])):
+        after = {k: (90.0 if k[0] == "n1" else 90.0 * (1 - gap)) for k in before}
+        assert [f.node for f in detect(_job(before, after))] == flagged, gap
+
+
+def test_one_wide_window_does_not_widen_the_band():
+    """The band's deviation is read over the job's recent windows: one window whose spread reads three
+    times wider leaves it where the others put it (one window's MAD over 16 GPUs swings by half)."""
+    from slurm_gpufleet.instep import _band
+
+    s = Settings()
+    calm = [0.0, 0.01, -0.01, 0.02, -0.02, 0.005, -0.005, 0.0]
+    wide = [3 * x for x in calm]
+    spread: list[float] = []
+    for _ in range(5):
+        _, band = _band(calm, s, spread)
+    _, after_wide = _band(wide, s, spread)
+    assert after_wide == band and len(spread) == 6
+    assert _band(wide, s)[1] > band  # alone, that window would widen it
+    for _ in range(s.spread_windows):
+        _band(wide, s, spread)
+    assert len(spread) == s.spread_windows and _band(wide, s, spread)[1] == _band(wide, s)[1]  # it follows
+
+
 def test_the_sampler_reads_only_the_job_s_gpus_and_the_flag_names_the_real_index():
     import json
     from types import SimpleNamespace
