@@ -47,6 +47,11 @@ def failure_classes_data() -> dict[str, Any]:
     return _load("failure_classes.toml")
 
 
+def base_rates() -> dict[str, float]:
+    """signal -> events per 8-GPU node-day of a healthy fleet (data/base_rates.toml)."""
+    return {sig: float(row["per_node_day"]) for sig, row in _load("base_rates.toml").items()}
+
+
 def remediation_data() -> dict[str, Any]:
     return _load("remediation.toml")
 

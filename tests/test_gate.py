@@ -6,7 +6,7 @@ import json
 import random
 
 import pytest
-from test_engine import rollout
+from test_engine import drive, rollout
 
 from slurm_gpufleet.maintain import states as S
 from slurm_gpufleet.maintain.failures import poisson
@@ -116,6 +116,72 @@ def test_no_decision_waits_for_approval_then_the_stage_starts(tmp_path):
         fleet.advance(fleet.sim.now + 600, executor)
     assert store.counts(plan["id"]).get(S.PENDING, 0) < 8
     assert "approved by root" in store.db.execute("select detail from audit where event = 'gate passed'").fetchone()[0]
+
+
+def test_the_soak_is_the_canary_s_exposure_for_the_events_the_test_needs():
+    """E0 = ln((1 - a) / a) / (r ln r - r + 1) expected base events (12.37 at r = 2, 0.95 over 6 signals);
+    the soak is the time the canary takes to expect them on its densest signal (soft Xids, 0.18 per
+    node-day: data/base_rates.toml), between gate_min_soak_s and gate_max_soak_s: a big canary soaks little."""
+    from slurm_gpufleet.maintain.evidence import expected_events_needed, exposure_s
+    from slurm_gpufleet.maintain.schedule import stage_soak_s
+    from slurm_gpufleet.policy import parse_policy
+
+    assert round(expected_events_needed(2.0, 0.95, 6), 2) == 12.37
+    six = ("xid_soft", "xid_hard", "ecc", "verdict", "job_fail", "row_remap")
+    assert exposure_s(six, 2.0, 0.95, 100) == pytest.approx(12.3717 / (100 * 0.18) * 86400, rel=1e-4)
+    assert exposure_s(("job_fail",), 2.0, 0.95, 100) is None  # no published base rate: no exposure rule
+    assert exposure_s(six, 2.0, 0.95, 0) is None
+    s = parse_policy('[maintain]\ngate = "evidence"\n').maintain
+    soaks = [stage_soak_s(s, n) for n in (1, 30, 100, 300, 3000)]
+    assert soaks[0] == s.gate_max_soak_s and soaks[-1] == s.gate_min_soak_s
+    assert soaks == sorted(soaks, reverse=True) and s.gate_min_soak_s < soaks[2] < s.gate_max_soak_s
+    assert stage_soak_s(parse_policy("[maintain]\n").maintain, 10) == 0.0  # no evidence gate, no soak
+
+
+QUIET = GATED.replace('waves = [4, 8, "100%"]', 'waves = [30, "100%"]').replace(
+    "gate_max_soak_s = 86400", "gate_max_soak_s = 604800").replace("max_unavailable = 4", "max_unavailable = 30")
+
+
+def test_a_quiet_fleet_passes_once_the_canary_was_exposed_as_long_as_the_plan_said(tmp_path):
+    """No event anywhere (an idle, healthy fleet): the test alone can never rule "worse" out, so before,
+    every stage waited gate_max_soak_s.  Now the stage goes once the 30-node canary has been in service for
+    the exposure the test needs (E0 = 9.5 events over 2 signals, at 0.18 soft Xids per node-day: 42.2 h),
+    without approval, and at the soak the plan showed.  A canary leaning worse (one soft Xid, none in the
+    control) is not let through by exposure."""
+    fleet = SimFleet(40)
+    publish_old(fleet)
+    engine, store, plan, executor = rollout(tmp_path, fleet, base=QUIET)
+    assert [len(w["nodes"]) for w in plan["waves"]] == [30, 10]
+    (_, soak) = plan["assumptions"]["gate_stage_soak_s"]  # none before the first wave
+    assert soak == plan["assumptions"]["gate_soak_s"] and 42 * 3600 < soak < 43 * 3600
+    state = drive(fleet, engine, plan, executor, dt=600.0, max_steps=600)
+    assert state == S.R_DONE, state
+    opened = store.db.execute("select ts, detail from audit where event = 'gate open'").fetchone()
+    passed = store.db.execute("select ts, detail from audit where event = 'gate passed'").fetchone()
+    assert "no signal worse or leaning worse" in passed[1] and "30 canary node(s)" in passed[1], passed
+    assert soak <= passed[0] - opened[0] <= soak + 600 + 1, (passed[0] - opened[0], soak)  # one poll late at most
+    assert not store.db.execute("select 1 from audit where event = 'gate waiting'").fetchall()
+
+    (tmp_path / "leaning").mkdir()
+    fleet = SimFleet(40)
+    publish_old(fleet)
+    engine, store, plan, executor = rollout(tmp_path / "leaning", fleet, base=QUIET)
+    bumped = []
+
+    def one_soft_xid_on_the_canary(_before):
+        done = [n for n in fleet.sim.nodes if n.upgraded and not n.out(fleet.sim.now)]
+        gate = store.gate(plan["id"]) or {}
+        if not bumped and len(done) == 30 and any(v[0] == "canary" for v in gate.get("last", {}).values()):
+            data = json.loads(done[0].extra)
+            data["xs"] = data.get("xs", 0) + 1
+            done[0].extra = json.dumps(data)
+            bumped.append(done[0].name)
+
+    drive(fleet, engine, plan, executor, dt=600.0, max_steps=int(50 * 3600 / 600), on_step=one_soft_xid_on_the_canary)
+    assert bumped
+    assert store.gate(plan["id"])["ev"]["xid_soft"]["llr"] > 0
+    assert not store.db.execute("select 1 from audit where event = 'gate passed'").fetchall()
+    assert store.counts(plan["id"]).get(S.PENDING) == 10
 
 
 @pytest.mark.slow  # whole replays / 12,500 nodes: the slow tier (make test, CI)

@@ -188,6 +188,30 @@ class Gate:
                 self.evidence[s] = SignalEvidence.from_dict(d)
 
 
+def expected_events_needed(worse_ratio: float, confidence: float, signals: int) -> float:
+    """The base-rate events a canary must expect for the sequential test to call a `worse_ratio` times
+    worse driver "worse", on average: with the driver that bad, each expected base event moves the log
+    likelihood ratio by r ln r - r + 1 (Poisson counts), and "worse" is at ln((1 - beta) / alpha).  At
+    the defaults (r = 2, 0.95 over 6 signals) about 12.4."""
+    alpha = (1 - confidence) / max(1, signals)
+    r = worse_ratio
+    return math.log((1 - alpha) / alpha) / (r * math.log(r) - r + 1)
+
+
+def exposure_s(signals: tuple[str, ...], worse_ratio: float, confidence: float, canary_nodes: int,
+               rates: dict[str, float] | None = None) -> float | None:
+    """How long `canary_nodes` in service take to expect `expected_events_needed` events on the densest
+    gated signal at a healthy fleet's rates (per node-day, data/base_rates.toml): the evidence the gate
+    needs before the next stage.  None without a canary or without a rate for any gated signal."""
+    from ..catalog import base_rates
+
+    rates = base_rates() if rates is None else rates
+    densest = max((rates[s] for s in signals if rates.get(s)), default=0.0)
+    if canary_nodes <= 0 or densest <= 0:
+        return None
+    return expected_events_needed(worse_ratio, confidence, len(signals)) / (canary_nodes * densest) * 86400
+
+
 def recorded_rate(events: int, node_hours: float) -> float | None:
     """The rate per node-hour a canary without control peers is judged against, or None: too little
     history to judge by."""

@@ -25,9 +25,10 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-# NCSA Delta (arXiv 2503.11901): 8,863 MMU errors (Xid 31) on 448 A100s in 895 days = 0.022 per GPU-day,
-# 0.18 per 8-GPU node-day: the soft rate when only a failure rate is given
-DELTA_SOFT_RATE = 0.18
+from ..catalog import base_rates
+
+# NCSA Delta's Xid 31 rate (data/base_rates.toml, xid_soft): the soft rate when only a failure rate is given
+DELTA_SOFT_RATE = base_rates()["xid_soft"]
 REPAIR_REASON = "repair: node failure"
 MAX_BATCH_REQUEUE = 5  # slurm.conf MaxBatchRequeue's default: a job requeued more often is held
 

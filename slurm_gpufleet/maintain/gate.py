@@ -1,7 +1,11 @@
 """The evidence gate in a rollout step (`[maintain] gate = "evidence"`): from this step's read, each
 cohort's new events and node-hours go into the sequential test (maintain/evidence.py); a wave widens
-past a boundary only once the test rules "worse" out after `gate_min_soak_s`, or an admin approves, or
-`gate_max_soak_s` passed with `gate_on_timeout = "proceed"`; a "worse" verdict halts the rollout.
+past a boundary only once the test rules "worse" out after `gate_min_soak_s`; or once the canary in
+service has been exposed long enough to expect the events that would show a `gate_worse_ratio` times
+worse driver (at the fleet's base rates, data/base_rates.toml: schedule.stage_soak_s) with no signal
+leaning worse; or an admin approves; or `gate_max_soak_s` passed with `gate_on_timeout = "proceed"`.  A
+"worse" verdict halts the rollout.  On an idle fleet the test alone rarely rules "worse" out (a small
+canary sees almost no events), so without the exposure rule every stage waited `gate_max_soak_s`.
 
 Cohorts, as Slurm shows them this step: the canary cohort is the rollout's nodes that are done and in
 service; the control is its nodes still waiting, in service.  The two are compared within each GPU
@@ -26,7 +30,19 @@ from typing import Any
 
 from .. import summary
 from . import states as S
-from .evidence import CANARY, CONTROL, MIN_HISTORY_NODE_HOURS, NOT_WORSE, SIGNALS, WORSE, Gate, recorded_rate
+from .evidence import (
+    CANARY,
+    CONTROL,
+    MIN_HISTORY_NODE_HOURS,
+    NOT_WORSE,
+    SIGNALS,
+    WORSE,
+    Gate,
+    expected_events_needed,
+    exposure_s,
+    recorded_rate,
+)
+from .schedule import stage_soak_s
 
 COUNTERS = {"xid_soft": "xs", "xid_hard": "xh", "ecc": "ecc", "row_remap": "rr"}
 JOB_FAILED = frozenset({"FAILED", "NODE_FAIL"})
@@ -155,15 +171,28 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
         return out
     if boundary <= state["passed"] or boundary < 1:
         return out
+    # the exposure the test needs: how long the canary in service takes to expect the events that show a
+    # `gate_worse_ratio` times worse driver (schedule.stage_soak_s, as the plan's slots have it)
+    canary_nodes = sum(1 for c in who.values() if c == CANARY)
+    need = stage_soak_s(s, canary_nodes)
+    raw = exposure_s(tuple(s.gate_signals), s.gate_worse_ratio, s.gate_confidence, canary_nodes)
+    exposed = raw is not None and raw <= s.gate_max_soak_s  # beyond it the timeout rules decide
+    leaning = [sig for sig in gate.signals if gate.evidence[sig].llr > 0]
     if state["boundary"] != boundary:
         state.update(boundary=boundary, since=now)
-        out.audits.append(("gate open", f"before stage {boundary}: soak {s.gate_min_soak_s} s at least"))
+        out.audits.append(("gate open", f"before stage {boundary}: soak {s.gate_min_soak_s} s at least with a "
+                                        f"verdict, {need:.0f} s without ({canary_nodes} canary node(s) in service)"))
+    state["need_s"] = round(need)
     soak = now - state["since"]
     approved = state["approved"].get(str(boundary))
     if approved:
         why = f"approved by {approved}"
     elif verdict == NOT_WORSE and soak >= s.gate_min_soak_s:
         pass
+    elif exposed and soak >= need and not leaning:
+        why = (f"no signal worse or leaning worse after {soak:.0f} s, the {canary_nodes} canary node(s)' exposure "
+               f"for {expected_events_needed(s.gate_worse_ratio, s.gate_confidence, len(gate.signals)):.1f} "
+               "expected events at the fleet's base rates (data/base_rates.toml)")
     elif soak >= s.gate_max_soak_s and s.gate_on_timeout == "proceed":
         why = f"no decision after {s.gate_max_soak_s} s: proceeding (gate_on_timeout)"
     else:
@@ -192,6 +221,7 @@ def report(state: dict[str, Any] | None, s: Any) -> dict[str, Any]:
         return {"mode": s.gate}
     gate = _gate(s, state)
     return {"mode": s.gate, "decision": state["decision"], "why": state["why"], "boundary": state["boundary"],
-            "soak_since": state["since"], "passed": state["passed"], "approved": state["approved"],
+            "soak_since": state["since"], "soak_needed_s": state.get("need_s"), "passed": state["passed"],
+            "approved": state["approved"],
             "worse_ratio": s.gate_worse_ratio, "confidence": s.gate_confidence, "signals": gate.report(),
             "models": state.get("strata", {})}

@@ -24,7 +24,7 @@ from .bundle import Bundle, at_least, firmware_for, unpublished, wanted
 from .domains import Domains
 from .fleet import FleetState
 from .plan import INF, Plan, PlanError, Wave
-from .schedule import plan_slots, soak_of
+from .schedule import plan_slots, soak_of, stage_soak_s, waves_as_stages
 from .strategy import STRATEGIES
 
 
@@ -333,8 +333,16 @@ def _record(plan: Plan, fleet: FleetState, waves_nodes: list[tuple[str, list[str
     step = settings.upgrade_minutes * 60
     slots, quantum = plan_slots(plan, free_at, now, step, soak_of(settings))
     plan.assumptions["slot_grid_minutes"] = round(quantum / 60)
-    if soak_of(settings):
-        plan.assumptions["gate_soak_s"] = soak_of(settings)
+    if settings.gate == "evidence":
+        # before each stage after the canary's: the canary grows by the stages before it, its soak shrinks
+        canary, stages = waves_as_stages(plan.waves)
+        before, soaks = len(canary), []
+        for members in stages:
+            if members:
+                soaks.append(round(stage_soak_s(settings, before)) if before else None)
+                before += len(members)
+        plan.assumptions["gate_stage_soak_s"] = soaks
+        plan.assumptions["gate_soak_s"] = next((s for s in soaks if s), settings.gate_min_soak_s)
     plan.slots = {n: [t, t + step] for n, t in slots.items()}
     # the job that decides each slot, and when it ends: by its limit, or when a deadline plan stops it
     stop_at = {str(j["job_id"]): j["at"] for j in (plan.deadline or {}).get("jobs", []) if j["action"] != "wait"}

@@ -217,8 +217,9 @@ class Engine:
             planned = {n: v.plan.slots[n][0] for n in (r["node"] for r in need) if n in v.plan.slots}
             # a plan applied a minute or two after it was made keeps its slots (the first begins now)
             if len(planned) < len(need) or min(planned.values()) < v.world.now - LATE_PLAN_S:
+                done = sum(1 for st in v.state.values() if st == S.DONE)
                 planned, _ = plan_slots(v.plan, v.world.free_at, v.world.now, 60.0 * self.s.upgrade_minutes,
-                                        soak_of(self.s), {r["node"] for r in need})
+                                        soak_of(self.s, done), {r["node"] for r in need})
             for r in need:
                 r["slot"] = planned[r["node"]]
                 m.changes.append((r["node"], None, "", {"slot": r["slot"]}))

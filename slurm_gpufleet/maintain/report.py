@@ -54,7 +54,13 @@ def text(plan: Plan, width: int = 100) -> str:
     lines.append(f"  budget: at most {b['max_unavailable']} node(s) out at once{per_domain}; "
                  f"halt after {b['max_failures'] + 1} failure(s)")
     soak = plan.assumptions.get("gate_soak_s")
-    if soak:
+    stage_soaks = [s for s in plan.assumptions.get("gate_stage_soak_s") or [] if s]
+    if stage_soaks:
+        lines.append(f"  evidence gate: each wave after the first starts after a soak of {', '.join(map(_dur, stage_soaks))}"
+                     " (the upgraded nodes' exposure for the events the test needs at the fleet's base rates, "
+                     "between gate_min_soak_s and gate_max_soak_s; a \"not worse\" verdict lets it go sooner, "
+                     "a canary leaning worse holds it)")
+    elif soak:
         lines.append(f"  evidence gate: each wave after the first starts {_dur(soak)} after the one before "
                      "it ends, at the earliest (gate_min_soak_s; it waits longer without a verdict)")
     if plan.domains:

@@ -36,13 +36,13 @@ QUANTA_S = (60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
 
 
 def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[str]], now: float, width: int,
-               upgrade_s: float, soak_s: float = 0.0, order: dict[str, int] | None = None,
+               upgrade_s: float, soak_s: float | Callable[[int], float] = 0.0, order: dict[str, int] | None = None,
                unit_of: dict[str, str] | None = None, quantum_s: float = 60.0) -> dict[str, float]:
     """Each node's slot, on a grid of `quantum_s` (whole minutes by default; every time, the upgrade
     and the soak included, is rounded up to it, so the budget holds exactly), as the engine's window
     (`admit`) takes it: the canary first,
     then each stage of the plan's waves once every node before it is done (and the evidence gate's soak
-    `soak_s` has passed), at most `width` at once, its members soonest free first, then in the plan's
+    `soak_s` has passed: a number, or a function of how many nodes the stages before hold), at most `width` at once, its members soonest free first, then in the plan's
     `order`.  A node whose job has no time limit gets its slot when its turn comes (it empties when that
     job ends).  `unit_of`: node -> its failure domain, for domains that go as one (the unit's slot is its
     last member's free time; `width` then counts units)."""
@@ -54,7 +54,7 @@ def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[s
 
     now = _minute(now)
     upgrade_s = _minute(upgrade_s)
-    soak_s = _minute(soak_s)
+    soak = soak_s if callable(soak_s) else (lambda _before, s=soak_s: s)
 
     def free(n: str) -> float:
         f = free_at.get(n, now)
@@ -72,7 +72,7 @@ def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[s
         if not members:
             continue
         if slots:  # the evidence gate soaks before every stage but the first
-            gate += soak_s
+            gate += _minute(soak(len(slots)))
         batch = sorted(units(members), key=lambda u: (max(free(n) for n in u), min(order.get(n, 0) for n in u)))
         places = [gate] * (len(batch) if k == 0 else max(1, min(width, len(batch))))
         end = gate
@@ -105,7 +105,8 @@ def unit_of(plan: Any) -> dict[str, str]:
     return {n: d for d, nodes in plan.domains.items() for n in nodes if n not in alone}
 
 
-def plan_slots(plan: Any, free_at: dict[str, float], now: float, upgrade_s: float, soak_s: float,
+def plan_slots(plan: Any, free_at: dict[str, float], now: float, upgrade_s: float,
+               soak_s: float | Callable[[int], float],
                names: set[str] | None = None) -> tuple[dict[str, float], float]:
     """The slots of a plan's nodes (of `names`, when given) from `now`, and the grid they are on: what
     `maintain plan` shows and `apply` reserves, and how a plan applied after its slots began is scheduled
@@ -127,9 +128,27 @@ def plan_slots(plan: Any, free_at: dict[str, float], now: float, upgrade_s: floa
     return slots, quantum
 
 
-def soak_of(settings: Any) -> float:
-    """How long each stage waits for the evidence gate before the next one (0 without one)."""
-    return float(settings.gate_min_soak_s) if settings.gate == "evidence" else 0.0
+def stage_soak_s(settings: Any, canary_nodes: int) -> float:
+    """How long the evidence gate holds the next stage once `canary_nodes` are upgraded and in service (0
+    without a gate): the time in which they expect the events the test needs (evidence.exposure_s), at
+    least `gate_min_soak_s`, at most `gate_max_soak_s`.  A big canary soaks little, a small one long; a
+    verdict ("not worse") before it lets the stage go from `gate_min_soak_s` on.  The plan's slots and
+    the engine's gate both read this."""
+    if settings.gate != "evidence":
+        return 0.0
+    from .evidence import exposure_s
+
+    need = exposure_s(tuple(settings.gate_signals), settings.gate_worse_ratio, settings.gate_confidence,
+                      canary_nodes)
+    if need is None:
+        return float(settings.gate_max_soak_s)
+    return float(min(settings.gate_max_soak_s, max(settings.gate_min_soak_s, need)))
+
+
+def soak_of(settings: Any, done: int = 0) -> Callable[[int], float]:
+    """The soak before a stage, given how many nodes the stages before it hold (`done` more already
+    upgraded): what `slot_times` adds."""
+    return lambda before: stage_soak_s(settings, done + before)
 
 
 def slot_reservations(slots: dict[str, float], already: set[str], rid: str, prefix: str,

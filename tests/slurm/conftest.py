@@ -143,6 +143,34 @@ class Cluster:
         assert "internal error" not in r.stderr, r.stderr
         return r
 
+    def story(self, node: str) -> str:
+        """What a failed rollout test shows of `node`: the harness's upgrades and slurmd restarts, what
+        slurmctld and the node's slurmd logged of it, and the rollout's audit.  A flake seen once in CI
+        is then read from its own output."""
+        def tail(path: Path, pattern: str | None = None, n: int = 15) -> str:
+            try:
+                lines = path.read_text(errors="replace").splitlines()
+            except OSError:
+                return "(none)"
+            return "\n".join([x for x in lines if pattern is None or pattern in x][-n:]) or "(none)"
+
+        log = self.dir / "log"
+        audit = self.maintain_db("select ts, event, detail from audit where node = ? order by ts", (node,))
+        return "\n".join([
+            f"--- {node}: upgrades", tail(log / "upgrades.log", f" {node} "),
+            "--- overlaps", tail(log / "upgrade-overlaps.log"),
+            "--- slurmd restarts", tail(log / "restarts.log", f" {node} "),
+            "--- slurmctld", tail(log / "slurmctld.log", node, 25),
+            f"--- slurmd-{node}.log", tail(log / f"slurmd-{node}.log", None, 15),
+            "--- scontrol", " ".join(f"{k}={v}" for k, v in self.node(node).items()
+                                      if k in ("State", "SlurmdStartTime", "BootTime", "Reason")),
+            "--- audit", "\n".join(f"{ts:.3f} {e} {d}" for ts, e, d in audit)])
+
+    def failed_stories(self) -> str:
+        """`story` of every node the rollout failed."""
+        failed = sorted({n for (n,) in self.maintain_db("select node from audit where event = 'failed'") if n})
+        return "".join(f"\n{self.story(n)}" for n in failed)
+
     def wait_published(self, driver: str = "580.159.04") -> None:
         """Until every node's health check has published its GPU summary with this driver."""
         def missing() -> list[str]:

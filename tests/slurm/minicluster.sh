@@ -328,6 +328,7 @@ renice -n 0 -p \$\$ >/dev/null 2>&1 || true  # see up(): a slurmd at the caller'
 exec 8>"$DIR/run/restart-slurmd-\$node.lock"
 flock -w 120 8 || true
 alive() { [ -d /proc/\$1 ] && ! grep -q '^State:.*Z' /proc/\$1/status 2>/dev/null; }
+next_second() { local now=\$(date +%s); while [ "\$(date +%s)" -le "\$now" ]; do sleep 0.05; done; }
 pidfile="$DIR/run/slurmd-\$node.pid"
 pids=\$( { cat "\$pidfile" 2>/dev/null; pgrep -f -- "slurmd(-wlm)? -f $CONF (-b )?-N \$node\\\$"; } | sort -u)
 for pid in \$pids; do kill "\$pid" 2>/dev/null || true; done
@@ -339,6 +340,11 @@ for pid in \$pids; do
   fi
 done
 rm -f "\$pidfile"
+# a reboot takes more than a second: the new slurmd starts in a later second than the one it replaces
+# last registered in, which was before the kill (Slurm shows SlurmdStartTime, set once a slurmd is up,
+# in whole seconds, and a new registration in the same second reads as none)
+next_second
+echo "\$(date +%s.%N) \$node restart (was: \$(echo \$pids))" >> "$DIR/log/restarts.log"
 $(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>&1 8>&-
 # the lock is held until the new slurmd has written its pid file, so the next restart finds it
 for i in \$(seq 1 100); do
@@ -467,6 +473,8 @@ reboot_one() {
   [ -f "$GPUDIR/\$node.after-reboot.json" ] && mv -f "$GPUDIR/\$node.after-reboot.json" "$GPUDIR/\$node.json"
   [ -f "$GPUDIR/\$node.kmsg" ] && echo "-- Boot \$(date +%s%N) --" >> "$GPUDIR/\$node.kmsg"
   echo "\$(date -Is) \$node" >> "$DIR/log/reboots.log"
+  local now=\$(date +%s)  # a later second than the old slurmd's start, as in restart-slurmd
+  while [ "\$(date +%s)" -le "\$now" ]; do sleep 0.05; done
   env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SLURM_CONF=$CONF $(command -v slurmd) -f $CONF -b -N "\$node" </dev/null
 }
 while [ -f "$DIR/run/reboot-agent.pid" ]; do

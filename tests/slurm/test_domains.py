@@ -150,7 +150,7 @@ def test_kill_9_mid_domain_then_resume_converges(bc, tmp_path, killed_after):
     plan_file, p = plan(bc, tmp_path, "--target-driver", TARGET)
     assert _apply_killed_after(bc, plan_file, killed_after, 2) == -9  # SIGKILL, mid-way through the canary block
     r = bc.gpufleet("maintain", "resume")
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr + bc.failed_stories()
     status = json.loads(bc.gpufleet("maintain", "status", "--json").stdout)
     assert status["state"] == "done" and status["counts"] == {"done": 8}, status
     assert leftovers(bc) == ("", [])

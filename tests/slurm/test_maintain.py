@@ -193,7 +193,7 @@ def test_kill_9_at_each_transition_then_resume_converges(mc, tmp_path, crash_aft
     plan_file, p = plan(mc, tmp_path, nodes="n[1-3]")
     assert _apply_killed_after(mc, plan_file, crash_after, 2) == -9  # SIGKILL, as kill -9
     r = mc.gpufleet("maintain", "resume")
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr + mc.failed_stories()
     status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
     assert status["state"] == "done" and status["counts"] == {"done": 3}, status
     assert leftovers(mc) == ("", [])
