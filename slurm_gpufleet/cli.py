@@ -934,6 +934,10 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
               help="--no-replay: only the --seeds trials, without the full replay of each strategy.")
 @click.option("--jobs", "jobs", type=click.IntRange(1, 1024), default=None, metavar="N",
               help="Run the strategies' replays and the seeds in N processes (default: the cores this may use).")
+@click.option("--slurm-array", "slurm_array", metavar="PARTITION", default=None,
+              help="Run the --seeds trials as one Slurm job array on PARTITION (each task writes its JSON under "
+                   "the current directory, which the partition's nodes must see; the command waits and merges "
+                   "them into the same output as a local run).")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")
 @click.option("--json", "as_json", is_flag=True)
 def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
@@ -941,7 +945,7 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
                       time_limit_assumption: str, upgrade_minutes: int | None, deadline_text: str | None,
                       checkpoint_every_h: float | None, domain_size: int | None, failure_rate: float | None,
                       soft_rate: float | None, driver_effect: float, seeds: int | None, replay: bool,
-                      jobs: int | None, plot_file: str | None, as_json: bool) -> None:
+                      jobs: int | None, slurm_array: str | None, plot_file: str | None, as_json: bool) -> None:
     """Replay a job history on a simulated fleet and compare rollout strategies (same planner code).
     A run that takes more than a few seconds says how far it is on stderr."""
     from .maintain.pool import Progress, default_jobs
@@ -954,6 +958,10 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
         _fail("--no-replay leaves only the --seeds trials: give --seeds N", exitcodes.USAGE)
     if not replay and plot_file:
         _fail("--plot draws the replay: not with --no-replay", exitcodes.USAGE)
+    if slurm_array is not None and not seeds:
+        _fail("--slurm-array runs the --seeds trials: give --seeds N", exitcodes.USAGE)
+    if slurm_array is not None and not slurm_array.strip():
+        _fail("--slurm-array: give a partition name", exitcodes.USAGE)
 
     policy = _with_budget(_load_policy(policy_file, read_only=True), max_unavailable)
     budget = policy.maintain.max_unavailable
@@ -1009,8 +1017,24 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     results = result.pop("_results")
     running, sim_policy = result.pop("_running"), result.pop("_policy")
     if seeds and rates:
-        result["gate"] = gate_trials(running, node_count, gpus_per_node, sim_policy, rates, seeds, rollout_at * 3600,
-                                     jobs=jobs, progress=progress)
+        runner = None
+        if slurm_array:
+            from .maintain.pool import in_slurm_array
+            from .slurm.actuator import Actuator
+
+            backend = _backend(policy)
+            actuator = Actuator(backend, "simulate")
+
+            def runner(calls, say, what):
+                return in_slurm_array(calls, slurm_array, actuator, backend, os.getcwd(), say, what)
+        from .maintain.pool import ArrayError
+        from .slurm import SlurmError
+
+        try:
+            result["gate"] = gate_trials(running, node_count, gpus_per_node, sim_policy, rates, seeds,
+                                         rollout_at * 3600, jobs=jobs, progress=progress, runner=runner)
+        except (ArrayError, SlurmError) as exc:  # only the job array talks to Slurm here
+            _fail(str(exc), exitcodes.USAGE)
     result["assumptions"]["job_history"] = history_label
     result["gating_jobs"] = next((r.gating_jobs for r in results.values() if r.gating_jobs), [])
     if plot_file:

@@ -74,16 +74,18 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def gate_trials(running: list[Any], nodes: int, gpus_per_node: int, policy: Policy, rates: Rates, seeds: int,
                 now: float, step_s: float = 7200.0, ungated_seeds: int = 10, jobs: int = 1,
-                progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
+                progress: Callable[[int, int, str], None] | None = None,
+                runner: Callable[..., list[Any]] | None = None) -> dict[str, Any]:
     """`seeds` trials with the policy's gate, and the first `ungated_seeds` of the same draws without it
-    (the ungated makespan varies little from draw to draw: it is the load's); in `jobs` processes."""
+    (the ungated makespan varies little from draw to draw: it is the load's); in `jobs` processes, or
+    through `runner(calls, progress, what)` (a Slurm job array: pool.in_slurm_array)."""
     from .pool import in_pool
 
     gated = policy if policy.maintain.gate == "evidence" else replace(policy, maintain=replace(policy.maintain, gate="evidence"))
     ungated = replace(policy, maintain=replace(policy.maintain, gate="validated"))
     calls = [functools.partial(trial, running, nodes, gpus_per_node, pol, rates, s, now, step_s)
              for pol, count in ((gated, seeds), (ungated, min(seeds, ungated_seeds))) for s in range(count)]
-    runs = in_pool(calls, jobs, progress, "gate trials")
+    runs = runner(calls, progress, "gate trials") if runner else in_pool(calls, jobs, progress, "gate trials")
     gated_runs, plain_runs = runs[:seeds], runs[seeds:]
     cpu = sum(r["cpu_s"] for r in gated_runs)
     halted = [r for r in gated_runs if r["halted"]]

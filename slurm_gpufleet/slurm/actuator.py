@@ -206,7 +206,8 @@ class Actuator:
         return getattr(self.backend, method)(name, *args)
 
     def job(self, method: str, *args):
-        """set_job_comment, signal_job, requeue_jobs, cancel_jobs or submit_job (which returns the id)."""
+        """set_job_comment, signal_job, requeue_jobs, cancel_jobs, submit_job or submit_array (which
+        return the id)."""
         if method not in _JOB_CALLS:
             raise ValueError(f"not a job call: {method}")
         return getattr(self.backend, method)(*args)
@@ -278,7 +279,7 @@ class Actuator:
 
 _RESERVATION_CALLS = frozenset({"create_reservation", "update_reservation", "postpone_reservation",
                                 "delete_reservation"})
-_JOB_CALLS = frozenset({"set_job_comment", "signal_job", "requeue_jobs", "cancel_jobs", "submit_job"})
+_JOB_CALLS = frozenset({"set_job_comment", "signal_job", "requeue_jobs", "cancel_jobs", "submit_job", "submit_array"})
 
 
 def reason_of(actor: str) -> str:

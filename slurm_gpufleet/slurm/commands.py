@@ -222,6 +222,15 @@ class CommandBackend:
             argv.append(f"--partition={partition}")
         return self._run(*argv, exe=self.sbatch).strip().split(";")[0]
 
+    def submit_array(self, name: str, partition: str, tasks: int, command: str, output: str, chdir: str) -> str:
+        """One job array of `tasks` tasks (0 to tasks - 1), each running `command` with its index in
+        SLURM_ARRAY_TASK_ID, on one node of `partition` under its default time limit."""
+        argv = ["--parsable", f"--job-name={name}", f"--array=0-{int(tasks) - 1}", "--nodes=1", "--ntasks=1",
+                f"--output={output}", f"--chdir={chdir}", f"--wrap={command}"]
+        if partition:
+            argv.append(f"--partition={partition}")
+        return self._run(*argv, exe=self.sbatch).strip().split(";")[0]
+
     def jobs_named(self, name: str) -> list[tuple[str, str, str]]:
         """(job id, state, comment) of every job with this name that squeue still shows, finished ones
         included (for MinJobAge after they end)."""

@@ -135,11 +135,13 @@ class Cluster:
             os.unlink(path)  # a FIFO left by the stuck-reader test
         gpustate.write_atomic(gpustate.healthy_state(8, node), path)
 
-    def gpufleet(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-        """The slurm-gpufleet command with the cluster's config, as an admin runs it."""
+    def gpufleet(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300,
+                 cwd: Path | None = None) -> subprocess.CompletedProcess:
+        """The slurm-gpufleet command with the cluster's config, as an admin runs it (in `cwd`, or the
+        repository)."""
         full = {**self.env, "SLURM_GPUFLEET_CONFIG": str(self.dir / "etc" / "gpufleet.toml"), **(env or {})}
         r = subprocess.run([sys.executable, "-m", "slurm_gpufleet.cli", *args], capture_output=True, text=True,
-                           env=full, timeout=timeout, cwd=REPO)
+                           env=full, timeout=timeout, cwd=cwd or REPO)
         assert "internal error" not in r.stderr, r.stderr
         return r
 
