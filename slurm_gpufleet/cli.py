@@ -1130,42 +1130,18 @@ def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, con
 def history(config: str | None, node: str | None, db: str | None, since: str | None, gpu: int | None, limit: int,
             as_json: bool) -> None:
     """The node's own history: check runs, findings, Xids attributed to jobs, performance results."""
-    import datetime as dt
-    import re
     import socket
-    import sqlite3
+
+    from .history import HistoryError, parse_since, read_recent
 
     policy = _load_policy(config)
     node = node or socket.gethostname().split(".")[0]
     path = db or os.path.join(policy.slurm.state_dir, f"{node}.db")
-    if not os.path.exists(path):
-        _fail(f"{path}: no history", exitcodes.USAGE)
-    t0 = 0.0
-    if since:
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", since.strip())
-        if m:
-            t0 = time.time() - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-        else:
-            try:
-                t0 = dt.datetime.fromisoformat(since).timestamp()
-            except ValueError:
-                _fail(f"--since {since!r}: an ISO time or an age like 2h", exitcodes.USAGE)
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-    conn.row_factory = sqlite3.Row
-    gpu_clause = " and gpu = ?" if gpu is not None else ""
-    args = [t0] + ([gpu] if gpu is not None else [])
     try:
-        runs = [dict(r) for r in conn.execute("select id, time, hook, job_id, verdict, duration_s, driver from runs "
-                                              "where ts >= ? order by id desc limit ?", [t0, limit])]
-        finds = [dict(r) for r in conn.execute(f"select run_id, job_id, [check], severity, action, gpu, message, xid "
-                                               f"from findings where ts >= ?{gpu_clause} order by ts desc limit ?",
-                                               args + [limit])]
-        perf = [dict(r) for r in conn.execute(f"select ts, gpu, model, mem_bw_gbps, gemm_tflops, h2d_gbps, sm_clock_mhz, "
-                                              f"power_w, temperature_c, reasons from performance where ts >= ?"
-                                              f"{gpu_clause} order by ts desc limit ?", args + [limit])] \
-            if "performance" in {r[0] for r in conn.execute("select name from sqlite_master")} else []
-    except sqlite3.Error as exc:
-        _fail(f"{path}: {exc}", exitcodes.USAGE)
+        seen = read_recent(path, parse_since(since, time.time()) if since else 0.0, gpu, limit)
+    except HistoryError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    runs, finds, perf = seen["runs"], seen["findings"], seen["performance"]
     if as_json:
         click.echo(json.dumps({"node": node, "runs": runs, "findings": finds, "performance": perf}, indent=1))
         return

@@ -235,6 +235,50 @@ class History:
         self.conn.close()
 
 
+class HistoryError(Exception):
+    """A history that cannot be read as asked: one line, for the `history` command."""
+
+
+def parse_since(text: str, now: float) -> float:
+    """`--since`: an age (90s, 30m, 2h, 7d) before `now`, or an ISO time; the epoch seconds it means."""
+    import re
+
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if m:
+        return now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    try:
+        return dt.datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise HistoryError(f"--since {text!r}: an ISO time or an age like 2h") from None
+
+
+def read_recent(path: str, since: float = 0.0, gpu: int | None = None, limit: int = 50) -> dict[str, list[dict]]:
+    """The newest `limit` runs, findings and performance results since `since` (findings and results of
+    one `gpu` where given), read-only: what `slurm-gpufleet history` shows."""
+    if not os.path.exists(path):
+        raise HistoryError(f"{path}: no history")
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    conn.row_factory = sqlite3.Row
+    gpu_clause = " and gpu = ?" if gpu is not None else ""
+    args: list[Any] = [since] + ([gpu] if gpu is not None else [])
+    try:
+        runs = [dict(r) for r in conn.execute("select id, time, hook, job_id, verdict, duration_s, driver from runs "
+                                              "where ts >= ? order by id desc limit ?", [since, limit])]
+        finds = [dict(r) for r in conn.execute(f"select run_id, job_id, [check], severity, action, gpu, message, xid "
+                                               f"from findings where ts >= ?{gpu_clause} order by ts desc limit ?",
+                                               args + [limit])]
+        tables = {r[0] for r in conn.execute("select name from sqlite_master")}
+        perf = [dict(r) for r in conn.execute(f"select ts, gpu, model, mem_bw_gbps, gemm_tflops, h2d_gbps, sm_clock_mhz, "
+                                              f"power_w, temperature_c, reasons from performance where ts >= ?"
+                                              f"{gpu_clause} order by ts desc limit ?", args + [limit])] \
+            if "performance" in tables else []
+    except sqlite3.Error as exc:
+        raise HistoryError(f"{path}: {exc}") from None
+    finally:
+        conn.close()
+    return {"runs": runs, "findings": finds, "performance": perf}
+
+
 def _schema(conn: sqlite3.Connection) -> None:
     # "performance" is always there, so that pruning and the fleet view never meet "no such table"
     for table, columns in _TABLES.items():

@@ -69,6 +69,16 @@ def test_history_perf_and_failures(tmp_path):
     out = json.loads(r.stdout)
     assert len(out["runs"]) == 5 and {f["gpu"] for f in out["findings"]} == {1}
     assert [p["mem_bw_gbps"] for p in out["performance"]] == [3300.0]
+    # --since: an age or an ISO time; the runs were spread over 4 h from now on (ts + (id - 1) h)
+    r = run_cli("history", "--db", str(tmp_path / "n1.db"), "--node", "n1", "--since", "1h", "--json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)["runs"]) == 5, r.stderr
+    r = run_cli("history", "--db", str(tmp_path / "n1.db"), "--node", "n1", "--since", "2099-01-01T00:00", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["runs"] == [], r.stderr
+    for args, said in ((("--since", "soon"), "--since 'soon': an ISO time or an age like 2h"),
+                       (("--db", str(tmp_path / "nope.db")), "nope.db: no history")):
+        r = run_cli("history", "--db", str(tmp_path / "n1.db"), "--node", "n1", *args)
+        err = r.stderr.decode()
+        assert r.returncode == 2 and said in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_checkpoint_advice_formulas():
