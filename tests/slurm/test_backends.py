@@ -238,6 +238,7 @@ def test_the_in_memory_slurm_shows_what_real_slurm_shows(mc, release_env):
                 for r in backend.reservations() if r.name.startswith("gpufleet_contract")}
 
     def both(method, *args):
+        fleet.sim.now = time.time()  # the in-memory Slurm's clock is the real one here (it read it once, at creation)
         for backend in (real, sim):
             getattr(backend, method)(*args)
 
@@ -270,6 +271,7 @@ def test_the_in_memory_slurm_shows_what_real_slurm_shows(mc, release_env):
         mc.wait(lambda: "State=ACTIVE" in mc.run("scontrol", "show", "reservation", name, check=False).stdout, 10,
                 f"{name} begun")
         refused = []
+        fleet.sim.now = time.time()
         for backend in (real, sim):
             try:
                 backend.postpone_reservation(name, now + 1800)
