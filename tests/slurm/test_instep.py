@@ -190,3 +190,32 @@ def test_one_gpu_that_stays_busy_while_the_job_waits_is_flagged_by_name(mc):
         config.write_text(original)
         for node in nodes:
             mc.heal(node)
+
+
+def test_an_epilog_on_a_broken_config_still_ends_its_job_s_sampler(mc):
+    """Issue 33: the epilog stops the job's sampler before it reads any config.  A 2-node job starts one
+    sampler per node; the config is broken while it runs; the job ends: every sampler's process is gone
+    (checked by its pid), and the broken config drained nothing."""
+    import os
+
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    try:
+        mc.wait_published()
+        job = mc.sbatch("-N", "2", "-w", "n[4-5]", "--gres=gpu:8", "--time=3", "--wrap", "sleep 300")
+        mc.wait(lambda: len([p for p in samplers(mc) if f"-{job}-" in p]) == 2, 60, f"job {job}'s two samplers")
+        pids = {p: int((mc.dir / "state" / "gpufleet" / p).read_text().split()[0])
+                for p in samplers(mc) if f"-{job}-" in p}
+        assert all(os.path.exists(f"/proc/{pid}") for pid in pids.values()), pids
+        config.write_text(original + "\n[slurm\nthis is = not toml\n")
+        mc.run("scancel", job)
+        mc.wait(lambda: mc.job(job).get("JobState") in ("CANCELLED", "COMPLETED", None), 30, f"job {job} ended")
+        # gone within seconds: the epilog's doing, not the sampler's own look at its job each 60 s window
+        mc.wait(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids.values()), 10,
+                lambda: f"job {job}'s samplers' processes {pids} gone")
+        # the epilog has returned on both nodes (no longer COMPLETING): a failed one would have drained them
+        states = mc.wait(lambda: (lambda s: s if not any("COMPLETING" in v for v in s.values()) else None)(
+            {n: mc.state(n) for n in ("n4", "n5")}), 30, "n4, n5 done completing")
+        assert not any("DRAIN" in s for s in states.values()), states
+    finally:
+        config.write_text(original)
