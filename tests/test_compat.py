@@ -131,13 +131,20 @@ def test_fleet_shows_exposed_nodes_per_group_with_the_safe_version():
 
 
 def test_a_cuda_release_without_its_own_row_says_what_the_table_knows():
-    """CUDA 13.1's GA driver row is not in the table (no citable copy at hand): the family's minimum
-    (minor-version compatibility) decides, and the note says so instead of `< ?`."""
+    """A CUDA release with no driver row of its own (13.2 here): the family's minimum (minor-version
+    compatibility) decides, and the note says so instead of `< ?`.  CUDA 13.1 has its row (590.48.01,
+    the 13.1 Update 1 runfile's driver, sourced as not NVIDIA's table): below it, 13.1 runs through
+    minor-version compatibility, and a 590 driver reaches CUDA 13.1."""
     from support import run_cli
 
-    r = run_cli("compat", "--cuda", "13.1", "--driver", "580.95.05")
+    r = run_cli("compat", "--cuda", "13.2", "--driver", "580.95.05")
     out = r.stdout.decode()
     assert r.returncode == 0 and "?" not in out, out
     assert "CUDA 13.x runs on >= 580.65.06" in out and "not in the table" in out, out
-    r = run_cli("compat", "--cuda", "13.1", "--driver", "575.51.03")
-    assert r.returncode == 1 and "CUDA 13.1 needs driver >= 580.65.06" in r.stdout.decode()
+    r = run_cli("compat", "--cuda", "13.2", "--driver", "575.51.03")
+    assert r.returncode == 1 and "CUDA 13.2 needs driver >= 580.65.06" in r.stdout.decode()
+    r = run_cli("compat", "--cuda", "13.1", "--driver", "580.95.05")
+    out = r.stdout.decode()
+    assert r.returncode == 0 and "driver 580.95.05 < 590.48.01, its release minimum" in out, out
+    r = run_cli("compat", "--cuda", "13.1", "--driver", "590.48.01")
+    assert r.returncode == 0 and "CUDA up to 13.1" in r.stdout.decode()
