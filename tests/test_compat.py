@@ -147,4 +147,6 @@ def test_a_cuda_release_without_its_own_row_says_what_the_table_knows():
     out = r.stdout.decode()
     assert r.returncode == 0 and "driver 580.95.05 < 590.48.01, its release minimum" in out, out
     r = run_cli("compat", "--cuda", "13.1", "--driver", "590.48.01")
-    assert r.returncode == 0 and "CUDA up to 13.1" in r.stdout.decode()
+    out = r.stdout.decode()
+    assert r.returncode == 0 and "CUDA up to 13.1" in out, out
+    assert "branch R590 (NFB, end of life unknown)" in out and "not in the branch table" not in out, out
