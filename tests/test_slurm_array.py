@@ -50,3 +50,28 @@ def test_a_task_reads_calls_only_from_a_private_directory(tmp_path):
     os.chmod(tmp_path, 0o777)
     with pytest.raises(SystemExit, match="not a private directory"):
         run_task(str(tmp_path), 0)
+
+
+def test_an_array_squeue_does_not_show_yet_is_waited_for(tmp_path):
+    """squeue may list nothing for a moment after sbatch: not taken for "every task ended"."""
+
+    class Late(Slurm):
+        polls = 0
+
+        def job(self, method, name, partition, tasks, command, output, chdir):
+            self.submitted.append((name, partition, tasks, command.split()[-2]))
+            return "42"
+
+        def jobs_named(self, name):
+            self.polls += 1
+            if self.polls == 1:
+                return []  # not shown yet
+            folder = self.submitted[-1][3]
+            for i in range(self.submitted[-1][2]):
+                run_task(folder, i)
+            return [(f"42_{i}", "COMPLETED", "") for i in range(self.submitted[-1][2])]
+
+    slurm = Late()
+    assert in_slurm_array([functools.partial(abs, -2)] * 2, "gpu", slurm, slurm, str(tmp_path),
+                          sleep=lambda _: None) == [2, 2]
+    assert slurm.polls == 2

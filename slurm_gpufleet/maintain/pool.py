@@ -79,6 +79,9 @@ ARRAY_DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAI
                         "BOOT_FAIL", "DEADLINE"})
 
 
+SHOW_GRACE_S = 60.0
+
+
 class ArrayError(Exception):
     """A job array that could not be submitted or whose tasks left no result."""
 
@@ -104,12 +107,17 @@ def in_slurm_array(calls: list[Callable[[], T]], partition: str, actuator, reade
         _remove(folder)
         raise ArrayError(f"the job array on {partition} was not submitted: {exc}") from None
     start = clock()
+    seen = False
     while True:
         states = [state for _, state, _ in reader.jobs_named(name)]
+        seen = seen or bool(states)
         finished = sum(1 for i in range(total) if os.path.exists(os.path.join(folder, f"{i}.json")))
         say(finished, total, f"{what} (job array {job})")
-        if all(s in ARRAY_DONE for s in states):
-            break  # every task ended, or squeue no longer shows them (MinJobAge)
+        # every task ended; or squeue shows them no more (MinJobAge) after it did, or every result is in;
+        # an array never shown at all is given SHOW_GRACE_S to appear before its results are judged
+        if all(s in ARRAY_DONE for s in states) and (states or seen or finished == total
+                                                     or clock() - start > SHOW_GRACE_S):
+            break
         sleep(poll_s)
     out = []
     for i in range(total):
