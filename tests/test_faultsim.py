@@ -172,6 +172,7 @@ def test_a_switch_side_fault_strikes_every_node_of_its_domain_and_none_else():
     assert len({(f.t, f.domain) for f in half if f.domain is not None}) < len(gpu)
 
 
+@pytest.mark.slow  # 8 s: the slow tier (make test, CI) keeps the fast one under 60 s
 def test_the_gpufleet_strategy_drains_a_struck_rack_whole_through_the_project_s_escalation():
     out = _fleet(nodes=126, days=20.0, domain_size=18, switch_share=1.0)
     a, s = out["assumptions"], out["strategies"]

@@ -294,8 +294,6 @@ def _reset(c: Cluster) -> None:
             c.run("scontrol", "delete", "reservation=" + line.split()[0].split("=", 1)[1], check=False)
     for db in (c.dir / "state").glob("maintain.db*"):
         db.unlink(missing_ok=True)
-    for db in (c.dir / "state" / "gpufleet").glob("*.db"):
-        _empty_history(db)
     (c.dir / "state" / "gpufleet" / "internal-errors.log").unlink(missing_ok=True)
     (c.dir / "state" / "gpufleet" / "breaker.json").unlink(missing_ok=True)
     (c.dir / "state" / "gpufleet" / "sweeps.json").unlink(missing_ok=True)
@@ -321,8 +319,8 @@ def _reset(c: Cluster) -> None:
         return all(s == "IDLE" for s in states.values())
 
     c.wait(settled, 60, "all nodes IDLE", step=1.0)
-    # once more: a health check that read a test's fault before the heal above can record its remedy
-    # after the first emptying (it runs every few seconds on every node); its attempt would then count
+    # the history is emptied only now, once the nodes settled: a health check that read a test's fault
+    # before the heal above can record its remedy a few seconds later, and its attempt would then count
     # in the next test's ladder (CI run 14: a node drained for repair at once, its ladder capped)
     for db in (c.dir / "state" / "gpufleet").glob("*.db"):
         _empty_history(db)
