@@ -1310,12 +1310,13 @@ def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
     summary with a digest)."""
     from . import summary
     from .instep import Settings, detect, samples_from_digests
+    from .slurm.base import job_order
 
     published = {n.name: d for n in nodes if (d := summary.from_node(n)) and "is" in d}
     samples, window_s = samples_from_digests(published)
     flags = detect(samples, Settings(window_s=window_s or policy.slurm.instep_window_s,
                                      windows=policy.slurm.instep_windows)) if samples else []
-    jobs = sorted({job for d in published.values() for job in summary.digests(d["is"])})
+    jobs = sorted({job for d in published.values() for job in summary.digests(d["is"])}, key=job_order)
     return flags, jobs, published
 
 

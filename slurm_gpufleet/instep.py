@@ -28,6 +28,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .slurm.base import job_order
+
 # NVML clock-event reasons that slow a GPU down (GpuIdle 0x1, application clocks 0x2 and sync boost 0x10 do
 # not): SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40, HwPowerBrake 0x80
 SLOWDOWN_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
@@ -264,7 +266,7 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
                     shown = {k: v for k, v in evidence.items() if k != "signature"}
                     flags.append(Flag(job, key[0], key[1], run[0] * s.window_s, evidence["signature"],
                                       {**shown, **_beside(by_window[w], key)}, (w + 1) * s.window_s))
-    return sorted(flags, key=lambda f: (f.job, f.t_first, f.node))
+    return sorted(flags, key=lambda f: (job_order(f.job), f.t_first, f.node))
 
 
 def parse_telemetry(lines: Iterable[str]) -> tuple[list[Sample], list[int]]:

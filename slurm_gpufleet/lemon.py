@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .findings import RANK, Finding
-from .slurm.base import NodeInfo
+from .slurm.base import NodeInfo, job_order
 from .slurm.ownership import FREE, LEMON_RESERVATION_PREFIX, STRAGGLER_PREFIX, owner
 
 JOB_NAME = "gpufleet-lemon-check"
@@ -100,7 +100,7 @@ def decide_cases(now: float, suspects: dict[str, list[str]], cases: dict[str, Ca
             out.notes.append(f"{node}: flagged in {len(jobs)} jobs; {info.state} ({info.reason or 'no reason'}), "
                              "left alone")
             continue
-        case = Case(node, CHECKING, sorted(jobs), now)
+        case = Case(node, CHECKING, sorted(jobs, key=job_order), now)
         out.cases[node] = case
         out.reserve.append(node)
         out.submit.append(node)

@@ -30,6 +30,13 @@ def test_a_node_flagged_in_one_job_is_only_a_score_and_in_two_it_is_reserved_and
     assert two.cases["n1"].state == L.CHECKING and two.cases["n1"].jobs == ["10", "11"]
 
 
+def test_a_case_lists_its_jobs_in_slurm_s_order_not_as_text():
+    # job 99 came before job 100; as text "100" < "99" (CI stop 38's real-Slurm drain reason read "100,99")
+    d = L.decide_cases(NOW, {"n1": ["100", "99", "7_12", "7_3"]}, {}, fleet(node("n1")), set(), {}, lemon_jobs=2)
+    assert d.cases["n1"].jobs == ["7_3", "7_12", "99", "100"]
+    assert "slow in jobs 7_3,7_12,99,100;" in L.drain_reason(d.cases["n1"], "thermal")
+
+
 @pytest.mark.parametrize("held", [
     node("n1", "IDLE", {"DRAIN"}, "bad cable, ticket 4711"),      # an admin's drain
     node("n1", "DOWN", set(), "Not responding"),

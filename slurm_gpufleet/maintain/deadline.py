@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..slurm.base import JobInfo
+from ..slurm.base import JobInfo, job_order
 
 ACTIONS = ("wait", "checkpoint-requeue", "requeue", "cancel")
 INF = float("inf")
@@ -227,7 +227,7 @@ def plan_deadline(jobs: list[JobInfo], nodes: list[str], *, now: float, deadline
 
     out: list[JobAtRisk] = []
     stop_at: dict[str, float] = {}
-    for j in sorted(mine, key=lambda j: j.job_id):
+    for j in sorted(mine, key=lambda j: job_order(j.job_id)):
         must_by = min(slot[n] for n in j.nodes if n in names)
         ck = checkpointing(j.comment)
         if end(j) <= must_by:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
 
 class SlurmError(RuntimeError):
     """A Slurm command or call failed; the message is one line."""
+
+
+def job_order(job_id: str) -> tuple[int, ...]:
+    """Slurm's order of job ids, for sorting: by number (99 before 100; as text "100" < "99"), an array's
+    task ("7_12") or a heterogeneous job's component ("7+1") after its job and by its own number."""
+    return tuple(int(part) for part in re.findall(r"\d+", job_id))
 
 
 REASON_FLAGS = frozenset({"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"})

@@ -321,6 +321,6 @@ def _reset(c: Cluster) -> None:
     c.wait(settled, 60, "all nodes IDLE", step=1.0)
     # the history is emptied only now, once the nodes settled: a health check that read a test's fault
     # before the heal above can record its remedy a few seconds later, and its attempt would then count
-    # in the next test's ladder (CI run 14: a node drained for repair at once, its ladder capped)
+    # in the next test's ladder
     for db in (c.dir / "state" / "gpufleet").glob("*.db"):
         _empty_history(db)

@@ -328,16 +328,23 @@ def test_drain_breaker_stops_a_fleet_wide_drain_and_holds_until_reset(mc):
 
 
 def test_a_reboot_into_a_kernel_without_the_module_becomes_a_drain(mc):
-    """unattended-upgrades installed 6.1.0-31 and DKMS built nothing for it: the reset-fixable fault
-    would ask for a reboot, which would come back without GPUs, so the node is drained instead."""
+    """unattended-upgrades installed 6.1.0-31 and DKMS built nothing for it: the reset-fixable fault is
+    reset first (the node held, with the fault's own reason, while it runs); the reset does not fix it, and
+    the reboot it would then ask for would come back without GPUs, so the node is drained instead."""
     host = mc.dir / "host"
     (host / "boot" / "vmlinuz-6.1.0-31-amd64").write_text("kernel")
     (host / "lib" / "modules" / "6.1.0-31-amd64" / "kernel").mkdir(parents=True, exist_ok=True)
+    kernel_reason = "gpufleet: next boot kernel 6.1.0-31-amd64 has no nvidia 580.159.04 module"
     try:
-        mc.fault("n3", 2, "row_remap_pending")  # reset-fixable: a reboot normally
-        mc.wait(lambda: "DRAIN" in mc.state("n3"), 4 * mc.hc_interval, "n3 drained")
-        assert mc.node("n3")["Reason"].startswith(
-            "gpufleet: next boot kernel 6.1.0-31-amd64 has no nvidia 580.159.04 module")
+        mc.fault("n3", 2, "row_remap_pending")  # reset-fixable: a reset, then a reboot normally
+        # the reset's own drain shows first (CI stop 38 caught it: a wait on DRAIN alone read that reason)
+        mc.wait(lambda: mc.node("n3").get("Reason", "").startswith(kernel_reason), 5 * mc.hc_interval,
+                lambda: f"n3 drained for its next boot kernel: {mc.node('n3').get('Reason')!r}, actions "
+                        f"{mc.history('n3', 'select action, reason from actions order by ts')}")
+        assert "DRAIN" in mc.state("n3")
+        actions = mc.history("n3", "select action, reason from actions order by ts")
+        assert actions[0] == ("reset", "gpufleet: memory gpu2 row remap pending"), actions
+        assert mc.history("n3", "select rung from remedies") == [("reset",)]
         time.sleep(mc.hc_interval)
         reboots = mc.dir / "log" / "reboots.log"
         assert not reboots.exists() or "n3" not in reboots.read_text()
