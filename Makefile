@@ -94,12 +94,12 @@ test: setup system-deps test-fast
 
 test-slurm: setup
 	@mkdir -p out; if [ -n "$(SLURM_RELEASE)" ]; then exec $(PYTEST) -m "not image" tests/slurm; fi; \
-	($(PYTEST) -rs -m "not image" tests/slurm > out/test-slurm-host.log 2>&1; echo $$? > out/test-slurm-host.rc) & \
+	($(PYTEST) -rfEs -m "not image" tests/slurm > out/test-slurm-host.log 2>&1; echo $$? > out/test-slurm-host.rc) & \
 	(off=-10000; for r in $(OTHER_RELEASES); do \
-	  SLURM_RELEASE=$$r GPUFLEET_TEST_PORT_OFFSET=$$off $(PYTEST) -rs $(RELEASE_TESTS) \
+	  SLURM_RELEASE=$$r GPUFLEET_TEST_PORT_OFFSET=$$off $(PYTEST) -rfEs $(RELEASE_TESTS) \
 	    > out/test-slurm-$$r.log 2>&1; echo $$? > out/test-slurm-$$r.rc; \
 	  off=$$((off - 4000)); done; \
-	 nice -n 10 env GPUFLEET_TEST_PORT_OFFSET=-18000 $(PYTEST) -m image \
+	 nice -n 10 env GPUFLEET_TEST_PORT_OFFSET=-18000 $(PYTEST) -rfEs -m image \
 	  tests/slurm/test_real_image_node.py > out/test-slurm-image.log 2>&1; \
 	  echo $$? > out/test-slurm-image.rc) & \
 	wait; rc=0; \

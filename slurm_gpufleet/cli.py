@@ -827,55 +827,20 @@ def maintain_approve(rollout: str, why: str, config: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def maintain_status(config: str | None, as_json: bool) -> None:
     """The latest rollout: state, counts per node state, every node, the last events."""
+    from .maintain.status import rollout_status, status_text
     from .maintain.store import Store
 
     policy = _load_policy(config, trusted=True)
     if not os.path.exists(policy.maintain.db):
         _fail(f"no rollout yet ({policy.maintain.db} does not exist)", exitcodes.USAGE)
-    store = Store(policy.maintain.db)
-    r = store.rollout()
-    if r is None:
+    data = rollout_status(Store(policy.maintain.db), policy.maintain)
+    if data is None:
         _fail("no rollout yet", exitcodes.USAGE)
-    from .maintain.gate import report as gate_report
-    from .maintain.plan import Plan
-
-    nodes = store.nodes(r["id"])
-    plan = Plan.from_dict(json.loads(r["plan"]))
-    data = {"rollout": r["id"], "state": r["state"], "target_driver": plan.target_driver,
-            "target": plan.target.to_dict(), "strategy": r["strategy"], "counts": store.counts(r["id"]),
-            "nodes": [{**{k: n[k] for k in ("node", "wave", "state", "previous_driver", "error")},
-                       "previous": plan.previous_bundle(n["node"]).to_dict()} for n in nodes],
-            "events": [{k: e[k] for k in ("ts", "node", "event", "detail")} for e in store.log(r["id"], 20)],
-            "gate": gate_report(store.gate(r["id"]), policy.maintain)}
     if as_json:
         click.echo(json.dumps(data, indent=1))
         return
-    click.echo(f"rollout {r['id']}: {r['state']}, {plan.target.named()} ({r['strategy']}); "
-               + ", ".join(f"{k} {v}" for k, v in data["counts"].items()))
-    from .hostlist import grouped
-
-    for (wave, state, error), count, folded in sorted(
-            grouped((n["node"], (n["wave"], n["state"], n["error"] or "")) for n in nodes), key=lambda r: r[0][:2]):
-        click.echo(f"  wave {wave:>2}  {state:<12} {count:>5}  {folded}{'  ' + error if error else ''}")
-    g = data["gate"]
-    if g.get("signals"):
-        click.echo(f"  evidence gate: {g['decision']} ({g['why']}); worse = {g['worse_ratio']:g}x the control, "
-                   f"confidence {g['confidence']:g}")
-        for name, e in g["signals"].items():
-            click.echo(f"    {name:<9} canary {e['canary_events']:>4} / {e['canary_node_hours']:>8.1f} node-h  "
-                       f"control {e['control_events']:>4} / {e['control_node_hours']:>8.1f} node-h  ratio "
-                       f"{'-' if e['ratio'] is None else format(e['ratio'], '.2f'):>5}  p "
-                       f"{'-' if e['p_value'] is None else format(e['p_value'], '.3f'):>5}  {e['decision']}")
-        for model, m in g.get("models", {}).items():
-            if m["basis"] != "control":
-                click.echo(f"    {model}: {m['canary']} canary node(s), no control peers: " + (
-                    f"judged against the fleet's record ({m['history_node_hours']:g} node-h)"
-                    if m["basis"] == "history" else "too little fleet record to judge by"))
-    if data["events"]:  # what it did last, newest first: the same events as --json
-        click.echo("  last events:")
-        for e in data["events"][:10]:
-            at = time.strftime("%Y-%m-%d %H:%M:%S%z", time.localtime(e["ts"])) if e["ts"] else "-"
-            click.echo(f"    {at}  {e['node'] or '-':<12} {e['event']:<16} {e['detail'] or ''}"[:160])
+    for line in status_text(data):
+        click.echo(line)
 
 
 for _name, _help in (("resume", "Continue the unfinished rollout (after a crash, or after a halt once fixed)."),
@@ -938,6 +903,9 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
               help="Run the --seeds trials as one Slurm job array on PARTITION (each task writes its JSON under "
                    "the current directory, which the partition's nodes must see; the command waits and merges "
                    "them into the same output as a local run).")
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=None, metavar="H",
+              help="Stop every replay H hours after the rollout's start, whatever is left (a week of a "
+                   "large fleet: 168); each strategy then says how many nodes it upgraded by then.")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")
 @click.option("--json", "as_json", is_flag=True)
 def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
@@ -945,7 +913,8 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
                       time_limit_assumption: str, upgrade_minutes: int | None, deadline_text: str | None,
                       checkpoint_every_h: float | None, domain_size: int | None, failure_rate: float | None,
                       soft_rate: float | None, driver_effect: float, seeds: int | None, replay: bool,
-                      jobs: int | None, slurm_array: str | None, plot_file: str | None, as_json: bool) -> None:
+                      jobs: int | None, slurm_array: str | None, hours: float | None, plot_file: str | None,
+                      as_json: bool) -> None:
     """Replay a job history on a simulated fleet and compare rollout strategies (same planner code).
     A run that takes more than a few seconds says how far it is on stderr."""
     from .maintain.pool import Progress, default_jobs
@@ -992,18 +961,16 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
             _fail(str(exc), exitcodes.USAGE)
     if "wait-then-kill" in strategies and deadline_h is None:
         _fail("--strategy wait-then-kill needs --deadline DURATION (72h, 3d)", exitcodes.USAGE)
-    default = ("gpufleet", "wait-then-kill") if deadline_h else ("gpufleet", "reboot-asap", "drain-all")
     from .maintain.deadline import DeadlineError
-    from .maintain.failures import DELTA_SOFT_RATE, Rates
+    from .maintain.failures import rates_of
+    from .maintain.strategy import compared_by_default
     from .maintain.trials import gate_trials
 
-    if driver_effect != 1.0 and not failure_rate and not soft_rate:
-        _fail("--driver-effect multiplies the failure and soft rates: give --failure-rate R or --soft-rate S",
-              exitcodes.USAGE)
-    rates = None
-    if failure_rate is not None or soft_rate is not None or seeds:
-        rates = Rates(failure_rate or 0.0,
-                      soft_rate if soft_rate is not None else (DELTA_SOFT_RATE if failure_rate else 0.0), driver_effect)
+    default = compared_by_default(deadline=deadline_h is not None)
+    try:
+        rates = rates_of(failure_rate, soft_rate, driver_effect, seeds)
+    except ValueError as exc:
+        _fail(str(exc), exitcodes.USAGE)
     replay_rates = rates if rates and (rates.failure_rate or rates.soft_rate) else None
     try:
         result = simulate(trace, nodes=node_count, gpus_per_node=gpus_per_node,
@@ -1011,7 +978,7 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
                           max_unavailable=budget, policy=policy, assumption=time_limit_assumption,
                           upgrade_minutes=upgrade_minutes, deadline_h=deadline_h,
                           checkpoint_every_h=checkpoint_every_h, domain_size=domain_size, rates=replay_rates,
-                          jobs=jobs, progress=progress)
+                          jobs=jobs, progress=progress, hours=hours)
     except DeadlineError as exc:
         _fail(str(exc), exitcodes.USAGE)
     results = result.pop("_results")
@@ -1052,8 +1019,13 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
         click.echo(f"{'strategy':<12} {'makespan h':>10} {'GPU-h lost':>11} {'killed':>6} {'wait+ mean h':>12} "
                    f"{'wait+ p95 h':>11} {'peak out':>8}")
     for name, m in result["strategies"].items():
-        click.echo(f"{name:<12} {m['makespan_h']:>10.2f} {m['gpu_hours_lost']:>11.1f} {m['jobs_killed']:>6} "
+        makespan = "not done" if m["makespan_h"] is None else f"{m['makespan_h']:.2f}"
+        click.echo(f"{name:<12} {makespan:>10} {m['gpu_hours_lost']:>11.1f} {m['jobs_killed']:>6} "
                    f"{m['wait_added_mean_h']:>12.3f} {m['wait_added_p95_h']:>11.3f} {m['peak_nodes_out']:>8}")
+    if hours and result["strategies"]:
+        click.echo(f"stopped {hours:g} h after the rollout's start: "
+                   + ", ".join(f"{name} {m['nodes_upgraded']} of {node_count} nodes upgraded"
+                               + ("" if m["done"] else " (not done)") for name, m in result["strategies"].items()))
     if domain_size and result["strategies"]:
         click.echo(f"{'strategy':<12} {'domains':>7} {'mixed-driver domains max':>24} {'domains in service min':>22}")
         for name, m in result["strategies"].items():
@@ -1215,7 +1187,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
         _instep_telemetry(telemetry, _load_policy((ctx.obj or {}).get("config")))
     if running:
         _instep_running(ctx.obj)
-    from .perf.fleet import from_history, from_published, from_results_file, stragglers
+    from .perf.fleet import drains, from_history, from_published, from_results_file, stragglers
 
     opts = ctx.obj or {}
     policy = _load_policy(opts.get("config"))
@@ -1240,21 +1212,15 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
         from .hostlist import fold
         from .slurm import SlurmError
         from .slurm.actuator import Actuator
-        from .slurm.ownership import STRAGGLER, STRAGGLER_PREFIX
+        from .slurm.ownership import STRAGGLER
 
         try:  # one read of the fleet: each node's state, and the breaker's count
             fleet = backend.nodes()
         except SlurmError as exc:
             _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
-        infos = {i.name: i for i in fleet}
-        pairs = []
-        for o in found:
-            node, _, gpu = o.key.partition("/")
-            if node in infos and all(p[0].name != node for p in pairs):
-                pairs.append((infos[node], f"{STRAGGLER_PREFIX} {gpu} memory bandwidth {o.value:.0f} GB/s, "
-                                           f"-{o.drop_pct:.0f}% vs {o.peers} peers"[:120]))
-            elif node not in infos:
-                click.echo(f"{node}: not in Slurm, not drained", err=True)
+        pairs, unknown = drains(found, {i.name: i for i in fleet})
+        for node in unknown:
+            click.echo(f"{node}: not in Slurm, not drained", err=True)
         try:
             done = Actuator(backend, STRAGGLER, policy.slurm, fleet=fleet).drain_each(pairs)
         except SlurmError as exc:

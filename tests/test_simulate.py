@@ -300,3 +300,32 @@ def test_the_seed_trials_run_without_the_full_replay():
                        (["--no-replay", "--seeds", "1", "--plot", "x.html"], b"not with --no-replay")):
         r = run_cli("maintain", "simulate", "--sacct", EXCERPT, *args)
         assert r.returncode == 2 and said in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
+
+
+@pytest.mark.slow  # two replays, 4 s: the slow tier (make test-fast stays under 60 s)
+def test_a_replay_stopped_at_a_time_says_how_far_each_rollout_got_and_counts_the_waits_until_then():
+    with open_text(EXCERPT) as fh:
+        trace = read_sacct(fh)
+    common = dict(nodes=20, gpus_per_node=8, strategies=("gpufleet", "drain-all"), rollout_at_h=30,
+                  max_unavailable="10%", policy=parse_policy(""), assumption="runtime-ceil-hour")
+    full = simulate(trace, **common)["strategies"]
+    cut = simulate(trace, hours=2, **common)
+    json.loads(json.dumps(cut["strategies"], allow_nan=False))  # valid JSON: an unfinished makespan is null
+    assert cut["hours"] == 2 and "stopped 2 h" in cut["stopped"]
+    for name, m in cut["strategies"].items():
+        assert full[name]["makespan_h"] > 2 and "done" not in full[name]
+        assert m["done"] is False and m["makespan_h"] is None and m["stopped_at_h"] == 2
+        assert 0 < m["nodes_upgraded"] < 20, (name, m)
+        # by 2 h, no more than its budget's share can be through: 2 nodes at a time, 20 min each
+        assert name != "gpufleet" or m["nodes_upgraded"] <= 2 * (120 // 20)
+    assert cut["strategies"]["drain-all"]["gpu_hours_lost"] < full["drain-all"]["gpu_hours_lost"]
+
+
+def test_waits_in_a_cut_replay_count_a_job_still_waiting_until_the_stop():
+    from slurm_gpufleet.maintain.simulate import waits
+
+    started, waiting, later = (SimJob("1", 0.0, 10.0, 100.0, 1, 8), SimJob("2", 50.0, 10.0, 100.0, 1, 8),
+                               SimJob("3", 500.0, 10.0, 100.0, 1, 8))
+    started.start = 30.0
+    assert waits([started, waiting, later]) == {"1": 30.0}
+    assert waits([started, waiting, later], until=200.0) == {"1": 30.0, "2": 150.0}

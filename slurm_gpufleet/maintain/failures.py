@@ -41,6 +41,20 @@ class Rates:
     repair_h: float = 4.0
 
 
+def rates_of(failure_rate: float | None, soft_rate: float | None, driver_effect: float = 1.0,
+             seeds: int | None = None) -> Rates | None:
+    """`maintain simulate`'s failure options as rates: a soft rate defaults to NCSA Delta's with a failure
+    rate and to none without; --seeds alone draws from zero rates (the gate trials' own).  None: no
+    failures asked for.  ValueError: a driver effect with nothing to multiply."""
+    if driver_effect != 1.0 and not failure_rate and not soft_rate:
+        raise ValueError("--driver-effect multiplies the failure and soft rates: give --failure-rate R or "
+                         "--soft-rate S")
+    if failure_rate is None and soft_rate is None and not seeds:
+        return None
+    return Rates(failure_rate or 0.0,
+                 soft_rate if soft_rate is not None else (DELTA_SOFT_RATE if failure_rate else 0.0), driver_effect)
+
+
 def poisson(rng: random.Random, mean: float) -> int:
     if mean <= 0:
         return 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,6 +114,8 @@ class StrategyResult:
     mixed_driver_domains_max: int = 0  # the most domains whose nodes in service ran two drivers at once
     domains_in_service_min: int = 0    # the fewest domains with every node in service at once
     failures: dict[str, Any] | None = None  # --failure-rate: what the draws did (failures.py)
+    stopped_at_h: float | None = None  # --hours: the replay stopped this long after the rollout's start
+    nodes_upgraded: int = 0
 
     def metrics(self) -> dict[str, Any]:
         out = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in
@@ -126,6 +129,10 @@ class StrategyResult:
                        domains_in_service_min=self.domains_in_service_min)
         if self.failures is not None:
             out["failures"] = self.failures
+        if self.stopped_at_h is not None:  # a replay cut at a time: how far the rollout got by then
+            done = self.makespan_h != INF
+            out.update(makespan_h=round(self.makespan_h, 3) if done else None, done=done,
+                       nodes_upgraded=self.nodes_upgraded, stopped_at_h=self.stopped_at_h)
         if self.done_by_deadline is not None:
             out["done_by_deadline"] = self.done_by_deadline
             out["jobs_preempted_that_would_end_in_time"] = self.touched_in_time
@@ -137,6 +144,7 @@ class Simulator:
     in_time_by: float = INF                 # a stopped job that would have ended by then was touched in vain
     restart_s: float = 0.0                  # a requeued job's run starts with this long of no progress
     until: float = INF                      # the replay stops at this time, whatever is left
+    watch: Callable[[Simulator], None] | None = None  # told how far the replay is, about once a second
 
     def __init__(self, jobs: list[SimJob], nodes: int, gpus_per_node: int):
         self.jobs = jobs
@@ -177,7 +185,11 @@ class Simulator:
             self.push(rollout_at, "rollout", None)
         if self.hazards is not None:
             self.push(self.hazards_from, "hazard", None)
+        watch_at = time.monotonic() + 1.0
         while self.events:
+            if self.watch is not None and time.monotonic() >= watch_at:
+                self.watch(self)
+                watch_at = time.monotonic() + 1.0
             t, _, kind, payload = heapq.heappop(self.events)
             if t > self.until:
                 self._advance(self.until)
@@ -425,6 +437,9 @@ class Controller:
     def advance(self, sim: Simulator) -> None:
         """After any event once the rollout runs: the strategy takes its next nodes."""
 
+    def stopped(self, sim: Simulator) -> None:
+        """The replay reached its stop (`Simulator.until`) with this rollout still going."""
+
     def upgrading(self, name: str) -> bool:
         return False
 
@@ -513,6 +528,12 @@ class GpufleetController(Controller):
 
     def upgrading(self, name: str) -> bool:
         return self.started and name in self.executor.active
+
+    def stopped(self, sim: Simulator) -> None:
+        if self.started and self.active:  # the waves as far as they ran; the store's files go
+            self.waves = self._waves()
+            self.store.close()
+            self.tmp.cleanup()
 
     def on_change(self, sim: Simulator, freed: list[str] | None = None) -> None:
         if not self.started or self.finished:
@@ -692,11 +713,13 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
              deadline_h: float | None = None, checkpoint_every_h: float | None = None,
              domain_size: int | None = None, target: str | None = "580.159.04", kernel: str | None = None,
              firmware: dict[str, str] | None = None, rates: Rates | None = None, seed: int = 0, jobs: int = 1,
-             progress: Callable[[int, int, str], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int, int, str], None] | None = None, hours: float | None = None) -> dict[str, Any]:
     """`target`, `kernel`, `firmware`: what the engine's plan rolls out (gpufleet; the baselines upgrade
     a node in `upgrade_minutes` whatever it is).  `rates`: node failures and soft events from the
     rollout's start on, the same draws (`seed`) in every run, the baseline's too (failures.py).  `jobs`: the
-    strategies' replays in that many processes (pool.py); `progress` hears of each one finished."""
+    strategies' replays in that many processes (pool.py); `progress` hears of each one finished.  `hours`:
+    every replay (the baseline's too) stops that long after the rollout's start, whatever is left: a week
+    of a large fleet without replaying the whole history after it."""
     from dataclasses import replace
 
     upgrade_s = 60.0 * (upgrade_minutes or policy.maintain.upgrade_minutes)
@@ -709,9 +732,12 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
     replay_policy = sim_policy if rates else replace(policy, maintain=replace(settings, gate="validated"))
     base_jobs, dropped = sim_jobs(trace, gpus_per_node, assumption)
     rollout_at = rollout_at_h * 3600
+    until = rollout_at + hours * 3600 if hours else INF
 
     def with_hazards(sim: Simulator) -> Simulator:
-        return _with_hazards(sim, rates, seed, rollout_at)
+        sim = _with_hazards(sim, rates, seed, rollout_at)
+        sim.until = until
+        return sim
 
     every_s = checkpoint_every_h * 3600 if checkpoint_every_h else None
     if every_s:  # what each job says of itself in its Slurm comment (maintain/deadline.py)
@@ -719,11 +745,12 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
             j.comment = f"gpufleet:checkpoint_every={checkpoint_every_h:g}h"
     baseline = with_hazards(Simulator(_copy(base_jobs), nodes, gpus_per_node))
     baseline.run()
-    base_wait = {j.id: (j.start - j.submit) for j in baseline.jobs if j.start is not None}
+    base_wait = waits(baseline.jobs, until)
     # the load as the rollout starts, as the history ran it (failures requeue jobs and move later starts)
     unfailed = baseline
     if rates:
         unfailed = Simulator(_copy(base_jobs), nodes, gpus_per_node)
+        unfailed.until = until
         unfailed.run()
     deadline = rollout_at + deadline_h * 3600 if deadline_h else None
     lower_bound = None
@@ -738,7 +765,9 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
     common = dict(base_jobs=base_jobs, nodes=nodes, gpus_per_node=gpus_per_node, budget=budget, upgrade_s=upgrade_s,
                   policy=replay_policy, target=target, deadline=deadline, kernel=kernel, firmware=firmware,
                   rates=rates, seed=seed, rollout_at=rollout_at, domain_size=domain_size, every_s=every_s,
-                  base_wait=base_wait)
+                  base_wait=base_wait, until=until)
+    if jobs <= 1 or len(strategies) <= 1:  # the replays run here: each says how far it is as it goes
+        common["progress"] = progress
     # each strategy's replay is independent of the others: side by side in processes when `jobs` > 1
     results: dict[str, StrategyResult] = dict(zip(strategies, in_pool(
         [functools.partial(replay_strategy, name, **common) for name in strategies], jobs, progress,
@@ -747,6 +776,10 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
     if deadline is not None:
         extra["work_lost_lower_bound_gpu_h"] = round(lower_bound or 0.0, 3)
         extra["deadline_h"] = deadline_h
+    if hours:
+        extra["hours"] = hours
+        extra["stopped"] = (f"every replay (the baseline's too) stopped {hours:g} h after the rollout's start; a job "
+                            "still waiting then counts its wait until then in wait_added")
     return {
         **extra,
         "strategies": {k: r.metrics() for k, r in results.items()},
@@ -780,7 +813,8 @@ def replay_strategy(name: str, *, base_jobs: list[SimJob], nodes: int, gpus_per_
                     upgrade_s: float, policy: Policy, target: str | None, deadline: float | None,
                     kernel: str | None, firmware: dict[str, str] | None, rates: Rates | None, seed: int,
                     rollout_at: float, domain_size: int | None, every_s: float | None,
-                    base_wait: dict[str, float]) -> StrategyResult:
+                    base_wait: dict[str, float], until: float = INF,
+                    progress: Callable[[int, int, str], None] | None = None) -> StrategyResult:
     """One strategy's replay of the history from the rollout's start (a process of its own under --jobs)."""
     if name == "gpufleet":
         ctl: Controller = GpufleetController(budget, upgrade_s, policy, target, deadline=deadline,
@@ -801,9 +835,23 @@ def replay_strategy(name: str, *, base_jobs: list[SimJob], nodes: int, gpus_per_
     sim.checkpoint_every_s = every_s
     if deadline is not None:
         sim.in_time_by = deadline - upgrade_s
+    sim.until = until
+    if progress is not None:
+        def watch(s: Simulator) -> None:
+            if s.now < rollout_at:
+                return
+            # how far in simulated hours, or how many nodes are through (short of all: the history after
+            # the rollout replays on, and a finished count would be said every second)
+            if until < INF:
+                progress(int((s.now - rollout_at) / 3600), int((until - rollout_at) / 3600) + 1, f"{name} replay, hours")
+            elif (through := sum(n.upgraded for n in s.nodes)) < nodes:
+                progress(through, nodes, f"{name} replay, nodes upgraded")
+        sim.watch = watch
     sim.run(ctl, rollout_at)
-    added = sorted((j.start - j.submit) - base_wait[j.id] for j in sim.jobs
-                   if j.start is not None and j.id in base_wait and j.submit >= rollout_at - 7 * 86400)
+    if until != INF and not ctl.finished:
+        ctl.stopped(sim)
+    added = sorted(wait - base_wait[job] for job, wait in waits(sim.jobs, until).items()
+                   if job in base_wait and sim.by_id[job].submit >= rollout_at - 7 * 86400)
     p95 = added[min(len(added) - 1, int(0.95 * len(added)))] if added else 0.0
     cap = [((t - rollout_at) / 3600, g) for t, g in sim.capacity]
     return StrategyResult(
@@ -820,7 +868,18 @@ def replay_strategy(name: str, *, base_jobs: list[SimJob], nodes: int, gpus_per_
         touched_in_time=sim.touched_in_time,
         domains=len(sim.domains.members) if sim.domains else None, mixed_driver_domains_max=sim.mixed_max,
         domains_in_service_min=sim.whole_min if sim.whole_min is not None else 0,
-        failures=None if sim.hazards is None else failure_figures(sim, ctl, name == "gpufleet"))
+        failures=None if sim.hazards is None else failure_figures(sim, ctl, name == "gpufleet"),
+        stopped_at_h=None if until == INF else round((until - rollout_at) / 3600, 3),
+        nodes_upgraded=sum(n.upgraded for n in sim.nodes))
+
+
+def waits(jobs: list[SimJob], until: float = INF) -> dict[str, float]:
+    """Each job's wait from submit to start.  In a replay cut at `until`, a job submitted by then that has
+    not started counts its wait until then (censored: what it waited at least), so a strategy that holds
+    jobs back past the stop is not measured on the jobs it let through alone."""
+    if until == INF:
+        return {j.id: j.start - j.submit for j in jobs if j.start is not None}
+    return {j.id: min(j.start if j.start is not None else INF, until) - j.submit for j in jobs if j.submit <= until}
 
 
 def _with_hazards(sim: Simulator, rates: Rates | None, seed: int, rollout_at: float) -> Simulator:

@@ -31,6 +31,12 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (RESERVATION, REBOOT_ASAP)
 SIMULATED = ("gpufleet", "reboot-asap", "drain-all", "wait-then-kill")
 
 
+def compared_by_default(deadline: bool) -> tuple[str, ...]:
+    """What `maintain simulate` compares unless told: with a deadline, the engine against waiting then
+    killing what is left (the other baselines do not stop jobs); without, against reboot-asap and drain-all."""
+    return ("gpufleet", "wait-then-kill") if deadline else ("gpufleet", "reboot-asap", "drain-all")
+
+
 def strategy(name: str | None) -> Strategy:
     """The plan's strategy (plans without one are from before reboot-asap existed: reservation)."""
     if name is None:

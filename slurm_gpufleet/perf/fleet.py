@@ -62,6 +62,23 @@ def stragglers(samples: list[tuple[str, str, float]], settings) -> tuple[list[Ou
                     min_drop_pct=settings.straggler_min_drop_pct)
 
 
+def drains(found: list[Outlier], infos: dict[str, Any]) -> tuple[list[tuple[Any, str]], list[str]]:
+    """What `fleet stragglers --drain` asks the actuator for: (node info, reason) once per node, naming its
+    first outlier GPU, and the nodes Slurm does not know (not drained)."""
+    from ..slurm.ownership import STRAGGLER_PREFIX
+
+    pairs: list[tuple[Any, str]] = []
+    unknown: list[str] = []
+    for o in found:
+        node, _, gpu = o.key.partition("/")
+        if node not in infos:
+            unknown += [] if node in unknown else [node]
+        elif all(p[0].name != node for p in pairs):
+            pairs.append((infos[node], f"{STRAGGLER_PREFIX} {gpu} memory bandwidth {o.value:.0f} GB/s, "
+                                       f"-{o.drop_pct:.0f}% vs {o.peers} peers"[:120]))
+    return pairs, unknown
+
+
 def failure_history(history_dir: str) -> tuple[int, float, int]:
     """(GPU incidents, GPU-hours observed, nodes) over every node's history: an incident is a run of
     reboot/drain-worthy health checks on one GPU that follows a clean one."""

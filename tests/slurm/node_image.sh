@@ -17,17 +17,21 @@
 # the cache.  The cache travels with each copy; `keep-cache` merges what a copy added into the host's
 # (NODE_IMAGE_CCACHE, default beside the image) and `copy` brings it into the next copy.
 #
-# Environment: NODE_IMAGE (default /var/tmp/gpufleet-node-image/bookworm-535), DEBIAN_MIRROR,
+# The image is kept under the hash of its recipe (the functions below that build it and the driver package
+# it starts from): a changed recipe builds a new image beside the cache, and the images of older recipes
+# are removed once it is built; an unchanged one is never rebuilt.
+#
+# Environment: NODE_IMAGE (default /var/tmp/gpufleet-node-image/bookworm-535-<recipe hash>), DEBIAN_MIRROR,
 # DEBIAN_SECURITY_MIRROR.  The image's apt sources also name bookworm-security (535.309.01, the upgrade)
 # and bookworm-backports (a 6.12 kernel, the drift); the build installs from bookworm only.
 set -euo pipefail
 
-IMAGE=${NODE_IMAGE:-/var/tmp/gpufleet-node-image/bookworm-535}
+IMAGES=/var/tmp/gpufleet-node-image
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 OLD_DRIVER_PKG=535.261.03-1
 APT_WAIT="-o DPkg::Lock::Timeout=600"
-CCACHE_HOST=${NODE_IMAGE_CCACHE:-$(dirname "$IMAGE")/ccache}
+CCACHE_HOST=${NODE_IMAGE_CCACHE:-$IMAGES/ccache}
 CCACHE_IN=var/cache/gpufleet-ccache   # in the image
 
 log() { echo "node-image: $*" >&2; }
@@ -67,9 +71,6 @@ with_ccache() {  # ROOT: ccache installed, its links for the compiler first on t
 
 build() {
   if [ -e "$IMAGE/.gpufleet-node-image" ]; then
-    # an image built before the cache: given ccache once (its next DKMS build fills the cache)
-    [ -L "$IMAGE/usr/sbin/gcc" ] || { log "adding ccache to $IMAGE"; with_ccache "$IMAGE" > "$(dirname "$IMAGE")/ccache.log" 2>&1 \
-      || die "installing ccache in the image failed (see $(dirname "$IMAGE")/ccache.log)"; }
     log "image is there: $IMAGE"; return 0
   fi
   [ "$(id -u)" = 0 ] || die "building the node image needs root"
@@ -112,7 +113,17 @@ EOF
   mv "$tmp" "$IMAGE"
   echo "image_build: $(( $(date +%s) - t0 )) s"
   log "built $IMAGE ($(du -sh "$IMAGE" | cut -f1))"
+  if [ -z "${NODE_IMAGE:-}" ]; then  # the images of older recipes: never used again
+    for old in "$IMAGES"/bookworm-535 "$IMAGES"/bookworm-535-*; do
+      case $old in "$IMAGE"|*.tmp) ;; *) [ -e "$old/.gpufleet-node-image" ] && { log "removing $old (an older recipe)"; rm -rf "$old"; } ;; esac
+    done
+  fi
 }
+
+recipe_hash() {  # what the image is made of: the build's functions as bash reads them, the starting driver
+  { declare -f build with_ccache mounted_sh timed; echo "$OLD_DRIVER_PKG"; } | sha256sum | cut -c1-12
+}
+IMAGE=${NODE_IMAGE:-$IMAGES/bookworm-535-$(recipe_hash)}
 
 case "${1:-}" in
   build) build ;;

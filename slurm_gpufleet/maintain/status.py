@@ -1,0 +1,60 @@
+"""`maintain status`: the latest rollout as an admin reads it, from the store alone (no Slurm call).
+`rollout_status` is the JSON (`--json`) and `status_text` the lines printed from the same figures."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ..hostlist import grouped
+from .bundle import Bundle
+from .gate import report as gate_report
+from .plan import Plan
+from .store import Store
+
+
+def rollout_status(store: Store, settings: Any, events: int = 20) -> dict[str, Any] | None:
+    """The latest rollout: its state and target, counts per node state, every node with what it returns
+    to, the last `events` events (newest first) and the evidence gate's report; None: no rollout yet."""
+    r = store.rollout()
+    if r is None:
+        return None
+    plan = Plan.from_dict(json.loads(r["plan"]))
+    return {"rollout": r["id"], "state": r["state"], "target_driver": plan.target_driver,
+            "target": plan.target.to_dict(), "strategy": r["strategy"], "counts": store.counts(r["id"]),
+            "nodes": [{**{k: n[k] for k in ("node", "wave", "state", "previous_driver", "error")},
+                       "previous": plan.previous_bundle(n["node"]).to_dict()} for n in store.nodes(r["id"])],
+            "events": [{k: e[k] for k in ("ts", "node", "event", "detail")} for e in store.log(r["id"], events)],
+            "gate": gate_report(store.gate(r["id"]), settings)}
+
+
+def status_text(data: dict[str, Any]) -> list[str]:
+    """The lines `maintain status` prints: nodes folded per wave, state and error; the gate's signals;
+    the last ten events."""
+    out = [f"rollout {data['rollout']}: {data['state']}, {Bundle.from_dict(data['target']).named()} ({data['strategy']}); "
+           + ", ".join(f"{k} {v}" for k, v in data["counts"].items())]
+    for (wave, state, error), count, folded in sorted(
+            grouped((n["node"], (n["wave"], n["state"], n["error"] or "")) for n in data["nodes"]),
+            key=lambda r: r[0][:2]):
+        out.append(f"  wave {wave:>2}  {state:<12} {count:>5}  {folded}{'  ' + error if error else ''}")
+    g = data["gate"]
+    if g.get("signals"):
+        out.append(f"  evidence gate: {g['decision']} ({g['why']}); worse = {g['worse_ratio']:g}x the control, "
+                   f"confidence {g['confidence']:g}")
+        for name, e in g["signals"].items():
+            out.append(f"    {name:<9} canary {e['canary_events']:>4} / {e['canary_node_hours']:>8.1f} node-h  "
+                       f"control {e['control_events']:>4} / {e['control_node_hours']:>8.1f} node-h  ratio "
+                       f"{'-' if e['ratio'] is None else format(e['ratio'], '.2f'):>5}  p "
+                       f"{'-' if e['p_value'] is None else format(e['p_value'], '.3f'):>5}  {e['decision']}")
+        for model, m in g.get("models", {}).items():
+            if m["basis"] != "control":
+                out.append(f"    {model}: {m['canary']} canary node(s), no control peers: " + (
+                    f"judged against the fleet's record ({m['history_node_hours']:g} node-h)"
+                    if m["basis"] == "history" else "too little fleet record to judge by"))
+    if data["events"]:  # what it did last, newest first: the same events as --json
+        out.append("  last events:")
+        for e in data["events"][:10]:
+            at = time.strftime("%Y-%m-%d %H:%M:%S%z", time.localtime(e["ts"])) if e["ts"] else "-"
+            out.append(f"    {at}  {e['node'] or '-':<12} {e['event']:<16} {e['detail'] or ''}"[:160])
+    return out
