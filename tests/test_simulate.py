@@ -329,3 +329,16 @@ def test_waits_in_a_cut_replay_count_a_job_still_waiting_until_the_stop():
     started.start = 30.0
     assert waits([started, waiting, later]) == {"1": 30.0}
     assert waits([started, waiting, later], until=200.0) == {"1": 30.0, "2": 150.0}
+
+
+def test_failure_options_become_rates_or_one_clear_error():
+    from slurm_gpufleet.maintain.failures import DELTA_SOFT_RATE, Rates, rates_of
+
+    assert rates_of(None, None) is None
+    assert rates_of(6.5, None, 3.0) == Rates(6.5, DELTA_SOFT_RATE, 3.0)  # Delta's soft rate beside a failure rate
+    assert rates_of(None, 2.0) == Rates(0.0, 2.0, 1.0)
+    assert rates_of(None, None, seeds=5) == Rates(0.0, 0.0, 1.0)        # the gate trials draw from zero rates
+    with pytest.raises(ValueError, match="--driver-effect multiplies"):
+        rates_of(None, None, 3.0)
+    r = run_cli("maintain", "simulate", "--driver-effect", "3")
+    assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"--driver-effect multiplies" in r.stderr

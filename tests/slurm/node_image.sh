@@ -97,6 +97,8 @@ EOF
     linux-image-amd64 linux-headers-amd64 initramfs-tools" > "$logs/kernel.log" 2>&1 \
     || die "installing the kernel failed (see $logs/kernel.log)"
   timed ccache with_ccache "$tmp" > "$logs/ccache.log" 2>&1 || die "installing ccache failed (see $logs/ccache.log)"
+  # a new recipe's DKMS build starts from what the older images' builds compiled (the host's cache)
+  if [ -d "$CCACHE_HOST" ]; then mkdir -p "$tmp/$CCACHE_IN" && cp -a "$CCACHE_HOST/." "$tmp/$CCACHE_IN/"; fi
   timed dkms_build mounted_sh "$tmp" "apt-get $APT_WAIT install -y -qq --no-install-recommends \
     nvidia-kernel-dkms=$OLD_DRIVER_PKG nvidia-kernel-support=$OLD_DRIVER_PKG" > "$logs/dkms.log" 2>&1 \
     || die "installing nvidia-kernel-dkms $OLD_DRIVER_PKG failed (see $logs/dkms.log)"
