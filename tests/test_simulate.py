@@ -342,3 +342,23 @@ def test_failure_options_become_rates_or_one_clear_error():
         rates_of(None, None, 3.0)
     r = run_cli("maintain", "simulate", "--driver-effect", "3")
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"--driver-effect multiplies" in r.stderr
+
+
+def test_a_replay_run_here_says_how_far_it_has_gone_in_simulated_hours(monkeypatch):
+    import itertools
+    import types
+
+    from slurm_gpufleet.maintain import simulate as sim_module
+
+    ticks = itertools.count(0, 2)  # every look at the clock is 2 s later: the watch speaks at every event
+    monkeypatch.setattr(sim_module, "time", types.SimpleNamespace(monotonic=lambda: next(ticks)))
+    with open_text(EXCERPT) as fh:
+        trace = read_sacct(fh)
+    heard: list[tuple[int, int, str]] = []
+    simulate(trace, nodes=20, gpus_per_node=8, strategies=("gpufleet",), rollout_at_h=30, max_unavailable="10%",
+             policy=parse_policy(""), assumption="runtime-ceil-hour", hours=2,
+             progress=lambda done, total, what: heard.append((done, total, what)))
+    hours = [d for d, total, what in heard if what == "gpufleet replay, simulated hours"]
+    assert hours and all(t == 2 for _, t, w in heard if w.endswith("simulated hours"))
+    assert hours == sorted(hours) and set(hours) <= {0, 1}  # never "2/2": the replay is not over yet
+    assert heard[-1] == (1, 1, "strategy replays")  # then the pool's own count

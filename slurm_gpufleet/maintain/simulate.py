@@ -843,7 +843,8 @@ def replay_strategy(name: str, *, base_jobs: list[SimJob], nodes: int, gpus_per_
             # how far in simulated hours, or how many nodes are through (short of all: the history after
             # the rollout replays on, and a finished count would be said every second)
             if until < INF:
-                progress(int((s.now - rollout_at) / 3600), int((until - rollout_at) / 3600) + 1, f"{name} replay, hours")
+                span = max(1, round((until - rollout_at) / 3600))
+                progress(min(span - 1, int((s.now - rollout_at) / 3600)), span, f"{name} replay, simulated hours")
             elif (through := sum(n.upgraded for n in s.nodes)) < nodes:
                 progress(through, nodes, f"{name} replay, nodes upgraded")
         sim.watch = watch
