@@ -362,3 +362,26 @@ def test_a_replay_run_here_says_how_far_it_has_gone_in_simulated_hours(monkeypat
     assert hours and all(t == 2 for _, t, w in heard if w.endswith("simulated hours"))
     assert hours == sorted(hours) and set(hours) <= {0, 1}  # never "2/2": the replay is not over yet
     assert heard[-1] == (1, 1, "strategy replays")  # then the pool's own count
+
+
+def test_placement_through_the_index_is_the_placement_of_a_pass_over_every_node():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        sim = Simulator([], rng.choice([3, 12, 40]), 8)
+        sim.now = 100.0
+        for n in sim.nodes:
+            n.free = rng.choice([0, 1, 3, 7, 8, 8, 8])
+            n.weight = rng.choice([1, 1, 1, 5, 1001]) if rng.random() < 0.5 else n.weight
+            n.out_since = 50.0 if rng.random() < 0.1 else None
+            n.drained = rng.random() < 0.05
+            n.reserved_from = rng.choice([float("inf"), 150.0, 1e6])
+        for _ in range(5):
+            job = SimJob("j", 0.0, 10.0, rng.choice([10.0, 100.0]), rng.choice([1, 1, 2, 3]), rng.choice([1, 4, 8]))
+            assert sim._place(job) == sim._place_by_scan(job)
+            placed = sim._place(job)
+            if placed:  # the index follows the nodes' changes
+                for i in placed:
+                    sim.nodes[i].free -= job.gpn
+    assert sim.partial == {i for i, n in enumerate(sim.nodes) if 0 < n.free < n.gpus}
