@@ -62,6 +62,7 @@ def _fleet(**kw):
     return fleet_faults(trace, **args)
 
 
+@pytest.mark.slow  # a fault simulation of seconds: the slow tier (make test-fast stays under 60 s)
 def test_the_fleet_mode_compares_the_strategies_on_the_same_faults():
     out = _fleet(lemon_share=0.05, lemon_factor=50.0)
     s = out["strategies"]
@@ -93,6 +94,7 @@ def test_the_ladder_in_the_fleet_mode_is_the_project_s_decide_with_its_settings(
     assert reboot_first["resolved"]["reset"] == 0 and reboot_first["resolved"]["reboot"] > 0
 
 
+@pytest.mark.slow  # a fault simulation of seconds: the slow tier (make test-fast stays under 60 s)
 def test_a_big_job_gives_the_ettr_of_jobs_of_1024_gpus():
     out = _fleet(nodes=140, big_job_gpus=1024, strategies=("gpufleet",), days=6.0)
     m = out["strategies"]["gpufleet"]
@@ -116,6 +118,7 @@ def test_a_bad_rates_file_is_exit_2_in_one_line(tmp_path, body, says):
     assert r.returncode == 2 and says in err and err.count("\n") == 1, err
 
 
+@pytest.mark.slow  # a fault simulation of seconds: the slow tier (make test-fast stays under 60 s)
 def test_the_fleet_mode_text_and_json_from_the_cli():
     r = run_cli("fleet", "simulate-faults", "--nodes", "60", "--days", "3", "--strategy", "gpufleet", "--json")
     assert r.returncode == 0, r.stderr
@@ -128,6 +131,7 @@ def test_the_fleet_mode_text_and_json_from_the_cli():
     assert bad.returncode == 2
 
 
+@pytest.mark.slow  # a fault simulation of seconds: the slow tier (make test-fast stays under 60 s)
 def test_the_fleet_plot_draws_capacity_and_ettr_per_strategy_on_one_axis(tmp_path):
     import re
 

@@ -168,6 +168,7 @@ def test_apply_checks_the_plan_file_and_slurm_before_it_records_anything(tmp_pat
 
 
 @needs_root
+@pytest.mark.slow  # 10 s of program runs: the slow tier (make test-fast stays under 60 s)
 def test_the_edges_a_config_judged_before_parsing_programs_of_jobs_interpreter_read_only_commands(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()

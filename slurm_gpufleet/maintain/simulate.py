@@ -587,10 +587,14 @@ class GpufleetController(Controller):
         return self.started and name in self.executor.active
 
     def stopped(self, sim: Simulator) -> None:
-        if self.started and self.active:  # the waves as far as they ran; the store's files go
-            self.waves = self._waves()
-            self.store.close()
-            self.tmp.cleanup()
+        if self.started and self.active:
+            self._close()
+
+    def _close(self) -> None:
+        """The waves as far as they ran, read from the store; then the store and its files go."""
+        self.waves = self._waves()
+        self.store.close()
+        self.tmp.cleanup()
 
     def on_change(self, sim: Simulator, freed: list[str] | None = None) -> None:
         if not self.started or self.finished:
@@ -625,9 +629,7 @@ class GpufleetController(Controller):
             self.state = str(state)
             self.finished, self.active = state == S.R_DONE or not self.engine.running(), False
             self.done_at = sim.now
-            self.waves = self._waves()
-            self.store.close()
-            self.tmp.cleanup()
+            self._close()
             return
         last = self.engine.stats[-1]
         if last.moves or last.writes or last.reservations:  # what one step changed, the next reads: step now
