@@ -242,13 +242,26 @@ def test_epilog_attributes_an_xid_to_the_job(mc):
     assert mc.history("n2", "select hook from runs where job_id = ?", (job,)) == [("epilog",)]
 
 
+def _own_state_config(mc):
+    """The cluster's config with a state directory of its own. slurmd's own runs (spread over the
+    interval by CYCLE), stuck on the same read, hold the node's run lock most of the time, and a run
+    that finds it held gives way (test_slurm_calls.py) instead of timing out: with the shared state a
+    manual run read that lock, not the timeout, whenever slurmd's run on the node came first."""
+    config = mc.dir / "etc" / "gpufleet-own-state.toml"
+    text = (mc.dir / "etc" / "gpufleet.toml").read_text()
+    config.write_text(text.replace(f'state_dir = "{mc.dir}/state/gpufleet"', f'state_dir = "{mc.dir}/state/manual"'))
+    assert config.read_text() != text
+    return config
+
+
 @pytest.mark.release("how slurmd treats a health check that overruns")
 def test_stuck_reader_returns_within_timeout_and_drains(mc):
     path = mc.gpu_file("n3")
     os.unlink(path)
     os.mkfifo(path)  # opening it blocks forever, like a wedged driver
+    config = _own_state_config(mc)
     started = time.monotonic()
-    run = mc.healthcheck("n3", timeout=30)
+    run = mc.healthcheck("n3", timeout=30, config=config)
     elapsed = time.monotonic() - started
     assert elapsed < 4 + 6, elapsed  # read_timeout_s = 4, plus the drain
     assert run.returncode == 1 and "timed out after 4 s" in run.stderr
@@ -264,13 +277,7 @@ def test_nvml_timeout_leaves_a_rollouts_drain_and_reason_alone(mc):
     path = mc.gpu_file("n4")
     os.unlink(path)
     os.mkfifo(path)
-    # a state directory of its own: slurmd's own runs, stuck on the same read, hold n4's run lock most of
-    # the time, and a run that finds it held gives way (test_slurm_calls.py) instead of timing out
-    config = mc.dir / "etc" / "gpufleet-own-state.toml"
-    text = (mc.dir / "etc" / "gpufleet.toml").read_text()
-    config.write_text(text.replace(f'state_dir = "{mc.dir}/state/gpufleet"', f'state_dir = "{mc.dir}/state/manual"'))
-    assert config.read_text() != text
-    run = mc.healthcheck("n4", timeout=30, config=config)
+    run = mc.healthcheck("n4", timeout=30, config=_own_state_config(mc))
     assert run.returncode == 1 and "timed out after 4 s" in run.stderr
     info = mc.node("n4")
     assert "DRAIN" in info["State"] and info["Reason"].startswith(rollout_reason), info["Reason"]
