@@ -1026,6 +1026,10 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
         click.echo(f"stopped {hours:g} h after the rollout's start: "
                    + ", ".join(f"{name} {m['nodes_upgraded']} of {node_count} nodes upgraded"
                                + ("" if m["done"] else " (not done)") for name, m in result["strategies"].items()))
+    waiting = [(name, m) for name, m in result["strategies"].items() if not hours and m["makespan_h"] is None]
+    if waiting:  # nothing left to happen, and not done: the rollout waits on an admin (an unjudged gate)
+        click.echo("not done when nothing was left to happen (see `maintain status` on a real rollout): "
+                   + ", ".join(f"{name} {m['nodes_upgraded']} of {node_count} nodes upgraded" for name, m in waiting))
     if domain_size and result["strategies"]:
         click.echo(f"{'strategy':<12} {'domains':>7} {'mixed-driver domains max':>24} {'domains in service min':>22}")
         for name, m in result["strategies"].items():

@@ -236,3 +236,39 @@ def test_cli_plan_with_a_deadline_names_the_jobs_and_bad_deadlines_are_one_line(
     for bad in ("soon", "2001-01-01", "10m"):
         r = run_cli(*base, "--deadline", bad)
         assert r.returncode == 2 and r.stderr.count(b"\n") == 1 and b"Traceback" not in r.stderr, (bad, r.stderr)
+
+
+# -- the plan's slots keep the deadline ----------------------------------------------------------------
+def _stage_plan(ends_h: list[float], deadline_h: float):
+    """Nodes with one job each ending at `ends_h`, 2 at a time, 1 h each, the canary alone first."""
+    from slurm_gpufleet.maintain.planner import make_plan
+    from slurm_gpufleet.policy import parse_policy
+
+    fleet = SimFleet(len(ends_h), now=T0)
+    for i, end in enumerate(ends_h):
+        fleet.add_job(f"j{i}", i, 8, T0 + end * H, start=T0 - 10 * H)
+    policy = parse_policy('[maintain]\nwaves = [1, "100%"]\nmax_unavailable = 2\n'
+                          'max_unavailable_per_partition = "100%"\nupgrade_minutes = 60\n')
+    return make_plan(fleet.fleet_state(), TARGET, [n.name for n in fleet.sim.nodes], policy, now=T0, force=True,
+                     deadline=T0 + deadline_h * H)
+
+
+def test_the_slots_keep_the_deadline_when_the_canary_goes_alone():
+    # by rounds of 2, six nodes need 3 h and every job could wait; the canary going alone makes the slots
+    # end at 4.5 h (the plan used to promise 4.2 h and show it): the latest-ending job is stopped instead
+    plan = _stage_plan([0.5, 1, 1.5, 2, 2.5, 3], 4.2)
+    assert max(end for _, end in plan.slots.values()) <= T0 + 4.2 * H
+    jobs = {j["job_id"]: j for j in plan.deadline["jobs"]}
+    assert {k: j["action"] for k, j in jobs.items()} == {"j0": "wait", "j1": "wait", "j2": "wait", "j3": "wait",
+                                                         "j4": "wait", "j5": "requeue"}
+    assert plan.deadline["at"] == T0 + 4.2 * H
+    # each job's slot is the one its node is given: what `maintain plan` shows is what apply reserves
+    assert all(j["slot"] == plan.slots[j["nodes"][0]][0] for j in jobs.values())
+    assert all(j["end"] <= j["slot"] for j in jobs.values() if j["action"] == "wait")
+
+
+def test_a_deadline_only_the_rounds_could_keep_is_refused_in_one_line():
+    # 3 rounds of 2 fit in 3.05 h; with the canary alone the slots need 4 h whatever is stopped
+    with pytest.raises(DeadlineError, match=r"end \d+ min after the deadline") as exc:
+        _stage_plan([400] * 6, 3.05)
+    assert "\n" not in str(exc.value)

@@ -337,9 +337,13 @@ def test_a_validation_job_submitted_just_before_a_crash_is_found_not_resubmitted
             break
         fleet.advance(fleet.sim.now + 60, executor)
     node, job = testing[0]["node"], testing[0]["job"]
-    # the crash: sbatch returned, the job id never reached the store
-    store.db.execute("update nodes set job = null where node = ?", [node])
-    store.db.conn.commit()
+    # the crash: sbatch returned, the job id never reached the store (written as the file holds it after
+    # the crash, through a connection of its own: the store reads it as it reads another process's write)
+    import sqlite3
+
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("update nodes set job = null where node = ?", [node])
+    assert store.nodes(plan["id"])[[r["node"] for r in store.nodes(plan["id"])].index(node)]["job"] is None
     engine.step(plan["id"])
     assert store.node(plan["id"], node)["job"] == job
     assert [j for j, (_, n, _, _) in fleet.slurm.jobs_.items() if n == node] == [job]

@@ -48,3 +48,44 @@ def test_a_store_from_the_first_release_is_migrated_once_while_opened_concurrent
         assert {"gates", "event_rates", "preemptions"} <= set(store.db.table_names())
         assert store.rollout("r1")["state"] == "done"  # nothing lost
         assert [r["node"] for r in store.db.query("select node from nodes")] == ["n1"]
+
+
+def _rows_by_sql(path, rid):
+    conn = sqlite3.connect(path)
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("select * from nodes where rollout = ? order by wave, node", [rid])]
+    conn.close()
+    return rows
+
+
+def test_node_rows_follow_this_store_s_writes_and_another_process_s(tmp_path):
+    """The node rows come from a mirror kept in memory; what this store writes and what another
+    connection commits (an admin's `maintain abort` in another process) are both seen at the next read,
+    equal to what SQL reads from the file."""
+    from slurm_gpufleet.maintain.planner import make_plan
+    from slurm_gpufleet.maintain.simulate import SimFleet
+    from slurm_gpufleet.policy import parse_policy
+
+    fleet = SimFleet(3)
+    plan = make_plan(fleet.fleet_state(), "580.95.05", [n.name for n in fleet.sim.nodes],
+                     parse_policy("[maintain]\nmax_unavailable = 1\n"), now=fleet.sim.now, force=True).to_dict()
+    plan["id"] = "r1"
+    path = str(tmp_path / "maintain.db")
+    store = Store(path)
+    store.create_rollout(plan, at=1.0)
+    first = store.nodes("r1")
+    assert len(first) == 3 and first == _rows_by_sql(path, "r1")
+    a, b, c = (r["node"] for r in first)
+    first[0]["state"] = "scribbled"  # a caller's copy: the store's rows stay as they are
+    store.apply("r1", [(a, "reserved", "taken", {"started": 5.0}), (c, None, "", {"slot": 9.0})], at=5.0)
+    mine = store.nodes("r1")
+    assert mine == _rows_by_sql(path, "r1")
+    by_node = {r["node"]: r for r in mine}
+    assert (by_node[a]["state"], by_node[a]["started"], by_node[a]["updated"], by_node[c]["slot"]) \
+        == ("reserved", 5.0, 5.0, 9.0)
+    other = Store(path)  # another process's connection
+    other.apply("r1", [(b, "failed", "by the other", {"error": "stopped by an admin"})], at=6.0)
+    seen = store.nodes("r1")
+    assert seen == _rows_by_sql(path, "r1") and {r["node"]: r for r in seen}[b]["state"] == "failed", seen
+    store.apply("r1", [(c, "reserved", "", {})], at=7.0)
+    assert store.nodes("r1") == _rows_by_sql(path, "r1")

@@ -241,12 +241,23 @@ EVIDENCE = ('[maintain]\ncanary_per_combo = 0\nwaves = ["10%", "100%"]\ngate = "
 
 
 @pytest.mark.slow
-def test_a_bad_driver_halts_the_full_replay_at_the_evidence_gate_and_a_good_one_finishes():
+def test_a_bad_driver_halts_the_full_replay_at_the_evidence_gate_and_a_good_one_is_never_halted():
+    # a good driver is never halted; whether it finishes depends on the draws: on 40 nodes the hard Xids
+    # are so rare that in 24 h of soak the gate often has no verdict either way and waits for an admin's
+    # `maintain approve` (seeds 1-8: done in 4 before same-time events were stepped once, 2 after; the
+    # bad driver halted in all 8 both times).  Such a replay ends when nothing is left to happen, not
+    # at "infinity" (it used to step the engine there and fail)
     bad = _excerpt_replay((6.5, 3.0, 4.0), config=EVIDENCE, strategies=("gpufleet",))
-    good = _excerpt_replay((6.5, 3.0, 1.0), config=EVIDENCE, strategies=("gpufleet",))
     assert bad["strategies"]["gpufleet"]["failures"]["rollout"] == "halted", bad["strategies"]
-    assert good["strategies"]["gpufleet"]["failures"]["rollout"] == "done", good["strategies"]
     assert bad["assumptions"]["failures"]["gate"] == "evidence"
+    outcomes = set()
+    for seed in (1, 2):
+        good = _excerpt_replay((6.5, 3.0, 1.0), seed=seed, config=EVIDENCE, strategies=("gpufleet",))["strategies"]
+        outcomes.add(good["gpufleet"]["failures"]["rollout"])
+        assert good["gpufleet"]["failures"]["rollout"] != "halted", good
+        if good["gpufleet"]["failures"]["rollout"] != "done":
+            assert good["gpufleet"]["makespan_h"] is None and not good["gpufleet"]["done"], good
+    assert outcomes == {None, "done"}
 
 
 @pytest.mark.slow  # four replays: the slow tier
@@ -385,3 +396,29 @@ def test_placement_through_the_index_is_the_placement_of_a_pass_over_every_node(
                 for i in placed:
                     sim.nodes[i].free -= job.gpn
     assert sim.partial == {i for i, n in enumerate(sim.nodes) if 0 < n.free < n.gpus}
+
+
+def test_the_simulated_slurm_s_node_read_is_a_fresh_one_after_any_change():
+    """SimSlurm gives an unchanged node the NodeInfo it made before: after random changes to the nodes
+    and the clock, its read equals one made from nothing by a new SimSlurm."""
+    import random
+    from dataclasses import asdict
+
+    from slurm_gpufleet.maintain.simslurm import SimSlurm
+
+    rng = random.Random(11)
+    sim = Simulator([], 30, 8)
+    sim.now = 100.0
+    slurm = SimSlurm(sim)
+    for _ in range(200):
+        for n in rng.sample(sim.nodes, 3):
+            field, value = rng.choice([("free", rng.choice([0, 4, 8])), ("drained", rng.random() < 0.5),
+                                       ("reason", rng.choice(["", "gpufleet: x"])), ("weight", rng.choice([1, 5])),
+                                       ("reserved_from", rng.choice([float("inf"), sim.now + 50])),
+                                       ("reboot_requested", rng.random() < 0.3), ("boot", rng.randrange(3)),
+                                       ("extra", rng.choice(["", '{"v": "ok"}'])), ("slurmd_start", sim.now)])
+            setattr(n, field, value)
+        sim.now += rng.choice([0.0, 30.0])
+        before = [asdict(i) for i in slurm.nodes()]
+        fresh = [asdict(i) for i in SimSlurm(sim).nodes()]
+        assert before == fresh

@@ -220,29 +220,56 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     caps = _partition_caps(fleet, s.max_unavailable_per_partition)
     plan.budget = {"max_unavailable": budget, "per_partition": caps, "max_failures": s.max_failures}
 
-    free_at = fleet.free_at()
-    if deadline is not None:
-        from .deadline import plan_deadline
-
-        dp = plan_deadline(fleet.jobs, todo, now=now, deadline=deadline, budget=budget,
-                           upgrade_s=s.upgrade_minutes * 60, stop=stop_jobs)
-        plan.deadline = dp.to_dict()
-        free_at = fleet.free_at(dp.stop_at)  # a job the plan stops frees its nodes then
     less_p, less_f, crit_p = set(s.less_critical_partitions), set(s.less_critical_features), set(s.critical_partitions)
-
-    def rank(name: str) -> tuple:
-        node = fleet.nodes[name]
-        parts = set(node.partitions)
-        tier = 0 if (parts & less_p or set(node.features) & less_f) else (2 if parts & crit_p else 1)
-        return (tier, free_at.get(name, now), name)
-
     if doms:
         plan.budget.update({"whole_domain": whole, "max_unavailable_domains": s.max_unavailable_domains,
                             "keep_free_domains": s.keep_free_domains})
-    if doms and (whole or s.max_unavailable_domains or s.keep_free_domains):
-        _domain_waves(plan, fleet, s, doms, todo, rank, free_at, now, budget, whole)
-    else:
-        _node_waves(plan, fleet, s, todo, rank, free_at, now, budget, caps)
+    # A deadline plan chooses the jobs that stop by rounds of `budget` nodes back from the deadline; the
+    # slots are then made by the one slot function (plan_slots, as apply reserves them), which also
+    # holds the canary alone, the stages apart and the gate's soak.  Where those make the last slot end
+    # after the deadline, the jobs are chosen again for a deadline earlier by that much, until the slots
+    # keep it: the plan shows, and apply reserves, slots that end by the deadline.
+    aim, kept = deadline, deadline is None
+    for _ in range(DEADLINE_PASSES):
+        free_at = fleet.free_at()
+        if deadline is not None and aim is not None:
+            from .deadline import DeadlineError, plan_deadline
+
+            try:
+                dp = plan_deadline(fleet.jobs, todo, now=now, deadline=aim, budget=budget,
+                                   upgrade_s=s.upgrade_minutes * 60, stop=stop_jobs)
+            except DeadlineError:
+                if aim == deadline:
+                    raise
+                break  # refused below, with the admin's deadline
+            free_at = fleet.free_at(dp.stop_at)  # a job the plan stops frees its nodes then
+            plan.deadline = dp.to_dict()
+
+        def rank(name: str, free_at: dict[str, float] = free_at) -> tuple:
+            node = fleet.nodes[name]
+            parts = set(node.partitions)
+            tier = 0 if (parts & less_p or set(node.features) & less_f) else (2 if parts & crit_p else 1)
+            return (tier, free_at.get(name, now), name)
+
+        if doms and (whole or s.max_unavailable_domains or s.keep_free_domains):
+            _domain_waves(plan, fleet, s, doms, todo, rank, free_at, now, budget, whole)
+        else:
+            _node_waves(plan, fleet, s, todo, rank, free_at, now, budget, caps)
+        if deadline is None or aim is None:
+            break
+        over = max((end for _, end in plan.slots.values()), default=now) - deadline
+        if over <= 0:
+            _deadline_slots(plan, deadline)
+            kept = True
+            break
+        aim -= over
+    if not kept:
+        from .deadline import DeadlineError, _iso
+
+        over = max((end for _, end in plan.slots.values()), default=now) - deadline
+        raise DeadlineError(f"the plan's slots (a canary alone, stages one after another, a soak between them) end "
+                            f"{over / 60:.0f} min after the deadline {_iso(deadline)}, even with more jobs "
+                            "stopped: a later deadline, a larger budget or fewer waves")
 
     # the jobs that decide when the last nodes can go: the latest-ending jobs on rollout nodes
     # (a job a deadline plan stops ends when it is stopped)
@@ -260,6 +287,17 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
 
 
 HELD = "held by someone else: "
+DEADLINE_PASSES = 6  # choices of jobs to stop before a deadline the plan's stages cannot keep is refused
+
+
+def _deadline_slots(plan: Plan, deadline: float) -> None:
+    """The deadline plan as the slots show it: the admin's deadline, and each job's slot the one its
+    nodes were given (the earliest of them), not the round it was chosen by."""
+    plan.deadline["at"] = deadline
+    for job in plan.deadline["jobs"]:
+        slots = [plan.slots[n][0] for n in job["nodes"] if n in plan.slots]
+        if slots:
+            job["slot"] = min(slots)
 
 
 def _held_domains(plan: Plan, doms: Domains, todo: list[str], rule: str) -> list[str]:

@@ -89,6 +89,9 @@ class Engine:
         self.clock = clock
         self.on_event = on_event or (lambda *a: None)
         self.stats: list[StepStats] = []
+        # node -> its state as the last step left it (a caller that steps the engine reads this, not the
+        # store's 12,500 rows again)
+        self.states: dict[str, str] = {}
         self._plans: dict[str, Plan] = {}
 
     def plan(self, rid: str, rollout: dict[str, Any]) -> Plan:
@@ -308,6 +311,7 @@ class Engine:
                 raise RuntimeError("an upgrade to start, and no executor to run it")
             self.executor.start(node, script, timeout)
         state = self._halt(v, halt) if halt else self._finish(v, writes, r["state"], m)
+        self.states = v.state
         if m.events:
             counts = self.store.counts(rid)
             for node, text in m.events:

@@ -136,10 +136,14 @@ class StrategyResult:
                        domains_in_service_min=self.domains_in_service_min)
         if self.failures is not None:
             out["failures"] = self.failures
-        if self.stopped_at_h is not None:  # a replay cut at a time: how far the rollout got by then
+        if self.stopped_at_h is not None or self.makespan_h == INF:
+            # a replay cut at a time, or one whose rollout waits for what never comes (an admin's approval
+            # of a stage the evidence gate has no verdict on): how far the rollout got
             done = self.makespan_h != INF
             out.update(makespan_h=round(self.makespan_h, 3) if done else None, done=done,
-                       nodes_upgraded=self.nodes_upgraded, stopped_at_h=self.stopped_at_h)
+                       nodes_upgraded=self.nodes_upgraded)
+            if self.stopped_at_h is not None:
+                out["stopped_at_h"] = self.stopped_at_h
         if self.done_by_deadline is not None:
             out["done_by_deadline"] = self.done_by_deadline
             out["jobs_preempted_that_would_end_in_time"] = self.touched_in_time
@@ -204,6 +208,8 @@ class Simulator:
                 self.watch(self)
                 watch_at = time.monotonic() + 1.0
             t, _, kind, payload = heapq.heappop(self.events)
+            if t == INF:
+                break  # "never": what is left waits on something that does not come (an admin's approval)
             if t > self.until:
                 self._advance(self.until)
                 break
@@ -549,6 +555,7 @@ class GpufleetController(Controller):
         self.kernel, self.firmware = kernel, firmware
         self.deadline = deadline
         self.same_time_steps = 0
+        self.step_queued = False  # a "step" event is due at the current time
         self.settled: set[str] = set()
         self.steps = self.skipped_steps = 0
         self.state: str | None = None  # the rollout's final state (done, halted, aborted)
@@ -597,8 +604,8 @@ class GpufleetController(Controller):
         self.tmp.cleanup()
 
     def on_change(self, sim: Simulator, freed: list[str] | None = None) -> None:
-        if not self.started or self.finished:
-            return
+        if not self.started or self.finished or self.step_queued:
+            return  # (a step queued for now comes after this change and sees it)
         if freed is not None and self.event_driven and self.policy.maintain.gate != "evidence" \
                 and self.settled.issuperset(freed):
             # a job ended normally on nodes the running rollout is through with: nothing the engine reads
@@ -614,8 +621,22 @@ class GpufleetController(Controller):
         kind, data = payload
         if kind == "upgraded":
             self.executor.complete(*data)
-        if not self.finished:
+        if self.finished:
+            return
+        if kind == "step":
+            self.step_queued = False
             self.step(sim)
+        else:
+            # a slot that begins, a command or validation job that ends: at 12,500 nodes a wave's slots
+            # begin, and its commands end, in the same second by the hundred.  One step after all of
+            # them (apply's next poll sees them together), not one per node
+            self._queue_step(sim)
+
+    def _queue_step(self, sim: Simulator) -> None:
+        """A step at this time, after the events already due now (the queue orders equal times by arrival)."""
+        if not self.step_queued:
+            self.step_queued = True
+            sim.push(sim.now, "step", None)
 
     def step(self, sim: Simulator) -> None:
         from . import states as S
@@ -623,7 +644,7 @@ class GpufleetController(Controller):
         state = self.engine.step(self.rid)
         self.steps += 1
         # the nodes this running rollout is through with (done, failed, skipped): job ends there can wait
-        self.settled = {r["node"] for r in self.store.nodes(self.rid) if r["state"] in SETTLED} \
+        self.settled = {n for n, st in self.engine.states.items() if st in SETTLED} \
             if state == S.R_RUNNING else set()
         if state in (S.R_DONE, S.R_HALTED, S.R_ABORTED):
             self.state = str(state)
@@ -636,7 +657,7 @@ class GpufleetController(Controller):
             self.same_time_steps += 1
             if self.same_time_steps > 10_000:
                 raise RuntimeError("the engine does not converge")
-            sim.push(sim.now, "step", None)
+            self._queue_step(sim)
         else:
             self.same_time_steps = 0
 
