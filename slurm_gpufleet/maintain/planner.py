@@ -267,8 +267,9 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
         from .deadline import DeadlineError, _iso
 
         over = max((end for _, end in plan.slots.values()), default=now) - deadline
+        late = f"{over:.0f} s" if over < 120 else f"{over / 60:.0f} min"
         raise DeadlineError(f"the plan's slots (a canary alone, stages one after another, a soak between them) end "
-                            f"{over / 60:.0f} min after the deadline {_iso(deadline)}, even with more jobs "
+                            f"{late} after the deadline {_iso(deadline)}, even with more jobs "
                             "stopped: a later deadline, a larger budget or fewer waves")
 
     # the jobs that decide when the last nodes can go: the latest-ending jobs on rollout nodes

@@ -327,3 +327,22 @@ def _reset(c: Cluster) -> None:
     # in the next test's ladder
     for db in (c.dir / "state" / "gpufleet").glob("*.db"):
         _empty_history(db)
+
+
+@pytest.fixture(autouse=True)
+def _timeline(request):
+    """GPUFLEET_TEST_TIMELINE=FILE: each test's start and end (epoch s) and the 1-minute load average then,
+    one line each, so that a tier's load peaks can be laid beside the tests that ran."""
+    path = os.environ.get("GPUFLEET_TEST_TIMELINE")
+    if not path:
+        yield
+        return
+
+    def line(what: str) -> None:
+        with open(path, "a") as fh:
+            fh.write(f"{time.time():.0f} {os.getloadavg()[0]:.2f} {what} {os.environ.get('SLURM_RELEASE') or 'host'} "
+                     f"{request.node.nodeid}\n")
+
+    line("start")
+    yield
+    line("end")
