@@ -35,6 +35,29 @@ def trusted(path: Path) -> Path:
     return dest
 
 
+_TREES: dict[int, Path] = {}
+
+
+def trusted_tree() -> Path:
+    """A directory holding the package as root's programs may run it: the clone itself where its path
+    passes the trust rule, else a copy of `slurm_gpufleet/` in the tests' own trusted directory, made
+    once per process (`install` refuses to point slurmd at code under /tmp, and a clone there is)."""
+    import shutil
+    import tempfile
+
+    from slurm_gpufleet.trust import problem
+
+    if problem(str(REPO / "slurm_gpufleet" / "__init__.py")) is None:
+        return REPO
+    if os.getpid() not in _TREES:
+        dest = Path(tempfile.gettempdir()) / f"gpufleet-tree-{os.getuid()}-{os.getpid()}"
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(REPO / "slurm_gpufleet", dest / "slurm_gpufleet",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        _TREES[os.getpid()] = dest
+    return _TREES[os.getpid()]
+
+
 def public_index() -> list[dict[str, str]]:
     with open(PUBLIC / "nvidia-smi" / "INDEX.tsv", newline="") as fh:
         return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))

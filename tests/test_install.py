@@ -7,18 +7,23 @@ import subprocess
 import sys
 
 import pytest
-from support import run_cli
+from support import run_cli, trusted_tree
 
 from slurm_gpufleet.policy import load_policy
 
 
+def _install(*args: str):
+    """`install` run from a package copy that passes the trust rule (the clone, unless it is under /tmp)."""
+    return run_cli("install", *args, cwd=trusted_tree())
+
+
 def test_install_writes_runnable_wrappers_and_is_idempotent(tmp_path):
     prefix = tmp_path / "opt"
-    r = run_cli("install", "--prefix", str(prefix), "--dry-run")
+    r = _install("--prefix", str(prefix), "--dry-run")
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode().count("would write") == 6 and not prefix.exists()
 
-    r = run_cli("install", "--prefix", str(prefix), "--interval", "120")
+    r = _install("--prefix", str(prefix), "--interval", "120")
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode().count("wrote") == 6
     conf = (prefix / "etc" / "slurm.conf.gpufleet").read_text()
@@ -38,7 +43,7 @@ def test_install_writes_runnable_wrappers_and_is_idempotent(tmp_path):
 
     # the site edits its config; a second run keeps it and rewrites nothing else
     skeleton.write_text("[defaults]\nexpected_gpus = 8\n")
-    r = run_cli("install", "--prefix", str(prefix), "--interval", "120")
+    r = _install("--prefix", str(prefix), "--interval", "120")
     out = r.stdout.decode()
     assert r.returncode == 0 and "wrote" not in out and out.count("unchanged") == 4 and out.count("kept") == 3
     # (the third: the programs' state directory, made root's alone by the first run if it was missing)
@@ -47,13 +52,13 @@ def test_install_writes_runnable_wrappers_and_is_idempotent(tmp_path):
     assert state == load_policy(None).slurm.state_dir and not os.stat(state).st_mode & 0o022
     assert skeleton.read_text() == "[defaults]\nexpected_gpus = 8\n"
     # a changed setting rewrites only what depends on it
-    out = run_cli("install", "--prefix", str(prefix), "--interval", "60").stdout.decode()
+    out = _install("--prefix", str(prefix), "--interval", "60").stdout.decode()
     assert [line.split()[-1] for line in out.splitlines() if line.startswith("wrote")] == [
         str(prefix / "etc" / "slurm.conf.gpufleet")]
 
 
 def test_install_refuses_relative_paths(tmp_path):
-    r = run_cli("install", "--prefix", "relative/dir")
+    r = _install("--prefix", "relative/dir")
     assert r.returncode == 2 and b"absolute" in r.stderr and r.stderr.count(b"\n") == 1
 
 
@@ -97,7 +102,7 @@ def test_install_writes_only_trusted_paths_and_refuses_an_untrusted_prefix(tmp_p
     old = os.umask(0o002)  # a group-writable umask must not leak into what slurmd runs as root
     try:
         prefix = tmp_path / "opt" / "gpufleet"
-        r = run_cli("install", "--prefix", str(prefix))
+        r = _install("--prefix", str(prefix))
     finally:
         os.umask(old)
     out = r.stdout.decode()
@@ -106,9 +111,9 @@ def test_install_writes_only_trusted_paths_and_refuses_an_untrusted_prefix(tmp_p
     open_dir = tmp_path / "shared"
     open_dir.mkdir()
     open_dir.chmod(0o777)
-    r = run_cli("install", "--prefix", str(open_dir / "gpufleet"), "--dry-run")
+    r = _install("--prefix", str(open_dir / "gpufleet"), "--dry-run")
     assert r.returncode == 0 and f"would refuse   {open_dir}: writable by others (mode 0777)" in r.stdout.decode()
-    r = run_cli("install", "--prefix", str(open_dir / "gpufleet"))
+    r = _install("--prefix", str(open_dir / "gpufleet"))
     err = r.stderr.decode().strip()
     assert r.returncode == 2 and err.startswith(f"slurm-gpufleet: error: refused: {open_dir} ") and "\n" not in err, err
     assert not (open_dir / "gpufleet").exists()
