@@ -3,10 +3,7 @@ one line.  Machine output (`--json`) keeps full lists; only human-readable text 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Hashable, Iterable
-
-_SIMPLE = re.compile(r"([A-Za-z_-]+)(\d+)")
 
 
 def fold(nodes: Iterable[str]) -> str:
@@ -14,51 +11,12 @@ def fold(nodes: Iterable[str]) -> str:
     names = [n for n in nodes if n]
     if not names:
         return ""
-    simple = _fold_simple(names)
-    if simple is not None:
-        return simple
     from ClusterShell.NodeSet import NodeSet, NodeSetException
 
     try:
         return str(NodeSet.fromlist(names))
     except NodeSetException:  # a name ClusterShell cannot parse is still a node: show it as it is
         return ",".join(sorted(set(names)))
-
-
-def _fold_simple(names: list[str]) -> str | None:
-    """ClusterShell's folding of names that are letters then one number (`node00042`), without parsing
-    each name through it: at 12,500 nodes that parse cost over a second a rollout step.  None for any
-    other list (two numbers in a name, padding that differs within a prefix): ClusterShell folds those."""
-    by_prefix: dict[str, set[str]] = {}
-    for name in names:
-        m = _SIMPLE.fullmatch(name)
-        if m is None:
-            return None
-        by_prefix.setdefault(m.group(1), set()).add(m.group(2))
-    parts = []
-    for prefix in sorted(by_prefix, key=lambda p: p + "%s"):  # as ClusterShell orders its patterns
-        digits = by_prefix[prefix]
-        widths = {len(d) for d in digits}
-        if len(widths) == 1:
-            pad = widths.pop()
-        elif any(len(d) > 1 and d.startswith("0") for d in digits):
-            return None
-        else:
-            pad = 0
-        values = sorted(int(d) for d in digits)
-        if len(values) == 1:
-            parts.append(f"{prefix}{values[0]:0{pad}d}" if pad else f"{prefix}{values[0]}")
-            continue
-        ranges, start, prev = [], values[0], values[0]
-        for v in values[1:] + [None]:
-            if v is not None and v == prev + 1:
-                prev = v
-                continue
-            ranges.append(f"{start:0{pad}d}" if start == prev else f"{start:0{pad}d}-{prev:0{pad}d}")
-            if v is not None:
-                start = prev = v
-        parts.append(f"{prefix}[{','.join(ranges)}]")
-    return ",".join(parts)
 
 
 def fold_short(nodes: Iterable[str], width: int) -> str:

@@ -50,28 +50,3 @@ def test_fleet_and_plan_text_fold_at_12500_nodes(tmp_path):
     assert any("skipped 10000: already at 580.159.04: g[00001-10000]" in line for line in lines)
     assert any("g[" in line and "wave" in line for line in lines)
 
-
-def test_names_of_letters_then_a_number_fold_as_clustershell_folds_them():
-    """fold's own path for `node00042`-style names (ClusterShell parses each name: over a second at
-    12,500) gives ClusterShell's text, for random lists with padded, unpadded and mixed numbers."""
-    import random
-
-    from ClusterShell.NodeSet import NodeSet
-
-    from slurm_gpufleet.hostlist import _fold_simple
-
-    rng = random.Random(3)
-    own = 0
-    for _ in range(1000):
-        names = []
-        for _ in range(rng.randint(1, 12)):
-            number = rng.randint(0, 120)
-            digits = rng.choice([str(number), str(number).zfill(3), str(number).zfill(5)])
-            names.append(rng.choice(["n", "node", "gpu-", "a", "a_", "b", "n-"]) + digits)
-        folded = _fold_simple(names)
-        if folded is not None:
-            own += 1
-            assert folded == str(NodeSet.fromlist(names)), names
-    assert own > 150  # the own path was taken, not only ClusterShell's
-    assert _fold_simple(["rack1-node3"]) is None and _fold_simple(["n1", "n01"]) is None
-    assert fold([f"g{i:05d}" for i in range(1, 12501)]) == "g[00001-12500]"
