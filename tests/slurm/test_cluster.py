@@ -195,7 +195,7 @@ def test_the_third_fault_of_a_class_within_the_window_is_drained_for_repair(mc):
 def test_an_observe_only_group_publishes_and_drains_nothing(mc):
     config = mc.dir / "etc" / "gpufleet.toml"
     original = config.read_text()
-    config.write_text(original + '\n[[group]]\nname = "canary-observe"\nnodes = "n7"\nmode = "observe"\n')
+    _replace(config, original + '\n[[group]]\nname = "canary-observe"\nnodes = "n7"\nmode = "observe"\n')
     try:
         mc.fault("n7", 5, "row_remap_failure")
         # (a run slurmd started before the fault may publish its "ok" after the first run that saw it: the
@@ -209,7 +209,7 @@ def test_an_observe_only_group_publishes_and_drains_nothing(mc):
         assert mc.history("n7", "select count(*) from actions where action in ('drain', 'reboot', 'reset')") == [(0,)]
         assert mc.history("n7", "select count(*) from actions where action = 'observe'")[0][0] >= 1
     finally:
-        config.write_text(original)
+        _replace(config, original)
 
 
 @pytest.mark.release("what slurmd does with a failed prolog")
@@ -246,6 +246,15 @@ def test_epilog_attributes_an_xid_to_the_job(mc):
     assert mc.history("n2", "select hook from runs where job_id = ?", (job,)) == [("epilog",)]
 
 
+def _replace(path, text: str) -> None:
+    """The live cluster's config replaced whole (write, then rename): slurmd's health checks keep running,
+    and one that opened it between a truncate and a write read an empty file, a valid config of defaults
+    without the group the test adds (CI run 19: an observe-only node drained)."""
+    part = path.with_name(f".{path.name}.new")
+    part.write_text(text)
+    os.replace(part, path)
+
+
 def _own_state_config(mc):
     """The cluster's config with a state directory of its own. slurmd's own runs (spread over the
     interval by CYCLE), stuck on the same read, hold the node's run lock most of the time, and a run
@@ -253,7 +262,7 @@ def _own_state_config(mc):
     manual run read that lock, not the timeout, whenever slurmd's run on the node came first."""
     config = mc.dir / "etc" / "gpufleet-own-state.toml"
     text = (mc.dir / "etc" / "gpufleet.toml").read_text()
-    config.write_text(text.replace(f'state_dir = "{mc.dir}/state/gpufleet"', f'state_dir = "{mc.dir}/state/manual"'))
+    _replace(config, text.replace(f'state_dir = "{mc.dir}/state/gpufleet"', f'state_dir = "{mc.dir}/state/manual"'))
     assert config.read_text() != text
     return config
 
@@ -309,7 +318,7 @@ def test_drain_breaker_stops_a_fleet_wide_drain_and_holds_until_reset(mc):
     opens, the other three stay in service publishing "breaker open", and it holds until reset."""
     config = mc.dir / "etc" / "gpufleet.toml"
     original = config.read_text()
-    config.write_text(re.sub(r"(?m)^breaker_threshold = .*$", "breaker_threshold = 2", original))
+    _replace(config, re.sub(r"(?m)^breaker_threshold = .*$", "breaker_threshold = 2", original))
     try:
         victims = ["n2", "n3", "n4", "n5", "n6"]
         for node in victims:
@@ -335,7 +344,7 @@ def test_drain_breaker_stops_a_fleet_wide_drain_and_holds_until_reset(mc):
         assert not breaker_file.exists()
         assert mc.gpufleet("breaker", "status").returncode == 0
     finally:
-        config.write_text(original)
+        _replace(config, original)
 
 
 def test_a_reboot_into_a_kernel_without_the_module_becomes_a_drain(mc):
@@ -410,7 +419,7 @@ def test_straggler_drains_go_through_the_breaker(mc, tmp_path):
     """`fleet stragglers --drain` over three slow nodes with breaker_threshold = 1: the actuator drains
     the first, the breaker opens for the other two and the command names it."""
     config = tmp_path / "gpufleet.toml"
-    config.write_text(re.sub(r"(?m)^breaker_threshold = .*$", "breaker_threshold = 1\ndrain_stragglers = true",
+    _replace(config, re.sub(r"(?m)^breaker_threshold = .*$", "breaker_threshold = 1\ndrain_stragglers = true",
                              (mc.dir / "etc" / "gpufleet.toml").read_text()))
     results = tmp_path / "bandwidth.jsonl"
     slow = {"n2", "n3", "n4"}
@@ -441,7 +450,7 @@ def test_an_idle_sweep_gives_way_to_a_user_job(mc):
     config = mc.dir / "etc" / "gpufleet.toml"
     original = config.read_text()
     sweep = f"{mc.dir}/sbin/slurm-gpufleet-healthcheck --level deep; sleep 300"
-    config.write_text(original.replace("[slurm]\n", f'[slurm]\nsweep_partition = "gpufleet-sweep"\n'
+    _replace(config, original.replace("[slurm]\n", f'[slurm]\nsweep_partition = "gpufleet-sweep"\n'
                                                      f'sweep_command = "{sweep}"\n', 1)
                       + '\n[[group]]\nname = "swept"\nnodes = "n8"\nsweep_interval_h = 24\nsweep_idle_min = 0\n')
     try:
@@ -464,4 +473,4 @@ def test_an_idle_sweep_gives_way_to_a_user_job(mc):
         assert waited < 15, f"the user job waited {waited:.1f} s for the sweep"
         assert mc.job(sweep_job).get("JobState") in ("CANCELLED", "PREEMPTED"), mc.job(sweep_job)
     finally:
-        config.write_text(original)
+        _replace(config, original)
