@@ -49,4 +49,3 @@ def test_fleet_and_plan_text_fold_at_12500_nodes(tmp_path):
     assert len(lines) < 30 and max(map(len, lines)) <= 120, "\n".join(lines)
     assert any("skipped 10000: already at 580.159.04: g[00001-10000]" in line for line in lines)
     assert any("g[" in line and "wave" in line for line in lines)
-

@@ -91,6 +91,7 @@ def test_a_reset_that_does_not_fix_it_climbs_to_a_reboot_in_the_same_run(tmp_pat
     assert _db(tmp_path, "select rung, outcome from remedies order by id") == [("reset", "permanent"), ("reboot", "pending")]
 
 
+@pytest.mark.slow  # 3-5 s, among the fast tier's slowest: run in the slow tier
 def test_a_hung_reset_is_killed_at_its_timeout_and_counts_as_failed(tmp_path):
     bin_dir, gpus, env = _node(tmp_path, hang=True)
     _run(bin_dir, env)
@@ -104,6 +105,7 @@ def test_a_hung_reset_is_killed_at_its_timeout_and_counts_as_failed(tmp_path):
     assert json.loads(_shown(bin_dir)["extra"])["case"][0][4] == "running"
 
 
+@pytest.mark.slow  # 3-5 s, among the fast tier's slowest: run in the slow tier
 def test_the_capth_fault_of_a_class_is_drained_for_repair_and_closes_when_an_admin_resumes_it(tmp_path):
     bin_dir, gpus, env = _node(tmp_path, extra="max_attempts = 2\n")
     _run(bin_dir, env)
@@ -220,6 +222,7 @@ def test_every_reset_or_reboot_action_has_a_ladder_and_every_xid_class_exists():
             assert rungs_for(info.action) != ("repair",), info
 
 
+@pytest.mark.slow  # 3-5 s, among the fast tier's slowest: run in the slow tier
 def test_an_xid_that_asks_for_a_reset_is_answered_by_one_and_not_reset_again(tmp_path):
     bin_dir, gpus, env = _node(tmp_path)
     _run(bin_dir, env)

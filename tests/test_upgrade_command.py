@@ -48,6 +48,7 @@ def test_the_lock_is_held_from_before_the_command_starts(tmp_path):
     assert run("true", 1, str(lock)).ok  # released with the command
 
 
+@pytest.mark.slow  # 3-5 s, among the fast tier's slowest: run in the slow tier
 def test_a_command_still_holding_the_lock_at_the_timeout_is_a_failure_not_an_overlap(tmp_path):
     lock = tmp_path / "n1.lock"
     holder = threading.Thread(target=run, args=("sleep 3", 30, str(lock)))

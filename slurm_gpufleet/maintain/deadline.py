@@ -175,7 +175,7 @@ def plan_deadline(jobs: list[JobInfo], nodes: list[str], *, now: float, deadline
     rounds_needed = math.ceil(len(nodes) / budget)
     if now + rounds_needed * upgrade_s > deadline:
         raise DeadlineError(f"{len(nodes)} node(s), {budget} at a time, {upgrade_s / 60:g} min each, need until "
-                            f"{_iso(now + rounds_needed * upgrade_s)}: later than the deadline {_iso(deadline)}")
+                            f"{iso_minute(now + rounds_needed * upgrade_s)}: later than the deadline {iso_minute(deadline)}")
     names = set(nodes)
     on: dict[str, list[JobInfo]] = defaultdict(list)
     mine = [j for j in jobs if names.intersection(j.nodes)]
@@ -252,5 +252,5 @@ def plan_deadline(jobs: list[JobInfo], nodes: list[str], *, now: float, deadline
     return DeadlinePlan(deadline, out, stop_at, sum(j.gpu_h_at_risk for j in out))
 
 
-def _iso(t: float) -> str:
+def iso_minute(t: float) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M")

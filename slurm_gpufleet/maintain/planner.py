@@ -257,19 +257,19 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
             _node_waves(plan, fleet, s, todo, rank, free_at, now, budget, caps)
         if deadline is None or aim is None:
             break
-        over = max((end for _, end in plan.slots.values()), default=now) - deadline
+        over = _slots_end(plan, now) - deadline
         if over <= 0:
             _deadline_slots(plan, deadline)
             kept = True
             break
         aim -= over
     if not kept:
-        from .deadline import DeadlineError, _iso
+        from .deadline import DeadlineError, iso_minute
 
-        over = max((end for _, end in plan.slots.values()), default=now) - deadline
+        over = _slots_end(plan, now) - deadline
         late = f"{over:.0f} s" if over < 120 else f"{over / 60:.0f} min"
         raise DeadlineError(f"the plan's slots (a canary alone, stages one after another, a soak between them) end "
-                            f"{late} after the deadline {_iso(deadline)}, even with more jobs "
+                            f"{late} after the deadline {iso_minute(deadline)}, even with more jobs "
                             "stopped: a later deadline, a larger budget or fewer waves")
 
     # the jobs that decide when the last nodes can go: the latest-ending jobs on rollout nodes
@@ -289,6 +289,11 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
 
 HELD = "held by someone else: "
 DEADLINE_PASSES = 6  # choices of jobs to stop before a deadline the plan's stages cannot keep is refused
+
+
+def _slots_end(plan: Plan, now: float) -> float:
+    """When the plan's last slot ends."""
+    return max((end for _, end in plan.slots.values()), default=now)
 
 
 def _deadline_slots(plan: Plan, deadline: float) -> None:

@@ -239,7 +239,7 @@ class SimSlurm:
         for name in names:
             n = self.index[name]
             n.reserved_from = min((r.start for r in self.reservations_.values() if name in r.nodes), default=INF)
-            if self.sim.now < n.reserved_from < INF:
+            if n.reserved_from > self.sim.now:
                 self.sim.push(n.reserved_from, "slot", name)
         self.sim.nodes_changed()
 
