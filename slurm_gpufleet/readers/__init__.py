@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from ..snapshot import NodeSnapshot
-from .smi_text import ReportError, read_text
-from .smi_xml import read_xml
+from .errors import ReportError
 
 __all__ = ["ReportError", "read_report", "read_report_file", "read_snapshot_json"]
 
@@ -37,13 +36,18 @@ def read_report(data: bytes | str, source: str = "file") -> NodeSnapshot:
     head = text.lstrip()[:200]
     if head.startswith("{"):
         return read_snapshot_json(text, source)
+    # the parsers load only when a saved report is read: the hooks import this package on every run
     if head.startswith("<?xml") or head.startswith("<nvidia_smi_log") or head.startswith("<!DOCTYPE nvidia_smi_log"):
+        from .smi_xml import read_xml
+
         snap = read_xml(text, source)
         if not snap.has_gpu_state():
             from .failures import apply_failure_texts
 
             apply_failure_texts(text, snap)
         return snap
+    from .smi_text import read_text
+
     return read_text(text, source)
 
 

@@ -208,7 +208,7 @@ def kernel_log_text(data: bytes, where: str = "input") -> str:
     """A kernel log's text; binary junk (a core file, a gzip given by mistake) is no log at all, said as
     a binary nvidia-smi file is, never read as "0 Xid events"."""
     if b"\x00" in data[:4096]:
-        from .smi_text import ReportError
+        from .errors import ReportError
 
         raise ReportError(f"{where}: input is binary, not a kernel log")
     return data.decode("utf-8", "replace")

@@ -17,11 +17,8 @@ from ..snapshot import (
     Process,
 )
 from . import values as v
+from .errors import ReportError
 from .failures import apply_failure_texts
-
-
-class ReportError(ValueError):
-    """The input holds no nvidia-smi report we can read."""
 
 
 @dataclass

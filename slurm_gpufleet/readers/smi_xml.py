@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 from ..snapshot import UNSUPPORTED, Gpu, NodeSnapshot, NvLink, Process
 from . import values as v
-from .smi_text import ReportError
+from .errors import ReportError
 
 
 def _t(el: ET.Element | None, path: str) -> str | None:
