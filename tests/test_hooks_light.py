@@ -16,7 +16,9 @@ t = time.perf_counter()
 from slurm_gpufleet.hooks import prolog_main
 rc = prolog_main()
 print(json.dumps({"rc": rc, "s": time.perf_counter() - t,
-                  "heavy": [m for m in ("click", "jinja2", "sqlite_utils") if m in sys.modules]}))
+                  "heavy": [m for m in ("click", "jinja2", "sqlite_utils") if m in sys.modules],
+                  "parsers": [m for m in ("slurm_gpufleet.readers.smi_text", "slurm_gpufleet.readers.smi_xml",
+                                          "importlib.resources") if m in sys.modules]}))
 """
 
 
@@ -52,6 +54,8 @@ def test_prolog_success_path_is_light(tmp_path):
     r = _run_prolog(tmp_path, _config(tmp_path, gpus))
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["rc"] == 0 and out["heavy"] == [], r.stderr
+    # nor the saved-report parsers or importlib.resources (12 ms of every hook's start between them)
+    assert out["parsers"] == [], out
     # no database on the success path (the scontrol path does not even exist), only the job window file
     assert not list((tmp_path / "state").glob("*.db"))
     window = json.loads((tmp_path / "state" / "jobs" / "n9.42.json").read_text())

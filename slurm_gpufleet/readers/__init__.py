@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from ..snapshot import NodeSnapshot
 from .errors import ReportError
+
+if TYPE_CHECKING:
+    from ..snapshot import NodeSnapshot
 
 __all__ = ["ReportError", "read_report", "read_report_file", "read_snapshot_json"]
 
@@ -13,6 +16,8 @@ MAX_REPORT_BYTES = 64 << 20
 
 
 def read_snapshot_json(text: str, source: str = "snapshot") -> NodeSnapshot:
+    from ..snapshot import NodeSnapshot
+
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
