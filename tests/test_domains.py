@@ -262,3 +262,40 @@ def test_a_domain_waits_for_its_held_member_then_goes_whole(tmp_path):
     fleet.slurm.resume_nodes(["node00006"])  # the admin is done with it
     assert drive(fleet, engine, plan, executor, on_step=watch) == S.R_DONE
     assert set(_drivers(fleet).values()) == {TARGET} and watch.mixed == 0
+
+
+def test_late_domain_slots_take_turns_on_the_slot_grid(tmp_path):
+    """The first domain overruns its slot (slots 2 minutes apart, each upgrade takes 20): the next domains'
+    slots come due while the domain budget is spent.  They are moved to the slots the one slot function
+    gives them (schedule.plan_slots), one domain after another on the plan's grid, never two to one moment,
+    and the budget holds throughout."""
+    fleet = SimFleet(8)
+    blocks(fleet, 2)
+    policy = parse_policy(MAINTAIN + "upgrade_minutes = 2\nmax_unavailable_domains = 1\nwhole_domain = true\n")
+    template = tmp_path / "upgrade.j2"
+    template.write_text(SimExecutor.TEMPLATE)
+    policy = replace(policy, maintain=replace(policy.maintain, upgrade_template=str(template)))
+    plan = make_plan(fleet.fleet_state(), TARGET, [n.name for n in fleet.sim.nodes], policy, now=fleet.sim.now,
+                     force=True, domains=parse_topology(fleet.slurm.topology())).to_dict()
+    store = Store(str(tmp_path / "maintain.db"))
+    store.create_rollout(plan, at=fleet.sim.now)
+    executor = SimExecutor(fleet.sim, 20 * 60)
+    engine = Engine(store, fleet.slurm, policy, executor, clock=lambda: fleet.sim.now)
+    moves: list[tuple[float, str, float]] = []
+    postpone = fleet.slurm.postpone_reservation
+
+    def recording(name: str, start: float) -> None:
+        moves.append((fleet.sim.now, name, start))
+        postpone(name, start)
+
+    fleet.slurm.postpone_reservation = recording
+    watch = Watch(fleet, plan)
+    assert drive(fleet, engine, plan, executor, dt=60.0, on_step=watch) == S.R_DONE
+    assert watch.most_out == 1 and not watch.mixed
+    together: dict[float, list[float]] = {}
+    for at, _name, start in moves:
+        together.setdefault(at, []).append(start)
+    assert any(len(starts) > 1 for starts in together.values()), moves  # the case: several late at once
+    for starts in together.values():
+        assert len(set(starts)) == len(starts), together  # each to a slot of its own
+        assert all(s % 60 == 0 for s in starts)  # on the whole-minute grid

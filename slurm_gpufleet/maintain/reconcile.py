@@ -216,21 +216,22 @@ class Engine:
         if not pending:
             return
         need = [r for r in pending if r["slot"] is None]
+        soak = soak_of(self.s, sum(1 for st in v.state.values() if st == S.DONE))
         if need:
             planned = {n: v.plan.slots[n][0] for n in (r["node"] for r in need) if n in v.plan.slots}
             # a plan applied a minute or two after it was made keeps its slots (the first begins now)
             if len(planned) < len(need) or min(planned.values()) < v.world.now - LATE_PLAN_S:
-                done = sum(1 for st in v.state.values() if st == S.DONE)
                 planned, _ = plan_slots(v.plan, v.world.free_at, v.world.now, 60.0 * self.s.upgrade_minutes,
-                                        soak_of(self.s, done), {r["node"] for r in need})
+                                        soak, {r["node"] for r in need})
             for r in need:
                 r["slot"] = planned[r["node"]]
                 m.changes.append((r["node"], None, "", {"slot": r["slot"]}))
-        # a slot due while its stage or its domain cannot go yet (the one before overran) starts later;
-        # looked at a few minutes ahead, pushed by a node's upgrade time at least, so a waiting slot costs a
-        # write every few minutes, not every step
+        # a slot due while its stage or its domain cannot go yet (the one before overran) starts later, at
+        # the slot the same function gives it from a node's upgrade time on; looked at a few minutes ahead,
+        # so a waiting slot costs a write every few minutes, not every step
         ahead = max(PUSH_LOOKAHEAD_S, 2 * self.s.poll_s)
-        for name, start in postpone_slots(v, ahead, max(2 * ahead, 60.0 * self.s.upgrade_minutes)).items():
+        for name, start in postpone_slots(v, ahead, max(2 * ahead, 60.0 * self.s.upgrade_minutes),
+                                          60.0 * self.s.upgrade_minutes, soak).items():
             res = v.mine[name]
             if res.start is not None and res.start <= v.world.now:
                 # begun: Slurm refuses to move it ("Reservation already started").  A slot whose stage has

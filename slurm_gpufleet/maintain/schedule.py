@@ -369,11 +369,16 @@ def domain_room(view: Any, out: set[str]) -> int | float:
     return room
 
 
-def postpone_slots(view: Any, lookahead_s: float, push_s: float) -> dict[str, float]:
+def postpone_slots(view: Any, lookahead_s: float, push_s: float, upgrade_s: float,
+                   soak_s: float | Callable[[int], float] = 0.0) -> dict[str, float]:
     """Slot reservations of this rollout, begun or about to begin, whose nodes cannot go now: their stage
     has not opened (the one before overran its slots, or the evidence gate holds it), or their domains
     cannot (an earlier domain overran its slot): reservation -> a later start.  A slot holds its nodes out
     of service whether the engine takes them or not, so a late stage or domain must not start the next.
+    The later starts come from the one slot function (plan_slots) over the late slots' nodes, from
+    `push_s` on (when the stage or domain that holds them ends is not known): several late slots take
+    turns on the plan's grid, with its stages, domains and budget, instead of all moving to one moment and
+    being moved again.  A reservation moves as one, to the latest slot of its nodes.
     (Slurm cannot move a reservation that has begun: the caller gives that one up and its nodes a later
     slot of their own.)"""
     open_stage = min(boundary(view), view.gate_allowed)
@@ -381,14 +386,14 @@ def postpone_slots(view: Any, lookahead_s: float, push_s: float) -> dict[str, fl
     committed = out_domains(view, slots_count=False) if view.plan.domains else set()
     room = domain_room(view, committed)
     prefix = f"{ROLLOUT_RESERVATION_PREFIX}{view.rid}_s"
-    out: dict[str, float] = {}
+    late: dict[str, list[str]] = {}  # reservation -> its waiting nodes
     for name, r in sorted(view.mine.items(), key=lambda kv: kv[1].start or 0.0):
         if not name.startswith(prefix) or r.start is None or r.start > now + lookahead_s:
             continue
         waiting = [n for n in r.nodes if view.state.get(n) == S.PENDING]
         if waiting and len(waiting) == len(r.nodes) and all(
                 view.stage_index.get(n, 0) > open_stage for n in waiting):
-            out[name] = now + push_s
+            late[name] = waiting
             continue
         if not view.plan.domains:
             continue
@@ -399,5 +404,9 @@ def postpone_slots(view: Any, lookahead_s: float, push_s: float) -> dict[str, fl
             room -= len(new)
             committed |= new
         else:
-            out[name] = now + push_s
-    return out
+            late[name] = waiting
+    if not late:
+        return {}
+    slots, _ = plan_slots(view.plan, view.world.free_at, now + push_s, upgrade_s, soak_s,
+                          {n for nodes in late.values() for n in nodes})
+    return {name: max(slots[n] for n in nodes) for name, nodes in late.items()}
