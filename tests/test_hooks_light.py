@@ -119,3 +119,49 @@ def test_the_epilog_ends_its_jobs_sampler_even_when_the_config_is_broken(tmp_pat
         for p in (sampler, other):
             p.kill()
             p.wait()
+
+
+def test_the_recorded_nvml_fails_a_call_not_a_lookup_when_the_driver_changes_mid_read(tmp_path):
+    """tests/fake_pynvml/recorded re-reads the node's state when it changed (the in-job sampler sees a
+    fault as it happens).  A bad driver written while a health check reads must fail the reader's next
+    guarded call, as real NVML would, never the lookup before it: the live reader then reports the driver
+    mismatch instead of an internal error."""
+    code = """
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import gpustate, pynvml
+from slurm_gpufleet.readers.nvml import NvmlReader
+state = os.path.join(os.environ["GPUFLEET_FAKE_NVML_DIR"], "n9.json")
+pynvml.nvmlInit()
+time.sleep(0.01)
+gpustate.write_atomic(gpustate.driver_mismatch("580.159.04"), state)
+getter = pynvml.nvmlDeviceGetCount  # a lookup: no NVML error
+try:
+    getter()
+    raised = None
+except pynvml.NVMLError as exc:
+    raised = exc.value
+class Midway:  # the reader's read, with the bad driver written after its first call
+    def __init__(self):
+        self.calls = 0
+    def __getattr__(self, name):
+        fn = getattr(pynvml, name)
+        def call(*args):
+            self.calls += 1
+            if self.calls == 2:
+                gpustate.write_atomic(gpustate.driver_mismatch("580.159.04"), state)
+            return fn(*args)
+        return call
+gpustate.write_atomic(gpustate.healthy_state(8, "n9"), state)
+snap = NvmlReader(nvml=Midway()).read()
+print(json.dumps({"raised": raised, "gpus": len(snap.gpus)}))
+"""
+    gpus = tmp_path / "gpus"
+    gpus.mkdir()
+    gpustate.write_atomic(gpustate.healthy_state(8, "n9"), str(gpus / "n9.json"))
+    r = subprocess.run([sys.executable, "-c", code, str(REPO / "tests" / "slurm")], capture_output=True, text=True,
+                       env={**os.environ, **_node_env(gpus)}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["raised"] == 18  # NVML_ERROR_LIB_RM_VERSION_MISMATCH, from the call
+    assert out["gpus"] == 0  # the read went on, every later call failing as NVML does; no exception left it

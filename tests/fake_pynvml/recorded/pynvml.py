@@ -66,9 +66,23 @@ def nvmlShutdown() -> None:
 
 
 def __getattr__(name: str) -> Any:
+    """An NVML function fails when it is called, never when it is looked up (as nvidia-ml-py's): the
+    reader looks functions up before its guarded call (`c(n.nvmlDeviceGetName, h)`, `getattr(n, ...,
+    None)`).  Looked up with the state re-read, a fault written mid-read (a bad driver installed while a
+    health check ran) escaped the guard as an internal error (CI, test_bad_driver_...: LibRmVersionMismatch)."""
     if not name.startswith("nvml"):
         raise AttributeError(name)
-    if _session is None:
-        raise ReplayError(NVML_ERROR_UNINITIALIZED, "Uninitialized")
-    _live()
-    return getattr(_session, name)
+    member = getattr(NvmlReplay, name, None)
+    if member is None:
+        raise AttributeError(name)
+    if not callable(member) or isinstance(member, type):
+        return member
+
+    def call(*args: Any) -> Any:
+        if _session is None:
+            raise ReplayError(NVML_ERROR_UNINITIALIZED, "Uninitialized")
+        _live()
+        return getattr(_session, name)(*args)
+
+    call.__name__ = name
+    return call
