@@ -422,3 +422,23 @@ def test_the_simulated_slurm_s_node_read_is_a_fresh_one_after_any_change():
         before = [asdict(i) for i in slurm.nodes()]
         fresh = [asdict(i) for i in SimSlurm(sim).nodes()]
         assert before == fresh
+
+
+def test_the_trials_alone_run_the_history_only_up_to_the_rollout_with_the_same_load():
+    """--no-replay (no strategies): no baseline replay, and the history runs only to the rollout's start;
+    the load the --seeds trials start from (the jobs running then) is the same as a full run's."""
+    from slurm_gpufleet.maintain.failures import Rates
+
+    with open(EXCERPT) as fh:
+        trace = read_sacct(fh)
+    policy = parse_policy('[maintain]\nwaves = [1, "100%"]\n')
+    args = dict(nodes=12, gpus_per_node=8, rollout_at_h=12, max_unavailable=2, policy=policy,
+                assumption="runtime-ceil-hour", rates=Rates(6.5, 0.18, 3.0), hours=6)
+    full = simulate(trace, strategies=("reboot-asap",), **args)  # the load does not depend on the strategy
+    alone = simulate(trace, strategies=(), **args)
+
+    def load(out):
+        return sorted((j.id, j.start, j.placed) for j in out["_running"])
+
+    assert load(alone) == load(full) and len(load(full)) > 5
+    assert alone["strategies"] == {}

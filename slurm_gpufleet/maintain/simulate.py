@@ -51,8 +51,8 @@ INF = float("inf")
 BACKFILL_DEPTH = 200  # like Slurm's bf_max_job_test: how deep into the queue backfill looks
 
 
-@dataclass
-class SimJob:
+@dataclass(eq=False)  # a job is itself, not its fields: the queue's remove compared every field of
+class SimJob:         # thousands of waiting jobs (15 M comparisons in a 16-node replay of the history)
     id: str
     submit: float
     run: float
@@ -824,13 +824,18 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
         for j in base_jobs:
             j.comment = f"gpufleet:checkpoint_every={checkpoint_every_h:g}h"
     baseline = with_hazards(Simulator(_copy(base_jobs), nodes, gpus_per_node))
-    baseline.run()
-    base_wait = waits(baseline.jobs, until)
-    # the load as the rollout starts, as the history ran it (failures requeue jobs and move later starts)
+    # the baseline is what the replays are measured against (and the deadline's lower bound): without
+    # them (--no-replay) it is not run
+    replays = bool(strategies) or deadline_h is not None
+    if replays:
+        baseline.run()
+    base_wait = waits(baseline.jobs, until) if replays else {}
+    # the load as the rollout starts, as the history ran it (failures requeue jobs and move later starts);
+    # for the trials alone, the history up to the rollout's start is all there is to run
     unfailed = baseline
-    if rates:
+    if rates or not replays:
         unfailed = Simulator(_copy(base_jobs), nodes, gpus_per_node)
-        unfailed.until = until
+        unfailed.until = until if replays else rollout_at
         unfailed.run()
     deadline = rollout_at + deadline_h * 3600 if deadline_h else None
     lower_bound = None
