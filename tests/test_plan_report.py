@@ -85,6 +85,8 @@ CHROMIUM = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--
             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+# Chromium's render (1.5-3.5 s each, a browser process per page): the slow tier, with make test and CI
+@pytest.mark.slow
 def test_html_report_renders_in_chromium(tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
@@ -127,6 +129,7 @@ MEASURE = """<script>window.addEventListener('load', () => {
 });</script></body>"""
 
 
+@pytest.mark.slow  # Chromium's render, as above
 @pytest.mark.parametrize("count,deadline", [(32, None), (32, "72h"), (250, None), (250, "72h")])
 def test_html_plan_clips_no_label_and_shows_the_deadline(tmp_path, count, deadline):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
