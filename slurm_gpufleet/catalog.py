@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import functools
+import os
 import re
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-# the package's own folder, not importlib.resources: the data ships as plain files beside the code, and
-# importlib.resources (tempfile, zipfile, random) cost each health check 12 ms of its start
-DATA = Path(__file__).resolve().parent / "data"
+# the package's own folder, as a plain path: the data ships as files beside the code, and
+# importlib.resources (tempfile, zipfile, random) or pathlib cost each health check 12 ms of its start
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 
 @functools.cache
 def _load(name: str) -> dict[str, Any]:
-    with open(DATA / name, "rb") as fh:
+    with open(os.path.join(DATA, name), "rb") as fh:
         return tomllib.load(fh)
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-import logging.handlers
 import os
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -43,8 +41,10 @@ def setup_logging(hook: str, node: str, job: str | None = None) -> None:
     tag = f"slurm-gpufleet-{hook}[{os.getpid()}]: node={node}" + (f" job={job}" if job else "") + " "
     handlers: list[logging.Handler] = []
     if os.path.exists("/dev/log"):
+        from logging.handlers import SysLogHandler  # socket and pickle with it: only where syslog is
+
         try:
-            h = logging.handlers.SysLogHandler(address="/dev/log", facility=logging.handlers.SysLogHandler.LOG_DAEMON)
+            h = SysLogHandler(address="/dev/log", facility=SysLogHandler.LOG_DAEMON)
             h.setFormatter(logging.Formatter(tag + "%(message)s"))
             handlers.append(h)
         except OSError:
@@ -66,7 +66,7 @@ class Setup:
 
 
 def _setup(hook: str, config: str | None, node: str | None, job: str | None = None) -> Setup | None:
-    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    node = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     setup_logging(hook, node, job)
     path, required = config_path(config)
     from ..trust import problem, refusals
