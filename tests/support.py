@@ -58,6 +58,36 @@ def trusted_tree() -> Path:
     return _TREES[os.getpid()]
 
 
+_PYTHONS: dict[int, Path] = {}
+
+
+def trusted_python() -> str:
+    """An interpreter root's programs may run, with this package and this environment's libraries: this
+    one where its path passes the trust rule, else (a clone under /tmp has its .venv there) a venv of the
+    base interpreter, without pip, in the tests' own trusted directory, made once per process, whose .pth
+    names the package copy (trusted_tree) and this interpreter's site-packages."""
+    import shutil
+    import site
+    import subprocess
+    import tempfile
+
+    from slurm_gpufleet.trust import problem
+
+    if problem(sys.executable) is None:
+        return sys.executable
+    if os.getpid() not in _PYTHONS:
+        dest = Path(tempfile.gettempdir()) / f"gpufleet-python-{os.getuid()}-{os.getpid()}"
+        shutil.rmtree(dest, ignore_errors=True)
+        base = getattr(sys, "_base_executable", None) or sys.executable
+        subprocess.run([base, "-m", "venv", "--without-pip", str(dest)], check=True, capture_output=True)
+        python = dest / "bin" / "python"
+        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+        Path(purelib, "gpufleet-tests.pth").write_text("\n".join([str(trusted_tree()), *site.getsitepackages()]) + "\n")
+        _PYTHONS[os.getpid()] = python
+    return str(_PYTHONS[os.getpid()])
+
+
 def public_index() -> list[dict[str, str]]:
     with open(PUBLIC / "nvidia-smi" / "INDEX.tsv", newline="") as fh:
         return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))

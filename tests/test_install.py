@@ -4,17 +4,17 @@ defaults, the site's files never overwritten, idempotent, and --dry-run writes n
 import dataclasses
 import os
 import subprocess
-import sys
 
 import pytest
-from support import run_cli, trusted_tree
+from support import run_cli, trusted_python, trusted_tree
 
 from slurm_gpufleet.policy import load_policy
 
 
 def _install(*args: str):
-    """`install` run from a package copy that passes the trust rule (the clone, unless it is under /tmp)."""
-    return run_cli("install", *args, cwd=trusted_tree())
+    """`install` run from a package copy that passes the trust rule (the clone, unless it is under /tmp),
+    for an interpreter that passes it (this one, unless its venv is under /tmp)."""
+    return run_cli("install", "--python", trusted_python(), *args, cwd=trusted_tree())
 
 
 def test_install_writes_runnable_wrappers_and_is_idempotent(tmp_path):
@@ -36,7 +36,7 @@ def test_install_writes_runnable_wrappers_and_is_idempotent(tmp_path):
 
     # the wrapper runs with an empty environment, as slurmd runs it, from another directory
     wrapper = prefix / "sbin" / "slurm-gpufleet-healthcheck"
-    assert os.access(wrapper, os.X_OK) and sys.executable in wrapper.read_text()
+    assert os.access(wrapper, os.X_OK) and trusted_python() in wrapper.read_text()
     assert f"SLURM_GPUFLEET_CONFIG={skeleton}" in wrapper.read_text()
     r = subprocess.run([str(wrapper), "--help"], env={}, cwd="/", capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "HealthCheckProgram" in r.stdout, r.stderr
