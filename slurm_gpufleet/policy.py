@@ -543,12 +543,24 @@ def config_path(explicit: str | None) -> tuple[str | None, bool]:
     return (DEFAULT_PATH, False) if os.path.exists(DEFAULT_PATH) else (None, False)
 
 
+# An empty config is read once more after this pause: a file rewritten in place (`>`, most editors'
+# save) is empty between its truncate and its write, and empty is valid TOML, the packaged defaults.  A
+# health check that read it then ran without the site's groups (CI saw an observe-only node drained).
+EMPTY_CONFIG_REREAD_S = 0.2
+
+
 def load_policy(path: str | None) -> Policy:
     if path is None:
         return default_policy()
     try:
         with open(path, "rb") as fh:
             raw = fh.read()
+        if not raw.strip():
+            import time
+
+            time.sleep(EMPTY_CONFIG_REREAD_S)
+            with open(path, "rb") as fh:
+                raw = fh.read()
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read config: {exc.strerror or exc}") from None
     return parse_policy(raw.decode("utf-8", "replace"), path)

@@ -69,3 +69,25 @@ def test_shipped_sample_config_is_valid():
     from support import REPO
     policy = load_policy(str(REPO / "etc" / "gpufleet.toml"))
     assert policy.groups
+
+
+def test_a_config_read_between_its_truncate_and_its_write_is_read_again(tmp_path, monkeypatch):
+    """An in-place rewrite (`>`, an editor's save) leaves the file empty for a moment, and empty is valid
+    TOML (the defaults).  The pause before the second read is where the writer finishes."""
+    import time
+
+    config = tmp_path / "gpufleet.toml"
+    config.write_text("")
+    paused = []
+
+    def writer_finishes(seconds):
+        paused.append(seconds)
+        config.write_text(SAMPLE)
+
+    monkeypatch.setattr(time, "sleep", writer_finishes)
+    policy = load_policy(str(config))
+    assert paused and policy.for_node("gpu002").groups == ("h200", "canary")
+    # a config that is only comments (install's skeleton) is not empty: read once
+    paused.clear()
+    config.write_text("# the site's settings\n")
+    assert load_policy(str(config)).for_node("gpu002").groups == () and paused == []
