@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -556,8 +557,6 @@ def load_policy(path: str | None) -> Policy:
         with open(path, "rb") as fh:
             raw = fh.read()
         if not raw.strip():
-            import time
-
             time.sleep(EMPTY_CONFIG_REREAD_S)
             with open(path, "rb") as fh:
                 raw = fh.read()
