@@ -340,7 +340,7 @@ def _timeline(request):
 
     def line(what: str) -> None:
         with open(path, "a") as fh:
-            fh.write(f"{time.time():.0f} {os.getloadavg()[0]:.2f} {what} {os.environ.get('SLURM_RELEASE') or 'host'} "
+            fh.write(f"{time.time():.0f} {os.getloadavg()[0]:.2f} {what} {os.environ.get('GPUFLEET_TEST_STREAM') or os.environ.get('SLURM_RELEASE') or 'host'} "
                      f"{request.node.nodeid}\n")
 
     line("start")

@@ -33,6 +33,9 @@ OLD_DRIVER_PKG=535.261.03-1
 APT_WAIT="-o DPkg::Lock::Timeout=600"
 CCACHE_HOST=${NODE_IMAGE_CCACHE:-$IMAGES/ccache}
 CCACHE_IN=var/cache/gpufleet-ccache   # in the image
+# DKMS's module builds whole, by their inputs (dkms_build_cache.sh: the `make` of each copy)
+BUILDS_HOST=${NODE_IMAGE_BUILD_CACHE_DIR:-$IMAGES/build-cache}
+BUILDS_IN=var/cache/gpufleet-build-cache
 
 log() { echo "node-image: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -134,12 +137,25 @@ case "${1:-}" in
     [ -e "$IMAGE/.gpufleet-node-image" ] || die "no image at $IMAGE: run node_image.sh build"
     rm -rf "$2"; mkdir -p "$(dirname "$2")"
     cp -a --reflink=auto "$IMAGE" "$2"
-    if [ -d "$CCACHE_HOST" ]; then cp -a "$CCACHE_HOST/." "$2/$CCACHE_IN/"; fi ;;
+    if [ -d "$CCACHE_HOST" ]; then cp -a "$CCACHE_HOST/." "$2/$CCACHE_IN/"; fi
+    if [ "${NODE_IMAGE_BUILD_CACHE:-on}" != off ]; then
+      install -m 755 "$(dirname "$0")/dkms_build_cache.sh" "$2/usr/sbin/make"
+      mkdir -p "$2/$BUILDS_IN"
+      if [ -d "$BUILDS_HOST" ]; then cp -a "$BUILDS_HOST/." "$2/$BUILDS_IN/"; fi
+    fi ;;
   keep-cache)
     [ -n "${2:-}" ] || die "usage: node_image.sh keep-cache ROOT"
-    [ -d "$2/$CCACHE_IN" ] || exit 0
-    mkdir -p "$CCACHE_HOST"
-    cp -a -n "$2/$CCACHE_IN/." "$CCACHE_HOST/" ;;
+    if [ -d "$2/$CCACHE_IN" ]; then mkdir -p "$CCACHE_HOST" && cp -a -n "$2/$CCACHE_IN/." "$CCACHE_HOST/"; fi
+    if [ -d "$2/$BUILDS_IN" ]; then  # whole entries only (an entry is renamed into place when complete)
+      mkdir -p "$BUILDS_HOST"
+      for entry in "$2/$BUILDS_IN"/*; do
+        [ -f "$entry/modules.tar" ] && [ ! -e "$BUILDS_HOST/${entry##*/}" ] && cp -a "$entry" "$BUILDS_HOST/"
+      done
+      # the newest 8 builds (~135 MB each, unstripped): older drivers and kernels are not built again
+      find "$BUILDS_HOST" -mindepth 1 -maxdepth 1 -type d -printf '%T@ %p\n' | sort -rn | tail -n +9 \
+        | cut -d' ' -f2- | while read -r old; do rm -rf "$old"; done
+    fi
+    exit 0 ;;
   path) echo "$IMAGE" ;;
   sh)
     [ -n "${2:-}" ] && [ -n "${3:-}" ] || die "usage: node_image.sh sh ROOT CMD"
