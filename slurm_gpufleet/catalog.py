@@ -22,6 +22,8 @@ def _load(name: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class XidInfo:
+    """One Xid in the catalog: its name, the action it calls for and where that comes from."""
+
     xid: int
     name: str
     action: str
@@ -70,6 +72,8 @@ def security_data() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class GpuModel:
+    """One GPU model in the table: how to recognise it and what it should reach."""
+
     name: str
     pattern: re.Pattern[str]
     architecture: str | None

@@ -22,6 +22,8 @@ def branch_of(driver: str) -> int:
 
 @dataclass
 class BranchInfo:
+    """A driver branch: production or new-feature, and its end of life."""
+
     branch: int
     type: str | None
     eol: str | None  # "YYYY-MM", "ended", or None when unknown
@@ -106,6 +108,8 @@ def safe_version(driver: str) -> str | None:
 
 @dataclass
 class CompatResult:
+    """What the compatibility data says of one driver: its branch, CUDA and architectures."""
+
     driver: str
     branch: int
     branch_type: str | None

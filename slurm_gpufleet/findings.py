@@ -39,6 +39,8 @@ ACTIONS = {
 
 @dataclass
 class Finding:
+    """What one check found on a node, its severity and the action it asks for."""
+
     check: str
     severity: str
     action: str

@@ -89,6 +89,8 @@ def gather(source: Source) -> NodeSnapshot:
 
 @dataclass
 class Report:
+    """A node's verdict, its findings and the snapshot they came from."""
+
     verdict: str
     findings: list[Finding]
     snapshot: NodeSnapshot

@@ -469,6 +469,8 @@ _MODEL_KEYS = {"match": _str, "architecture": _str, "max_sm_mhz": _int(1), "mem_
 
 @dataclass
 class _Group:
+    """A [groups.NAME] table: its nodes and the settings it overrides."""
+
     name: str
     nodes: str
     nodeset: Any
@@ -510,6 +512,8 @@ class BundleSpec:
 
 @dataclass
 class Policy:
+    """The site's config: defaults, groups and the settings outside them."""
+
     path: str | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
     groups: list[_Group] = field(default_factory=list)

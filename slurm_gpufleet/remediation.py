@@ -72,6 +72,8 @@ def gpus_idle(snap: NodeSnapshot, gpus: list[int]) -> bool:
 
 @dataclass
 class ResetResult:
+    """How a GPU reset went."""
+
     ok: bool
     detail: str
     seconds: float

@@ -60,6 +60,8 @@ def known(value: Any) -> Any:
 
 @dataclass
 class InfoRom:
+    """The InfoROM's image and object versions, and whether it is valid."""
+
     image: Str = None
     oem: Str = None
     ecc: Str = None
@@ -71,6 +73,8 @@ class InfoRom:
 
 @dataclass
 class Temperatures:
+    """GPU and memory temperatures and the GPU's slowdown, shutdown and operating limits, in C."""
+
     gpu_c: Int = None
     memory_c: Int = None
     slowdown_c: Int = None
@@ -82,6 +86,8 @@ class Temperatures:
 
 @dataclass
 class Power:
+    """Power draw and limits, in W."""
+
     draw_w: Float = None
     limit_w: Float = None
     default_limit_w: Float = None
@@ -92,6 +98,8 @@ class Power:
 
 @dataclass
 class Clocks:
+    """Current, maximum and application clocks, in MHz."""
+
     graphics_mhz: Int = None
     sm_mhz: Int = None
     memory_mhz: Int = None
@@ -106,6 +114,8 @@ class Clocks:
 
 @dataclass
 class Ecc:
+    """ECC mode and error counts (volatile: since the driver loaded; aggregate: the GPU's life)."""
+
     mode_current: Bool = None
     mode_pending: Bool = None
     volatile_dram_corrected: Int = None
@@ -121,6 +131,8 @@ class Ecc:
 
 @dataclass
 class RetiredPages:
+    """Pages retired for ECC errors (before Ampere)."""
+
     single_bit: Int = None
     double_bit: Int = None
     pending: Bool = None
@@ -128,6 +140,8 @@ class RetiredPages:
 
 @dataclass
 class RemappedRows:
+    """Rows remapped for memory errors (Ampere on); pending means a reset applies them."""
+
     correctable: Int = None
     uncorrectable: Int = None
     pending: Bool = None
@@ -138,6 +152,8 @@ class RemappedRows:
 
 @dataclass
 class Pcie:
+    """The PCIe link: its generation and width now and at most."""
+
     gen_current: Int = None
     gen_max: Int = None
     width_current: Int = None
@@ -147,6 +163,8 @@ class Pcie:
 
 @dataclass
 class NvLink:
+    """One NVLink link: up or not, and its speed."""
+
     link: int
     active: bool
     speed_gbps: Float = None
@@ -177,6 +195,8 @@ class Fabric:
 
 @dataclass
 class Process:
+    """A process holding a GPU."""
+
     pid: int
     name: str | None = None
     used_memory_mib: Int = None
@@ -184,6 +204,8 @@ class Process:
 
 @dataclass
 class Gpu:
+    """One GPU as NVML or nvidia-smi reports it."""
+
     # NVML / nvidia-smi index (PCI bus order), what CUDA_VISIBLE_DEVICES and SLURM_JOB_GPUS count
     index: int
     # /dev/nvidiaN, what Slurm's gres.conf File= names; not always equal to the index
@@ -246,6 +268,8 @@ class PerfSample:
 
 @dataclass
 class XidEvent:
+    """One Xid (or fallen-off-the-bus) line of the kernel log."""
+
     line: int
     xid: int
     pci: str | None
@@ -283,6 +307,8 @@ class KernelModule:
 
 @dataclass
 class KernelFacts:
+    """One kernel (the running one, or the next boot's) and the NVIDIA module it would load."""
+
     release: str
     module: KernelModule | None = None
     note: str | None = None        # e.g. a DKMS build that left no module
@@ -319,6 +345,8 @@ class HostFacts:
 
 @dataclass
 class NodeSnapshot:
+    """Everything the checks judge on one node: its GPUs, driver, kernel log and host facts."""
+
     host: str | None = None
     kernel_release: str | None = None
     driver_version: Str = None

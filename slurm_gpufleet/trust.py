@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Refusal:
+    """A path that root's programs must not run or read, and why."""
+
     path: str          # the path named by the config (or the config itself)
     where: str         # the path or directory that fails the rule
     why: str           # owner and mode, in words

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-import pkgutil
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +22,8 @@ from ..snapshot import NodeSnapshot
 
 @dataclass
 class Context:
+    """What a check reads besides the snapshot: the node's policy, models and the day."""
+
     snapshot: NodeSnapshot
     policy: NodePolicy = field(default_factory=NodePolicy)
     models: tuple[GpuModel, ...] = ()
@@ -37,8 +39,10 @@ class Context:
 CheckFn = Callable[[Context], list[Finding]]
 
 def _discover() -> dict[str, CheckFn]:
-    modules = [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)
-               if not m.name.startswith("_")]
+    # the package's own .py files, listed (pkgutil costs each health check its import: importlib.util and
+    # importlib's abstract classes)
+    names = sorted({f[:-3] for d in __path__ for f in os.listdir(d) if f.endswith(".py") and not f.startswith("_")})
+    modules = [importlib.import_module(f"{__name__}.{name}") for name in names]
     found = sorted((m for m in modules if hasattr(m, "NAME") and hasattr(m, "check")),
                    key=lambda m: (getattr(m, "ORDER", 10_000), m.NAME))
     return {m.NAME: m.check for m in found}

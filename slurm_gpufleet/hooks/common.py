@@ -59,6 +59,8 @@ def setup_logging(hook: str, node: str, job: str | None = None) -> None:
 
 @dataclass
 class Setup:
+    """What a hook runs with: its node, the policy and the Slurm settings."""
+
     node: str
     policy: Policy
     settings: SlurmSettings

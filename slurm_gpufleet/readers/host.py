@@ -8,8 +8,6 @@ and DIR/sys/firmware/efi.  Never runs a command, never loads a module.
 
 from __future__ import annotations
 
-import gzip
-import lzma
 import mmap
 import os
 import re
@@ -96,7 +94,7 @@ def read_module(path: Path, base: Path) -> KernelModule:
             mod.signed = len(data) >= len(SIGNATURE_MAGIC) and data[-len(SIGNATURE_MAGIC):] == SIGNATURE_MAGIC
             if mod.signed:
                 mod.signer = module_signer(data)
-    except (OSError, lzma.LZMAError, EOFError, ValueError):
+    except (OSError, EOFError, ValueError):
         return mod
     if "version" in info:
         mod.version = info["version"]
@@ -167,10 +165,18 @@ def _module_data(path: Path) -> Iterator[bytes | mmap.mmap | None]:
     """The module's bytes: mapped when stored plain (its sections are read, not the whole file), else
     decompressed (None where the compression needs a library this node lacks)."""
     if path.name.endswith((".xz", ".gz", ".zst")):
+        # the decompressors are imported here: most modules are stored plain, and each health check of every
+        # node imports this file
         raw = path.read_bytes()
         if path.name.endswith(".xz"):
-            yield lzma.decompress(raw)
+            import lzma
+            try:
+                plain = lzma.decompress(raw)
+            except lzma.LZMAError as e:
+                raise ValueError(f"{path}: {e}") from e
+            yield plain
         elif path.name.endswith(".gz"):
+            import gzip
             yield gzip.decompress(raw)
         else:
             try:

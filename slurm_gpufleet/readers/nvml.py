@@ -8,7 +8,6 @@ is injected (`nvml=`), so a recorded NVML session can be replayed through exactl
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -83,7 +82,7 @@ class NvmlReader:
 
     def read(self) -> NodeSnapshot:
         snap = NodeSnapshot(source="nvml", level=self.level)
-        snap.host = socket.gethostname()
+        snap.host = os.uname().nodename  # gethostname's answer, without importing socket
         snap.kernel_release = os.uname().release
         snap.kernel_module_version = read_kernel_module_version(self.module_version_path)
         snap.uptime_s = read_uptime()

@@ -108,6 +108,8 @@ class Ladder:
 
 @dataclass
 class Action:
+    """What the health check asks of Slurm for a node, and why."""
+
     kind: str      # drain | set_reason | resume | reboot | reset | validate | none
     reason: str = ""
     why: str = ""

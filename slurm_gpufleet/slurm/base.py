@@ -22,6 +22,8 @@ REASON_FLAGS = frozenset({"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"})
 
 @dataclass
 class NodeInfo:
+    """One node as Slurm shows it."""
+
     name: str
     state: str                       # base state, upper case: IDLE, ALLOCATED, MIXED, DOWN, ...
     flags: set[str] = field(default_factory=set)  # DRAIN, REBOOT_REQUESTED, REBOOT_ISSUED, MAINTENANCE, ...
@@ -65,6 +67,8 @@ class NodeInfo:
 
 @dataclass
 class JobInfo:
+    """One job as Slurm shows it."""
+
     job_id: str
     nodes: list[str]
     end_time: float | None      # epoch seconds; None when the job has no time limit
@@ -77,6 +81,8 @@ class JobInfo:
 
 @dataclass
 class Reservation:
+    """One reservation as Slurm shows it."""
+
     name: str
     nodes: list[str]
     start: float | None
