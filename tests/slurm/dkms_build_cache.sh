@@ -17,10 +17,13 @@
 # The cache is /var/cache/gpufleet-build-cache in the image (node_image.sh copy brings the host's in and
 # keep-cache takes new keys back).  NODE_IMAGE_BUILD_CACHE=off on the host: copies get no shim, every
 # DKMS build compiles.
-REAL=/usr/bin/make
-CACHE=/var/cache/gpufleet-build-cache
+# The roots as a node image has them (tests/test_build_cache.py points them at a tree of its own)
+REAL=${GPUFLEET_REAL_MAKE:-/usr/bin/make}
+CACHE=${GPUFLEET_BUILD_CACHE:-/var/cache/gpufleet-build-cache}
+DKMS_TREE=${GPUFLEET_DKMS_TREE:-/var/lib/dkms}
+MODULES=${GPUFLEET_MODULES_DIR:-/lib/modules}
 
-case $PWD in /var/lib/dkms/*/build) ;; *) exec "$REAL" "$@" ;; esac
+case $PWD in "$DKMS_TREE"/*/build) ;; *) exec "$REAL" "$@" ;; esac
 [ -z "${GPUFLEET_BUILD_CACHE_INSIDE:-}" ] || exec "$REAL" "$@"  # kbuild's own recursive makes
 kernel=""; modules=""; args=""
 for a in "$@"; do
@@ -30,16 +33,16 @@ for a in "$@"; do
   esac
   case $a in -j*) ;; *) args="$args $a" ;; esac
 done
-if [ -z "$kernel" ] || [ -z "$modules" ] || [ ! -d "/lib/modules/$kernel/build/" ]; then exec "$REAL" "$@"; fi
+if [ -z "$kernel" ] || [ -z "$modules" ] || [ ! -d "$MODULES/$kernel/build/" ]; then exec "$REAL" "$@"; fi
 
 cc=${CC:-gcc}
 key=$(
   export LC_ALL=C
-  sha256sum "$0"
+  echo "gpufleet build cache 1"  # what an entry holds; a new layout takes a new number
   echo "args:$args"
   env | grep -E '^(CC|LD|ARCH|CROSS_COMPILE|NV_[A-Z_]*|IGNORE_[A-Z_]*|SYSSRC|SYSOUT|KBUILD_[A-Z_]*)=' | sort
   find . -type f ! -name make.log -print0 | sort -z | xargs -0 sha256sum
-  find -L "/lib/modules/$kernel/build/" -type f -print0 2>/dev/null | sort -z | xargs -0 sha256sum
+  (cd "$MODULES/$kernel/build/" && find -L . -type f -print0 2>/dev/null | sort -z | xargs -0 sha256sum)
   "$cc" -v 2>&1 | tail -1
   sha256sum "$(command -v "$cc")" "$("$cc" -print-prog-name=cc1)" "$(command -v ld)" "$(command -v as)" 2>&1
 ) || exec "$REAL" "$@"
