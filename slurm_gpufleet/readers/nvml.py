@@ -82,8 +82,9 @@ class NvmlReader:
 
     def read(self) -> NodeSnapshot:
         snap = NodeSnapshot(source="nvml", level=self.level)
-        snap.host = os.uname().nodename  # gethostname's answer, without importing socket
-        snap.kernel_release = os.uname().release
+        uname = os.uname()
+        snap.host = uname.nodename  # gethostname's answer, without importing socket
+        snap.kernel_release = uname.release
         snap.kernel_module_version = read_kernel_module_version(self.module_version_path)
         snap.uptime_s = read_uptime()
         try:

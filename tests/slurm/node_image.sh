@@ -141,7 +141,10 @@ case "${1:-}" in
     if [ "${NODE_IMAGE_BUILD_CACHE:-on}" != off ]; then
       install -m 755 "$(dirname "$0")/dkms_build_cache.sh" "$2/usr/sbin/make"
       mkdir -p "$2/$BUILDS_IN"
-      if [ -d "$BUILDS_HOST" ]; then cp -a "$BUILDS_HOST/." "$2/$BUILDS_IN/"; fi
+      # linked, not copied, where one file system holds both (135 MB an entry; the shim only reads them)
+      if [ -d "$BUILDS_HOST" ]; then
+        cp -al "$BUILDS_HOST/." "$2/$BUILDS_IN/" 2>/dev/null || cp -a "$BUILDS_HOST/." "$2/$BUILDS_IN/"
+      fi
     fi ;;
   keep-cache)
     [ -n "${2:-}" ] || die "usage: node_image.sh keep-cache ROOT"
