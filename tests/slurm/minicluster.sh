@@ -16,6 +16,7 @@
 #   GPUFLEET_STATE_DIR  the nodes' recorded NVML sessions (default $MINICLUSTER_DIR/gpus)
 #   HC_INTERVAL         HealthCheckInterval seconds (default 10)
 #   HC_NODE_STATE       HealthCheckNodeState (default ANY)
+#   HC_SLOTS            health checks running at once on the cluster, the rest wait asleep (default 2)
 #   GPUS_PER_NODE       default 8
 #   MIN_JOB_AGE         MinJobAge seconds (default 300)
 #   RECORD_NODES        also this many node records with no slurmd (g00001...), for reads at fleet size
@@ -40,6 +41,7 @@ HC_INTERVAL=${HC_INTERVAL:-10}
 # ANY: as a site runs it.  (CYCLE did not spread 4 nodes' runs over a 5 s interval here: slurmctld
 # started them within a second of each other all the same.)
 HC_NODE_STATE=${HC_NODE_STATE:-ANY}
+HC_SLOTS=${HC_SLOTS:-2}  # health checks that run at once on this cluster (node-python)
 GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CTLD_PORT=${CTLD_PORT:-16817}
 SLURMD_PORT_BASE=${SLURMD_PORT_BASE:-17001}
@@ -542,6 +544,20 @@ EOF
     printf '[ -e /.gpufleet-slurm-root ] || exec /usr/sbin/chroot %s %s/bin/node-python "$@"\n' "$ROOT" "$DIR" \
       >> "$DIR/bin/node-python"
   fi
+  # slurmctld starts the health checks of 10 nodes or more within a second (HealthCheckNodeState CYCLE
+  # spreads them by at least 10 a call), and here every node shares this machine's 2 cores: 32 nodes
+  # queued 28 runnable checks at once.  A real node runs one.  So a check waits, asleep, for one of
+  # HC_SLOTS places on this cluster, as a queue of real nodes' checks would wait for their own CPUs.
+  mkdir -p "$DIR/hc-slots"
+  cat >> "$DIR/bin/node-python" <<EOF
+case "\$*" in *healthcheck_main*)
+  slot=0
+  while [ \$slot -lt $HC_SLOTS ]; do
+    exec 9>"$DIR/hc-slots/\$slot"; flock -n 9 && break; slot=\$((slot + 1))
+  done
+  [ \$slot -lt $HC_SLOTS ] || { exec 9>"$DIR/hc-slots/\$((\$\$ % $HC_SLOTS))"; flock 9; } ;;
+esac
+EOF
   echo "exec $node_py \"\$@\"" >> "$DIR/bin/node-python"
   chmod 755 "$DIR/bin/node-python"
   "$py" -m slurm_gpufleet.cli install --prefix "$DIR" --python "$DIR/bin/node-python" --config "$DIR/etc/gpufleet.toml" \
