@@ -112,6 +112,12 @@ build_root() {  # once per release; later runs reuse it
 
 mount_root() {  # the root sees this machine's /proc, /dev, /tmp (clusters, tests' files) and the repository
   local m
+  # a cluster whose teardown found the root still in use left its mounts; once their source is gone (a
+  # finished CI copy, a test's cluster directory) nothing can use them: 52 had piled up over a day here
+  awk -v root="$ROOT/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo | sort -ru | while read -r m; do
+    case "$m" in "$ROOT/proc"* | "$ROOT/dev"* | "$ROOT/tmp"*) continue ;; esac
+    [ -e "${m#"$ROOT"}" ] || umount -l "$m" 2>/dev/null || true
+  done
   mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
   mountpoint -q "$ROOT/dev" || { mount --rbind /dev "$ROOT/dev" && mount --make-rslave "$ROOT/dev"; }
   for m in /tmp "$REPO" "$DIR" "$GPUDIR"; do
