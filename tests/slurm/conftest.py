@@ -211,7 +211,9 @@ def start_cluster(name: str, nodes: int, ctld_port: int, slurmd_port_base: int, 
     base = Path(os.environ.get("GPUFLEET_TEST_DIR", os.path.join(tempfile.gettempdir(), f"gpufleet-test-{os.getpid()}"))) / name
     # health checks spread over the interval (HealthCheckNodeState CYCLE), not all 8 nodes in one second:
     # the same 12 runs a node a minute, but an 8-node cluster's mean load fell from 1.86 to 0.27 (peak
-    # 5.21 to 0.87) over tests/slurm/test_cluster.py, which passed either way; HC_NODE_STATE overrides
+    # 5.21 to 0.87) over tests/slurm/test_cluster.py, which passed either way; HC_NODE_STATE overrides.
+    # CYCLE still starts at least 10 nodes a second (slurmctld's ping_nodes.c), so 32 nodes' checks
+    # came in bursts of 28 runnable: minicluster.sh's node-python lets HC_SLOTS (2) run at once
     env = {"HC_NODE_STATE": "ANY,CYCLE", **os.environ, "MINICLUSTER_DIR": str(base), "GPUFLEET_STATE_DIR": str(base / "gpus"),
            "HC_INTERVAL": str(HC_INTERVAL), "PYTHON": sys.executable, "CLEAN_RUNS": "2", "READ_TIMEOUT": "4",
            "CTLD_PORT": str(ctld_port + PORT_OFFSET), "SLURMD_PORT_BASE": str(slurmd_port_base + PORT_OFFSET),

@@ -353,7 +353,20 @@ rm -f "\$pidfile"
 # in whole seconds, and a new registration in the same second reads as none)
 next_second
 echo "\$(date +%s.%N) \$node restart (was: \$(echo \$pids))" >> "$DIR/log/restarts.log"
-$(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>&1 8>&-
+# the slurmd of a root all bind one /run/slurm/sack.socket (26.05) as they start: two restarted in the
+# same instant (a rack's trays, each waiting for the next second above) and one exits, "init_sack_conmgr:
+# ... Unable to bind UNIX socket: Address already in use" (CI, 2026-12-03).  Starts take turns, each
+# until its slurmd logged that it started (or why not)
+exec 7>"$DIR/run/slurmd-start.lock"
+flock -w 60 7 || true
+log="$DIR/log/slurmd-\$node.log"
+before=\$(stat -c %s "\$log" 2>/dev/null || echo 0)
+$(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>&1 7>&- 8>&-
+for i in \$(seq 1 100); do
+  tail -c +\$((before + 1)) "\$log" 2>/dev/null | grep -q "slurmd started on\\|fatal" && break
+  sleep 0.1
+done
+exec 7>&-
 # the lock is held until the new slurmd has written its pid file, so the next restart finds it
 for i in \$(seq 1 100); do
   pid=\$(cat "\$pidfile" 2>/dev/null || true)
@@ -578,7 +591,13 @@ EOF
 
   SL slurmctld -f "$CONF" -i
   # what a slurmd prints before its log is open (a bind error, say) goes to slurmd-start.log
-  for i in "${nodes[@]}"; do SL slurmd -f "$CONF" -N "$i" 2>>"$DIR/log/slurmd-start.log"; done
+  for i in "${nodes[@]}"; do
+    SL slurmd -f "$CONF" -N "$i" 2>>"$DIR/log/slurmd-start.log"
+    # in a root, one at a time: they share /run/slurm/sack.socket (see restart-slurmd)
+    if [ -n "$ROOT" ]; then
+      for _ in $(seq 1 100); do grep -q "slurmd started on\|fatal" "$DIR/log/slurmd-$i.log" 2>/dev/null && break; sleep 0.1; done
+    fi
+  done
   setsid bash "$DIR/bin/reboot-agent" </dev/null >>"$DIR/log/reboot-agent.log" 2>&1 &
   export SLURM_CONF=$CONF
   local idle=0 try missing=()
