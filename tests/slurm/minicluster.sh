@@ -82,6 +82,11 @@ slurm_major_minor() { SL slurmctld -V | awk '{print $2}' | awk -F. '{printf "%d%
 ROOT_PATH=/usr/sbin:/usr/bin:/sbin:/bin
 SL() { if [ -n "$ROOT" ]; then chroot "$ROOT" /usr/bin/env PATH=$ROOT_PATH "$@"; else "$@"; fi; }
 
+# in a root one at a time, as they share a socket (bin/start-slurmd); on the host all at once, as before
+start_slurmd() {
+  if [ -n "$ROOT" ]; then "$DIR/bin/start-slurmd" "$1"; else slurmd -f "$CONF" -N "$1" 2>>"$DIR/log/slurmd-start.log"; fi
+}
+
 suite_of() { case "$1" in 22.05) echo bookworm ;; 24.11) echo trixie ;; 26.05) echo sid ;; *) return 1 ;; esac; }
 
 choose_release() {  # sets ROOT when SLURM_RELEASE names a release other than the host's
@@ -329,6 +334,25 @@ EOF
   # once, and slurmd writes its pid file only after it has daemonised, so the second restart read a stale
   # pid, left the first's new slurmd running and started another beside it (CI run 5: the node never
   # registered again).  The pattern names this cluster's config, as clusters of other releases run beside.
+  # The slurmd of a root all bind one /run/slurm/sack.socket (26.05) as they start: two started in the
+  # same instant (a rack's trays restarted together, each waiting for the next second) and one exits,
+  # "init_sack_conmgr: ... Unable to bind UNIX socket: Address already in use" (CI, 2026-12-03).  So
+  # starts take turns, each until its slurmd logged that it started (or why not).
+  cat > "$DIR/bin/start-slurmd" <<EOF
+#!/bin/bash
+node=\$1
+exec 7>"$DIR/run/slurmd-start.lock"
+flock -w 60 7 || true
+log="$DIR/log/slurmd-\$node.log"
+before=\$(stat -c %s "\$log" 2>/dev/null || echo 0)
+# what a slurmd prints before its log is open (a bind error, say) goes to slurmd-start.log
+$(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>>"$DIR/log/slurmd-start.log" 7>&-
+for i in \$(seq 1 100); do
+  tail -c +\$((before + 1)) "\$log" 2>/dev/null | grep -q "slurmd started on\\|fatal" && break
+  sleep 0.1
+done
+EOF
+  chmod 755 "$DIR/bin/start-slurmd"
   cat > "$DIR/bin/restart-slurmd" <<EOF
 #!/bin/bash
 node=\$1
@@ -353,20 +377,7 @@ rm -f "\$pidfile"
 # in whole seconds, and a new registration in the same second reads as none)
 next_second
 echo "\$(date +%s.%N) \$node restart (was: \$(echo \$pids))" >> "$DIR/log/restarts.log"
-# the slurmd of a root all bind one /run/slurm/sack.socket (26.05) as they start: two restarted in the
-# same instant (a rack's trays, each waiting for the next second above) and one exits, "init_sack_conmgr:
-# ... Unable to bind UNIX socket: Address already in use" (CI, 2026-12-03).  Starts take turns, each
-# until its slurmd logged that it started (or why not)
-exec 7>"$DIR/run/slurmd-start.lock"
-flock -w 60 7 || true
-log="$DIR/log/slurmd-\$node.log"
-before=\$(stat -c %s "\$log" 2>/dev/null || echo 0)
-$(command -v slurmd) -f $CONF -N "\$node" </dev/null >/dev/null 2>&1 7>&- 8>&-
-for i in \$(seq 1 100); do
-  tail -c +\$((before + 1)) "\$log" 2>/dev/null | grep -q "slurmd started on\\|fatal" && break
-  sleep 0.1
-done
-exec 7>&-
+"$DIR/bin/start-slurmd" "\$node" 8>&-  # one start at a time (see start-slurmd)
 # the lock is held until the new slurmd has written its pid file, so the next restart finds it
 for i in \$(seq 1 100); do
   pid=\$(cat "\$pidfile" 2>/dev/null || true)
@@ -591,13 +602,7 @@ EOF
 
   SL slurmctld -f "$CONF" -i
   # what a slurmd prints before its log is open (a bind error, say) goes to slurmd-start.log
-  for i in "${nodes[@]}"; do
-    SL slurmd -f "$CONF" -N "$i" 2>>"$DIR/log/slurmd-start.log"
-    # in a root, one at a time: they share /run/slurm/sack.socket (see restart-slurmd)
-    if [ -n "$ROOT" ]; then
-      for _ in $(seq 1 100); do grep -q "slurmd started on\|fatal" "$DIR/log/slurmd-$i.log" 2>/dev/null && break; sleep 0.1; done
-    fi
-  done
+  for i in "${nodes[@]}"; do start_slurmd "$i"; done
   setsid bash "$DIR/bin/reboot-agent" </dev/null >>"$DIR/log/reboot-agent.log" 2>&1 &
   export SLURM_CONF=$CONF
   local idle=0 try missing=()
@@ -623,7 +628,7 @@ EOF
     log "slurmd of ${missing[*]} did not register; starting it again"
     for i in "${missing[@]}"; do
       [ -f "$DIR/run/slurmd-$i.pid" ] && stop_pid "$(cat "$DIR/run/slurmd-$i.pid")"
-      SL slurmd -f "$CONF" -N "$i" 2>>"$DIR/log/slurmd-start.log"
+      start_slurmd "$i"
     done
   done
   if [ "$idle" -lt "$n" ]; then
