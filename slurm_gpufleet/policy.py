@@ -440,8 +440,12 @@ class MaintainSettings:
     gate_confidence: float = setting(0.95, _between(0.5, 1.0))
     # a signal with at least this many events must rule "worse" out before the window widens
     gate_min_events: int = setting(5, _int(1))
-    # no wave widens before this soak, in seconds of the cohort in service; at the max without a decision,
-    # wait for `maintain approve` (or proceed)
+    # "not worse" means at most 1 + gate_margin times the control's rate (the sequential test's H0)
+    gate_margin: float = setting(0.0, _number)
+    # no wave widens before this soak, in seconds of the cohort in service; the soak is bounded: at
+    # gate_max_soak_h (hours; gate_max_soak_s is the same bound in seconds) without a decision the stage
+    # proceeds unless the canary is worse at gate_confidence, and only then waits for `maintain approve`
+    # (or proceeds: gate_on_timeout = "proceed")
     gate_min_soak_s: int = setting(3600, _int(1))
     gate_max_soak_s: int = setting(86400, _int(1))
     gate_on_timeout: str = setting("wait", _choice("wait", "proceed"))
@@ -586,11 +590,28 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
     if "bundle" in data:
         policy.bundle = _bundle(data["bundle"], path, lines)
     policy.slurm = SlurmSettings(**_site_section(data, "slurm", SLURM_VALIDATORS, path, lines))
+    maintain = data.get("maintain")
+    soak_key = "gate_max_soak_s"
+    if isinstance(maintain, dict) and "gate_max_soak_h" in maintain:
+        soak_key = "gate_max_soak_h"
+        maintain = dict(maintain)  # the bound in hours, kept as gate_max_soak_s (one value, two spellings)
+        where = f"{path}:{lines.find(('maintain', None), 'gate_max_soak_h')}"
+        if "gate_max_soak_s" in maintain:
+            raise PolicyError(f"{where}: gate_max_soak_h and gate_max_soak_s are the same bound: give one")
+        hours = maintain.pop("gate_max_soak_h")
+        if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours < 1e6:
+            raise PolicyError(f"{where}: gate_max_soak_h must be a number of hours above 0")
+        maintain["gate_max_soak_s"] = max(1, round(hours * 3600))
+        data = {**data, "maintain": maintain}
     policy.maintain = MaintainSettings(**_site_section(data, "maintain", MAINTAIN_VALIDATORS, path, lines))
     if policy.maintain.gate_max_soak_s < policy.maintain.gate_min_soak_s:
-        raise PolicyError(f"{path}:{lines.find(('maintain', None), 'gate_max_soak_s')}: gate_max_soak_s "
-                          f"{policy.maintain.gate_max_soak_s} is shorter than gate_min_soak_s "
+        raise PolicyError(f"{path}:{lines.find(('maintain', None), soak_key)}: {soak_key} "
+                          f"({policy.maintain.gate_max_soak_s} s) is shorter than gate_min_soak_s "
                           f"{policy.maintain.gate_min_soak_s}")
+    if policy.maintain.gate_worse_ratio <= 1 + policy.maintain.gate_margin:
+        raise PolicyError(f"{path}:{lines.find(('maintain', None), 'gate_margin')}: gate_margin "
+                          f"{policy.maintain.gate_margin:g} leaves nothing between \"not worse\" (1 + margin) and "
+                          f"\"worse\" (gate_worse_ratio {policy.maintain.gate_worse_ratio:g})")
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise PolicyError(f"{path}:{lines.find(None, 'defaults')}: 'defaults' must be a table")

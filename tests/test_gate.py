@@ -97,25 +97,71 @@ def test_a_crash_mid_soak_keeps_the_evidence(tmp_path):
     assert store.gate(plan["id"])["decision"] == "worse"
 
 
-def test_no_decision_waits_for_approval_then_the_stage_starts(tmp_path):
+def test_no_decision_at_the_soak_s_bound_goes_on_when_the_canary_is_not_worse(tmp_path):
     fleet = SimFleet(12)
     publish_old(fleet)
-    config = GATED.replace("gate_max_soak_s = 86400", "gate_max_soak_s = 7200")
+    config = GATED.replace("gate_max_soak_s = 86400", "gate_max_soak_h = 2")
     engine, store, plan, executor = rollout(tmp_path, fleet, base=config)
-    for _ in range(40):  # no events at all: nothing can be ruled out
-        engine.step(plan["id"])
+    for _ in range(60):  # no events at all: nothing can be ruled out, and nothing is worse
+        if engine.step(plan["id"]) == S.R_DONE:
+            break
         fleet.advance(fleet.sim.now + 600, executor)
-    assert store.counts(plan["id"]).get(S.DONE, 0) == 4 and store.counts(plan["id"]).get(S.PENDING) == 8
-    waiting = store.db.execute("select detail from audit where event = 'gate waiting'").fetchall()
-    assert len(waiting) == 1 and "maintain approve" in waiting[0][0]
+    assert store.counts(plan["id"]) == {S.DONE: 12}
+    passed = [d for (d,) in store.db.execute("select detail from audit where event = 'gate passed'")]
+    assert passed and all("not worse at confidence 0.95 after the soak's bound (2 h)" in d for d in passed), passed
+    assert not store.db.execute("select 1 from audit where event = 'gate waiting'").fetchall()
+
+
+def _worse_canary(fleet, store, plan, per_step=1):
+    """Soft Xids on the upgraded nodes only: worse than the control at 0.95, short of the halt line."""
+    for n in fleet.sim.nodes:
+        if n.upgraded and not n.out(fleet.sim.now):
+            data = json.loads(n.extra)
+            data["xs"] = data.get("xs", 0) + per_step
+            n.extra = json.dumps(data)
+
+
+def test_a_canary_worse_at_confidence_waits_for_approval_holding_nothing(tmp_path):
+    """At the soak's bound a canary worse than the control at gate_confidence, but short of the sequential
+    test's halt line, waits for `maintain approve`: every waiting node stays in service (no slot of the
+    rollout holds it), `maintain status` says what it waits for, since when, and that it holds 0 nodes."""
+    from slurm_gpufleet.maintain.status import rollout_status, status_text
+
+    fleet = SimFleet(12)
+    publish_old(fleet)
+    config = GATED.replace("gate_max_soak_s = 86400", "gate_max_soak_h = 2").replace(
+        'gate_signals = ["xid_soft", "job_fail"]', 'gate_signals = ["xid_soft"]')
+    engine, store, plan, executor = rollout(tmp_path, fleet, base=config)
+    sprinkled = 0
+    for _ in range(40):
+        engine.step(plan["id"])
+        gate = store.gate(plan["id"])
+        ev = gate["ev"].get("xid_soft", {}) if gate else {}
+        if store.counts(plan["id"]).get(S.DONE) == 4 and sprinkled < 1 and ev.get("canary_node_hours", 0) > 0:
+            _worse_canary(fleet, store, plan)  # 4 canary events, 0 on the control: p = (1/3)^4 < 0.05
+            sprinkled += 1
+        fleet.advance(fleet.sim.now + 600, executor)
     gate = store.gate(plan["id"])
-    gate["approved"][str(gate["boundary"])] = "root: soft Xids are too rare here"
+    assert gate["decision"] == "open" and gate["ev"]["xid_soft"]["canary_events"] == 4, gate
+    assert store.counts(plan["id"]) == {S.DONE: 4, S.PENDING: 8}
+    waiting = store.db.execute("select detail from audit where event = 'gate waiting'").fetchall()
+    assert len(waiting) == 1 and "worse at confidence 0.95 on xid_soft" in waiting[0][0], waiting
+    # nothing beyond what already ran is held: no reservation of the rollout, every node in service
+    assert not [r for r in fleet.slurm.reservations_ if r.startswith(f"gpufleet_{plan['id']}_s")]
+    assert not any(n.out(fleet.sim.now) for n in fleet.sim.nodes)
+    status = rollout_status(store, engine.s)
+    assert status["waiting"]["holds"] == 0 and status["waiting"]["in_progress"] == 0
+    assert "maintain approve" in status["waiting"]["for"] and status["waiting"]["since"] <= fleet.sim.now
+    assert any(line.startswith("  waiting for `maintain approve` of stage 1") and "holding 0 node(s)" in line
+               for line in status_text(status))
+    gate["approved"][str(gate["boundary"])] = "root: the Xid 31s are a known firmware quirk"
     store.set_gate(plan["id"], gate, fleet.sim.now)
     for _ in range(5):
         engine.step(plan["id"])
         fleet.advance(fleet.sim.now + 600, executor)
     assert store.counts(plan["id"]).get(S.PENDING, 0) < 8
     assert "approved by root" in store.db.execute("select detail from audit where event = 'gate passed'").fetchone()[0]
+    assert rollout_status(store, engine.s)["waiting"] is None
 
 
 def test_the_soak_is_the_canary_s_exposure_for_the_events_the_test_needs():

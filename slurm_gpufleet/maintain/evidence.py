@@ -52,28 +52,50 @@ class SignalEvidence:
     history_events: int = 0      # canary events judged against the recorded rate (no control peers)
     history_hours: float = 0.0
 
+    history_expected: float = 0.0  # the events the recorded rate expects in history_hours
+
     def add(self, canary_events: int, canary_hours: float, control_events: int, control_hours: float,
-            ratio: float) -> None:
-        """One step's events and node-hours.  Events in a step without exposure on both sides carry no
-        information about the split and are counted, not tested."""
+            ratio: float, null_ratio: float = 1.0) -> None:
+        """One step's events and node-hours; H0: the canary's rate is `null_ratio` times the control's (1
+        plus the gate's margin), H1: `ratio` times.  Events in a step without exposure on both sides carry
+        no information about the split and are counted, not tested."""
         self.canary_events += canary_events
         self.control_events += control_events
         self.canary_hours += canary_hours
         self.control_hours += control_hours
         if canary_hours <= 0 or control_hours <= 0 or not (canary_events or control_events):
             return
-        p0 = canary_hours / (canary_hours + control_hours)
+        p0 = null_ratio * canary_hours / (null_ratio * canary_hours + control_hours)
         p1 = ratio * canary_hours / (ratio * canary_hours + control_hours)
         self.llr += canary_events * math.log(p1 / p0) + control_events * math.log((1 - p1) / (1 - p0))
 
-    def add_against_history(self, canary_events: int, canary_hours: float, rate: float, ratio: float) -> None:
+    def add_against_history(self, canary_events: int, canary_hours: float, rate: float, ratio: float,
+                            null_ratio: float = 1.0) -> None:
         """One step of canary nodes that have no control peers, against the recorded rate per node-hour."""
         self.canary_events += canary_events
         self.canary_hours += canary_hours
         self.history_events += canary_events
         self.history_hours += canary_hours
         if canary_hours > 0:
-            self.llr += canary_events * math.log(ratio) - (ratio - 1) * rate * canary_hours
+            self.history_expected += rate * canary_hours
+            self.llr += canary_events * math.log(ratio / null_ratio) - (ratio - null_ratio) * rate * canary_hours
+
+    def worse_p(self, null_ratio: float = 1.0) -> float | None:
+        """One-sided p-value of "the canary is no worse than `null_ratio` times the control" (or the
+        fleet's record, for canary hours without control peers): small when the canary is worse.  The
+        bounded soak's rule reads it (Gate.worse_at_confidence); None without exposure to judge."""
+        if self.control_hours > 0 and self.canary_hours > 0:
+            n = self.events - self.history_events
+            k = self.canary_events - self.history_events
+            if n <= 0:
+                return 1.0
+            tc = self.canary_hours - self.history_hours
+            if tc <= 0:
+                return 1.0
+            return binomial_upper_tail(k, n, null_ratio * tc / (null_ratio * tc + self.control_hours))
+        if self.history_expected > 0:
+            return poisson_upper_tail(self.history_events, null_ratio * self.history_expected)
+        return None
 
     @property
     def events(self) -> int:
@@ -98,18 +120,45 @@ class SignalEvidence:
         if n == 0 or self.canary_hours <= 0 or self.control_hours <= 0:
             return None
         p0 = self.canary_hours / (self.canary_hours + self.control_hours)
-        return min(1.0, sum(math.comb(n, k) * p0 ** k * (1 - p0) ** (n - k) for k in range(self.canary_events, n + 1)))
+        return binomial_upper_tail(self.canary_events, n, p0)
 
     def to_dict(self) -> dict[str, Any]:
         """Unrounded: the engine keeps it every step (half a second of a node is 0.00014 node-h)."""
         return {"canary_events": self.canary_events, "canary_node_hours": self.canary_hours,
                 "control_events": self.control_events, "control_node_hours": self.control_hours, "llr": self.llr,
-                "history_events": self.history_events, "history_node_hours": self.history_hours}
+                "history_events": self.history_events, "history_node_hours": self.history_hours,
+                "history_expected": self.history_expected}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SignalEvidence:
         return cls(d["canary_events"], d["canary_node_hours"], d["control_events"], d["control_node_hours"],
-                   d["llr"], d.get("history_events", 0), d.get("history_node_hours", 0.0))
+                   d["llr"], d.get("history_events", 0), d.get("history_node_hours", 0.0),
+                   d.get("history_expected", 0.0))
+
+
+def binomial_upper_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), in log space (n may be thousands of events)."""
+    if k <= 0:
+        return 1.0
+    if k > n or p <= 0:
+        return 0.0
+    if p >= 1:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+             for i in range(k, n + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
+def poisson_upper_tail(k: int, mean: float) -> float:
+    """P(X >= k) for X ~ Poisson(mean)."""
+    if k <= 0:
+        return 1.0
+    if mean <= 0:
+        return 0.0
+    below = sum(math.exp(i * math.log(mean) - mean - math.lgamma(i + 1)) for i in range(k))
+    return max(0.0, 1.0 - below)
 
 
 @dataclass
@@ -118,6 +167,7 @@ class Gate:
     worse_ratio: float = 2.0
     confidence: float = 0.95
     min_events: int = 5
+    margin: float = 0.0          # "not worse" means no more than 1 + margin times the control's rate
     evidence: dict[str, SignalEvidence] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -133,7 +183,7 @@ class Gate:
         for s in self.signals:
             e = events.get(s, {})
             self.evidence[s].add(e.get(CANARY, 0), hours.get(CANARY, 0.0), e.get(CONTROL, 0),
-                                 hours.get(CONTROL, 0.0), self.worse_ratio)
+                                 hours.get(CONTROL, 0.0), self.worse_ratio, self.null_ratio)
 
     def add_against_history(self, events: dict[str, int], hours: float, rates: dict[str, float | None]) -> None:
         """Canary nodes of a model with no control peers: events per signal in this step, their node-hours,
@@ -141,9 +191,32 @@ class Gate:
         for s in self.signals:
             rate = rates.get(s)
             if rate is not None:
-                self.evidence[s].add_against_history(events.get(s, 0), hours, rate, self.worse_ratio)
+                self.evidence[s].add_against_history(events.get(s, 0), hours, rate, self.worse_ratio,
+                                                     self.null_ratio)
             else:
-                self.evidence[s].add(events.get(s, 0), hours, 0, 0.0, self.worse_ratio)
+                self.evidence[s].add(events.get(s, 0), hours, 0, 0.0, self.worse_ratio, self.null_ratio)
+
+    @property
+    def null_ratio(self) -> float:
+        """H0 of the sequential test: the canary no worse than this times the control."""
+        return 1.0 + self.margin
+
+    def boundaries(self) -> tuple[float, float]:
+        """Wald's two boundaries on each signal's log likelihood ratio: (not worse at or below, worse at
+        or above)."""
+        a = self.alpha
+        return math.log(a / (1 - a)), math.log((1 - a) / a)
+
+    def worse_at_confidence(self) -> list[str]:
+        """The signals whose canary is worse than 1 + margin times the control at `confidence` (each at
+        the Bonferroni share of it), though the sequential test has not reached its "worse" line: what
+        the bounded soak waits on an admin for (gate.step)."""
+        out = []
+        for s in self.signals:
+            p = self.evidence[s].worse_p(self.null_ratio)
+            if p is not None and p < self.alpha:
+                out.append(s)
+        return out
 
     def decisions(self) -> dict[str, str]:
         return {s: self.evidence[s].decision(self.alpha, self.alpha) for s in self.signals}

@@ -84,7 +84,6 @@ class Hazards:
     @property
     def node_failures(self) -> int:
         return len(self.failed_at)
-
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 

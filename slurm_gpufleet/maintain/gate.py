@@ -53,6 +53,7 @@ class GateOutcome:
     state: dict[str, Any]
     allowed: float                       # the highest boundary the window may open
     halt: str | None = None              # why the rollout halts
+    waiting: tuple[str, float] | None = None  # what the gate waits for an admin for, and since when
     audits: list[tuple[str, str]] = field(default_factory=list)
     # what this step adds to the fleet's record: (GPU model, driver, signal, events, node-hours)
     recorded: list[tuple[str, str, str, int, float]] = field(default_factory=list)
@@ -185,6 +186,7 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
     state["need_s"] = round(need)
     soak = now - state["since"]
     approved = state["approved"].get(str(boundary))
+    worse_now = gate.worse_at_confidence() if soak >= s.gate_max_soak_s else []
     if approved:
         why = f"approved by {approved}"
     elif verdict == NOT_WORSE and soak >= s.gate_min_soak_s:
@@ -193,15 +195,27 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
         why = (f"no signal worse or leaning worse after {soak:.0f} s, the {canary_nodes} canary node(s)' exposure "
                f"for {expected_events_needed(s.gate_worse_ratio, s.gate_confidence, len(gate.signals)):.1f} "
                "expected events at the fleet's base rates (data/base_rates.toml)")
+    elif soak >= s.gate_max_soak_s and not worse_now:
+        # the bounded soak: at its end a canary not worse at gate_confidence goes on; only one that is
+        # worse (yet short of the sequential test's halt line) waits for an admin
+        why = (f"not worse at confidence {s.gate_confidence:g} after the soak's bound "
+               f"({s.gate_max_soak_s / 3600:g} h): {why}")
     elif soak >= s.gate_max_soak_s and s.gate_on_timeout == "proceed":
-        why = f"no decision after {s.gate_max_soak_s} s: proceeding (gate_on_timeout)"
+        why = (f"worse at confidence {s.gate_confidence:g} on {', '.join(worse_now)} after "
+               f"{s.gate_max_soak_s / 3600:g} h, short of the halt line: proceeding (gate_on_timeout)")
     else:
-        if soak >= s.gate_max_soak_s and state.get("waiting") != boundary:
-            state["waiting"] = boundary
-            out.audits.append(("gate waiting", f"no decision after {s.gate_max_soak_s} s: `slurm-gpufleet "
-                                               f"maintain approve {v.rid} --why ...` lets stage {boundary} start"))
+        if soak >= s.gate_max_soak_s:
+            if state.get("waiting") != boundary:
+                state["waiting"] = boundary
+                state["waiting_since"] = now
+                out.audits.append(("gate waiting", f"worse at confidence {s.gate_confidence:g} on "
+                                   f"{', '.join(worse_now)} after {s.gate_max_soak_s / 3600:g} h, short of the halt "
+                                   f"line: `slurm-gpufleet maintain approve {v.rid} --why ...` lets stage "
+                                   f"{boundary} start (the test goes on meanwhile: it may still halt or pass)"))
+            out.waiting = (f"`maintain approve` of stage {boundary} (worse at confidence {s.gate_confidence:g} on "
+                           f"{', '.join(worse_now)})", state.get("waiting_since") or now)
         return out
-    state.update(passed=boundary, boundary=None, since=None)
+    state.update(passed=boundary, boundary=None, since=None, waiting=None, waiting_since=None)
     out.allowed = float(boundary)
     out.audits.append(("gate passed", f"stage {boundary}: {why}"))
     return out
@@ -210,7 +224,7 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
 def _gate(s: Any, state: dict[str, Any]) -> Gate:
     """The settings' test, with the evidence kept so far."""
     gate = Gate(signals=tuple(s.gate_signals), worse_ratio=s.gate_worse_ratio, confidence=s.gate_confidence,
-                min_events=s.gate_min_events)
+                min_events=s.gate_min_events, margin=s.gate_margin)
     gate.load(state["ev"])
     return gate
 

@@ -36,6 +36,7 @@ from .schedule import (
     PUSH_LOOKAHEAD_S,
     admit,
     boundary,
+    held,
     plan_slots,
     postpone_slots,
     slot_reservations,
@@ -215,6 +216,9 @@ class Engine:
         pending = [r for r in v.rows if v.state[r["node"]] == S.PENDING]
         if not pending:
             return
+        if v.waiting is not None:
+            self._release_slots(v, pending, writes, m)
+            return
         need = [r for r in pending if r["slot"] is None]
         soak = soak_of(self.s, sum(1 for st in v.state.values() if st == S.DONE))
         if need:
@@ -231,28 +235,79 @@ class Engine:
         # so a waiting slot costs a write every few minutes, not every step
         ahead = max(PUSH_LOOKAHEAD_S, 2 * self.s.poll_s)
         for name, start in postpone_slots(v, ahead, max(2 * ahead, 60.0 * self.s.upgrade_minutes),
-                                          60.0 * self.s.upgrade_minutes, soak).items():
+                                          60.0 * self.s.upgrade_minutes, soak, self.s.poll_s).items():
             res = v.mine[name]
             if res.start is not None and res.start <= v.world.now:
                 # begun: Slurm refuses to move it ("Reservation already started").  A slot whose stage has
-                # not opened keeps its nodes waiting in it (the stage opens once the one before settles);
-                # one of a domain that cannot go (an earlier domain overran) is given up and made again
-                # later in the same step, so that the domain budget holds, when every node in it waits
-                if not v.plan.domains or any(v.state.get(n) != S.PENDING for n in res.nodes):
-                    continue
-                writes.given_up.add(name)
+                # not opened, whose domain cannot go, or that the budget has no room for lets its waiting
+                # nodes go (given up whole, or shrunk to the nodes already taken), and they get a later
+                # slot in the same step: never left holding idle nodes out of service
+                waiting = [n for n in res.nodes if v.state.get(n) == S.PENDING]
+                keep = [n for n in res.nodes if n not in waiting and n in writes.update.get(name, res.nodes)]
+                if keep:
+                    writes.shrunk[name] = keep
+                else:
+                    writes.given_up.add(name)
                 for r in pending:
-                    if r["node"] in res.nodes:
+                    if r["node"] in waiting:
                         r["slot"] = start
                         m.changes.append((r["node"], None, "", {"slot": start}))
                 # the later slot is made at once: no gap in which a long job lands on its nodes
-                writes.create.update(slot_reservations({n: start for n in res.nodes}, set(), v.rid,
+                writes.create.update(slot_reservations({n: start for n in waiting}, set(), v.rid,
                                                        ROLLOUT_RESERVATION_PREFIX, v.world.ours))
             else:
                 writes.postpone[name] = start
         member = {n for res in v.world.ours.values() for n in res.nodes}
         writes.create.update(slot_reservations({r["node"]: r["slot"] for r in pending}, member, v.rid,
                                                ROLLOUT_RESERVATION_PREFIX, v.world.ours))
+
+    def _release_slots(self, v: StepView, pending: list[dict[str, Any]], writes: Writes, m: _Moves) -> None:
+        """While the rollout waits for an admin (halted; the gate found the canary worse), nothing more
+        begins: every slot of waiting nodes goes (begun or not), and the nodes are in service until it
+        runs on; then their slots are scheduled again from that moment (the `slot` kept is cleared)."""
+        prefix = f"{ROLLOUT_RESERVATION_PREFIX}{v.rid}_s"
+        for name, res in v.mine.items():
+            if not name.startswith(prefix):
+                continue
+            keep = [n for n in res.nodes if v.state.get(n) != S.PENDING]
+            if not keep:
+                writes.given_up.add(name)
+            elif len(keep) < len(res.nodes):
+                writes.shrunk[name] = sorted(set(writes.update.pop(name, keep)) & set(keep))
+        for r in pending:
+            if r["slot"] is not None:
+                r["slot"] = None
+                m.changes.append((r["node"], None, "", {"slot": None}))
+
+    def _say_waiting(self, rid: str, r: dict[str, Any], v: StepView) -> None:
+        """What `maintain status` shows the rollout waiting for an admin for: since when, and how many
+        nodes it still holds once this step's writes are made (only nodes already under way: its slots
+        of waiting nodes are given up).  Written when it changes."""
+        if v.waiting is None:
+            record = None
+        else:
+            ours, _ = held(v)
+            holds = [n for n in ours if v.state.get(n) != S.PENDING]
+            record = {"for": v.waiting[0], "since": v.waiting[1], "holds": len(holds),
+                      "in_progress": sum(1 for st in v.state.values() if st in S.IN_FLIGHT)}
+        if record != (json.loads(r["waiting"]) if r.get("waiting") else None):
+            self.store.set_waiting(rid, record)
+
+    def _failure_halt(self, v: StepView, state: str) -> str | None:
+        """Why a running rollout halts for its failed nodes (too many, or a budget they fill), or None."""
+        if state != S.R_RUNNING:
+            return None
+        counts: dict[str, int] = defaultdict(int)
+        for st in v.state.values():
+            counts[st] += 1
+        failed, pending = counts[S.FAILED], counts[S.PENDING]
+        budget = v.plan.budget["max_unavailable"]
+        if failed > self.s.max_failures:
+            return f"{failed} node(s) failed (max_failures {self.s.max_failures})"
+        if pending and failed >= budget:
+            return (f"the budget of {budget} node(s) is filled by {failed} failed node(s); "
+                    f"{pending} node(s) still pending")
+        return None
 
     # -- one step --------------------------------------------------------------------------------
     def step(self, rid: str) -> str:
@@ -301,7 +356,14 @@ class Engine:
                 self._apply(v, by_node[node], move(S.SKIPPED, why), m)
 
             admit(v, take, skip)
+        halt = halt or self._failure_halt(v, r["state"])
+        if halt or r["state"] == S.R_HALTED:
+            v.waiting = (f"an admin: halted{' (' + halt + ')' if halt else ''}; `maintain rollback`, `abort` "
+                         "or `resume`", world.now if halt else (r["updated"] or world.now))
+        elif gated and outcome.waiting is not None:
+            v.waiting = outcome.waiting
         writes = self._effects(v, m)
+        self._say_waiting(rid, r, v)
         job_changes = preempt(v, jobs, writes) if jobs and r["state"] == S.R_RUNNING else []
         self.store.set_preemptions(rid, job_changes, world.now)
         self.store.apply(rid, m.changes, world.now, m.audits)
@@ -323,6 +385,12 @@ class Engine:
 
     def _flush(self, rid: str, writes: Writes, world: World, cap: int | None = None) -> int:
         made = writes.flush(self.slurm, world.nodes, cap)
+        # the reservations this step deleted are gone from its read too: a turn back in the same step
+        # (auto_rollback) reads the same world, and must not delete them again
+        failed = " ".join(writes.errors)
+        for method, name in writes.made:
+            if method == "delete_reservation" and name not in failed:
+                world.reservations.pop(name, None)
         self.store.apply(rid, [], world.now, [(None, f"slurm {method}", detail) for method, detail in writes.made]
                          + [(None, "slurm call failed (retried next step)", e) for e in writes.errors])
         return made
@@ -359,12 +427,6 @@ class Engine:
         if state == S.R_HALTED:
             return state
         pending = counts[S.PENDING]
-        budget = v.plan.budget["max_unavailable"]
-        if failed > self.s.max_failures:
-            return self._halt(v, f"{failed} node(s) failed (max_failures {self.s.max_failures})")
-        if pending and failed >= budget:
-            return self._halt(v, f"the budget of {budget} node(s) is filled by {failed} failed node(s); "
-                                 f"{pending} node(s) still pending")
         if settled and pending == 0:
             self.final_cleanup(v.rid, v.world.now, v.world)
             self.store.set_rollout_state(v.rid, S.R_DONE, f"{counts[S.DONE]} done, {failed} failed", at=v.world.now)

@@ -183,16 +183,15 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
     failed = counts[S.FAILED]
     if failed > view.s.max_failures or failed >= budget["max_unavailable"]:
         return  # the rollout halts at the end of this step
-    # out of service as Slurm shows it: nodes under way, nodes done but not yet given back, and nodes
-    # idle in a slot that has begun
-    in_slot = view.in_slot
-    out = 0
-    for n, st in view.state.items():
-        info = view.world.nodes.get(n)
-        if st in S.IN_FLIGHT or (st == S.PENDING and n in in_slot) or (
-                st in (S.DONE, S.SKIPPED) and info is not None and view.ours(info)):
-            out += 1
-    room = budget["max_unavailable"] - out - failed
+    # out of service as Slurm shows it (held): every node this rollout holds, and every node of the
+    # rollout out for another reason (down, drained by the health check or an admin).  A node drained by
+    # someone else costs the budget nothing to take; one idle in a begun slot is charged here like any
+    # other (taken first), and what the budget has no room for leaves its slot this step (postpone_slots)
+    ours, others = held(view)
+    firm = firmly_out(view, ours, others)
+    already_out = others
+    out = len(firm)
+    room = budget["max_unavailable"] - out
     canary = set(view.canary)
     if any(view.state.get(n) not in S.FINAL for n in canary):
         pool = [n for n in view.canary if view.state.get(n) == S.PENDING]
@@ -216,21 +215,21 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
         return
     per_part = budget.get("per_partition", {})
     part_out: dict[str, int] = defaultdict(int)
-    for n, st in view.state.items():
-        if st in S.OUT_OF_SERVICE and n in view.world.nodes:
+    for n in ours | others:
+        if n in view.world.nodes:
             for p in view.world.nodes[n].partitions:
                 part_out[p] += 1
     order = view.order
     takes_busy = view.strategy.takes_busy
     if view.plan.domains and any(budget.get(k) for k in ("whole_domain", "max_unavailable_domains",
                                                           "keep_free_domains")):
-        _admit_domains(view, take, skip, pool, in_slot, room, stage_room, under_way, out)
+        _admit_domains(view, take, skip, pool, already_out, room, stage_room, under_way, len(ours))
         return  # (domains without rules of their own: nodes are taken as without domains)
 
     # empty nodes first (they cost nothing to take), then the soonest free, then the plan's order
     # (less critical partitions first)
     def key(n: str) -> tuple:
-        return (n not in in_slot, 0 if takes_busy or not view.busy(n) else 1, view.world.free_at.get(n, 0.0),
+        return (n not in already_out, 0 if takes_busy or not view.busy(n) else 1, view.world.free_at.get(n, 0.0),
                 order.get(n, 0))
 
     for n in sorted(pool, key=key):
@@ -238,18 +237,45 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
             break
         if not takes_busy and view.busy(n):
             continue  # it is taken when it empties, at its slot at the latest
-        if room <= 0 and n not in in_slot:
+        if room <= 0 and n not in already_out:
             continue
         info = view.world.nodes.get(n)
-        parts = info.partitions if info else []
+        parts = info.partitions if info is not None and n not in already_out else []  # out already: no cost
         if any(p in per_part and part_out[p] >= per_part[p] for p in parts):
             continue
         if take(n):
             stage_room -= 1
-            if n not in in_slot:
+            if n not in already_out:
                 room -= 1
             for p in parts:
                 part_out[p] += 1
+
+
+def firmly_out(view: Any, ours: set[str], others: set[str]) -> set[str]:
+    """Of `held`'s nodes, those out whatever this step decides: all but the waiting nodes idle in begun
+    slots (those the step takes, or lets go from their slot)."""
+    return {n for n in ours if not (view.state.get(n) == S.PENDING and n in view.in_slot)} | others
+
+
+def held(view: Any) -> tuple[set[str], set[str]]:
+    """The rollout's nodes out of service now, as the budget counts them: (held by this rollout, out for
+    another reason).  Held: from the moment a reservation of the rollout begins on a node until the node
+    is back in service: under way, failed, idle in a begun slot (whatever its stage), done or skipped but
+    not yet given back (drained by us).  Another reason: down, or drained by anyone else (the health
+    check, an admin, a repair).  The window admits, and slots begin, only within the budget left by both
+    (`admit`, `postpone_slots`); Slinky's operator once drained a whole node set because its failed
+    nodes did not count."""
+    ours: set[str] = set()
+    others: set[str] = set()
+    in_slot = view.in_slot
+    for n, st in view.state.items():
+        info = view.world.nodes.get(n)
+        if st in S.IN_FLIGHT or st == S.FAILED or n in in_slot or (
+                st in S.FINAL and info is not None and view.ours(info)):
+            ours.add(n)
+        elif info is not None and (info.drained or info.down):
+            others.add(n)
+    return ours, others
 
 
 def _stage(view: Any) -> int:
@@ -275,7 +301,9 @@ def _admit_domains(view: Any, take: Callable[[str], bool], skip: Callable[[str, 
     """The window over failure domains: at most `max_unavailable_domains` domains with a node out, at least
     `keep_free_domains` domains with every node in service; with `whole_domain`, a domain is taken whole
     (every waiting node of it at once) once all of them sit empty or its slot has begun.  A domain larger
-    than the node budget is taken alone, when nothing else is out."""
+    than the budget's room is taken alone, when the rollout holds nothing else (`out`: the nodes it
+    holds; nodes out for other reasons, such as an admin's drain of a member of a domain skipped whole,
+    may be out beside it)."""
     whole = bool(view.plan.budget.get("whole_domain"))
     takes_busy = view.strategy.takes_busy
     domain_of = view.domain_of
@@ -293,7 +321,7 @@ def _admit_domains(view: Any, take: Callable[[str], bool], skip: Callable[[str, 
     for d in sorted(groups, key=key):
         members = groups[d]
         new_domain = d in view.plan.domains and d not in domains_out
-        slot_begun = all(n in in_slot for n in members)
+        slot_begun = all(n in view.in_slot for n in members)
         if new_domain and domain_room(view, domains_out) < 1:
             continue  # even in its slot: that slot is postponed (postpone_slots)
         if whole and not view.s.upgrade_held_nodes:
@@ -370,11 +398,14 @@ def domain_room(view: Any, out: set[str]) -> int | float:
 
 
 def postpone_slots(view: Any, lookahead_s: float, push_s: float, upgrade_s: float,
-                   soak_s: float | Callable[[int], float] = 0.0) -> dict[str, float]:
+                   soak_s: float | Callable[[int], float] = 0.0, next_look_s: float = 0.0) -> dict[str, float]:
     """Slot reservations of this rollout, begun or about to begin, whose nodes cannot go now: their stage
-    has not opened (the one before overran its slots, or the evidence gate holds it), or their domains
-    cannot (an earlier domain overran its slot): reservation -> a later start.  A slot holds its nodes out
-    of service whether the engine takes them or not, so a late stage or domain must not start the next.
+    has not opened (the one before overran its slots, or the evidence gate holds it), their domains
+    cannot (an earlier domain overran its slot), or the budget has no room for them (slots beginning
+    before the next look, `next_look_s` from now, counted in start order against what is held now):
+    reservation -> a later start.  A slot holds its nodes out of service whether the engine takes them or
+    not, so a late stage or domain must not start the next, and no step lets more slots begin than the
+    budget has room for.
     The later starts come from the one slot function (plan_slots) over the late slots' nodes, from
     `push_s` on (when the stage or domain that holds them ends is not known): several late slots take
     turns on the plan's grid, with its stages, domains and budget, instead of all moving to one moment and
@@ -385,16 +416,29 @@ def postpone_slots(view: Any, lookahead_s: float, push_s: float, upgrade_s: floa
     now = view.world.now
     committed = out_domains(view, slots_count=False) if view.plan.domains else set()
     room = domain_room(view, committed)
+    ours, others = held(view)
+    # what is out for certain (not counting idle waiting nodes in begun slots: those are decided here)
+    firm = firmly_out(view, ours, others)
+    budget = view.plan.budget["max_unavailable"]
+    node_room = budget - len(firm)
     prefix = f"{ROLLOUT_RESERVATION_PREFIX}{view.rid}_s"
     late: dict[str, list[str]] = {}  # reservation -> its waiting nodes
     for name, r in sorted(view.mine.items(), key=lambda kv: kv[1].start or 0.0):
-        if not name.startswith(prefix) or r.start is None or r.start > now + lookahead_s:
+        if not name.startswith(prefix) or r.start is None or r.start > now + max(lookahead_s, next_look_s):
             continue
         waiting = [n for n in r.nodes if view.state.get(n) == S.PENDING]
-        if waiting and len(waiting) == len(r.nodes) and all(
-                view.stage_index.get(n, 0) > open_stage for n in waiting):
+        if waiting and all(view.stage_index.get(n, 0) > open_stage for n in waiting) and (
+                len(waiting) == len(r.nodes) or r.start <= now):
             late[name] = waiting
             continue
+        # begun (its waiting nodes idle in it), or beginning before the next look: within the budget's room
+        # (a slot alone wider than the budget goes when nothing else is out, as a domain does)
+        if waiting and r.start <= now + next_look_s and (r.start <= now or len(waiting) == len(r.nodes)):
+            fresh = [n for n in waiting if n not in firm]
+            if len(fresh) > node_room and not (not firm and node_room == budget):
+                late[name] = waiting
+                continue
+            node_room -= len(fresh)
         if not view.plan.domains:
             continue
         new = {view.domain_of[n] for n in waiting if n in view.domain_of} - committed

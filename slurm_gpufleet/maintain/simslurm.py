@@ -209,6 +209,10 @@ class SimSlurm:
 
     def delete_reservation(self, name: str) -> None:
         self.calls["write"] += 1
+        if name not in self.reservations_:
+            from ..slurm.base import SlurmError
+
+            raise SlurmError(f"scontrol delete reservation={name}: Reservation {name} not found")  # as scontrol
         r = self.reservations_.pop(name)
         self._reserve(list(r.nodes))
 

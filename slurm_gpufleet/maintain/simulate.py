@@ -29,6 +29,7 @@ from typing import Any
 from ..policy import MaintainSettings, Policy
 from .domains import Domains, consecutive, mixed_domains, whole_in_service
 from .failures import (
+    REPAIR_REASON,
     Hazards,
     Rates,
     end_repairs,
@@ -109,6 +110,8 @@ class StrategyResult:
     wait_added_p95_h: float
     peak_nodes_out: int
     node_drain_hours: float = 0.0      # node-hours out of service while the rollout ran
+    # the most nodes out beyond the budget and the failures since the rollout last admitted a node
+    over_budget: int = 0
     capacity: list[tuple[float, int]] = field(default_factory=list)     # (hours from rollout, GPUs in service)
     waves: list[dict[str, Any]] = field(default_factory=list)           # (gpufleet) wave timeline
     gating_jobs: list[dict[str, Any]] = field(default_factory=list)
@@ -129,6 +132,7 @@ class StrategyResult:
                (("makespan_h", self.makespan_h), ("gpu_hours_lost", self.gpu_hours_lost),
                 ("jobs_killed", self.jobs_killed), ("wait_added_mean_h", self.wait_added_mean_h),
                 ("wait_added_p95_h", self.wait_added_p95_h), ("peak_nodes_out", self.peak_nodes_out),
+                ("over_budget", self.over_budget),
                 ("node_drain_hours", self.node_drain_hours),
                 ("work_lost_gpu_h", self.work_lost_gpu_h), ("jobs_preempted", self.jobs_preempted))}
         if self.domains is not None:
@@ -188,6 +192,10 @@ class Simulator:
         self.hazards_from = 0.0
         self.jobs_failed = 0
         self.failed_work_gpu_s = 0.0          # work jobs lost to node failures (since their checkpoint)
+        self.budget = nodes                   # the rollout's max_unavailable (set by its replay)
+        self.over_budget = 0                  # _budget_check
+        self._rollout_out: set[str] = set()
+        self._last_admit = 0.0
 
     # -- events ----------------------------------------------------------------------------------
     def push(self, t: float, kind: str, payload: Any = None) -> None:
@@ -271,7 +279,22 @@ class Simulator:
             self.lost_gpu_s += dt * sum(n.free for n in out)
             self.out_node_s += dt * len(out)
             self.peak_out = max(self.peak_out, len(out))
+            self._budget_check(out)
         self.now = max(self.now, t)
+
+    def _budget_check(self, out: list[SimNode]) -> None:
+        """The budget's promise, measured: nodes out of service pass it by no more than the failures that
+        struck after the rollout last admitted a node (took one, or let a slot of its begin).
+        `over_budget`: the most they passed it by beyond those failures (0 when it holds)."""
+        failed = {n.name for n in out if n.reason == REPAIR_REASON}
+        rollout = {n.name for n in out if n.name not in failed}
+        if rollout - self._rollout_out:
+            self._last_admit = self.now
+        self._rollout_out = rollout
+        h = self.hazards
+        since = 0 if h is None else sum(1 for name in failed
+                                        if h.repaired_at.get(name, 0.0) - h.rates.repair_h * 3600 >= self._last_admit)
+        self.over_budget = max(self.over_budget, len(out) - self.budget - since)
 
     def record_capacity(self) -> None:
         in_service = sum(n.gpus for n in self.nodes if not n.out(self.now))
@@ -915,6 +938,7 @@ def replay_strategy(name: str, *, base_jobs: list[SimJob], nodes: int, gpus_per_
     else:
         raise ValueError(f"unknown strategy {name!r} (one of {', '.join(COMPARED)})")
     sim = _with_hazards(Simulator(_copy(base_jobs), nodes, gpus_per_node), rates, seed, rollout_at)
+    sim.budget = budget
     if domain_size:
         sim.domains = consecutive([n.name for n in sim.nodes], domain_size)
     sim.checkpoint_every_s = every_s
@@ -944,7 +968,8 @@ def replay_strategy(name: str, *, base_jobs: list[SimJob], nodes: int, gpus_per_
         makespan_h=(ctl.done_at - ctl.started_at) / 3600 if ctl.finished else INF,
         gpu_hours_lost=sim.lost_gpu_s / 3600, jobs_killed=sim.killed,
         wait_added_mean_h=(sum(added) / len(added) / 3600) if added else 0.0, wait_added_p95_h=p95 / 3600,
-        peak_nodes_out=sim.peak_out, node_drain_hours=sim.out_node_s / 3600, capacity=cap,
+        peak_nodes_out=sim.peak_out, over_budget=sim.over_budget, node_drain_hours=sim.out_node_s / 3600,
+        capacity=cap,
         waves=[{**w, **{k: (None if w[k] is None else round((w[k] - rollout_at) / 3600, 3))
                         for k in ("reserve_at", "start", "end")}} for w in ctl.waves],
         gating_jobs=[{**g, "end_h": None if g["end"] is None else round((g["end"] - rollout_at) / 3600, 2)}

@@ -11,6 +11,7 @@ from ..hostlist import grouped
 from .bundle import Bundle
 from .gate import report as gate_report
 from .plan import Plan
+from .states import ROLLOUT_FINAL
 from .store import Store
 
 
@@ -26,7 +27,9 @@ def rollout_status(store: Store, settings: Any, events: int = 20) -> dict[str, A
             "nodes": [{**{k: n[k] for k in ("node", "wave", "state", "previous_driver", "error")},
                        "previous": plan.previous_bundle(n["node"]).to_dict()} for n in store.nodes(r["id"])],
             "events": [{k: e[k] for k in ("ts", "node", "event", "detail")} for e in store.log(r["id"], events)],
-            "gate": gate_report(store.gate(r["id"]), settings)}
+            "gate": gate_report(store.gate(r["id"]), settings),
+            # what it waits for an admin for, since when, how many nodes it holds meanwhile (those under way)
+            "waiting": json.loads(r["waiting"]) if r.get("waiting") and r["state"] not in ROLLOUT_FINAL else None}
 
 
 def status_text(data: dict[str, Any]) -> list[str]:
@@ -38,6 +41,11 @@ def status_text(data: dict[str, Any]) -> list[str]:
             grouped((n["node"], (n["wave"], n["state"], n["error"] or "")) for n in data["nodes"]),
             key=lambda r: r[0][:2]):
         out.append(f"  wave {wave:>2}  {state:<12} {count:>5}  {folded}{'  ' + error if error else ''}")
+    w = data.get("waiting")
+    if w:
+        since = time.strftime("%Y-%m-%d %H:%M:%S%z", time.localtime(w["since"]))
+        out.append(f"  waiting for {w['for']} since {since}; holding {w['holds']} node(s) "
+                   f"({w['in_progress']} under way), every other node in service")
     g = data["gate"]
     if g.get("signals"):
         out.append(f"  evidence gate: {g['decision']} ({g['why']}); worse = {g['worse_ratio']:g}x the control, "

@@ -65,6 +65,10 @@ class Store:
         self.db["rollouts"].update(rollout_id, {"state": state, "updated": time.time() if at is None else at})
         self.audit(rollout_id, None, f"rollout {state}", detail, at)
 
+    def set_waiting(self, rollout_id: str, record: dict[str, Any] | None) -> None:
+        """What the rollout waits for an admin for (reconcile._say_waiting), or None: it does not."""
+        self.db["rollouts"].update(rollout_id, {"waiting": None if record is None else json.dumps(record)})
+
     # -- one driver at a time ----------------------------------------------------------------------
     def acquire(self, rollout_id: str, holder: str, now: float, stale_s: float) -> str | None:
         """Take the rollout for this process; returns who holds it instead, if someone alive does."""
@@ -241,9 +245,9 @@ def _schema(db: sqlite_utils.Database) -> None:
     # registered: when its slurmd had last registered as we took it / started the command (a later
     # registration is its reboot); validated: what the node published when it validated; job: the
     # validation job's id while it runs; holder, heartbeat: who applies the rollout now (host:pid) and
-    # when it last stepped (one driver at a time)
+    # when it last stepped (one driver at a time); waiting: what it waits for an admin for (JSON)
     added = {"nodes": {"started": float, "slot": float, "registered": float, "validated": str, "job": str},
-             "rollouts": {"holder": str, "heartbeat": float}}
+             "rollouts": {"holder": str, "heartbeat": float, "waiting": str}}
     for table, columns in added.items():
         have = db[table].columns_dict
         for column, kind in columns.items():

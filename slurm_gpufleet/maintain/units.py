@@ -96,6 +96,9 @@ class StepView:
     running: set[str] = field(default_factory=set)
     state: dict[str, str] = field(default_factory=dict)
     gate_allowed: float = float("inf")     # the highest stage the evidence gate lets start (schedule.boundary)
+    # what the rollout waits for an admin for (halted; the gate's bounded soak found it worse), and since
+    # when: nothing more begins, and its slots are given up until it runs on (reconcile._slots)
+    waiting: tuple[str, float] | None = None
 
     def __post_init__(self) -> None:
         self.state = {r["node"]: r["state"] for r in self.rows}

@@ -33,6 +33,8 @@ class Writes:
     delete: set[str] = field(default_factory=set)
     # begun slots given up (Slurm cannot move them): deleted, uncapped, in the step that remakes them later
     given_up: set[str] = field(default_factory=set)
+    # begun slots that let their waiting nodes go, keeping the nodes already taken: uncapped, as given_up
+    shrunk: dict[str, list[str]] = field(default_factory=dict)                         # reservation -> nodes
     create: dict[str, tuple[list[str], float, int]] = field(default_factory=dict)     # name -> nodes, start, minutes
     postpone: dict[str, float] = field(default_factory=dict)                          # reservation -> new start
     weight: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
@@ -50,7 +52,10 @@ class Writes:
             out.append(("resume_nodes", (sorted(self.resume),)))
         out += [("drain_nodes", (sorted(n), r)) for r, n in self.drain.items()]
         out += [("reboot_asap_nodes", (sorted(n), r, "RESUME")) for r, n in self.reboot.items()]
-        out += [("update_reservation", (name, sorted(n))) for name, n in sorted(self.update.items())]
+        out += [("update_reservation", (name, sorted(n))) for name, n in sorted(self.update.items())
+                if name not in self.shrunk]
+        out += [("update_reservation", (name, sorted(n))) for name, n in sorted(self.shrunk.items())
+                if name not in self.given_up]
         # a slot about to begin for a domain that cannot go yet: before it holds nodes out of service
         out += [("postpone_reservation", (name, start)) for name, start in sorted(self.postpone.items())]
         out += [("delete_reservation", (name,)) for name in sorted(self.delete | self.given_up)]
@@ -78,7 +83,8 @@ class Writes:
         actuator = Actuator(slurm, MAINTAIN)
         calls = self.calls()
         def free(call: tuple[str, tuple[Any, ...]]) -> bool:
-            return call[0] in UNCAPPED or (call[0] == "delete_reservation" and call[1][0] in self.given_up)
+            return call[0] in UNCAPPED or (call[0] == "delete_reservation" and call[1][0] in self.given_up) or (
+                call[0] == "update_reservation" and call[1][0] in self.shrunk)
 
         uncapped = [c for c in calls if free(c)]
         for method, args in [c for c in calls if not free(c)][:cap] + uncapped:
