@@ -74,8 +74,9 @@ class Writes:
 
     def flush(self, slurm: Any, nodes: dict[str, NodeInfo] | None = None, cap: int | None = None) -> int:
         """Node state changes go through the actuator (ownership: only what a rollout may touch), with the
-        nodes as this step's read showed them.  The cap bounds node changes and reservation updates; new
-        reservations and a deadline plan's few job calls always go (UNCAPPED)."""
+        nodes as this step's read showed them.  The cap bounds node changes and postponed slots; new
+        reservations, nodes leaving reservations (and reservations deleted) and a deadline plan's few job
+        calls always go (UNCAPPED and below)."""
         from ..slurm.actuator import Actuator
         from ..slurm.ownership import MAINTAIN
 
@@ -83,8 +84,12 @@ class Writes:
         actuator = Actuator(slurm, MAINTAIN)
         calls = self.calls()
         def free(call: tuple[str, tuple[Any, ...]]) -> bool:
-            return call[0] in UNCAPPED or (call[0] == "delete_reservation" and call[1][0] in self.given_up) or (
-                call[0] == "update_reservation" and call[1][0] in self.shrunk)
+            # a node leaving a reservation of ours (or the reservation going with its last node) is capacity
+            # given back, as a begun slot let go is: a
+            # node done but still in a begun MAINT reservation is out of service and fills the budget,
+            # so under the cap the window would wait on its own leftovers (one call per reservation, at
+            # most schedule.MAX_RESERVATIONS)
+            return call[0] in UNCAPPED or call[0] in ("update_reservation", "delete_reservation")
 
         uncapped = [c for c in calls if free(c)]
         for method, args in [c for c in calls if not free(c)][:cap] + uncapped:
