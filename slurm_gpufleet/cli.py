@@ -1057,10 +1057,13 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     if seeds:
         g = result["gate"]
         u = g["upgraded_at_halt"]
-        click.echo(f"evidence gate over {g['seeds']} seed(s): halted {g['halted']:.0%} (ungated {g['halted_ungated']:.0%}); "
-                   f"upgraded at halt p50 {u['p50'] if u['p50'] is None else format(u['p50'], '.1%')}, p90 "
-                   f"{u['p90'] if u['p90'] is None else format(u['p90'], '.1%')}; makespan x ungated "
-                   f"{g['makespan_vs_ungated']}; {g['cpu_s_per_seed']} s CPU per seed")
+        o, x = g["outcomes"], g["makespan_p50_vs_ungated"]
+        click.echo(f"evidence gate over {g['seeds']} seed(s): finished {o['finished']:.0%}, halted {o['halted']:.0%}, "
+                   f"waiting for an admin {o['waiting']:.0%}, unfinished {o['unfinished']:.0%} (ungated halted "
+                   f"{g['halted_ungated']:.0%}); upgraded at halt p50 "
+                   f"{u['p50'] if u['p50'] is None else format(u['p50'], '.1%')}, p90 "
+                   f"{u['p90'] if u['p90'] is None else format(u['p90'], '.1%')}; makespan p50 x ungated "
+                   f"{x['finished']} (finished), {x['all']} (all); {g['cpu_s_per_seed']} s CPU per seed")
     for j in result["gating_jobs"][:3]:
         click.echo(f"gating job {j['job_id']} on {fold(j['nodes'])}: runs until +{j['end_h']} h")
     click.echo(f"jobs used {a['jobs_used']}; lines skipped {a['lines_skipped'] or 'none'}; "

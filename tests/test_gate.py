@@ -85,7 +85,10 @@ def test_a_good_driver_passes_every_gate_after_its_soak(tmp_path):
     fleet, store, plan, state = drive_gated(tmp_path, effect=1.0)
     assert state == S.R_DONE and store.counts(plan["id"]) == {S.DONE: 40}
     passed = [d for (d,) in store.db.execute("select detail from audit where event = 'gate passed'")]
-    assert len(passed) == len(plan["waves"]) - 1 and all("ruled out on xid_soft" in d for d in passed), passed
+    # the waves after the first widening are the budget's size (4): the window does not widen, no soak
+    soaked = [d for d in passed if "the window does not widen" not in d]
+    assert len(passed) == len(plan["waves"]) - 1 and soaked == passed[:1], passed
+    assert all("ruled out on xid_soft" in d for d in soaked), passed
     opened = dict(store.db.execute("select detail, ts from audit where event = 'gate open'").fetchall())
     passed_at = [t for (t,) in store.db.execute("select ts from audit where event = 'gate passed' order by ts")]
     assert min(passed_at) - min(opened.values()) >= 3600  # never before gate_min_soak_s
@@ -108,7 +111,8 @@ def test_no_decision_at_the_soak_s_bound_goes_on_when_the_canary_is_not_worse(tm
         fleet.advance(fleet.sim.now + 600, executor)
     assert store.counts(plan["id"]) == {S.DONE: 12}
     passed = [d for (d,) in store.db.execute("select detail from audit where event = 'gate passed'")]
-    assert passed and all("not worse at confidence 0.95 after the soak's bound (2 h)" in d for d in passed), passed
+    assert "not worse at confidence 0.95 after the soak's bound (2 h)" in passed[0], passed
+    assert all("the window does not widen" in d for d in passed[1:]), passed
     assert not store.db.execute("select 1 from audit where event = 'gate waiting'").fetchall()
 
 
@@ -336,3 +340,17 @@ def test_a_driver_whose_failures_drain_their_node_is_halted(tmp_path):
     gate = store.gate(plan["id"])
     assert sum(gate["ev"][sig]["canary_events"] for sig in ("xid_hard", "verdict", "job_fail")) > 0
     assert store.counts(plan["id"]).get(S.DONE, 0) <= 8
+
+
+def test_the_soak_comes_only_where_the_window_widens():
+    """The gate soaks before the first stage after the canary and before each wave larger than the one
+    before; waves the budget cut to one size follow one another without a soak, in the plan's slots as in
+    the engine's gate (one rule: schedule.widening)."""
+    from slurm_gpufleet.maintain.schedule import slot_times, widening
+
+    assert widening(["c"], [["a"], ["b", "d"], ["e", "f"], ["g"]]) == {1, 2}
+    assert widening([], [["a"], ["b", "d"], ["e", "f"]]) == {1}
+    t0 = 1_800_000_000.0
+    stages = [["a"], ["b", "d"], ["e", "f"]]
+    slots = slot_times({}, ["c"], stages, t0, width=2, upgrade_s=600, soak_s=3600, soaked=widening(["c"], stages))
+    assert {n: t - t0 for n, t in slots.items()} == {"c": 0, "a": 4200, "b": 8400, "d": 8400, "e": 9000, "f": 9000}

@@ -81,9 +81,11 @@ class SignalEvidence:
             self.llr += canary_events * math.log(ratio / null_ratio) - (ratio - null_ratio) * rate * canary_hours
 
     def worse_p(self, null_ratio: float = 1.0) -> float | None:
-        """One-sided p-value of "the canary is no worse than `null_ratio` times the control" (or the
+        """One-sided mid-p value of "the canary is no worse than `null_ratio` times the control" (or the
         fleet's record, for canary hours without control peers): small when the canary is worse.  The
-        bounded soak's rule reads it (Gate.worse_at_confidence); None without exposure to judge."""
+        bounded soak's rule reads it (Gate.worse_at_confidence); None without exposure to judge.  Mid-p
+        (Lancaster 1961: half the probability of the count seen) because the counts are a handful: the
+        exact tail's level is then well under the one asked for, and a driver 3x worse goes on."""
         if self.control_hours > 0 and self.canary_hours > 0:
             n = self.events - self.history_events
             k = self.canary_events - self.history_events
@@ -92,9 +94,11 @@ class SignalEvidence:
             tc = self.canary_hours - self.history_hours
             if tc <= 0:
                 return 1.0
-            return binomial_upper_tail(k, n, null_ratio * tc / (null_ratio * tc + self.control_hours))
+            p0 = null_ratio * tc / (null_ratio * tc + self.control_hours)
+            return (binomial_upper_tail(k, n, p0) + binomial_upper_tail(k + 1, n, p0)) / 2
         if self.history_expected > 0:
-            return poisson_upper_tail(self.history_events, null_ratio * self.history_expected)
+            mean = null_ratio * self.history_expected
+            return (poisson_upper_tail(self.history_events, mean) + poisson_upper_tail(self.history_events + 1, mean)) / 2
         return None
 
     @property
@@ -208,13 +212,16 @@ class Gate:
         return math.log(a / (1 - a)), math.log((1 - a) / a)
 
     def worse_at_confidence(self) -> list[str]:
-        """The signals whose canary is worse than 1 + margin times the control at `confidence` (each at
-        the Bonferroni share of it), though the sequential test has not reached its "worse" line: what
-        the bounded soak waits on an admin for (gate.step)."""
+        """The signals whose canary is worse than 1 + margin times the control at `confidence`, though the
+        sequential test has not reached its "worse" line: what the bounded soak waits on an admin for
+        (gate.step).  Each signal is tested at 1 - confidence, not at its Bonferroni share: a wrong
+        call here waits (and the wait ends on its own once the canary's hours bring it back), where the
+        sequential test's halts; a driver 3x worse is then held after a few canary nodes instead of
+        let through to the next wave (bench/gate_trials.py)."""
         out = []
         for s in self.signals:
             p = self.evidence[s].worse_p(self.null_ratio)
-            if p is not None and p < self.alpha:
+            if p is not None and p < 1 - self.confidence:
                 out.append(s)
         return out
 

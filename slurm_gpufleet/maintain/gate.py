@@ -42,7 +42,7 @@ from .evidence import (
     exposure_s,
     recorded_rate,
 )
-from .schedule import stage_soak_s
+from .schedule import stage_soak_s, widening
 
 COUNTERS = {"xid_soft": "xs", "xid_hard": "xh", "ecc": "ecc", "row_remap": "rr"}
 JOB_FAILED = frozenset({"FAILED", "NODE_FAIL"})
@@ -171,6 +171,13 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
         out.audits.append(("gate worse", why))
         return out
     if boundary <= state["passed"] or boundary < 1:
+        return out
+    if boundary not in widening(v.canary, v.stage_nodes):
+        # a wave the budget cut to the size of the one before: the window does not widen, no soak
+        state.update(passed=boundary, boundary=None, since=None, waiting=None, waiting_since=None)
+        out.allowed = float(boundary)
+        out.audits.append(("gate passed", f"stage {boundary}: the window does not widen (a wave the size of the "
+                                          "one before); the test goes on at every step"))
         return out
     # the exposure the test needs: how long the canary in service takes to expect the events that show a
     # `gate_worse_ratio` times worse driver (schedule.stage_soak_s, as the plan's slots have it)

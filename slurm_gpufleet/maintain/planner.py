@@ -24,7 +24,7 @@ from .bundle import Bundle, at_least, firmware_for, unpublished, wanted
 from .domains import Domains
 from .fleet import FleetState
 from .plan import INF, Plan, PlanError, Wave
-from .schedule import plan_slots, soak_of, stage_soak_s, waves_as_stages
+from .schedule import plan_slots, soak_of, stage_soak_s, waves_as_stages, widening
 from .strategy import STRATEGIES
 
 
@@ -380,10 +380,12 @@ def _record(plan: Plan, fleet: FleetState, waves_nodes: list[tuple[str, list[str
     if settings.gate == "evidence":
         # before each stage after the canary's: the canary grows by the stages before it, its soak shrinks
         canary, stages = waves_as_stages(plan.waves)
+        soaked = widening(canary, stages)
         before, soaks = len(canary), []
-        for members in stages:
+        for k, members in enumerate(stages):
             if members:
-                soaks.append(round(stage_soak_s(settings, before)) if before else None)
+                b = k + 1 if canary else k
+                soaks.append(round(stage_soak_s(settings, before)) if before and b in soaked else None)
                 before += len(members)
         plan.assumptions["gate_stage_soak_s"] = soaks
         plan.assumptions["gate_soak_s"] = next((s for s in soaks if s), settings.gate_min_soak_s)

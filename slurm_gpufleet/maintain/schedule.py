@@ -35,9 +35,19 @@ MAX_RESERVATIONS = 100
 QUANTA_S = (60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
 
 
+def widening(canary: list[str], stages: list[list[str]]) -> set[int]:
+    """The boundaries the evidence gate soaks before (counted as `boundary` counts them: 0 is the canary's
+    stage, or without a canary the first wave's): the first after it, and each whose wave is larger than
+    the one before.  Waves the budget cuts to one size follow one another as the rolling window does,
+    without a soak: the window does not widen there (and the sequential test halts at any step)."""
+    sizes = ([len(canary)] if canary else []) + [len(s) for s in stages]
+    return {b for b in range(1, len(sizes)) if b == 1 or sizes[b] > sizes[b - 1]}
+
+
 def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[str]], now: float, width: int,
                upgrade_s: float, soak_s: float | Callable[[int], float] = 0.0, order: dict[str, int] | None = None,
-               unit_of: dict[str, str] | None = None, quantum_s: float = 60.0) -> dict[str, float]:
+               unit_of: dict[str, str] | None = None, quantum_s: float = 60.0,
+               soaked: set[int] | None = None) -> dict[str, float]:
     """Each node's slot, on a grid of `quantum_s` (whole minutes by default; every time, the upgrade
     and the soak included, is rounded up to it, so the budget holds exactly), as the engine's window
     (`admit`) takes it: the canary first,
@@ -45,7 +55,8 @@ def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[s
     `soak_s` has passed: a number, or a function of how many nodes the stages before hold), at most `width` at once, its members soonest free first, then in the plan's
     `order`.  A node whose job has no time limit gets its slot when its turn comes (it empties when that
     job ends).  `unit_of`: node -> its failure domain, for domains that go as one (the unit's slot is its
-    last member's free time; `width` then counts units)."""
+    last member's free time; `width` then counts units).  `soaked`: the boundaries the soak comes before
+    (`widening`; None: every stage but the first)."""
     order = order or {}
     unit_of = unit_of or {}
 
@@ -71,7 +82,8 @@ def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[s
     for k, members in enumerate([canary, *stages]):
         if not members:
             continue
-        if slots:  # the evidence gate soaks before every stage but the first
+        b = k if canary else k - 1  # the boundary, as the gate counts it
+        if slots and (soaked is None or b in soaked):  # the evidence gate's soak before a widening stage
             gate += _minute(soak(len(slots)))
         batch = sorted(units(members), key=lambda u: (max(free(n) for n in u), min(order.get(n, 0) for n in u)))
         places = [gate] * (len(batch) if k == 0 else max(1, min(width, len(batch))))
@@ -112,9 +124,13 @@ def plan_slots(plan: Any, free_at: dict[str, float], now: float, upgrade_s: floa
     `maintain plan` shows and `apply` reserves, and how a plan applied after its slots began is scheduled
     again (with its stages, its domains and its budget)."""
     canary, stages = waves_as_stages(plan.waves)
+    soaked = widening(canary, stages)
     if names is not None:
         canary = [n for n in canary if n in names]
         stages = [[n for n in st if n in names] for st in stages]
+        if not canary and waves_as_stages(plan.waves)[0]:
+            # the canary is left out: slot_times counts the stages as if there were none, one lower
+            soaked = {b - 1 for b in soaked}
     order: dict[str, int] = {}
     for n in (*canary, *(n for st in stages for n in st)):
         order.setdefault(n, len(order))
@@ -122,7 +138,7 @@ def plan_slots(plan: Any, free_at: dict[str, float], now: float, upgrade_s: floa
     width = int(plan.budget.get("domains_at_once") or 1) if units else int(plan.budget["max_unavailable"])
     slots: dict[str, float] = {}
     for quantum in QUANTA_S:
-        slots = slot_times(free_at, canary, stages, now, width, upgrade_s, soak_s, order, units, quantum)
+        slots = slot_times(free_at, canary, stages, now, width, upgrade_s, soak_s, order, units, quantum, soaked)
         if len(set(slots.values())) <= MAX_RESERVATIONS:
             break
     return slots, quantum

@@ -59,8 +59,11 @@ def trial(running: list[Any], nodes: int, gpus_per_node: int, policy: Policy, ra
                 break
             hazard_step(sim, hazards, step_s)
             fleet.advance(sim.now + step_s, executor)
+        waiting = store.rollout(plan.id).get("waiting")
         store.close()
-    return {"state": str(state), "halted": state == S.R_HALTED,
+    outcome = ("finished" if state == S.R_DONE else "halted" if state == S.R_HALTED
+               else "waiting" if waiting else "unfinished")
+    return {"state": str(state), "halted": state == S.R_HALTED, "outcome": outcome,
             "upgraded_at_halt": upgraded_at_halt, "makespan_h": (sim.now - start) / 3600,
             "cpu_s": time.process_time() - cpu0}
 
@@ -92,12 +95,27 @@ def gate_trials(running: list[Any], nodes: int, gpus_per_node: int, policy: Poli
     fractions = [r["upgraded_at_halt"] for r in halted if r["upgraded_at_halt"] is not None]
     done_g = [r["makespan_h"] for r in gated_runs if r["state"] == S.R_DONE]
     done_p = [r["makespan_h"] for r in plain_runs if r["state"] == S.R_DONE]
-    ratio = (sum(done_g) / len(done_g)) / (sum(done_p) / len(done_p)) if done_g and done_p else None
+    # over all the gated runs: one that did not finish counts the hours it ran (at least that long)
+    all_g = [r["makespan_h"] for r in gated_runs]
+    ungated_p50 = percentile(done_p, 0.5)
+
+    def share(outcome: str) -> float:
+        return round(sum(1 for r in gated_runs if r.get("outcome") == outcome) / seeds, 4)
+
+    def vs_ungated(values: list[float]) -> float | None:
+        p50 = percentile(values, 0.5)
+        return None if p50 is None or not ungated_p50 else round(p50 / ungated_p50, 3)
+
     return {"seeds": seeds, "halted": len(halted) / seeds,
-            "upgraded_at_halt": {"p50": percentile(fractions, 0.5), "p90": percentile(fractions, 0.9)},
-            "makespan_vs_ungated": None if ratio is None else round(ratio, 3),
+            "outcomes": {k: share(k) for k in ("finished", "halted", "waiting", "unfinished")},
+            "upgraded_at_halt": {"p50": percentile(fractions, 0.5), "p90": percentile(fractions, 0.9),
+                                 "max": max(fractions, default=None),
+                                 "shares": sorted(round(f, 4) for f in fractions)},
+            "makespan_p50_vs_ungated": {"finished": vs_ungated(done_g), "all": vs_ungated(all_g)},
+            "makespan_vs_ungated": None if not (done_g and done_p) else round(
+                (sum(done_g) / len(done_g)) / (sum(done_p) / len(done_p)), 3),
             "halted_ungated": sum(1 for r in plain_runs if r["halted"]) / len(plain_runs),
-            "makespan_h_p50": percentile(done_g, 0.5), "ungated_makespan_h_p50": percentile(done_p, 0.5),
+            "makespan_h_p50": percentile(done_g, 0.5), "ungated_makespan_h_p50": ungated_p50,
             "cpu_s_per_seed": round(cpu / seeds, 3),
             "step_h": step_s / 3600, "rates": {"failure_per_1000_node_days": rates.failure_rate,
                                                "soft_per_node_day": rates.soft_rate,
