@@ -45,3 +45,43 @@ def probe():
         return json.load(fh)
 
 
+
+
+@pytest.fixture(autouse=True)
+def rollout_budget_invariant(monkeypatch):
+    """Over every rollout path the in-memory Slurm runs (the engine tests, the crash and outage tests, the
+    simulators): after every step, the nodes a rollout holds out of service (schedule.held: under way,
+    failed, idle in a begun slot, done but not yet given back) are no more than its budget.  A canary,
+    or a whole domain, wider than the budget goes alone: that width is the bound then."""
+    from slurm_gpufleet.maintain import states as S
+    from slurm_gpufleet.maintain.reconcile import Engine
+    from slurm_gpufleet.maintain.schedule import held, waves_as_stages
+    from slurm_gpufleet.maintain.simslurm import SimSlurm
+    from slurm_gpufleet.maintain.strategy import strategy as strategy_named
+    from slurm_gpufleet.maintain.units import StepView
+    from slurm_gpufleet.maintain.world import read_world
+
+    step = Engine.step
+
+    def checked(self, rid):
+        state = step(self, rid)
+        if not isinstance(self.slurm, SimSlurm):
+            return state
+        calls = dict(self.slurm.calls)  # the check's read is not the step's: its counts are kept as they were
+        world = read_world(self.slurm, self.clock())
+        self.slurm.calls.clear()
+        self.slurm.calls.update(calls)
+        rollout = self.store.rollout(rid)
+        plan = self.plan(rid, rollout)
+        view = StepView(rid, plan, self.s, world, self.store.nodes(rid), S.direction_of(rollout["state"]),
+                        strategy_named(plan.strategy))
+        ours, _ = held(view)
+        canary, _ = waves_as_stages(plan.waves)
+        widest = max([len(canary), *(len(d) for d in plan.domains.values())]) if plan.budget.get("whole_domain") \
+            else len(canary)
+        bound = max(plan.budget["max_unavailable"], widest)
+        assert len(ours) <= bound, (f"rollout {rid} ({rollout['state']}) holds {len(ours)} node(s), budget "
+                                    f"{plan.budget['max_unavailable']}: {sorted(ours)}")
+        return state
+
+    monkeypatch.setattr(Engine, "step", checked)

@@ -211,7 +211,9 @@ def test_only_declared_transitions_each_direction_its_own_table():
     # a node on its way back ends rolled back or failed, never done; a forward rollout never rolls back
     assert S.legal(S.VALIDATING, S.ROLLED_BACK, back) and not S.legal(S.VALIDATING, S.DONE, back)
     assert not S.legal(S.VALIDATING, S.ROLLED_BACK) and not S.legal(S.UPGRADING, S.ROLLING_BACK)
-    assert S.legal(S.DONE, S.ROLLING_BACK, S.Direction.TURN_BACK) and not S.legal(S.DONE, S.ROLLING_BACK, back)
+    # a node done and in service waits for the rollback's window (the budget), then goes back
+    assert S.legal(S.DONE, S.BACK_PENDING, S.Direction.TURN_BACK) and not S.legal(S.DONE, S.ROLLING_BACK, back)
+    assert S.legal(S.BACK_PENDING, S.ROLLING_BACK, back) and not S.legal(S.DONE, S.ROLLING_BACK, S.Direction.TURN_BACK)
     assert not S.legal(S.PENDING, S.RESERVED, S.Direction.ABORT)
 
 
@@ -645,3 +647,27 @@ def test_apply_takes_each_wave_s_own_nodes_at_the_plan_s_slots(tmp_path):
         assert min(taken[n] for n in by_stage[k]) >= max(finished[n] for n in by_stage[k - 1])
     for n in by_stage[0] + by_stage[1]:
         assert abs(taken[n] - slot[n]) <= 60, (n, taken[n] - slot[n])
+
+
+def test_a_rollback_drains_no_more_nodes_at_once_than_the_budget(tmp_path):
+    """Every node upgraded goes back, but a rollback of a whole fleet is paced by the same budget as the
+    rollout: done nodes wait in service (back_pending) for the window (the budget invariant is checked
+    after every step: conftest.rollout_budget_invariant)."""
+    fleet = SimFleet(12)
+    engine, store, plan, executor = rollout(tmp_path, fleet, base=MAINTAIN.replace("max_unavailable = 4",
+                                                                                   "max_unavailable = 2"))
+    assert drive(fleet, engine, plan, executor) == S.R_DONE
+    engine.start_rollback(plan["id"])
+    assert store.counts(plan["id"]) == {S.BACK_PENDING: 12}
+    assert not any(n.drained for n in fleet.sim.nodes)  # nothing is taken before the window has room
+    most = 0
+    state = ""
+    for _ in range(400):
+        state = engine.step(plan["id"])
+        most = max(most, sum(1 for n in fleet.sim.nodes if n.drained))
+        if state == S.R_ROLLED_BACK:
+            break
+        fleet.advance(fleet.sim.now + 300, executor)
+    assert state == S.R_ROLLED_BACK and store.counts(plan["id"]) == {S.ROLLED_BACK: 12}
+    assert most == 2
+    assert {json.loads(n.extra)["drv"] for n in fleet.sim.nodes} == {"570.172.08"}

@@ -35,7 +35,9 @@ from .preempt import preempt
 from .schedule import (
     PUSH_LOOKAHEAD_S,
     admit,
+    admit_back,
     boundary,
+    firmly_out,
     held,
     plan_slots,
     postpone_slots,
@@ -225,8 +227,12 @@ class Engine:
             planned = {n: v.plan.slots[n][0] for n in (r["node"] for r in need) if n in v.plan.slots}
             # a plan applied a minute or two after it was made keeps its slots (the first begins now)
             if len(planned) < len(need) or min(planned.values()) < v.world.now - LATE_PLAN_S:
-                planned, _ = plan_slots(v.plan, v.world.free_at, v.world.now, 60.0 * self.s.upgrade_minutes,
-                                        soak, {r["node"] for r in need})
+                # the nodes out now fill the budget's places until they are back (an upgrade's time, at
+                # a guess: a slot that still finds no room then is moved before it begins)
+                upgrade_s = 60.0 * self.s.upgrade_minutes
+                firm = firmly_out(v, *held(v))
+                planned, _ = plan_slots(v.plan, v.world.free_at, v.world.now, upgrade_s, soak,
+                                        {r["node"] for r in need}, [v.world.now + upgrade_s] * len(firm))
             for r in need:
                 r["slot"] = planned[r["node"]]
                 m.changes.append((r["node"], None, "", {"slot": r["slot"]}))
@@ -356,6 +362,18 @@ class Engine:
                 self._apply(v, by_node[node], move(S.SKIPPED, why), m)
 
             admit(v, take, skip)
+        if r["state"] == S.R_ROLLING_BACK:
+            back = {row["node"]: row for row in v.rows}
+
+            def take_back(node: str) -> bool:
+                row = back[node]
+                if not self._apply(v, row, Outcome(S.ROLLING_BACK, f"back to {v.bundle(row).label()}",
+                                                   {"started": None, "error": None}), m):
+                    return False
+                self._settle(v, row, m)
+                return True
+
+            admit_back(v, take_back)
         halt = halt or self._failure_halt(v, r["state"])
         if halt or r["state"] == S.R_HALTED:
             v.waiting = (f"an admin: halted{' (' + halt + ')' if halt else ''}; `maintain rollback`, `abort` "
@@ -450,6 +468,7 @@ class Engine:
         skip = (S.SKIPPED, "aborted before its upgrade", {})
         stop = (S.FAILED, "aborted mid-upgrade: check the node", {"error": "aborted mid-upgrade"})
         self._turn(v, m, {S.PENDING: skip, S.RESERVED: skip,
+                          S.BACK_PENDING: (S.DONE, "aborted before its rollback: stays on the target", {}),
                           **{s: stop for s in (S.UPGRADING, S.RETURNING, S.VALIDATING, S.TESTING, S.ROLLING_BACK)}})
         writes = self._effects(v, m)
         self.store.apply(rid, m.changes, world.now)
@@ -470,6 +489,7 @@ class Engine:
             if st in (S.PENDING, S.RESERVED):
                 self._apply(v, row, Outcome(S.SKIPPED, "rolled back before its upgrade"), m)
             elif st in (S.DONE, S.FAILED, S.UPGRADING, S.RETURNING, S.VALIDATING, S.TESTING):
+                # (a done node, in service, waits for the rollback's window: admit_back)
                 back = v.bundle(row)
                 unknown = [part for part in ("driver", *v.plan.target_for(row["node"]).parts())
                            if part not in back.parts()]
@@ -477,6 +497,10 @@ class Engine:
                     if st not in S.FINAL:
                         why = f"no previous {' or '.join(dict.fromkeys(unknown))} recorded"
                         self._apply(v, row, Outcome(S.FAILED, why, {"error": why}), m)
+                    continue
+                if st == S.DONE:
+                    self._apply(v, row, Outcome(S.BACK_PENDING, f"waits for the rollback's window, then back to "
+                                                                f"{back.label()}"), m)
                     continue
                 self._apply(v, row, Outcome(S.ROLLING_BACK, f"back to {back.label()}",
                                             {"started": None, "error": None}), m)

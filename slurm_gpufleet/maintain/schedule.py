@@ -47,7 +47,7 @@ def widening(canary: list[str], stages: list[list[str]]) -> set[int]:
 def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[str]], now: float, width: int,
                upgrade_s: float, soak_s: float | Callable[[int], float] = 0.0, order: dict[str, int] | None = None,
                unit_of: dict[str, str] | None = None, quantum_s: float = 60.0,
-               soaked: set[int] | None = None) -> dict[str, float]:
+               soaked: set[int] | None = None, held_until: Iterable[float] = ()) -> dict[str, float]:
     """Each node's slot, on a grid of `quantum_s` (whole minutes by default; every time, the upgrade
     and the soak included, is rounded up to it, so the budget holds exactly), as the engine's window
     (`admit`) takes it: the canary first,
@@ -56,7 +56,9 @@ def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[s
     `order`.  A node whose job has no time limit gets its slot when its turn comes (it empties when that
     job ends).  `unit_of`: node -> its failure domain, for domains that go as one (the unit's slot is its
     last member's free time; `width` then counts units).  `soaked`: the boundaries the soak comes before
-    (`widening`; None: every stage but the first)."""
+    (`widening`; None: every stage but the first).  `held_until`: when each node the rollout holds now
+    (under way, or out for another reason) is expected back: the budget's places they fill are free
+    only from then (a plan made again mid-rollout)."""
     order = order or {}
     unit_of = unit_of or {}
 
@@ -79,6 +81,7 @@ def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[s
 
     slots: dict[str, float] = {}
     gate = now
+    held_places = sorted(_minute(max(t, now)) for t in held_until)
     for k, members in enumerate([canary, *stages]):
         if not members:
             continue
@@ -87,6 +90,11 @@ def slot_times(free_at: dict[str, float], canary: list[str], stages: list[list[s
             gate += _minute(soak(len(slots)))
         batch = sorted(units(members), key=lambda u: (max(free(n) for n in u), min(order.get(n, 0) for n in u)))
         places = [gate] * (len(batch) if k == 0 else max(1, min(width, len(batch))))
+        if held_places and k > 0:  # the first stage placed shares the budget with what is held now
+            places = sorted([max(gate, t) for t in held_places[:width]]
+                            + [gate] * max(0, width - len(held_places)))[:len(places)]
+            heapq.heapify(places)
+            held_places = []
         end = gate
         for unit in batch:
             start = max(heapq.heappop(places), max(free(n) for n in unit))
@@ -119,7 +127,7 @@ def unit_of(plan: Any) -> dict[str, str]:
 
 def plan_slots(plan: Any, free_at: dict[str, float], now: float, upgrade_s: float,
                soak_s: float | Callable[[int], float],
-               names: set[str] | None = None) -> tuple[dict[str, float], float]:
+               names: set[str] | None = None, held_until: Iterable[float] = ()) -> tuple[dict[str, float], float]:
     """The slots of a plan's nodes (of `names`, when given) from `now`, and the grid they are on: what
     `maintain plan` shows and `apply` reserves, and how a plan applied after its slots began is scheduled
     again (with its stages, its domains and its budget)."""
@@ -138,7 +146,8 @@ def plan_slots(plan: Any, free_at: dict[str, float], now: float, upgrade_s: floa
     width = int(plan.budget.get("domains_at_once") or 1) if units else int(plan.budget["max_unavailable"])
     slots: dict[str, float] = {}
     for quantum in QUANTA_S:
-        slots = slot_times(free_at, canary, stages, now, width, upgrade_s, soak_s, order, units, quantum, soaked)
+        slots = slot_times(free_at, canary, stages, now, width, upgrade_s, soak_s, order, units, quantum, soaked,
+                           held_until)
         if len(set(slots.values())) <= MAX_RESERVATIONS:
             break
     return slots, quantum
@@ -265,6 +274,25 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
                 room -= 1
             for p in parts:
                 part_out[p] += 1
+
+
+def admit_back(view: Any, take: Callable[[str], bool]) -> None:
+    """The rollback's window: nodes upgraded and in service (back_pending) go back to their previous
+    bundle while the budget has room, as the rollout's window took them (the nodes held and those out
+    for other reasons count), the latest upgraded first."""
+    ours, others = held(view)
+    room = view.plan.budget["max_unavailable"] - len(ours | others)
+    waiting = [n for n, st in view.state.items() if st == S.BACK_PENDING]
+    # whole domains go back whole (never a domain on two drivers in service): alone when wider than the room
+    groups: dict[str, list[str]] = defaultdict(list)
+    for n in waiting:
+        groups[view.domain_of.get(n, f"node:{n}") if view.whole_domain else f"node:{n}"].append(n)
+    for members in sorted(groups.values(), key=lambda ms: -max(view.order.get(n, 0) for n in ms)):
+        if len(members) > room and (ours or room <= 0 or len(members) == 1):
+            continue
+        taken = sum(1 for n in members if take(n))
+        room -= taken
+        ours |= set(members)
 
 
 def firmly_out(view: Any, ours: set[str], others: set[str]) -> set[str]:

@@ -4,7 +4,9 @@ A node moves  pending -> reserved -> upgrading -> returning -> validating [-> te
 (testing: where a validation job is configured, the node leaves the drain but stays in its maintenance
 reservation while that job runs on it), and on failure to `failed` (it stays drained with our reason).
 A rollback is a direction of its own, with its own table: every node touched goes
-rolling_back -> returning -> validating -> rolled_back; a node not yet touched is `skipped`.  An abort
+rolling_back -> returning -> validating -> rolled_back; a node not yet touched is `skipped`.  A node
+upgraded and back in service waits in `back_pending` (in service) until the rollback's window has room
+for it in the budget: a rollback drains no more nodes at once than the rollout did.  An abort
 ends every node where it is.  Each state is written to the SQLite store before the work it names starts,
 so a crashed `apply` finds every node where it was and `resume` repeats that state's work (every step is
 idempotent).  The values are the strings the store keeps.
@@ -27,6 +29,7 @@ class NodeState(StrEnum):
     SKIPPED = "skipped"            # not ours to touch (held by someone else) or already at target
     ROLLING_BACK = "rolling_back"  # the upgrade command with the previous driver
     ROLLED_BACK = "rolled_back"    # back on the previous driver, validated, released
+    BACK_PENDING = "back_pending"  # upgraded, in service, waiting for the rollback's window to take it
 
 
 class RolloutState(StrEnum):
@@ -59,8 +62,8 @@ class Direction(StrEnum):
     ABORT = "abort"         # an admin's stop: nothing more is started
 
 
-PENDING, RESERVED, UPGRADING, RETURNING, VALIDATING, TESTING, DONE, FAILED, SKIPPED, ROLLING_BACK, ROLLED_BACK = (
-    NodeState)
+(PENDING, RESERVED, UPGRADING, RETURNING, VALIDATING, TESTING, DONE, FAILED, SKIPPED, ROLLING_BACK, ROLLED_BACK,
+ BACK_PENDING) = NodeState
 NODE_STATES = tuple(NodeState)
 FINAL = {DONE, FAILED, SKIPPED, ROLLED_BACK}
 # states in which a node is out of service because of us: they count against the budget
@@ -79,17 +82,18 @@ TRANSITIONS: dict[Direction, dict[NodeState, frozenset[NodeState]]] = {
         VALIDATING: frozenset({DONE, TESTING, FAILED}),
         TESTING: frozenset({DONE, FAILED}),
         DONE: frozenset(), FAILED: frozenset(), SKIPPED: frozenset(),
-        ROLLING_BACK: frozenset(), ROLLED_BACK: frozenset(),
+        ROLLING_BACK: frozenset(), ROLLED_BACK: frozenset(), BACK_PENDING: frozenset(),
     },
     Direction.TURN_BACK: {  # nodes not yet touched are given back; every node touched goes back
         PENDING: frozenset({SKIPPED}),
         RESERVED: frozenset({SKIPPED}),
         **{s: frozenset({ROLLING_BACK, FAILED}) for s in (UPGRADING, RETURNING, VALIDATING, TESTING)},
-        DONE: frozenset({ROLLING_BACK}),
+        DONE: frozenset({BACK_PENDING}),   # in service: the rollback's window takes it (schedule.admit_back)
         FAILED: frozenset({ROLLING_BACK}),
-        SKIPPED: frozenset(), ROLLING_BACK: frozenset(), ROLLED_BACK: frozenset(),
+        SKIPPED: frozenset(), ROLLING_BACK: frozenset(), ROLLED_BACK: frozenset(), BACK_PENDING: frozenset(),
     },
     Direction.ROLLBACK: {
+        BACK_PENDING: frozenset({ROLLING_BACK}),
         ROLLING_BACK: frozenset({RETURNING, FAILED}),
         RETURNING: frozenset({VALIDATING, FAILED}),
         VALIDATING: frozenset({ROLLED_BACK, FAILED}),
@@ -99,6 +103,7 @@ TRANSITIONS: dict[Direction, dict[NodeState, frozenset[NodeState]]] = {
         PENDING: frozenset({SKIPPED}),
         RESERVED: frozenset({SKIPPED}),
         **{s: frozenset({FAILED}) for s in (UPGRADING, RETURNING, VALIDATING, TESTING, ROLLING_BACK)},
+        BACK_PENDING: frozenset({DONE}),   # never taken back: it stays on the target, in service
         DONE: frozenset(), FAILED: frozenset(), SKIPPED: frozenset(), ROLLED_BACK: frozenset(),
     },
 }

@@ -515,7 +515,9 @@ class Testing(Unit):
 
 class Final(Unit):
     """Done, failed, skipped, rolled back: failed nodes stay drained with our reason; the others are given
-    back as found (resumed only if we drained them; someone else's drain gets its own reason back)."""
+    back as found (resumed only if we drained them; someone else's drain gets its own reason back).  A
+    node waiting for a rollback's window (back_pending) is shown as a done one: in service; the window
+    moves it (schedule.admit_back), not this unit."""
 
     def __init__(self, state: S.NodeState):
         self.state = state
@@ -524,7 +526,8 @@ class Final(Unit):
         out: list[Effect] = []
         if self.state == S.FAILED:
             out.append(Effect("drain", f"{v.reason_prefix} failed: {row['error'] or 'see maintain status'}"))
-        elif self.state == S.DONE and row["prior"] and v.ours(info) and not v.domain_settled(row["node"]):
+        elif self.state in (S.DONE, S.BACK_PENDING) and row["prior"] and v.ours(info) \
+                and not v.domain_settled(row["node"]):
             # its domain returns as one: held until every other node of it is through
             return [Effect("drain", f"{v.reason_prefix} done, waiting for domain {v.domain_of[row['node']]}")]
         elif row["prior"] and v.ours(info):
@@ -546,5 +549,5 @@ class Final(Unit):
 
 UNITS: dict[str, Unit] = {u.state: u for u in (
     Pending(), Reserved(), Upgrading(), RollingBack(), Returning(), Validating(), Testing(),
-    *(Final(s) for s in (S.DONE, S.FAILED, S.SKIPPED, S.ROLLED_BACK)))}
+    *(Final(s) for s in (S.DONE, S.FAILED, S.SKIPPED, S.ROLLED_BACK, S.BACK_PENDING)))}
 assert set(UNITS) == set(S.NODE_STATES), "every state has its unit"
