@@ -260,7 +260,8 @@ class Engine:
                         m.changes.append((r["node"], None, "", {"slot": start}))
                 # the later slot is made at once: no gap in which a long job lands on its nodes
                 writes.create.update(slot_reservations({n: start for n in waiting}, set(), v.rid,
-                                                       ROLLOUT_RESERVATION_PREFIX, v.world.ours))
+                                                       ROLLOUT_RESERVATION_PREFIX,
+                                                       {*v.world.ours, *writes.create}, remade=True))
             else:
                 writes.postpone[name] = start
         member = {n for res in v.world.ours.values() for n in res.nodes}

@@ -177,9 +177,12 @@ def soak_of(settings: Any, done: int = 0) -> Callable[[int], float]:
 
 
 def slot_reservations(slots: dict[str, float], already: set[str], rid: str, prefix: str,
-                      existing: Iterable[str]) -> dict[str, tuple[list[str], float, int]]:
+                      existing: Iterable[str], remade: bool = False) -> dict[str, tuple[list[str], float, int]]:
     """The MAINT reservations still to create for waiting nodes: one per distinct slot, each lasting until a
-    day after the last slot (a node taken early leaves its reservation; the last one is deleted at the end)."""
+    day after the last slot (a node taken early leaves its reservation; the last one is deleted at the end).
+    `remade`: for nodes whose begun slot is given up this step: a slot whose name is taken (another
+    reservation of this rollout begins then) is made under a name of its own, never skipped (a node out
+    of every reservation of ours can take a long job, and a deadline plan stops no job on it)."""
     by_slot: dict[float, list[str]] = defaultdict(list)
     for node, slot in slots.items():
         by_slot[slot].append(node)
@@ -190,6 +193,10 @@ def slot_reservations(slots: dict[str, float], already: set[str], rid: str, pref
     out = {}
     for slot, nodes in by_slot.items():
         name = f"{prefix}{rid}_s{int(slot)}"
+        k = 0
+        while remade and name in existing:
+            k += 1
+            name = f"{prefix}{rid}_s{int(slot)}_{k}"
         if name not in existing:
             missing = [n for n in nodes if n not in already]
             if missing:
