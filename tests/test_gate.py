@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -354,3 +355,21 @@ def test_the_soak_comes_only_where_the_window_widens():
     stages = [["a"], ["b", "d"], ["e", "f"]]
     slots = slot_times({}, ["c"], stages, t0, width=2, upgrade_s=600, soak_s=3600, soaked=widening(["c"], stages))
     assert {n: t - t0 for n, t in slots.items()} == {"c": 0, "a": 4200, "b": 8400, "d": 8400, "e": 9000, "f": 9000}
+
+
+def test_the_plan_shows_each_stage_s_soak_and_the_test_s_two_boundaries(tmp_path):
+    from slurm_gpufleet.maintain import report
+    from slurm_gpufleet.maintain.plan import Plan
+
+    fleet = SimFleet(60)  # waves 1 (canary), 1, 2, 6, then the budget's 6 at a time
+    engine, store, plan, executor = rollout(tmp_path, fleet, base='[maintain]\nmax_unavailable = 6\n'
+                                                                  'gate = "evidence"\ngate_margin = 0.25\n')
+    b = plan["assumptions"]["gate_boundaries"]
+    assert b["halt_llr"] == -b["not_worse_llr"] == round(math.log(0.95 / (0.05 / 6)), 3)
+    assert b["not_worse_ratio"] == 1.25 and b["max_soak_s"] == 36 * 3600
+    assert plan["assumptions"]["gate_stage_soak_s"][:3] == [36 * 3600] * 3
+    assert set(plan["assumptions"]["gate_stage_soak_s"][3:]) == {None}
+    text = report.text(Plan.from_dict(plan))
+    assert "halts at log likelihood ratio >= 4.779 (the canary 2x the control's rate), opens at <= -4.779 " \
+           "(at most 1.25x)" in text
+    assert "soak before stage 1: 36h00m, 2: 36h00m, 3: 36h00m; stages 4-12: none (the window does not widen)" in text

@@ -389,6 +389,17 @@ def _record(plan: Plan, fleet: FleetState, waves_nodes: list[tuple[str, list[str
                 before += len(members)
         plan.assumptions["gate_stage_soak_s"] = soaks
         plan.assumptions["gate_soak_s"] = next((s for s in soaks if s), settings.gate_min_soak_s)
+        from .evidence import Gate
+
+        test = Gate(signals=tuple(settings.gate_signals), worse_ratio=settings.gate_worse_ratio,
+                    confidence=settings.gate_confidence, margin=settings.gate_margin)
+        not_worse, worse = test.boundaries()
+        # the sequential test's two lines per signal, and the bound on each soak (gate.step)
+        plan.assumptions["gate_boundaries"] = {
+            "halt_llr": round(worse, 3), "not_worse_llr": round(not_worse, 3),
+            "worse_ratio": settings.gate_worse_ratio, "not_worse_ratio": test.null_ratio,
+            "confidence": settings.gate_confidence, "min_soak_s": settings.gate_min_soak_s,
+            "max_soak_s": settings.gate_max_soak_s}
     plan.slots = {n: [t, t + step] for n, t in slots.items()}
     # the job that decides each slot, and when it ends: by its limit, or when a deadline plan stops it
     stop_at = {str(j["job_id"]): j["at"] for j in (plan.deadline or {}).get("jobs", []) if j["action"] != "wait"}

@@ -27,6 +27,17 @@ def _zone(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts).astimezone().strftime("year %Y, UTC%z")
 
 
+def _stages(numbers) -> str:
+    """1, 2, 3, 5 as "1-3, 5"."""
+    out: list[list[int]] = []
+    for n in sorted(numbers):
+        if out and n == out[-1][-1] + 1:
+            out[-1].append(n)
+        else:
+            out.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in out)
+
+
 def _dur(seconds: float) -> str:
     if seconds == INF:
         return "unbounded"
@@ -55,7 +66,22 @@ def text(plan: Plan, width: int = 100) -> str:
                  f"halt after {b['max_failures'] + 1} failure(s)")
     soak = plan.assumptions.get("gate_soak_s")
     stage_soaks = [s for s in plan.assumptions.get("gate_stage_soak_s") or [] if s]
-    if stage_soaks:
+    bounds = plan.assumptions.get("gate_boundaries")
+    if stage_soaks and bounds:
+        per_stage = plan.assumptions.get("gate_stage_soak_s") or []
+        first = 1 if plan.waves and plan.waves[0].kind == "canary" else 0
+        shown, plain = [], []
+        for k, soak_s in enumerate(per_stage):
+            (shown if soak_s else plain).append((k + first, soak_s))
+        lines.append(
+            f"  evidence gate, per signal: halts at log likelihood ratio >= {bounds['halt_llr']:g} (the canary "
+            f"{bounds['worse_ratio']:g}x the control's rate), opens at <= {bounds['not_worse_llr']:g} (at most "
+            f"{bounds['not_worse_ratio']:g}x); soaks at least {_dur(bounds['min_soak_s'])} with a verdict, at "
+            f"most {_dur(bounds['max_soak_s'])}: then it opens unless the canary is worse at confidence "
+            f"{bounds['confidence']:g} (then it waits for `maintain approve`)")
+        lines.append("  soak before stage " + ", ".join(f"{b}: {_dur(t)}" for b, t in shown)
+                     + (f"; stages {_stages(b for b, _ in plain)}: none (the window does not widen)" if plain else ""))
+    elif stage_soaks:
         lines.append(f"  evidence gate: each wave after the first starts after a soak of {', '.join(map(_dur, stage_soaks))}"
                      " (the upgraded nodes' exposure for the events the test needs at the fleet's base rates, "
                      "between gate_min_soak_s and gate_max_soak_s; a \"not worse\" verdict lets it go sooner, "
