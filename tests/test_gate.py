@@ -365,7 +365,8 @@ def test_the_plan_shows_each_stage_s_soak_and_the_test_s_two_boundaries(tmp_path
     engine, store, plan, executor = rollout(tmp_path, fleet, base='[maintain]\nmax_unavailable = 6\n'
                                                                   'gate = "evidence"\ngate_margin = 0.25\n')
     b = plan["assumptions"]["gate_boundaries"]
-    assert b["halt_llr"] == -b["not_worse_llr"] == round(math.log(0.95 / (0.05 / 6)), 3)
+    alpha = 0.05 / 6  # the confidence split over the six signals
+    assert b["halt_llr"] == -b["not_worse_llr"] == round(math.log((1 - alpha) / alpha), 3)
     assert b["not_worse_ratio"] == 1.25 and b["max_soak_s"] == 36 * 3600
     assert plan["assumptions"]["gate_stage_soak_s"][:3] == [36 * 3600] * 3
     assert set(plan["assumptions"]["gate_stage_soak_s"][3:]) == {None}
