@@ -799,9 +799,10 @@ def _check_soak(runner) -> None:
 @click.option("--why", required=True, metavar="TEXT", help="Why the next stage may start without a decision (logged).")
 @click.option("--config", metavar="FILE")
 def maintain_approve(rollout: str, why: str, config: str | None) -> None:
-    """Let the stage an evidence gate holds start: after gate_max_soak_s without a decision the rollout
-    waits for this (gate_on_timeout = "wait").  Logged with who and why.  Exit 0, 2 when there is no such
-    rollout or no gate waiting."""
+    """Let the stage an evidence gate holds start: at the soak's bound (gate_max_soak_h) a canary worse
+    than the control at gate_confidence, short of the halt line, waits for this (gate_on_timeout =
+    "wait"); meanwhile the rollout holds no node beyond those under way.  Logged with who and why.  Exit
+    0, 2 when there is no such rollout or no gate waiting."""
     import getpass
 
     from .maintain.store import Store

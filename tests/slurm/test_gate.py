@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import random
 import threading
+import time
 
 import pytest
 from test_maintain import OLD, TARGET, leftovers, plan
@@ -174,3 +175,66 @@ def test_jobs_failing_on_upgraded_nodes_halt_the_rollout_on_job_endings(mc, tmp_
     finally:
         config.write_text(original)
         mc.run("scancel", "--state=PENDING", check=False)
+
+
+def test_a_stage_waiting_for_approval_holds_no_node_beyond_those_under_way(mc, tmp_path):
+    """Issue #43 on real Slurm: the canary shows soft Xids the control does not (worse at 0.95, short of
+    the halt line), so at the soak's bound the next stage waits for `maintain approve`.  While it waits,
+    no reservation of the rollout is on any node and every node is in service; `maintain status` says
+    what it waits for and that it holds 0 nodes.  Each approval lets the rollout on, and it finishes."""
+    from test_chaos import _apply_in_background
+
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    # ([maintain] is the config's last table)
+    config.write_text(original + 'gate = "evidence"\ngate_signals = ["xid_soft"]\ngate_min_soak_s = 10\n'
+                                 'gate_max_soak_s = 40\n')
+    proc = None
+    try:
+        mc.wait_published()
+        plan_file, p = plan(mc, tmp_path)
+        rid, canary = p["id"], p["waves"][0]["nodes"]
+        proc = _apply_in_background(mc, plan_file)
+        db = mc.dir / "state" / "maintain.db"
+        deadline = time.monotonic() + 480
+        xids_written = False
+        waits = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout) if db.exists() else {}
+            gate = status.get("gate") or {}
+            seen = (gate.get("signals") or {}).get("xid_soft", {}).get("canary_node_hours", 0)
+            if not xids_written and seen > 0:  # the canary is in its cohort: three soft Xids, none elsewhere
+                stamp = dt.datetime.now().astimezone().isoformat(timespec="microseconds").replace(".", ",")
+                with open(mc.gpus / f"{canary[0]}.kmsg", "a") as fh:
+                    for _ in range(3):
+                        fh.write(f"{stamp} NVRM: Xid (PCI:0000:5d:00): 31, pid=4242, name=python3, Ch 00000008, "
+                                 "intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted\n")
+                xids_written = True
+            waiting = status.get("waiting")
+            if waiting and "maintain approve" in waiting["for"] and waiting["in_progress"] == 0:
+                # nothing held: no reservation of the rollout, every node in service (idle, not drained)
+                resv = mc.run("scontrol", "show", "reservation", "-o").stdout
+                assert f"gpufleet_{rid}_" not in resv, resv
+                states = {n: mc.state(n) for n in mc.nodes}
+                assert not [n for n, st in states.items() if "DRAIN" in st or "MAINT" in st or "RESERVED" in st], states
+                assert waiting["holds"] == 0, waiting
+                text = mc.gpufleet("maintain", "status").stdout
+                assert "waiting for `maintain approve`" in text and "holding 0 node(s)" in text, text
+                waits.append((status["counts"], gate["boundary"]))
+                r = mc.gpufleet("maintain", "approve", rid, "--why", "the Xid 31s are a known quirk")
+                assert r.returncode == 0, r.stdout + r.stderr
+            time.sleep(1.0)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+        config.write_text(original)
+    assert proc.returncode == 0, out + err
+    assert waits, "the gate never waited for an approval"
+    assert waits[0][0].get("done") == len(canary) and waits[0][0].get("pending") == 8 - len(canary), waits
+    status = json.loads(mc.gpufleet("maintain", "status", "--json").stdout)
+    assert status["state"] == "done" and status["counts"] == {"done": 8}, status
+    approved = [d for (d,) in mc.maintain_db("select detail from audit where event = 'gate passed'")]
+    assert any("approved by" in d for d in approved), approved
+    assert leftovers(mc) == ("", [])
