@@ -6,7 +6,8 @@ FAILED or NODE_FAIL, HBM rows newly remapped), the canary cohort (nodes upgraded
 of the same GPU models not yet upgraded, in service) each accumulate events and node-hours.  The test is
 Wald's sequential probability ratio test on the events' split between the cohorts: given that an event
 happened in a step, it is the canary's with probability p = r*Tc / (r*Tc + Tk), where Tc and Tk are the
-cohorts' node-hours in that step and r the rate ratio.  H0: r = 1 (no worse), H1: r = `worse_ratio`.  The
+cohorts' node-hours in that step and r the rate ratio.  H0: r = 1 + `margin` (not worse by more than
+the margin; default 0), H1: r = `worse_ratio`.  The
 unknown base rate cancels out (no prior, no history needed), and the test is valid when looked at after
 every step, which is how the engine looks (Wald 1945).  Errors are split across signals (Bonferroni):
 each signal is tested at alpha = beta = (1 - confidence) / number of signals.
@@ -22,7 +23,9 @@ history would halt good drivers.
 A signal decides `worse` (the rollout halts), `not_worse` (it rules H1 out), or `open`.  The gate passes
 when no signal is worse, at least one rules H1 out, and every signal that saw at least `min_events`
 events rules it out too (a signal with almost no events can never decide, and must not hold the fleet
-forever; the soak limits and `maintain approve` cover the case where nothing decides).
+forever).  The soak is bounded: where nothing decides by then, `worse_at_confidence` (a one-sided mid-p
+test of the canary's share) says whether the canary is worse at `confidence`; only then does the stage
+wait for an admin (gate.step).
 
 Kayenta (Netflix) compares canary and a baseline deployed at the same time; Google's canary analysis
 judges against a concurrent control.  This is that, with a test made for counts that are mostly zero.

@@ -3,9 +3,12 @@ cohort's new events and node-hours go into the sequential test (maintain/evidenc
 past a boundary only once the test rules "worse" out after `gate_min_soak_s`; or once the canary in
 service has been exposed long enough to expect the events that would show a `gate_worse_ratio` times
 worse driver (at the fleet's base rates, data/base_rates.toml: schedule.stage_soak_s) with no signal
-leaning worse; or an admin approves; or `gate_max_soak_s` passed with `gate_on_timeout = "proceed"`.  A
-"worse" verdict halts the rollout.  On an idle fleet the test alone rarely rules "worse" out (a small
-canary sees almost no events), so without the exposure rule every stage waited `gate_max_soak_s`.
+leaning worse; or at the soak's bound (`gate_max_soak_s`, `gate_max_soak_h`) when no signal is worse
+at `gate_confidence`; or an admin approves the one case left, a canary worse at that confidence yet
+short of the halt line (or `gate_on_timeout = "proceed"` lets it on).  A "worse" verdict halts the
+rollout.  Only boundaries where the window widens soak (schedule.widening); the others pass at once.
+While the gate waits for an admin, the step gives up the rollout's slots of waiting nodes
+(reconcile._release_slots): waiting holds nothing.
 
 Cohorts, as Slurm shows them this step: the canary cohort is the rollout's nodes that are done and in
 service; the control is its nodes still waiting, in service.  The two are compared within each GPU

@@ -142,7 +142,7 @@ class StrategyResult:
             out["failures"] = self.failures
         if self.stopped_at_h is not None or self.makespan_h == INF:
             # a replay cut at a time, or one whose rollout waits for what never comes (an admin's approval
-            # of a stage the evidence gate has no verdict on): how far the rollout got
+            # of a stage whose canary the evidence gate found worse): how far the rollout got
             done = self.makespan_h != INF
             out.update(makespan_h=round(self.makespan_h, 3) if done else None, done=done,
                        nodes_upgraded=self.nodes_upgraded)
