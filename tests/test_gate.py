@@ -374,3 +374,14 @@ def test_the_plan_shows_each_stage_s_soak_and_the_test_s_two_boundaries(tmp_path
     assert "halts at log likelihood ratio >= 4.779 (the canary 2x the control's rate), opens at <= -4.779 " \
            "(at most 1.25x)" in text
     assert "soak before stage 1: 36h00m, 2: 36h00m, 3: 36h00m; stages 4-12: none (the window does not widen)" in text
+
+
+def test_the_plan_s_html_says_the_same_of_the_gate(tmp_path):
+    from slurm_gpufleet.maintain import report
+    from slurm_gpufleet.maintain.plan import Plan
+
+    fleet = SimFleet(60)
+    engine, store, plan, executor = rollout(tmp_path, fleet, base='[maintain]\nmax_unavailable = 6\ngate = "evidence"\n')
+    page = report.html(Plan.from_dict(plan))
+    assert "Evidence gate, per signal: halts at log likelihood ratio &gt;= 4.779" in page
+    assert "Soak before stage 1: 36h00m, 2: 36h00m, 3: 36h00m; stages 4-12: none (the window does not widen)." in page

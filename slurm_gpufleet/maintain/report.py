@@ -27,6 +27,25 @@ def _zone(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts).astimezone().strftime("year %Y, UTC%z")
 
 
+def gate_sentences(plan: Plan) -> list[str]:
+    """The evidence gate as the plan shows it, in text and HTML alike: the sequential test's two lines,
+    the soak's bounds, and each stage's soak (none where the window does not widen)."""
+    bounds = plan.assumptions.get("gate_boundaries")
+    per_stage = plan.assumptions.get("gate_stage_soak_s") or []
+    if not bounds or not any(per_stage):
+        return []
+    first = 1 if plan.waves and plan.waves[0].kind == "canary" else 0
+    shown = [(k + first, t) for k, t in enumerate(per_stage) if t]
+    plain = [k + first for k, t in enumerate(per_stage) if not t and k + first > 0]
+    return [f"evidence gate, per signal: halts at log likelihood ratio >= {bounds['halt_llr']:g} (the canary "
+            f"{bounds['worse_ratio']:g}x the control's rate), opens at <= {bounds['not_worse_llr']:g} (at most "
+            f"{bounds['not_worse_ratio']:g}x); soaks at least {_dur(bounds['min_soak_s'])} with a verdict, at most "
+            f"{_dur(bounds['max_soak_s'])}: then it opens unless the canary is worse at confidence "
+            f"{bounds['confidence']:g} (then it waits for `maintain approve`)",
+            "soak before stage " + ", ".join(f"{b}: {_dur(t)}" for b, t in shown)
+            + (f"; stages {_stages(plain)}: none (the window does not widen)" if plain else "")]
+
+
 def _stages(numbers) -> str:
     """1, 2, 3, 5 as "1-3, 5"."""
     out: list[list[int]] = []
@@ -66,21 +85,9 @@ def text(plan: Plan, width: int = 100) -> str:
                  f"halt after {b['max_failures'] + 1} failure(s)")
     soak = plan.assumptions.get("gate_soak_s")
     stage_soaks = [s for s in plan.assumptions.get("gate_stage_soak_s") or [] if s]
-    bounds = plan.assumptions.get("gate_boundaries")
-    if stage_soaks and bounds:
-        per_stage = plan.assumptions.get("gate_stage_soak_s") or []
-        first = 1 if plan.waves and plan.waves[0].kind == "canary" else 0
-        shown, plain = [], []
-        for k, soak_s in enumerate(per_stage):
-            (shown if soak_s else plain).append((k + first, soak_s))
-        lines.append(
-            f"  evidence gate, per signal: halts at log likelihood ratio >= {bounds['halt_llr']:g} (the canary "
-            f"{bounds['worse_ratio']:g}x the control's rate), opens at <= {bounds['not_worse_llr']:g} (at most "
-            f"{bounds['not_worse_ratio']:g}x); soaks at least {_dur(bounds['min_soak_s'])} with a verdict, at "
-            f"most {_dur(bounds['max_soak_s'])}: then it opens unless the canary is worse at confidence "
-            f"{bounds['confidence']:g} (then it waits for `maintain approve`)")
-        lines.append("  soak before stage " + ", ".join(f"{b}: {_dur(t)}" for b, t in shown)
-                     + (f"; stages {_stages(b for b, _ in plain)}: none (the window does not widen)" if plain else ""))
+    gate = gate_sentences(plan)
+    if gate:
+        lines += [f"  {line}" for line in gate]
     elif stage_soaks:
         lines.append(f"  evidence gate: each wave after the first starts after a soak of {', '.join(map(_dur, stage_soaks))}"
                      " (the upgraded nodes' exposure for the events the test needs at the fleet's base rates, "
@@ -148,7 +155,7 @@ def html(plan: Plan) -> str:
                 **plan.domain_states.get(d, {"state": "planned", "why": ""})} for d, nodes in sorted(plan.domains.items())]
     return env.get_template("plan.html.j2").render(plan=plan, lanes=_timeline(plan), t=_full, dur=_dur, fold=fold,
                                                    version=__version__, stopped=stopped, domains=domains,
-                                                   zone=_zone(plan.created))
+                                                   zone=_zone(plan.created), gate=gate_sentences(plan))
 
 
 PER_NODE_ROWS = 40  # up to this many nodes, one row each; beyond, one row per slot (nodes folded)
