@@ -398,7 +398,7 @@ class Engine:
             counts = self.store.counts(rid)
             for node, text in m.events:
                 self.on_event(rid, node, text, counts)
-        made -= writes.reservations_made
+        made -= writes.reservation_calls_made  # the capped writes: reservations made, left or deleted go uncapped
         self.stats.append(StepStats(slurm.reads, made, time.process_time() - t_cpu, m.count, writes.reservations_made))
         return state
 

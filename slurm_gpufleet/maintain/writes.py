@@ -112,5 +112,11 @@ class Writes:
         return len(self.made)
 
     @property
+    def reservation_calls_made(self) -> int:
+        """Reservations made, changed or deleted: never capped (the cap counts the rest)."""
+        return sum(1 for method, _ in getattr(self, "made", [])
+                   if method in ("create_reservation", "update_reservation", "delete_reservation"))
+
+    @property
     def reservations_made(self) -> int:
         return sum(1 for method, _ in getattr(self, "made", []) if method == "create_reservation")
