@@ -671,3 +671,29 @@ def test_a_rollback_drains_no_more_nodes_at_once_than_the_budget(tmp_path):
     assert state == S.R_ROLLED_BACK and store.counts(plan["id"]) == {S.ROLLED_BACK: 12}
     assert most == 2
     assert {json.loads(n.extra)["drv"] for n in fleet.sim.nodes} == {"570.172.08"}
+
+
+def test_nodes_out_for_another_reason_fill_the_budget_and_the_rollout_starts_nothing(tmp_path):
+    """An admin's drain (or the health check's, or a repair) of the rollout's own nodes counts against its
+    budget: while two such nodes fill a budget of 2, nothing is taken; once one is back, one at a time."""
+    fleet = SimFleet(8)
+    engine, store, plan, executor = rollout(tmp_path, fleet, base=MAINTAIN.replace("max_unavailable = 4",
+                                                                                   "max_unavailable = 2"))
+    order = [n for w in plan["waves"] for n in w["nodes"]]
+    fleet.slurm.drain_nodes(order[-2:], "admin: cable swap")  # the last two of the plan, waiting their turn
+    for _ in range(6):
+        engine.step(plan["id"])
+        fleet.advance(fleet.sim.now + 300, executor)
+    assert store.counts(plan["id"]) == {S.PENDING: 8}
+    assert sum(1 for n in fleet.sim.nodes if n.out(fleet.sim.now)) == 2  # the admin's two, nothing of ours
+    fleet.slurm.resume_nodes(order[-1:])
+    most = 0
+    for _ in range(200):
+        state = engine.step(plan["id"])
+        most = max(most, sum(1 for n in fleet.sim.nodes if n.out(fleet.sim.now)))
+        if state == S.R_DONE:
+            break
+        fleet.advance(fleet.sim.now + 300, executor)
+    assert state == S.R_DONE and most == 2  # the admin's node and one of ours, never more
+    rows = {r["node"]: r["state"] for r in store.nodes(plan["id"])}
+    assert rows[order[-2]] == S.SKIPPED and rows[order[-1]] == S.DONE  # someone else's node is left alone
