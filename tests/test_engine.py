@@ -697,3 +697,24 @@ def test_nodes_out_for_another_reason_fill_the_budget_and_the_rollout_starts_not
     assert state == S.R_DONE and most == 2  # the admin's node and one of ours, never more
     rows = {r["node"]: r["state"] for r in store.nodes(plan["id"])}
     assert rows[order[-2]] == S.SKIPPED and rows[order[-1]] == S.DONE  # someone else's node is left alone
+
+
+def test_a_halted_rollout_holds_nothing_but_its_failed_nodes(tmp_path):
+    """Halted (the canary failed validation), the rollout waits for an admin: no slot of a waiting node
+    stays (their MAINT reservations would begin and hold nodes idle until someone comes), and
+    `maintain status` says what it waits for, since when, and that it holds only the failed node."""
+    from slurm_gpufleet.maintain.status import rollout_status, status_text
+
+    fleet = SimFleet(8)
+    for i in range(1, 8):
+        fleet.add_job(f"j{i}", i, 8, T0 + 3600 * i)  # busy nodes: their slots lie ahead
+    engine, store, plan, executor = rollout(tmp_path, fleet, publishes="999.99.99")
+    assert drive(fleet, engine, plan, executor) == S.R_HALTED
+    assert store.counts(plan["id"]) == {S.FAILED: 1, S.PENDING: 7}
+    assert not [r for r in fleet.slurm.reservations_ if r.startswith(f"gpufleet_{plan['id']}_")]
+    status = rollout_status(store, engine.s)
+    assert status["waiting"]["holds"] == 1 and status["waiting"]["in_progress"] == 0, status["waiting"]
+    assert status["waiting"]["for"].startswith("an admin: halted")
+    assert any("holding 1 node(s)" in line for line in status_text(status))
+    fleet.advance(fleet.sim.now + 8 * 3600, executor)  # hours later: nothing of the rollout began meanwhile
+    assert sum(1 for n in fleet.sim.nodes if n.out(fleet.sim.now)) == 1
