@@ -86,10 +86,11 @@ def test_a_good_driver_passes_every_gate_after_its_soak(tmp_path):
     fleet, store, plan, state = drive_gated(tmp_path, effect=1.0)
     assert state == S.R_DONE and store.counts(plan["id"]) == {S.DONE: 40}
     passed = [d for (d,) in store.db.execute("select detail from audit where event = 'gate passed'")]
-    # the waves after the first widening are the budget's size (4): the window does not widen, no soak
-    soaked = [d for d in passed if "the window does not widen" not in d]
-    assert len(passed) == len(plan["waves"]) - 1 and soaked == passed[:1], passed
-    assert all("ruled out on xid_soft" in d for d in soaked), passed
+    # ten waves of the budget's 4: a soak where the nodes upgraded doubled (before waves 2, 3, 5 and 9:
+    # 4, 8, 16, 32 upgraded), none between
+    soaked = [int(d.split(":")[0].split()[1]) for d in passed if "no soak" not in d]
+    assert len(passed) == len(plan["waves"]) - 1 and soaked == [1, 2, 4, 8], passed
+    assert all("ruled out on xid_soft" in d for d in passed if "no soak" not in d), passed
     opened = dict(store.db.execute("select detail, ts from audit where event = 'gate open'").fetchall())
     passed_at = [t for (t,) in store.db.execute("select ts from audit where event = 'gate passed' order by ts")]
     assert min(passed_at) - min(opened.values()) >= 3600  # never before gate_min_soak_s
@@ -113,7 +114,8 @@ def test_no_decision_at_the_soak_s_bound_goes_on_when_the_canary_is_not_worse(tm
     assert store.counts(plan["id"]) == {S.DONE: 12}
     passed = [d for (d,) in store.db.execute("select detail from audit where event = 'gate passed'")]
     assert "not worse at confidence 0.95 after the soak's bound (2 h)" in passed[0], passed
-    assert all("the window does not widen" in d for d in passed[1:]), passed
+    assert all("not worse at confidence 0.95" in d for d in passed[:2]), passed  # 12 nodes: 4, then 8 upgraded
+    assert all("no soak" in d for d in passed[2:]), passed
     assert not store.db.execute("select 1 from audit where event = 'gate waiting'").fetchall()
 
 
@@ -344,17 +346,21 @@ def test_a_driver_whose_failures_drain_their_node_is_halted(tmp_path):
 
 
 def test_the_soak_comes_only_where_the_window_widens():
-    """The gate soaks before the first stage after the canary and before each wave larger than the one
-    before; waves the budget cut to one size follow one another without a soak, in the plan's slots as in
-    the engine's gate (one rule: schedule.widening)."""
+    """The gate soaks before the first stage after the canary, before each wave larger than the one
+    before, and where the nodes upgraded have doubled since the last soak; waves the budget cut to one
+    size follow one another without a soak between, in the plan's slots as in the engine's gate (one
+    rule: schedule.widening)."""
     from slurm_gpufleet.maintain.schedule import slot_times, widening
 
-    assert widening(["c"], [["a"], ["b", "d"], ["e", "f"], ["g"]]) == {1, 2}
-    assert widening([], [["a"], ["b", "d"], ["e", "f"]]) == {1}
+    four = ["c1", "c2", "c3", "c4"]
+    assert widening(four, [["a"], ["b", "d"], ["e", "f"]]) == {1, 2}  # 5 then 7 upgraded: under 2 x 4
+    assert widening(["c"], [["a"], ["b", "d"], ["e", "f"], ["g"]]) == {1, 2, 3}  # 4 upgraded before e, f
+    assert widening([], [["x"] * 4] * 10) == {1, 2, 4, 8}  # 4, 8, 16, 32 upgraded
     t0 = 1_800_000_000.0
     stages = [["a"], ["b", "d"], ["e", "f"]]
-    slots = slot_times({}, ["c"], stages, t0, width=2, upgrade_s=600, soak_s=3600, soaked=widening(["c"], stages))
-    assert {n: t - t0 for n, t in slots.items()} == {"c": 0, "a": 4200, "b": 8400, "d": 8400, "e": 9000, "f": 9000}
+    slots = slot_times({}, four, stages, t0, width=2, upgrade_s=600, soak_s=3600, soaked=widening(four, stages))
+    assert {n: t - t0 for n, t in slots.items()} == {**dict.fromkeys(four, 0), "a": 4200, "b": 8400, "d": 8400,
+                                                     "e": 9000, "f": 9000}
 
 
 def test_the_plan_shows_each_stage_s_soak_and_the_test_s_two_boundaries(tmp_path):
@@ -368,12 +374,15 @@ def test_the_plan_shows_each_stage_s_soak_and_the_test_s_two_boundaries(tmp_path
     alpha = 0.05 / 6  # the confidence split over the six signals
     assert b["halt_llr"] == -b["not_worse_llr"] == round(math.log((1 - alpha) / alpha), 3)
     assert b["not_worse_ratio"] == 1.25 and b["max_soak_s"] == 36 * 3600
-    assert plan["assumptions"]["gate_stage_soak_s"][:3] == [36 * 3600] * 3
-    assert set(plan["assumptions"]["gate_stage_soak_s"][3:]) == {None}
+    # soaks where the wave widens (1, 2, 6) and where the nodes upgraded doubled (2, 4, 10, 22, 46)
+    soaks = plan["assumptions"]["gate_stage_soak_s"]
+    assert [k + 1 for k, t in enumerate(soaks) if t] == [1, 2, 3, 4, 6, 10]
+    assert soaks[:5] == [36 * 3600] * 4 + [None] and 35 * 3600 < soaks[9] < 36 * 3600  # 46 nodes expose sooner
     text = report.text(Plan.from_dict(plan))
     assert "halts at log likelihood ratio >= 4.779 (the canary 2x the control's rate), opens at <= -4.779 " \
            "(at most 1.25x)" in text
-    assert "soak before stage 1: 36h00m, 2: 36h00m, 3: 36h00m; stages 4-12: none (the window does not widen)" in text
+    assert "soak before stage 1: 36h00m, 2: 36h00m, 3: 36h00m, 4: 36h00m, 6: 36h00m, 10: 35h51m; stages 5, 7-9, " \
+           "11-12: none (no wider than the one before, the nodes upgraded not yet doubled)" in text
 
 
 def test_the_plan_s_html_says_the_same_of_the_gate(tmp_path):
@@ -384,4 +393,5 @@ def test_the_plan_s_html_says_the_same_of_the_gate(tmp_path):
     engine, store, plan, executor = rollout(tmp_path, fleet, base='[maintain]\nmax_unavailable = 6\ngate = "evidence"\n')
     page = report.html(Plan.from_dict(plan))
     assert "Evidence gate, per signal: halts at log likelihood ratio &gt;= 4.779" in page
-    assert "Soak before stage 1: 36h00m, 2: 36h00m, 3: 36h00m; stages 4-12: none (the window does not widen)." in page
+    assert "Soak before stage 1: 36h00m, 2: 36h00m, 3: 36h00m, 4: 36h00m, 6: 36h00m, 10: 35h51m; stages 5, " \
+           "7-9, 11-12: none (no wider than the one before, the nodes upgraded not yet doubled)." in page

@@ -176,11 +176,12 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
     if boundary <= state["passed"] or boundary < 1:
         return out
     if boundary not in widening(v.canary, v.stage_nodes):
-        # a wave the budget cut to the size of the one before: the window does not widen, no soak
+        # a wave no wider than the one before, the nodes upgraded not doubled since the last soak: none
         state.update(passed=boundary, boundary=None, since=None, waiting=None, waiting_since=None)
         out.allowed = float(boundary)
-        out.audits.append(("gate passed", f"stage {boundary}: the window does not widen (a wave the size of the "
-                                          "one before); the test goes on at every step"))
+        out.audits.append(("gate passed", f"stage {boundary}: no soak (no wider than the one before, the nodes "
+                                          "upgraded not yet doubled); the test goes "
+                                          "on at every step"))
         return out
     # the exposure the test needs: how long the canary in service takes to expect the events that show a
     # `gate_worse_ratio` times worse driver (schedule.stage_soak_s, as the plan's slots have it)

@@ -29,7 +29,7 @@ def _zone(ts: float) -> str:
 
 def gate_sentences(plan: Plan) -> list[str]:
     """The evidence gate as the plan shows it, in text and HTML alike: the sequential test's two lines,
-    the soak's bounds, and each stage's soak (none where the window does not widen)."""
+    the soak's bounds, and each stage's soak (none where schedule.widening has none)."""
     bounds = plan.assumptions.get("gate_boundaries")
     per_stage = plan.assumptions.get("gate_stage_soak_s") or []
     if not bounds or not any(per_stage):
@@ -43,7 +43,7 @@ def gate_sentences(plan: Plan) -> list[str]:
             f"{_dur(bounds['max_soak_s'])}: then it opens unless the canary is worse at confidence "
             f"{bounds['confidence']:g} (then it waits for `maintain approve`)",
             "soak before stage " + ", ".join(f"{b}: {_dur(t)}" for b, t in shown)
-            + (f"; stages {_stages(plain)}: none (the window does not widen)" if plain else "")]
+            + (f"; stages {_stages(plain)}: none (no wider than the one before, the nodes upgraded not yet doubled)" if plain else "")]
 
 
 def _stages(numbers) -> str:
