@@ -1474,7 +1474,7 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
               metavar="HOURS", help="Every job checkpoints this often (fleet mode: 1 h unless given).")
 @click.option("--restart-minutes", type=click.FloatRange(min=0), default=None, metavar="R",
               help="A restarted run's time before it makes progress again (one job: 0, fleet: 10; Meta: 5-20).")
-@click.option("--days", type=click.FloatRange(min=0, min_open=True), default=None, metavar="D",
+@click.option("--days", type=click.FloatRange(min=0, max=3650, min_open=True), default=None, metavar="D",
               help="How long (one job: 30; fleet: the history's span).")
 @click.option("--strategy", "strategies", multiple=True,
               type=click.Choice(FAULT_STRATEGIES),
@@ -1495,7 +1495,7 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
               show_default=True, metavar="SECONDS", help="(fleet) HealthCheckInterval (Meta: 5 min).")
 @click.option("--lemon-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="(fleet) The share of nodes that fail --lemon-factor times as often (a lemon tail).")
-@click.option("--lemon-factor", type=click.FloatRange(min=1), default=1.0, show_default=True)
+@click.option("--lemon-factor", type=click.FloatRange(min=1, max=1000), default=1.0, show_default=True)
 @click.option("--big-job", "big_job_gpus", type=click.IntRange(0, 1_000_000), default=0, metavar="GPUS",
               help="(fleet) Add one training job of GPUS GPUs running the whole time (ETTR of jobs of 1,024 GPUs "
                    "or more).")
@@ -1518,9 +1518,13 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
     rates), found and handled by each strategy; per strategy the effective training time ratio (ETTR),
     GPU-hours lost to failures, remedies and false drains, node-hours out of service, fault-to-drain time
     and how faults were resolved.  --one-job: one job against Daly's formula."""
+    ctx = click.get_current_context()
     if one_job_gpus is not None:
-        if plot_file:
-            _fail("--plot draws the fleet mode, not --one-job", exitcodes.USAGE)
+        flag = {p.name: p.opts[0] for p in ctx.command.params}
+        fleet_only = [flag[p] for p in FLEET_ONLY
+                      if ctx.get_parameter_source(p) is not click.core.ParameterSource.DEFAULT]
+        if fleet_only:  # never accepted and ignored: a run that says what it did not do
+            _fail(f"{', '.join(fleet_only)}: for the fleet mode, not --one-job", exitcodes.USAGE)
         _simulate_one_job(one_job_gpus, node_mtbf_hours, checkpoint_every_h, restart_minutes, days, strategies, seed,
                           as_json)
         return
@@ -1551,7 +1555,7 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
                            checkpoint_every_h=checkpoint_every_h or 1.0,
                            restart_min=10.0 if restart_minutes is None else restart_minutes, seed=seed,
                            lemon_share=lemon_share, lemon_factor=lemon_factor, big_job_gpus=big_job_gpus,
-                           settings=_load_policy(None, read_only=True).slurm, seeds=seeds,
+                           settings=_load_policy((ctx.obj or {}).get("config"), read_only=True).slurm, seeds=seeds,
                            domain_size=domain_size, switch_share=switch_share)
     except ValueError as exc:
         _fail(str(exc), exitcodes.USAGE)
@@ -1570,6 +1574,11 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
     from .faultsim import fleet_text
 
     click.echo(fleet_text(out))
+
+
+# simulate-faults' options of the fleet mode alone (parameter names): --one-job refuses them
+FLEET_ONLY = ("sacct_file", "node_count", "gpus_per_node", "rates_file", "hc_interval_s", "lemon_share",
+              "lemon_factor", "big_job_gpus", "domain_size", "switch_share", "plot_file", "seeds")
 
 
 def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every_h: float | None,

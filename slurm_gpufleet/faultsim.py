@@ -145,14 +145,24 @@ class FaultModel:
     domain: DomainModel | None = None
 
 
+def _number(where: str, label: str, v: Any) -> float:
+    """A rates file's number: finite and >= 0.  A boolean, a text, NaN (which made a run hang) or an
+    infinity is refused in one line, never carried into the draws."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        raise RatesError(f"{where}: {label} must be a finite number >= 0, not {v!r}")
+    return float(v)
+
+
 def load_model(path: str | None = None) -> FaultModel:
-    """The packaged classes (data/failure_classes.toml), or a site's file of the same form."""
+    """The packaged classes (data/failure_classes.toml), or a site's file of the same form: a class it
+    names overrides the packaged one key by key, and every class it does not name is kept."""
     import tomllib
 
     from .catalog import failure_classes_data
     from .findings import ACTIONS, RANK
 
     where = path or "data/failure_classes.toml"
+    base = failure_classes_data()
     if path:
         try:
             with open(path, "rb") as fh:
@@ -161,24 +171,34 @@ def load_model(path: str | None = None) -> FaultModel:
             raise RatesError(f"{path}: {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise RatesError(f"{path}: not TOML: {exc}") from None
-        base = failure_classes_data()
-        data = {**base, **data}
+        given = data.get("class", [])
+        if not isinstance(given, list) or not all(isinstance(r, dict) for r in given):
+            raise RatesError(f"{path}: 'class' must be an array of tables ([[class]])")
+        named = {r.get("name"): r for r in given}
+        if len(named) != len(given):
+            raise RatesError(f"{path}: a class is given twice")
+        unknown = [n for n in named if n not in {c["name"] for c in base["class"]}]
+        if unknown:
+            raise RatesError(f"{path}: unknown failure class {unknown[0]!r} (known: "
+                             f"{', '.join(sorted(c['name'] for c in base['class']))})")
+        data = {**base, **data, "class": [{**c, **named.get(c["name"], {})} for c in base["class"]]}
     else:
-        data = failure_classes_data()
-    known = {c["name"] for c in failure_classes_data()["class"]}
+        data = base
+    known = {c["name"] for c in base["class"]}
     classes = []
     for row in data.get("class", []):
         name = row.get("name")
         if name not in known:
             raise RatesError(f"{where}: unknown failure class {name!r} (known: {', '.join(sorted(known))})")
-        base_row = next(c for c in failure_classes_data()["class"] if c["name"] == name)
+        base_row = next(c for c in base["class"] if c["name"] == name)
         row = {**base_row, **row}
         fixed = row.get("fixed_by", {})
-        reset, reboot = float(fixed.get("reset", 0.0)), float(fixed.get("reboot", 0.0))
-        for label, v in (("rate", row["rate"]), ("fixed_by.reset", reset), ("fixed_by.reboot", reboot),
-                         ("precursor_share", row.get("precursor_share", 0.0))):
-            if not isinstance(v, int | float) or v < 0:
-                raise RatesError(f"{where}: class {name}: {label} must be a number >= 0, not {v!r}")
+        if not isinstance(fixed, dict):
+            raise RatesError(f"{where}: class {name}: fixed_by must be a table {{ reset = R, reboot = B }}")
+        row["rate"] = _number(where, f"class {name}: rate", row["rate"])
+        reset = _number(where, f"class {name}: fixed_by.reset", fixed.get("reset", 0.0))
+        reboot = _number(where, f"class {name}: fixed_by.reboot", fixed.get("reboot", 0.0))
+        row["precursor_share"] = _number(where, f"class {name}: precursor_share", row.get("precursor_share", 0.0))
         if reset + reboot > 1 or row.get("precursor_share", 0.0) > 1:
             raise RatesError(f"{where}: class {name}: shares above 1 (fixed_by.reset + fixed_by.reboot = "
                              f"{reset + reboot:g}, precursor_share = {row.get('precursor_share', 0.0):g})")
@@ -194,17 +214,21 @@ def load_model(path: str | None = None) -> FaultModel:
     names = [c.name for c in classes]
     if len(set(names)) != len(names):
         raise RatesError(f"{where}: a class is given twice")
-    fa = data.get("false_alarm", {}).get("rate_per_node_day", 0.0)
-    if not isinstance(fa, int | float) or fa < 0:
-        raise RatesError(f"{where}: false_alarm.rate_per_node_day must be a number >= 0")
+    for table in ("false_alarm", "times", "domain"):
+        if not isinstance(data.get(table, {}), dict):
+            raise RatesError(f"{where}: '{table}' must be a table ([{table}])")
+    fa = _number(where, "false_alarm.rate_per_node_day", data.get("false_alarm", {}).get("rate_per_node_day", 0.0))
     # the packaged [times] (data/failure_classes.toml), key by key under a rates file's own
-    times = {k: float(v) for k, v in {**failure_classes_data()["times"], **data.get("times", {})}.items()}
-    d = {**failure_classes_data().get("domain", {}), **data.get("domain", {})}
-    share, hours = d.get("switch_share", 0.0), d.get("switch_repair_hours", 0.0)
-    if not isinstance(share, int | float) or not 0 <= share <= 1:
+    unknown_times = set(data.get("times", {})) - set(base["times"])
+    if unknown_times:
+        raise RatesError(f"{where}: times: unknown key(s) {', '.join(sorted(unknown_times))} (known: "
+                         f"{', '.join(sorted(base['times']))})")
+    times = {k: _number(where, f"times.{k}", v) for k, v in {**base["times"], **data.get("times", {})}.items()}
+    d = {**base.get("domain", {}), **data.get("domain", {})}
+    share = _number(where, "domain.switch_share", d.get("switch_share", 0.0))
+    hours = _number(where, "domain.switch_repair_hours", d.get("switch_repair_hours", 0.0))
+    if share > 1:
         raise RatesError(f"{where}: domain.switch_share must be a number from 0 to 1, not {share!r}")
-    if not isinstance(hours, int | float) or hours < 0:
-        raise RatesError(f"{where}: domain.switch_repair_hours must be a number >= 0, not {hours!r}")
     unknown = set(d.get("classes", [])) - set(names)
     if unknown:
         raise RatesError(f"{where}: domain.classes: unknown failure class(es) {', '.join(sorted(unknown))}")

@@ -42,6 +42,13 @@ def test_a_job_on_more_nodes_fails_as_often_as_they_all_do():
     (["--node-mtbf-hours", "5", "--checkpoint-every", "1"], b"--one-job"),
     (["--one-job", "8", "--node-mtbf-hours", "5", "--checkpoint-every", "1", "--strategy", "gpufleet"], b"--strategy"),
     (["--switch-share", "0.5", "--days", "1"], b"--switch-share needs --domain-size"),
+    # one-job mode refuses the fleet's options instead of ignoring them
+    (["--one-job", "8", "--node-mtbf-hours", "5", "--checkpoint-every", "1", "--nodes", "40", "--seeds", "3"],
+     b"--nodes, --seeds: for the fleet mode, not --one-job"),
+    (["--one-job", "8", "--node-mtbf-hours", "5", "--checkpoint-every", "1", "--rates", "x.toml"], b"--rates"),
+    # every size has a bound: these ran without end
+    (["--days", "1e12"], b"--days"),
+    (["--lemon-factor", "1e9"], b"--lemon-factor"),
 ])
 def test_bad_input_is_exit_2(args, said):
     r = run_cli("fleet", "simulate-faults", *args)
@@ -102,7 +109,15 @@ def test_a_big_job_gives_the_ettr_of_jobs_of_1024_gpus():
 
 
 @pytest.mark.parametrize("body,says", [
-    ('[[class]]\nname = "gpu"\nrate = -1.0\n', "rate must be a number >= 0"),
+    ('[[class]]\nname = "gpu"\nrate = -1.0\n', "class gpu: rate must be a finite number >= 0, not -1.0"),
+    ('[[class]]\nname = "gpu"\nrate = nan\n', "rate must be a finite number >= 0, not nan"),  # it hung
+    ('[[class]]\nname = "gpu"\nrate = inf\n', "rate must be a finite number >= 0, not inf"),  # exit 70
+    ('[[class]]\nname = "gpu"\nrate = true\n', "rate must be a finite number >= 0, not True"),  # taken as 1
+    ('[times]\nadmin_hours = "four"\n', "times.admin_hours must be a finite number >= 0, not 'four'"),  # exit 70
+    ("[times]\nrepair_hours = -48\n", "times.repair_hours must be a finite number >= 0, not -48"),  # accepted
+    ("[times]\nrepair_days = 2\n", "times: unknown key(s) repair_days"),
+    ("[false_alarm]\nrate_per_node_day = nan\n", "false_alarm.rate_per_node_day must be a finite number"),
+    ('[[class]]\nname = "gpu"\n[[class]]\nname = "gpu"\n', "a class is given twice"),
     ('[[class]]\nname = "cosmic_rays"\nrate = 1.0\n', "unknown failure class 'cosmic_rays'"),
     ('[[class]]\nname = "gpu"\nfixed_by = { reset = 0.8, reboot = 0.5 }\n', "shares above 1"),
     ('[[class]]\nname = "gpu"\nprecursor_share = 1.5\n', "shares above 1"),
@@ -198,3 +213,23 @@ def test_the_gpufleet_strategy_drains_a_struck_rack_whole_through_the_project_s_
     text = run_cli("fleet", "simulate-faults", "--nodes", "54", "--days", "3", "--domain-size", "18",
                    "--switch-share", "1", "--strategy", "gpufleet")
     assert text.returncode == 0 and b"domains of 18 nodes: 1 of the domain classes" in text.stdout, text.stderr
+
+
+def test_a_rates_file_overrides_only_the_classes_it_names(tmp_path):
+    from slurm_gpufleet.faultsim import load_model
+
+    f = tmp_path / "rates.toml"
+    f.write_text('[[class]]\nname = "gpu"\nrate = 2.0\n\n[times]\nrepair_hours = 24\n')
+    packaged, site = load_model(), load_model(str(f))
+    assert [c.name for c in site.classes] == [c.name for c in packaged.classes]  # before: gpu alone
+    rates = {c.name: c.rate for c in site.classes}
+    assert rates["gpu"] == 2.0 and rates["hbm"] == next(c.rate for c in packaged.classes if c.name == "hbm")
+    gpu = next(c for c in site.classes if c.name == "gpu")
+    assert gpu.seen_by == next(c for c in packaged.classes if c.name == "gpu").seen_by  # key by key
+    assert site.times["repair_hours"] == 24 and site.times["admin_hours"] == packaged.times["admin_hours"]
+
+
+def test_the_fleet_group_s_config_is_read(tmp_path):
+    r = run_cli("fleet", "--config", str(tmp_path / "missing.toml"), "simulate-faults", "--days", "1", "--nodes", "4")
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "missing.toml: cannot read config" in err and err.count("\n") == 1, err
