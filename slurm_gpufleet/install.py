@@ -39,14 +39,48 @@ def _wrapper(name: str, func: str, python: str, config: Path, slurm_conf: str | 
             f"exec {shlex.quote(python)} -P -c {shlex.quote(code)} \"$@\"\n")
 
 
-def config_skeleton(sample: str) -> str:
+# where the packaged defaults run the project's own programs (policy: validation_command, sweep_command,
+# lemon_check); an install under another prefix points them there
+DEFAULT_SBIN = "/usr/local/sbin"
+
+
+def prefixed_commands(sbin: str) -> dict[str, str]:
+    """The [slurm] commands whose defaults run a program of this project from DEFAULT_SBIN, pointed at
+    `sbin` instead ({} where it is DEFAULT_SBIN): a config written for another prefix whose validation ran
+    /usr/local/sbin failed every remedied node's validation (exit 127)."""
+    from dataclasses import fields
+
+    from .policy import SlurmSettings
+
+    sbin = sbin.rstrip("/")
+    if sbin == DEFAULT_SBIN:
+        return {}
+    defaults = SlurmSettings()
+    out = {}
+    for f in fields(SlurmSettings):
+        value = getattr(defaults, f.name)
+        if isinstance(value, str) and value.startswith(DEFAULT_SBIN + "/"):
+            program, _, args = value.partition(" ")  # a command line: the program quoted for its shell
+            out[f.name] = " ".join(filter(None, (shlex.quote(sbin + program[len(DEFAULT_SBIN):]), args)))
+    return out
+
+
+def config_skeleton(sample: str, commands: dict[str, str] | None = None) -> str:
     """The sample config with every setting commented out: an empty policy is the safe default."""
     out = ["# slurm-gpufleet config skeleton, written by `slurm-gpufleet install`.  Every setting below is",
            "# commented out, so this file gives the safe defaults; uncomment and edit what your site needs.",
            "# `slurm-gpufleet check --config THIS_FILE` reports any mistake as FILE:LINE.", ""]
     for line in sample.splitlines():
         out.append(line if not line.strip() or line.lstrip().startswith("#") else f"#{line}")
+    if commands:
+        out += ["", "# This install's programs (`slurm-gpufleet install --prefix`): the commands the ladder, the",
+                "# idle sweeps and the lemon check run, under its prefix", "[slurm]"]
+        out += [f"{key} = {_toml_string(value)}" for key, value in sorted(commands.items())]
     return "\n".join(out) + "\n"
+
+
+def _toml_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 # HealthCheckTimeout arrived in Slurm 26.05 (24.11 has none; 22.05 refuses unknown keys in slurm.conf).
@@ -140,8 +174,8 @@ def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf
     templates = resources.files("slurm_gpufleet").joinpath("templates")
     items = [Item(sbin / name, _wrapper(name, func, python, config_path, slurm_conf, __version__), 0o755, False)
              for name, func in HOOKS.items()]
-    items.append(Item(config_path, config_skeleton(templates.joinpath("gpufleet.toml.sample").read_text()),
-                      0o644, True))
+    items.append(Item(config_path, config_skeleton(templates.joinpath("gpufleet.toml.sample").read_text(),
+                                                   prefixed_commands(str(sbin))), 0o644, True))
     items.append(Item(etc / "upgrade.sh.j2", templates.joinpath("upgrade.sh.j2").read_text(), 0o644, True))
     lines = slurm_conf_lines(str(sbin), interval, node_state, reboot_program, slurm_version, read_timeout_s)
     items.append(Item(etc / "slurm.conf.gpufleet", lines, 0o644, False))

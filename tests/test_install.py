@@ -3,6 +3,7 @@ defaults, the site's files never overwritten, idempotent, and --dry-run writes n
 
 import dataclasses
 import os
+import shlex
 import subprocess
 
 import pytest
@@ -29,9 +30,15 @@ def test_install_writes_runnable_wrappers_and_is_idempotent(tmp_path):
     conf = (prefix / "etc" / "slurm.conf.gpufleet").read_text()
     assert f"HealthCheckProgram={prefix}/sbin/slurm-gpufleet-healthcheck" in conf
     assert "HealthCheckInterval=120" in conf and f"Prolog={prefix}/sbin/slurm-gpufleet-prolog" in conf
-    # the skeleton is all comments: it loads, and gives the defaults
+    # the skeleton is all comments but this prefix's commands: it loads, and gives the defaults but those
+    from slurm_gpufleet.install import prefixed_commands
+
     skeleton = prefix / "etc" / "gpufleet.toml"
-    assert dataclasses.replace(load_policy(str(skeleton)), path=None) == dataclasses.replace(load_policy(None), path=None)
+    defaults = load_policy(None)
+    moved = prefixed_commands(str(prefix / "sbin"))
+    assert set(moved) == {"validation_command", "sweep_command", "lemon_check"}
+    assert dataclasses.replace(load_policy(str(skeleton)), path=None) == dataclasses.replace(
+        defaults, path=None, slurm=dataclasses.replace(defaults.slurm, **moved))
     assert "{{ node }}" in (prefix / "etc" / "upgrade.sh.j2").read_text()
 
     # the wrapper runs with an empty environment, as slurmd runs it, from another directory
@@ -117,3 +124,19 @@ def test_install_writes_only_trusted_paths_and_refuses_an_untrusted_prefix(tmp_p
     err = r.stderr.decode().strip()
     assert r.returncode == 2 and err.startswith(f"slurm-gpufleet: error: refused: {open_dir} ") and "\n" not in err, err
     assert not (open_dir / "gpufleet").exists()
+
+
+def test_an_install_under_a_prefix_points_the_commands_it_configures_there(tmp_path):
+    """The ladder's validation, the idle sweep and the lemon check run this project's health check: under
+    `--prefix DIR` the config written runs DIR/sbin's, which exists (before: /usr/local/sbin's, and every
+    remedied node failed its validation with exit 127)."""
+    from slurm_gpufleet.policy import load_policy
+
+    prefix = tmp_path / "opt gpufleet"
+    r = _install("--prefix", str(prefix))
+    assert r.returncode == 0, r.stderr
+    policy = load_policy(str(prefix / "etc" / "gpufleet.toml"))
+    for command in (policy.slurm.validation_command, policy.slurm.sweep_command, policy.slurm.lemon_check):
+        program = shlex.split(command)[0]
+        assert program == str(prefix / "sbin" / "slurm-gpufleet-healthcheck") and os.access(program, os.X_OK), command
+    assert shlex.split(policy.slurm.validation_command)[1:] == ["--level", "deep", "--nhc"]
