@@ -23,7 +23,7 @@ import os
 import re
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -529,6 +529,12 @@ class Policy:
     requires: tuple[Requirement, ...] = ()
     domains: tuple[DomainSpec, ...] = ()
     bundle: BundleSpec | None = None
+
+    def unmatched_groups(self, hosts: Iterable[str]) -> list[tuple[str, str]]:
+        """(name, host list) of each [[group]] that matches none of `hosts`: a typo in its `nodes` leaves
+        its settings applied nowhere, an observe-only group's nodes in full mode among them."""
+        hosts = list(hosts)
+        return [(g.name, g.nodes) for g in self.groups if not any(h in g.nodeset for h in hosts)]
 
     def for_node(self, host: str | None) -> NodePolicy:
         resolved = replace(NodePolicy(), **self.defaults)

@@ -150,3 +150,23 @@ def test_a_cuda_release_without_its_own_row_says_what_the_table_knows():
     out = r.stdout.decode()
     assert r.returncode == 0 and "CUDA up to 13.1" in out, out
     assert "branch R590 (NFB, end of life unknown)" in out and "not in the branch table" not in out, out
+
+
+def test_fleet_warns_of_a_group_that_matches_no_node_and_shows_each_group_s_mode(tmp_path):
+    """A typo in a group's host list leaves its settings applied nowhere (an observe-only group's nodes
+    then reset, reboot and drain in full mode): `fleet` says so, and shows each group's mode."""
+    import json as _json
+
+    from support import REPO, run_cli
+
+    config = tmp_path / "gpufleet.toml"
+    config.write_text((REPO / "etc" / "gpufleet.toml").read_text()
+                      + '\n[[group]]\nname = "canary"\nnodes = "gpu[101-104]"\nmode = "observe"\n'
+                      + '\n[[group]]\nname = "watched"\nnodes = "gpu[001-002]"\nmode = "observe"\n')
+    fleet = str(REPO / "etc" / "sample-fleet.json")
+    out = _json.loads(run_cli("fleet", "--fleet", fleet, "--config", str(config), "--json").stdout)
+    assert out["groups_matching_no_node"] == [{"group": "canary", "nodes": "gpu[101-104]"}]
+    assert out["groups"]["watched"]["mode"] == "observe" and out["groups"]["h200"]["mode"] == "full"
+    text = run_cli("fleet", "--fleet", fleet, "--config", str(config)).stdout.decode()
+    assert 'warning: group canary (nodes = "gpu[101-104]") matches no node of the fleet' in text, text
+    assert "watched: 2 node(s), mode observe;" in text, text

@@ -16,7 +16,9 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
     for node in sorted(fleet.nodes.values(), key=lambda n: n.name):
         p = policy.for_node(node.name)
         groups[p.groups[-1] if p.groups else "(defaults)"].append((node, p))
-    out: dict[str, Any] = {"nodes": len(fleet.nodes), "groups": {}}
+    out: dict[str, Any] = {"nodes": len(fleet.nodes), "groups": {},
+                           "groups_matching_no_node": [{"group": name, "nodes": nodes}
+                                                       for name, nodes in policy.unmatched_groups(fleet.nodes)]}
     for group, members in groups.items():
         drivers = Counter(n.driver or "unknown" for n, _ in members)
         firmware = Counter(n.firmware or "unknown" for n, _ in members)
@@ -42,6 +44,7 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
                 off.append({"node": node.name, "why": "; ".join(why)})
         out["groups"][group] = {
             "nodes": len(members),
+            "mode": members[0][1].mode,  # observe, quarantine or full (what its remedies may do)
             "standard_driver": standard_driver,
             "pinned": bool(members[0][1].driver_version),
             "drivers": dict(drivers.most_common()),
@@ -80,8 +83,11 @@ def _exposure(members) -> list[dict[str, Any]]:
 
 def inventory_text(inv: dict[str, Any]) -> str:
     lines = [f"{inv['nodes']} node(s)"]
+    for u in inv.get("groups_matching_no_node", []):
+        lines.append(f"warning: group {u['group']} (nodes = \"{u['nodes']}\") matches no node of the fleet: its "
+                     "settings apply nowhere (a typo in its host list?)")
     for group, g in inv["groups"].items():
-        lines.append(f"{group}: {g['nodes']} node(s); standard driver {g['standard_driver']}"
+        lines.append(f"{group}: {g['nodes']} node(s), mode {g['mode']}; standard driver {g['standard_driver']}"
                      f"{' (pinned)' if g['pinned'] else ' (most common)'}")
         for label in ("drivers", "models", "firmware", "verdicts", "states"):
             lines.append(f"  {label:<9} " + ", ".join(f"{k} x{v}" for k, v in g[label].items()))
