@@ -168,4 +168,5 @@ def fleet_cases(nodes) -> list[dict]:
                          "first": dt.datetime.fromtimestamp(first, dt.UTC).isoformat(timespec="seconds"),
                          "last": dt.datetime.fromtimestamp(last, dt.UTC).isoformat(timespec="seconds"),
                          "status": status, "reason": n.reason if status == "repair" else ""})
-    return sorted(rows, key=lambda r: (order.get(r["status"], 3), r["last"]), reverse=False)
+    rows.sort(key=lambda r: r["last"], reverse=True)  # the most recent first, within each status
+    return sorted(rows, key=lambda r: order.get(r["status"], 3))

@@ -308,3 +308,16 @@ def test_one_remedy_of_a_node_at_a_time(tmp_path):
         os.close(fd)
     _run(bin_dir, env)
     assert (tmp_path / "resets.log").read_text().count("n9") == 1
+
+
+def test_fleet_cases_lists_repairs_first_then_the_most_recent_as_its_help_says():
+    from types import SimpleNamespace
+
+    from slurm_gpufleet.remediation import fleet_cases
+
+    day = 86400.0
+    nodes = [SimpleNamespace(name="n1", reason="", cases=[("xid", 1, 1 * day, 1 * day, "watch")]),
+             SimpleNamespace(name="n2", reason="", cases=[("ecc", 1, 3 * day, 3 * day, "watch")]),
+             SimpleNamespace(name="n3", reason="repair: x", cases=[("xid", 3, 0.0, 2 * day, "repair")]),
+             SimpleNamespace(name="n4", reason="repair: y", cases=[("hbm", 3, 0.0, 4 * day, "repair")])]
+    assert [r["node"] for r in fleet_cases(nodes)] == ["n4", "n3", "n2", "n1"]  # was n3, n4, n1, n2
