@@ -248,12 +248,7 @@ class Engine:
                 # not opened, whose domain cannot go, or that the budget has no room for lets its waiting
                 # nodes go (given up whole, or shrunk to the nodes already taken), and they get a later
                 # slot in the same step: never left holding idle nodes out of service
-                waiting = [n for n in res.nodes if v.state.get(n) == S.PENDING]
-                keep = [n for n in res.nodes if n not in waiting and n in writes.update.get(name, res.nodes)]
-                if keep:
-                    writes.shrunk[name] = keep
-                else:
-                    writes.given_up.add(name)
+                waiting = self._let_go(v, name, writes)
                 for r in pending:
                     if r["node"] in waiting:
                         r["slot"] = start
@@ -273,18 +268,28 @@ class Engine:
         begins: every slot of waiting nodes goes (begun or not), and the nodes are in service until it
         runs on; then their slots are scheduled again from that moment (the `slot` kept is cleared)."""
         prefix = f"{ROLLOUT_RESERVATION_PREFIX}{v.rid}_s"
-        for name, res in v.mine.items():
-            if not name.startswith(prefix):
-                continue
-            keep = [n for n in res.nodes if v.state.get(n) != S.PENDING]
-            if not keep:
-                writes.given_up.add(name)
-            elif len(keep) < len(res.nodes):
-                writes.shrunk[name] = sorted(set(writes.update.pop(name, keep)) & set(keep))
+        for name in v.mine:
+            if name.startswith(prefix):
+                self._let_go(v, name, writes)
         for r in pending:
             if r["slot"] is not None:
                 r["slot"] = None
                 m.changes.append((r["node"], None, "", {"slot": None}))
+
+    @staticmethod
+    def _let_go(v: StepView, name: str, writes: Writes) -> list[str]:
+        """A slot reservation of ours lets its waiting nodes go: deleted when nothing else is in it, else
+        shrunk to the nodes already taken (less those leaving it this step).  Returns the nodes let go."""
+        nodes = v.mine[name].nodes
+        waiting = [n for n in nodes if v.state.get(n) == S.PENDING]
+        if not waiting:
+            return []
+        keep = [n for n in nodes if n not in waiting and n in writes.update.pop(name, nodes)]
+        if keep:
+            writes.shrunk[name] = keep
+        else:
+            writes.given_up.add(name)
+        return waiting
 
     def _say_waiting(self, rid: str, r: dict[str, Any], v: StepView) -> None:
         """What `maintain status` shows the rollout waiting for an admin for: since when, and how many
