@@ -321,7 +321,8 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
     from .findings import Finding
     from .maintain.failures import MAX_BATCH_REQUEUE
     from .maintain.simulate import Controller, Simulator
-    from .slurm.actions import Ladder, NodeHistory, decide, fault_key, make_reason
+    from .remedy.decide import Ladder, NodeHistory, decide
+    from .slurm.actions import fault_key, make_reason
 
     times = model.times
     mech = MECHANISMS[strategy]

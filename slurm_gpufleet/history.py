@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import sqlite_utils
 
     from .findings import Finding
-    from .slurm.actions import NodeHistory
+    from .remedy.decide import NodeHistory
 
 RETENTION_DAYS = 90
 
@@ -55,8 +55,11 @@ def db_path(state_dir: str, node: str) -> str:
 
 
 class History:
-    def __init__(self, path: str):
+    def __init__(self, path: str, clock=time.time):
+        """clock: the time every row is stamped with and the attempt window is read at (the fault
+        simulator's is its simulated time)."""
         self.path = path
+        self.clock = clock
         self.conn = open_conn(path, _schema)
         self._db: sqlite_utils.Database | None = None
         # a run reads the node's cases for its decision and again for its summary: once, until it writes
@@ -92,7 +95,7 @@ class History:
     def record_run(self, node: str, hook: str, verdict: str, findings: list[Finding], *, job_id: str | None = None,
                    duration_s: float = 0.0, driver: str | None = None, gpus: int = 0, error: str | None = None,
                    performance: list | None = None, models: dict[int, str] | None = None) -> int:
-        now = time.time()
+        now = self.clock()
         self._changed()  # a clean run ends an episode
         with self.conn:
             run_id = self._insert("runs", {
@@ -113,14 +116,14 @@ class History:
 
     def record_action(self, node: str, hook: str, action: str, reason: str, why: str, ok: bool,
                       error: str | None = None) -> None:
-        now = time.time()
+        now = self.clock()
         with self.conn:
             self._insert("actions", {"ts": now, "time": _iso(now), "node": node, "hook": hook, "action": action,
                                      "reason": reason, "why": why, "ok": int(ok), "error": error})
 
     def record_reboot(self, node: str, fault: str, boot: str | None) -> None:
         with self.conn:
-            self._insert("reboots", {"ts": time.time(), "node": node, "fault": fault, "boot": boot or "unknown"})
+            self._insert("reboots", {"ts": self.clock(), "node": node, "fault": fault, "boot": boot or "unknown"})
 
     def _last_clean(self, node: str) -> float:
         return self._query(
@@ -132,7 +135,7 @@ class History:
         self._changed()
         with self.conn:
             return self._insert("remedies", {
-                "ts": time.time(), "node": node, "class": cls, "fault": fault, "rung": rung,
+                "ts": self.clock(), "node": node, "class": cls, "fault": fault, "rung": rung,
                 "boot": boot or "unknown", "episode": self._last_clean(node), "outcome": outcome, "detail": detail})
 
     def pending_remedies(self, node: str) -> list[dict[str, Any]]:
@@ -155,19 +158,19 @@ class History:
     def start_validation(self, node: str, cause: str, attempt: int, job: str) -> None:
         with self.conn:
             self.conn.execute("update validations set state = 'retried', ended = ? where node = ? and state = 'open'",
-                              [time.time(), node])
-            self._insert("validations", {"ts": time.time(), "node": node, "cause": cause, "attempt": attempt,
+                              [self.clock(), node])
+            self._insert("validations", {"ts": self.clock(), "node": node, "cause": cause, "attempt": attempt,
                                          "job": job, "state": "open", "detail": "", "ended": None})
 
     def end_validation(self, node: str, state: str, detail: str = "") -> None:
         with self.conn:
             self.conn.execute("update validations set state = ?, detail = ?, ended = ? where node = ? and state = 'open'",
-                              [state, detail, time.time(), node])
+                              [state, detail, self.clock(), node])
 
     def close_case(self, node: str, cls: str) -> None:
         self._changed()
         with self.conn:
-            self._insert("case_closes", {"ts": time.time(), "node": node, "class": cls})
+            self._insert("case_closes", {"ts": self.clock(), "node": node, "class": cls})
 
     def cases(self, node: str, window_s: float, now: float | None = None) -> list[dict[str, Any]]:
         """The node's open cases: per class, the attempts within the window since its last close, the
@@ -175,7 +178,7 @@ class History:
         if now is None and (node, window_s) in self._cases:
             return self._cases[(node, window_s)]
         cached = now is None
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         last_clean = self._last_clean(node)
         rows = self._query(
             "select r.class as class, count(distinct r.episode) as attempts, min(r.ts) as first, max(r.ts) as last, "
@@ -191,7 +194,7 @@ class History:
         return rows
 
     def node_history(self, node: str, window: int = 50, attempt_window_s: float = 7 * 86400) -> NodeHistory:
-        from .slurm.actions import NodeHistory
+        from .remedy.decide import NodeHistory
 
         # clean health checks since the last bad run of any hook (a failed prolog restarts the count)
         rows = self._query("select hook, verdict from runs where node = ? order by id desc limit ?", [node, window])
@@ -222,7 +225,7 @@ class History:
                            running={c["class"] for c in cases if c["running"]})
 
     def prune(self, days: int = RETENTION_DAYS) -> None:
-        cutoff = time.time() - days * 86400
+        cutoff = self.clock() - days * 86400
         with self.conn:
             for table in ("findings", "actions", "reboots", "performance", "runs", "remedies", "case_closes",
                           "validations"):

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from slurm_gpufleet.findings import Finding
-from slurm_gpufleet.slurm.actions import Ladder, NodeHistory, decide, is_ours, make_reason
+from slurm_gpufleet.remedy.decide import Ladder, NodeHistory, decide
+from slurm_gpufleet.slurm.actions import is_ours, make_reason
 from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
 from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text, parse_nodes_text
 

@@ -156,7 +156,8 @@ def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
 # ---------------------------------------------------------------- acting
 def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         extra_findings: list[Finding] | None = None, info: NodeInfo | None = None, backend=None) -> str:
-    """Record the run, decide, carry it out through the actuator, publish the summary.  Returns the action.
+    """Read -> judge -> carry -> publish: record the run, let the remedy carrier decide and carry it out
+    through the actuator (remedy/carrier.py), publish the summary.  Returns the action.
 
     Slurm calls: the node's state (one read, unless the caller has it), the fleet only when a drain is
     about to happen (the breaker counts it), and one write that carries both the change and the summary;
@@ -164,9 +165,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     from ..findings import verdict
     from ..history import History, db_path
     from ..slurm import SlurmError
-    from ..slurm.actions import one_line
     from ..slurm.actuator import Actuator
-    from ..slurm.ownership import HEALTH, rack_of_reason
+    from ..slurm.ownership import HEALTH
     from ..snapshot import known
 
     findings = report.findings + (extra_findings or [])
@@ -185,384 +185,87 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         log.error("cannot read node state from Slurm: %s", exc)
         history.record_action(node, hook, "none", "", f"slurm unreachable: {exc}", False, str(exc))
         return "error"
-    ladder = _ladder(setup)
-    actuator = Actuator(backend, HEALTH, settings)
-    _settle_remedies(history, info, findings)
-    if hook == "healthcheck" and ladder.mode != "observe":
-        info = _follow_validation(setup, history, actuator, backend, info, final) or info
-    action = _decide(setup, ladder, history, info, report, final, findings)
-    remedy_lock = None
-    if action.kind in ("reset", "reboot") and ladder.mode == "full":
-        # one remedy of a node at a time: the epilog and the health check can run together, and both saw
-        # the same history (CI, 26.05: two resets for one fault).  Under the lock the history is read again;
-        # it is held until this run's remedy is carried out and recorded.
-        remedy_lock = _remedy_lock(settings.state_dir, node)
-        action = _decide(setup, ladder, history, info, report, final, findings) if remedy_lock is not None else \
-            type(action)("none", why="another run of ours is remedying this node")
-    if action.kind == "reset" and ladder.mode == "full":
-        # the cheapest rung: reset the idle GPUs, read them again, and decide on what the reset left
-        after = _reset(setup, history, actuator, info, action, report, hook)
-        if isinstance(after, str):
-            action = type(action)("none", why=after)
-        else:
-            reset_fault = action.finding
-            report, info = after
-            findings = report.findings + (extra_findings or [])
-            final = verdict(findings)
-            s = report.snapshot
-            action = _decide(setup, ladder, history, info, report, final, findings)
-            if final in ("ok", "warn") and settings.validation_command and action.kind == "none":
-                # fixed: back to work only through a validation run (returning.py)
-                from ..returning import VALIDATE_PREFIX
-                from ..slurm.actions import make_reason
-
-                action = type(action)("set_reason", reason=one_line(
-                    f"{VALIDATE_PREFIX}reset: {make_reason(reset_fault)[len('gpufleet: '):]}"),
-                    why="the reset fixed it: a validation run before it returns")
-    if action.kind == "validate" and not settings.validation_command:  # turned off since it was asked
-        action = type(action)("resume", why=f"{action.why.split(':')[0]}; validation_command is \"\"")
-    if action.kind == "validate" and ladder.mode != "observe":
-        action = _start_validation(setup, history, actuator, info, hook) or action
-    observed = None
-    if ladder.mode == "observe" and action.kind != "none":
-        # staged enablement: what would be done is decided, logged and published; nothing is touched
-        observed = action
-        history.record_action(node, hook, "observe", action.reason, f"would {action.kind}: {action.why}", True)
-        action = type(action)("none", why=f"observe mode: would {action.kind} ({action.reason or action.why})")
-    data = encode_summary(report, final) if settings.publish != "none" else None
-    if data is not None and observed is not None:
-        data["obs"] = f"{observed.kind}: {observed.reason or observed.why}"[:100]
-    if data is not None:
-        cases = _published_cases(history, info, settings)
-        if cases:
-            data["case"] = cases
-    if data is not None and setup.refused:
-        data["cfg"] = "refused"
-    shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
-    if data is not None and isinstance(shown, dict) and "is" in shown:
-        # the in-job samplers' digests, each kept until its job's end (the epilog drops its own job's)
-        kept = {j: d for j, d in live_digests(shown["is"], time.time()).items()
-                if not (hook == "epilog" and j == str(job))}
-        if kept:
-            data["is"] = kept
-    news = _news(info, settings.publish, data, shown) if data is not None else None
-    # what changed about the node rides in the same write as the action: one update, not three
-    fields = _feature_fields(info, settings.feature_prefix, known(s.driver_version), known(s.cuda_driver_version)) \
-        if settings.feature_prefix and hook != "prolog" else {}
-    if news:
-        fields[settings.publish] = news
-    blocked = None
-    ok, error, published = True, None, False
+    carrier = carrier_for(setup, history, backend, Actuator(backend, HEALTH, settings), hook)
     try:
-        if action.kind == "drain":
-            done = actuator.drain([info], action.reason, fields or None)
-            published = bool(done.done or done.reason_set)
-            if done.blocked:
-                blocked = done.breaker
-                history.record_action(node, hook, "breaker", action.reason, blocked, True)
-                action = type(action)("none", why=f"not drained, breaker open: {blocked}")
-        elif action.kind == "set_reason":
-            published = bool(actuator.set_reason([info], action.reason, fields or None).done)
-        elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
-            from ..slurm.escalation import resume_domain
-
-            said = resume_domain(backend, settings, setup.policy.domains, info)
-            # the summary and features are this node's alone: they go out below, in a write of their own
-            action = type(action)("resume" if said.startswith("rack ") and " resumed: " in said else "none", why=said)
-        elif action.kind == "resume":
-            published = bool(actuator.resume([info], fields or None).done)
-        elif action.kind == "reboot":
-            if settings.validation_command:
-                # back to work only through a validation run (returning.py): the node comes back DOWN with
-                # this reason (Slurm adds ": reboot issued : reboot complete"), not resumed by Slurm
-                from ..returning import VALIDATE_PREFIX
-
-                action.reason = one_line(f"{VALIDATE_PREFIX}reboot: {action.reason[len('gpufleet: '):]}")
-                done = actuator.reboot_asap([info], action.reason, next_state="DOWN")
-            else:
-                done = actuator.reboot_asap([info], action.reason)
-            if done.blocked:
-                blocked = done.breaker
-                history.record_action(node, hook, "breaker", action.reason, blocked, True)
-                action = type(action)("none", why=f"not rebooted, breaker open: {blocked}")
-            elif done.done:
-                history.record_reboot(node, action.fault or "", info.boot_time)
-                _record_remedy(history, node, action, info.boot_time)
-        if action.rung == "repair" and action.kind in ("drain", "set_reason") and not blocked:
-            _record_remedy(history, node, action, info.boot_time)
-    except SlurmError as exc:
-        ok, error = False, str(exc)
-    if ok and action.kind in ("drain", "set_reason") and published and _rack_fault(findings):
-        from ..slurm.escalation import escalate
-
-        said = escalate(backend, settings, setup.policy.domains, node)
-        if said:
-            history.record_action(node, hook, "rack", "", said, True)
-    if action.kind != "none" or not ok:
-        history.record_action(node, hook, action.kind, action.reason, action.why, ok, error)
-        (log.info if ok else log.error)("%s %s%s: %s%s", hook, action.kind,
-                                        f" '{action.reason}'" if action.reason else "", action.why,
-                                        f" FAILED: {error}" if error else "")
-    else:
-        log.info("%s verdict %s: %s", hook, final, action.why)
-    # published even with no GPU readable: a rollout validates from it, and "driver unreachable" is news
-    if not published:
-        if blocked and data is not None:
-            data["f"] = f"breaker open: {data.get('f', '')}"[:80]
-            data["brk"] = 1
-            news = _news(info, settings.publish, data, shown)
-            # replaces the summary without the breaker, or drops it when Slurm already shows this one:
-            # left in, it would flip the node's summary back and forth on every run
-            if news:
-                fields[settings.publish] = news
-            else:
-                fields.pop(settings.publish, None)
-        if fields:
-            try:
-                actuator.publish(info.name, fields)
-            except SlurmError as exc:
-                log.warning("could not publish the GPU summary and features: %s", exc)
-    if remedy_lock is not None and remedy_lock >= 0:
-        os.close(remedy_lock)  # the remedy and what it left are recorded: the next run sees them
+        step = carrier.step(hook, info, report, extra_findings)
+        report, info, s = step.report, step.info, step.report.snapshot
+        data = encode_summary(report, step.final) if settings.publish != "none" else None
+        if data is not None and step.observed is not None:
+            data["obs"] = f"{step.observed.kind}: {step.observed.reason or step.observed.why}"[:100]
+        if data is not None:
+            cases = carrier.cases(info)
+            if cases:
+                data["case"] = cases
+        if data is not None and setup.refused:
+            data["cfg"] = "refused"
+        shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
+        if data is not None and isinstance(shown, dict) and "is" in shown:
+            # the in-job samplers' digests, each kept until its job's end (the epilog drops its own job's)
+            kept = {j: d for j, d in live_digests(shown["is"], time.time()).items()
+                    if not (hook == "epilog" and j == str(job))}
+            if kept:
+                data["is"] = kept
+        news = _news(info, settings.publish, data, shown) if data is not None else None
+        # what changed about the node rides in the same write as the action: one update, not three
+        fields = _feature_fields(info, settings.feature_prefix, known(s.driver_version),
+                                 known(s.cuda_driver_version)) if settings.feature_prefix and hook != "prolog" else {}
+        if news:
+            fields[settings.publish] = news
+        done = carrier.carry(step, hook, fields)
+        # published even with no GPU readable: a rollout validates from it, and "driver unreachable" is news
+        if not done.published:
+            if done.blocked and data is not None:
+                data["f"] = f"breaker open: {data.get('f', '')}"[:80]
+                data["brk"] = 1
+                news = _news(info, settings.publish, data, shown)
+                # replaces the summary without the breaker, or drops it when Slurm already shows this one:
+                # left in, it would flip the node's summary back and forth on every run
+                if news:
+                    fields[settings.publish] = news
+                else:
+                    fields.pop(settings.publish, None)
+            if fields:
+                try:
+                    carrier.actuator.publish(info.name, fields)
+                except SlurmError as exc:
+                    log.warning("could not publish the GPU summary and features: %s", exc)
+    finally:
+        carrier.close()
     if hook == "healthcheck":
         history.prune()
     history.close()
-    return action.kind if ok else "error"
+    return done.action.kind if done.ok else "error"
 
 
-def _remedy_lock(state_dir: str, node: str) -> int | None:
-    """A non-blocking lock on the node's remedies, or None while another run holds it."""
-    import fcntl
-
-    try:
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        fd = os.open(os.path.join(state_dir, f"remedy-{node}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
-        log.warning("no remedy lock (%s): going on without it", exc)
-        return -1
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except OSError:
-        os.close(fd)
-        return None
-
-
-def _ladder(setup: Setup):
-    from ..slurm.actions import Ladder
-
-    st = setup.settings
-    return Ladder(st.reboots_before_drain, st.max_attempts, st.attempt_window_s, setup.policy.for_node(setup.node).mode)
-
-
-def _decide(setup: Setup, ladder, history, info, report: Report, final: str, findings: list[Finding]):
-    from ..remediation import gpus_idle, reset_targets
-    from ..slurm.actions import decide, worst
-    from ..snapshot import known
-
-    s = report.snapshot
-    f = worst(findings, "reboot")
-    idle = f is not None and gpus_idle(s, reset_targets(s, f, setup.policy.models))
-    return decide(info, final, findings, history.node_history(setup.node, attempt_window_s=ladder.attempt_window_s),
-                  setup.settings.clean_runs_to_resume, host=s.host_facts, driver=known(s.driver_version),
-                  ladder=ladder, gpus_idle=idle)
-
-
-def _record_remedy(history, node: str, action, boot: str | None, outcome: str = "pending", detail: str = "") -> None:
-    from ..remediation import class_of
-
-    if action.finding is not None:
-        history.record_remedy(node, class_of(action.finding), action.fault or "", action.rung, boot, outcome, detail)
-
-
-def _settle_remedies(history, info: NodeInfo, findings: list[Finding]) -> None:
-    """The outcome of what the ladder tried, as this run sees it: a reboot whose fault is gone succeeded,
-    one whose fault is still there after the boot changed did not; a node drained for repair that is
-    back in service (an admin resumed it) closes its case."""
-    from ..slurm.actions import fault_key
-
-    present = {fault_key(f) for f in findings if f.severity in ("reboot", "drain")}
-    for row in history.pending_remedies(info.name) or []:
-        if row["rung"] == "repair":
-            if not (info.drained or info.down or info.rebooting):
-                history.settle_remedy(row["id"], "succeeded", "back in service after repair")
-                history.close_case(info.name, row["class"])
-        elif row["fault"] not in present:
-            history.settle_remedy(row["id"], "succeeded", "the fault is gone")
-        elif row["rung"] == "reboot" and info.boot_time and row["boot"] != info.boot_time:
-            history.settle_remedy(row["id"], "permanent", "still there after the reboot")
-
-
-def _reset(setup: Setup, history, actuator, info: NodeInfo, action, report: Report, hook: str):
-    """Drain the node (no job may land during the reset), run the site's reset command on the idle GPUs,
-    mark the reset in the kernel log, read the GPUs again.  Returns (report, what Slurm now shows) or,
-    where nothing was reset, why."""
-    from dataclasses import replace
-
-    from ..findings import verdict
-    from ..pipeline import evaluate
-    from ..readers import ReportError
-    from ..remediation import mark_reset, reset_targets, run_reset
-    from ..slurm.actions import fault_key
-    from ..snapshot import known
+def carrier_for(setup: Setup, history, backend, actuator, hook: str):
+    """The remedy carrier of this node, with the node's own GPU reset: the site's reset command, the
+    kernel log's mark, a read of the GPUs under the watchdog, within what slurmd leaves a health check."""
+    from ..remediation import mark_reset, run_reset
+    from ..remedy.carrier import Carrier, GpuReset
+    from ..remedy.decide import Ladder
 
     settings, node = setup.settings, setup.node
-    gpus = reset_targets(report.snapshot, action.finding, setup.policy.models)
-    timeout = settings.reset_timeout_s
-    if hook == "healthcheck":  # the reset and the read after it must fit in what slurmd leaves this run
-        left = SLURMD_HEALTH_CHECK_S - 5 - (time.monotonic() - _STARTED) - settings.read_timeout_s
-        if left < min(5.0, timeout):
-            return f"not reset in this run: {max(left, 0):.0f} s left of slurmd's {SLURMD_HEALTH_CHECK_S:.0f} s"
-        timeout = min(timeout, left)
-    if not info.drained:
-        done = actuator.drain([info], action.reason)
-        if done.blocked:
-            history.record_action(node, hook, "breaker", action.reason, done.breaker, True)
-            return f"not reset, breaker open: {done.breaker}"
-        info = replace(info, flags=info.flags | {"DRAIN"}, reason=action.reason)
-    result = run_reset(settings.reset_command, node, gpus, timeout)
-    gpu_list = ",".join(map(str, gpus))
-    history.record_action(node, hook, "reset", action.reason, f"gpus {gpu_list} in {result.seconds:.1f} s: {result.detail}",
-                          result.ok, None if result.ok else result.detail)
-    (log.info if result.ok else log.error)("%s reset gpus %s: %s", hook, gpu_list, result.detail or "done")
-    if not result.ok:  # the rung did not complete: the next decision climbs to a reboot
-        _record_remedy(history, node, action, info.boot_time, "transient", result.detail)
-        return report, info
-    by_index = {g.index: g for g in report.snapshot.gpus}
-    unmarked = mark_reset(settings.kernel_log, node,
-                          [known(by_index[i].pci_bus_id) or "" for i in gpus if i in by_index and known(by_index[i].pci_bus_id)])
-    if unmarked:
-        log.warning("the reset is not in the kernel log (%s): its Xids still count until the next boot", unmarked)
-    _start_watchdog(setup, 1, None)
-    try:
-        snap = read_node(settings, node, "quick")
-    except (ReportError, OSError) as exc:
-        _record_remedy(history, node, action, info.boot_time, "permanent", f"no readable GPU state after the reset: {exc}")
-        return report, info
-    finally:
-        watchdog.cancel()
-    after = evaluate(snap, setup.policy, host=node, expect_idle=True)
-    still = action.fault in {fault_key(f) for f in after.findings}
-    _record_remedy(history, node, action, info.boot_time, "permanent" if still else "succeeded",
-                   "the fault is still there after the reset" if still else "the fault is gone after the reset")
-    history.record_run(node, hook, verdict(after.findings), after.findings, duration_s=after.duration_s,
-                       driver=known(snap.driver_version), gpus=len(snap.gpus))
-    return after, info
 
+    def reread():
+        from ..pipeline import evaluate
 
-def _start_validation(setup: Setup, history, actuator, info: NodeInfo, hook: str, attempt: int = 1):
-    """The node runs clean after a reset or a repair: its own maintenance reservation, the node resumed
-    into it (no user job can land), the validation job submitted there.  Returns the action done, or
-    None where it could not start (said in the log; the next run tries again)."""
-    from ..returning import JOB_NAME, VALIDATE_PREFIX, reservation_name
-    from ..slurm import SlurmError
+        _start_watchdog(setup, 1, None)
+        try:
+            snap = read_node(settings, node, "quick")
+        finally:
+            watchdog.cancel()
+        return evaluate(snap, setup.policy, host=node, expect_idle=True)
 
-    settings, node = setup.settings, setup.node
-    # Slurm appends to a reboot's reason what it did (": reboot issued : reboot complete")
-    cause = info.reason[len(VALIDATE_PREFIX):].split(" : reboot ")[0] if info.reason else "repair"
-    name = reservation_name(node)
-    minutes = settings.validation_timeout_minutes * (settings.validation_retries + 1) + 10
-    try:
-        if attempt == 1:
-            try:
-                actuator.reservation("create_reservation", name, [node], None, minutes)
-            except SlurmError as exc:
-                # one left by a run that stopped half-way (made, not yet used): used as it is; if there is
-                # none, the submission below says so
-                log.warning("validation reservation %s not made (%s): using the one there, if any", name, exc)
-            actuator.resume([info])
-        job = actuator.job("submit_job", JOB_NAME, node, name, settings.validation_partition,
-                           settings.validation_command, settings.validation_timeout_minutes,
-                           f"gpufleet validation of {node} after {cause}"[:200])
-    except SlurmError as exc:
-        log.error("validation of %s not started: %s", node, exc)
-        history.record_action(node, hook, "validate", "", f"not started: {exc}", False, str(exc))
-        return None
-    history.start_validation(node, cause, attempt, job)
-    history.record_action(node, hook, "validate", name, f"attempt {attempt}: job {job} in {name}", True)
-    from ..slurm.actions import Action
+    def time_left() -> float | None:
+        if hook != "healthcheck":
+            return None
+        return SLURMD_HEALTH_CHECK_S - 5 - (time.monotonic() - _STARTED) - settings.read_timeout_s
 
-    return Action("none", why=f"validation job {job} (attempt {attempt}) in reservation {name}")
-
-
-def _follow_validation(setup: Setup, history, actuator, backend, info: NodeInfo, final: str):
-    """An open validation (the node's history says so; no Slurm call otherwise): read its job, then pass,
-    retry or fail it.  Returns what Slurm shows of the node where this changed it."""
-    import time as _time
-    from dataclasses import replace
-
-    from ..returning import JOB_NAME, judge, reservation_name
-    from ..slurm import SlurmError
-    from ..slurm.actions import one_line
-    from ..slurm.ownership import PREFIX
-
-    opened = history.open_validation(info.name)
-    if opened is None:
-        return None
-    settings, node, name = setup.settings, setup.node, reservation_name(setup.node)
-    try:
-        shown = {job: (state, comment) for job, state, comment in backend.jobs_named(JOB_NAME)}
-    except SlurmError as exc:
-        log.warning("validation job %s of %s not read: %s", opened.job, node, exc)
-        return None
-    state, comment = shown.get(opened.job, (None, ""))
-    verdict_now = judge(state, opened.attempt, settings.validation_retries, _time.time() - opened.since,
-                        settings.validation_timeout_minutes * 60)
-    if final not in ("ok", "warn") and verdict_now == "wait":
-        verdict_now = "failed"  # the fault is back: the decision below takes the node out again
-    if verdict_now == "wait":
-        return None
-    if verdict_now == "retry":
-        log.warning("validation job %s of %s ended %s: submitted again", opened.job, node, state or "unseen")
-        _start_validation(setup, history, actuator, info, "healthcheck", opened.attempt + 1)
-        return None
-    try:
-        if state not in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", None) and verdict_now == "failed":
-            actuator.job("cancel_jobs", [opened.job])
-        actuator.reservation("delete_reservation", name)
-    except SlurmError as exc:
-        log.warning("validation reservation %s not deleted: %s", name, exc)
-    if verdict_now == "passed":
-        history.end_validation(node, "passed", f"job {opened.job}")
-        history.record_action(node, "healthcheck", "validated", "", f"job {opened.job} passed after {opened.cause}", True)
-        log.info("validation job %s of %s passed: back in service", opened.job, node)
-        return None
-    detail = one_line(comment or state or "no result")
-    history.end_validation(node, "failed", detail)
-    if final not in ("ok", "warn"):
-        return None
-    reason = one_line(f"{PREFIX} repair validation failed {opened.attempt}x after {opened.cause}: {detail}")
-    try:
-        done = actuator.drain([info], reason)
-    except SlurmError as exc:
-        log.error("%s not drained after its failed validation: %s", node, exc)
-        return None
-    history.record_action(node, "healthcheck", "drain", reason, f"validation job {opened.job} {state}", True)
-    return replace(info, flags=info.flags | {"DRAIN"}, reason=reason) if done.done else None
-
-
-def _published_cases(history, info: NodeInfo, settings: SlurmSettings) -> list[list]:
-    """The node's open cases as the summary carries them (`fleet cases` reads them fleet-wide in one read):
-    [class, attempts, first, last (epoch s), status], status `repair` (drained for it), `running` (the
-    ladder is on it) or `watch` (remedied, still within the window)."""
-    from ..remediation import is_repair
-    from ..slurm.ownership import PREFIX
-
-    out = []
-    for c in history.cases(info.name, settings.attempt_window_s) or []:
-        status = "repair" if (info.drained and is_repair(info.reason, PREFIX) and c["outcome"] == "pending") \
-            else "running" if c["running"] else "watch"
-        out.append([c["class"], c["attempts"], int(c["first"]), int(c["last"]), status])
-    return out
-
-
-def _rack_fault(findings: list[Finding]) -> bool:
-    """The node's worst finding is one a rack can cause (fabric, NVLink): its drain may be the rack's."""
-    from ..slurm.actions import worst
-    from ..slurm.escalation import RACK_CHECKS
-
-    f = worst(findings)
-    return f is not None and f.severity == "drain" and f.check in RACK_CHECKS
+    ladder = Ladder(settings.reboots_before_drain, settings.max_attempts, settings.attempt_window_s,
+                    setup.policy.for_node(node).mode)
+    return Carrier(node, setup.policy, history, backend, actuator, ladder, GpuReset(
+        run=lambda gpus, timeout: run_reset(settings.reset_command, node, gpus, timeout),
+        reread=reread, mark=lambda pcis: mark_reset(settings.kernel_log, node, pcis), time_left=time_left))
 
 
 class KeptHistory:
@@ -588,7 +291,7 @@ class KeptHistory:
         self.failed = True
 
     def __getattr__(self, name: str):
-        from ..slurm.actions import NodeHistory
+        from ..remedy.decide import NodeHistory
 
         empty = {"node_history": NodeHistory(), "record_run": 0}
 

@@ -1,0 +1,460 @@
+"""The one carrier of a node's remedies: what `decide` chose, carried out through the actuator.
+
+Every entry point that judges a node runs it: the health check, the prolog and the epilog
+(hooks/common.act) and the fault simulator (faultsim.py, on the in-memory Slurm).  A run is two calls:
+
+* `step`: settle what the ladder tried before (did the reboot fix it?), follow an open validation, decide,
+  and carry out the rungs that cannot wait for the summary: a GPU reset (drain, reset, mark it in the
+  kernel log, read the GPUs again through the caller's `GpuReset.reread`, decide again on what it left)
+  and the start of a validation run.  Observe mode stops here: what would be done is recorded, nothing is.
+* `carry`: the node's write (drain, reason, resume, reboot), with the caller's fields (its published
+  summary and features) in the same Slurm call; the remedy recorded; a rack escalation where the drain
+  was the rack's fault.
+
+Every move is held to remedy/table.py: one the table does not have raises `IllegalMove` before any
+write.  The history (history.History) and the clock it keeps are the caller's: the hooks' is the node's
+SQLite file and the wall clock, the simulator's its own file and simulated time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from .decide import Action, Ladder, decide
+from .table import (
+    DRAINED,
+    IN_SERVICE,
+    REPAIR,
+    RESETTING,
+    VALIDATING,
+    IllegalMove,
+    RemedyState,
+    legal,
+    state_of,
+    target_of,
+)
+
+if TYPE_CHECKING:
+    from ..findings import Finding
+    from ..pipeline import Report
+    from ..remediation import ResetResult
+    from ..slurm.base import NodeInfo
+
+log = logging.getLogger("slurm-gpufleet")
+
+
+@dataclass
+class GpuReset:
+    """How this caller resets GPUs and reads them again (the carrier's one edge to the node).
+
+    run(gpus, timeout_s): the site's reset command (remediation.run_reset) or the simulator's;
+    reread(): the GPUs read and judged again (expect_idle), raising ReportError/OSError when unreadable;
+    mark(pci_ids): say in the kernel log that these GPUs were reset; why not, or None;
+    time_left(): seconds this run may still give the reset and its read (a health check's share of
+    slurmd's 60 s), or None for no bound."""
+
+    run: Callable[[list[int], float], ResetResult]
+    reread: Callable[[], Report]
+    mark: Callable[[list[str]], str | None] = lambda pcis: None
+    time_left: Callable[[], float | None] = lambda: None
+
+
+@dataclass
+class Step:
+    """What `step` decided, and what `carry` writes."""
+
+    action: Action
+    report: Report
+    info: NodeInfo
+    findings: list[Finding]
+    final: str
+    before: RemedyState
+    observed: Action | None = None     # observe mode: what full mode would have done
+
+
+@dataclass
+class Carried:
+    action: Action
+    ok: bool = True
+    error: str | None = None
+    published: bool = False            # the caller's fields went out with the write
+    blocked: str | None = None         # the breaker's why, where it held the write back
+
+
+@dataclass
+class Carrier:
+    node: str
+    policy: Any                        # policy.Policy: [slurm], the node group's mode, [[domain]], [models]
+    history: Any                       # history.History (or hooks.common.KeptHistory around one)
+    backend: Any                       # for reads: the validation job's state, the fleet for escalation
+    actuator: Any                      # slurm.actuator.Actuator(backend, HEALTH, settings): every write
+    ladder: Ladder
+    gpu_reset: GpuReset | None = None
+    moves: list[tuple[str, str, str]] = field(default_factory=list)   # (from, to, action): this run's moves
+    _lock: int | None = None
+
+    @property
+    def settings(self):
+        return self.policy.slurm
+
+    # -- a run's decision ---------------------------------------------------------------------------
+    def step(self, hook: str, info: NodeInfo, report: Report, extra: list[Finding] | None = None) -> Step:
+        from ..findings import verdict
+
+        findings = report.findings + (extra or [])
+        final = verdict(findings)
+        self.settle(info, findings)
+        if hook == "healthcheck" and self.ladder.mode != "observe":
+            info = self._follow_validation(info, final) or info
+        before = self.where(info)
+        action = self._decide(info, report, final, findings)
+        if action.kind in ("reset", "reboot") and self.ladder.mode == "full":
+            # one remedy of a node at a time: the epilog and the health check can run together, and both saw
+            # the same history (CI, 26.05: two resets for one fault).  Under the lock the history is read
+            # again; it is held until this run's remedy is carried out and recorded (`close`).
+            self._lock = _remedy_lock(self.settings.state_dir, self.node)
+            action = self._decide(info, report, final, findings) if self._lock is not None else \
+                Action("none", why="another run of ours is remedying this node")
+        if action.kind == "reset" and self.ladder.mode == "full":
+            self._move(before, RESETTING, "reset")
+            reset_fault = action.finding
+            after = self._reset(info, action, report, hook)
+            if isinstance(after, str):
+                action = Action("none", why=after)
+            else:
+                report, info = after
+                findings = report.findings + (extra or [])
+                final = verdict(findings)
+                action = self._decide(info, report, final, findings)
+                if final in ("ok", "warn") and self.settings.validation_command and action.kind == "none":
+                    # fixed: back to work only through a validation run (returning.py)
+                    from ..returning import VALIDATE_PREFIX
+                    from ..slurm.actions import make_reason, one_line
+
+                    action = Action("set_reason", reason=one_line(
+                        f"{VALIDATE_PREFIX}reset: {make_reason(reset_fault)[len('gpufleet: '):]}"),
+                        why="the reset fixed it: a validation run before it returns")
+                before = RESETTING
+        if action.kind == "validate" and not self.settings.validation_command:  # turned off since it was asked
+            action = Action("resume", why=f"{action.why.split(':')[0]}; validation_command is \"\"")
+        target = target_of(action.kind, action.reason, action.rung, before)
+        if before == target == RESETTING:  # the reset is over: a node still held waits in its drain for the next rung
+            target = DRAINED
+        self._move(before, target, action.kind)
+        if action.kind == "validate" and self.ladder.mode != "observe":
+            action = self._start_validation(info, hook) or action
+        observed = None
+        if self.ladder.mode == "observe" and action.kind != "none":
+            # staged enablement: what would be done is decided, logged and published; nothing is touched
+            observed = action
+            self.history.record_action(self.node, hook, "observe", action.reason, f"would {action.kind}: {action.why}",
+                                       True)
+            action = Action("none", why=f"observe mode: would {action.kind} ({action.reason or action.why})")
+        return Step(action, report, info, findings, final, before, observed)
+
+    def where(self, info: NodeInfo) -> RemedyState:
+        return state_of(info, validating=self.history.open_validation(self.node) is not None)
+
+    def _move(self, before: RemedyState, after: RemedyState, kind: str) -> None:
+        if not legal(before, after):
+            raise IllegalMove(f"{self.node}: {kind} moves {before} -> {after}, which remedy/table.py does not have")
+        self.moves.append((str(before), str(after), kind))
+
+    def _decide(self, info: NodeInfo, report: Report, final: str, findings: list[Finding]) -> Action:
+        from ..remediation import gpus_idle, reset_targets
+        from ..slurm.actions import worst
+        from ..snapshot import known
+
+        s = report.snapshot
+        f = worst(findings, "reboot")
+        idle = f is not None and gpus_idle(s, reset_targets(s, f, self.policy.models))
+        return decide(info, final, findings,
+                      self.history.node_history(self.node, attempt_window_s=self.ladder.attempt_window_s),
+                      self.settings.clean_runs_to_resume, host=s.host_facts, driver=known(s.driver_version),
+                      ladder=self.ladder, gpus_idle=idle)
+
+    # -- carrying it out ------------------------------------------------------------------------------
+    def carry(self, step: Step, hook: str, fields: dict[str, str] | None = None) -> Carried:
+        """The node's one write: the action, with `fields` riding in it.  Returns what was done."""
+        from ..returning import VALIDATE_PREFIX
+        from ..slurm import SlurmError
+        from ..slurm.actions import one_line
+        from ..slurm.ownership import rack_of_reason
+
+        action, info, node, settings = step.action, step.info, self.node, self.settings
+        out = Carried(action)
+        try:
+            if action.kind == "drain":
+                done = self.actuator.drain([info], action.reason, fields or None)
+                out.published = bool(done.done or done.reason_set)
+                if done.blocked:
+                    out.blocked = done.breaker
+                    self.history.record_action(node, hook, "breaker", action.reason, out.blocked, True)
+                    action = Action("none", why=f"not drained, breaker open: {out.blocked}")
+            elif action.kind == "set_reason":
+                out.published = bool(self.actuator.set_reason([info], action.reason, fields or None).done)
+            elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
+                from ..slurm.escalation import resume_domain
+
+                said = resume_domain(self.backend, settings, self.policy.domains, info)
+                # the summary and features are this node's alone: they go out in a write of their own
+                action = Action("resume" if said.startswith("rack ") and " resumed: " in said else "none", why=said)
+            elif action.kind == "resume":
+                out.published = bool(self.actuator.resume([info], fields or None).done)
+            elif action.kind == "reboot":
+                if settings.validation_command:
+                    # back to work only through a validation run (returning.py): the node comes back DOWN with
+                    # this reason (Slurm adds ": reboot issued : reboot complete"), not resumed by Slurm
+                    action.reason = one_line(f"{VALIDATE_PREFIX}reboot: {action.reason[len('gpufleet: '):]}")
+                    done = self.actuator.reboot_asap([info], action.reason, next_state="DOWN")
+                else:
+                    done = self.actuator.reboot_asap([info], action.reason)
+                if done.blocked:
+                    out.blocked = done.breaker
+                    self.history.record_action(node, hook, "breaker", action.reason, out.blocked, True)
+                    action = Action("none", why=f"not rebooted, breaker open: {out.blocked}")
+                elif done.done:
+                    self.history.record_reboot(node, action.fault or "", info.boot_time)
+                    self._record_remedy(action, info.boot_time)
+            if action.rung == "repair" and action.kind in ("drain", "set_reason") and not out.blocked:
+                self._record_remedy(action, info.boot_time)
+        except SlurmError as exc:
+            out.ok, out.error = False, str(exc)
+        if out.ok and action.kind in ("drain", "set_reason") and out.published and _rack_fault(step.findings):
+            from ..slurm.escalation import escalate
+
+            said = escalate(self.backend, settings, self.policy.domains, node, clock=self.actuator.clock)
+            if said:
+                self.history.record_action(node, hook, "rack", "", said, True)
+        if action.kind != "none" or not out.ok:
+            self.history.record_action(node, hook, action.kind, action.reason, action.why, out.ok, out.error)
+            (log.info if out.ok else log.error)("%s %s%s: %s%s", hook, action.kind,
+                                                f" '{action.reason}'" if action.reason else "", action.why,
+                                                f" FAILED: {out.error}" if out.error else "")
+        else:
+            log.info("%s verdict %s: %s", hook, step.final, action.why)
+        out.action = action
+        return out
+
+    def close(self) -> None:
+        """The remedy and what it left are recorded: the next run sees them."""
+        if self._lock is not None and self._lock >= 0:
+            os.close(self._lock)
+        self._lock = None
+
+    # -- the ladder's record ----------------------------------------------------------------------------
+    def _record_remedy(self, action: Action, boot: str | None, outcome: str = "pending", detail: str = "") -> None:
+        from ..remediation import class_of
+
+        if action.finding is not None:
+            self.history.record_remedy(self.node, class_of(action.finding), action.fault or "", action.rung, boot,
+                                       outcome, detail)
+
+    def settle(self, info: NodeInfo, findings: list[Finding]) -> None:
+        """The outcome of what the ladder tried, as this run sees it: a reboot whose fault is gone succeeded,
+        one whose fault is still there after the boot changed did not; a node drained for repair that is
+        back in service (an admin resumed it) closes its case."""
+        from ..slurm.actions import fault_key
+
+        history = self.history
+        present = {fault_key(f) for f in findings if f.severity in ("reboot", "drain")}
+        for row in history.pending_remedies(info.name) or []:
+            if row["rung"] == "repair":
+                if not (info.drained or info.down or info.rebooting):
+                    history.settle_remedy(row["id"], "succeeded", "back in service after repair")
+                    history.close_case(info.name, row["class"])
+            elif row["fault"] not in present:
+                history.settle_remedy(row["id"], "succeeded", "the fault is gone")
+            elif row["rung"] == "reboot" and info.boot_time and row["boot"] != info.boot_time:
+                history.settle_remedy(row["id"], "permanent", "still there after the reboot")
+
+    def cases(self, info: NodeInfo) -> list[list]:
+        """The node's open cases as the summary carries them (`fleet cases` reads them fleet-wide in one
+        read): [class, attempts, first, last (epoch s), status], status `repair` (drained for it),
+        `running` (the ladder is on it) or `watch` (remedied, still within the window)."""
+        from ..remediation import is_repair
+        from ..slurm.ownership import PREFIX
+
+        out = []
+        for c in self.history.cases(info.name, self.settings.attempt_window_s) or []:
+            status = "repair" if (info.drained and is_repair(info.reason, PREFIX) and c["outcome"] == "pending") \
+                else "running" if c["running"] else "watch"
+            out.append([c["class"], c["attempts"], int(c["first"]), int(c["last"]), status])
+        return out
+
+    # -- the reset rung ---------------------------------------------------------------------------------
+    def _reset(self, info: NodeInfo, action: Action, report: Report, hook: str):
+        """Drain the node (no job may land during the reset), run the reset on the idle GPUs, mark it in the
+        kernel log, read the GPUs again.  Returns (report, what Slurm now shows) or, where nothing was
+        reset, why."""
+        from ..findings import verdict
+        from ..readers import ReportError
+        from ..remediation import reset_targets
+        from ..slurm.actions import fault_key
+        from ..snapshot import known
+
+        settings, node, history = self.settings, self.node, self.history
+        if self.gpu_reset is None:
+            return "no GPU reset in this caller"
+        gpus = reset_targets(report.snapshot, action.finding, self.policy.models)
+        timeout = settings.reset_timeout_s
+        left = self.gpu_reset.time_left()
+        if left is not None:  # the reset and the read after it must fit in what slurmd leaves this run
+            if left < min(5.0, timeout):
+                return f"not reset in this run: {max(left, 0):.0f} s left of slurmd's health-check time"
+            timeout = min(timeout, left)
+        if not info.drained:
+            done = self.actuator.drain([info], action.reason)
+            if done.blocked:
+                history.record_action(node, hook, "breaker", action.reason, done.breaker, True)
+                return f"not reset, breaker open: {done.breaker}"
+            info = replace(info, flags=info.flags | {"DRAIN"}, reason=action.reason)
+        result = self.gpu_reset.run(gpus, timeout)
+        gpu_list = ",".join(map(str, gpus))
+        history.record_action(node, hook, "reset", action.reason, f"gpus {gpu_list} in {result.seconds:.1f} s: "
+                              f"{result.detail}", result.ok, None if result.ok else result.detail)
+        (log.info if result.ok else log.error)("%s reset gpus %s: %s", hook, gpu_list, result.detail or "done")
+        if not result.ok:  # the rung did not complete: the next decision climbs to a reboot
+            self._record_remedy(action, info.boot_time, "transient", result.detail)
+            return report, info
+        by_index = {g.index: g for g in report.snapshot.gpus}
+        unmarked = self.gpu_reset.mark([known(by_index[i].pci_bus_id) or "" for i in gpus
+                                        if i in by_index and known(by_index[i].pci_bus_id)])
+        if unmarked:
+            log.warning("the reset is not in the kernel log (%s): its Xids still count until the next boot", unmarked)
+        try:
+            after = self.gpu_reset.reread()
+        except (ReportError, OSError) as exc:
+            self._record_remedy(action, info.boot_time, "permanent", f"no readable GPU state after the reset: {exc}")
+            return report, info
+        still = action.fault in {fault_key(f) for f in after.findings}
+        self._record_remedy(action, info.boot_time, "permanent" if still else "succeeded",
+                            "the fault is still there after the reset" if still else "the fault is gone after the reset")
+        snap = after.snapshot
+        history.record_run(node, hook, verdict(after.findings), after.findings, duration_s=after.duration_s,
+                           driver=known(snap.driver_version), gpus=len(snap.gpus))
+        return after, info
+
+    # -- validation before return (returning.py) --------------------------------------------------------
+    def _start_validation(self, info: NodeInfo, hook: str, attempt: int = 1) -> Action | None:
+        """The node runs clean after a reset or a repair: its own maintenance reservation, the node resumed
+        into it (no user job can land), the validation job submitted there.  Returns the action done, or
+        None where it could not start (said in the log; the next run tries again)."""
+        from ..returning import JOB_NAME, VALIDATE_PREFIX, reservation_name
+        from ..slurm import SlurmError
+
+        settings, node, history = self.settings, self.node, self.history
+        # Slurm appends to a reboot's reason what it did (": reboot issued : reboot complete")
+        cause = info.reason[len(VALIDATE_PREFIX):].split(" : reboot ")[0] if info.reason else "repair"
+        name = reservation_name(node)
+        minutes = settings.validation_timeout_minutes * (settings.validation_retries + 1) + 10
+        try:
+            if attempt == 1:
+                try:
+                    self.actuator.reservation("create_reservation", name, [node], None, minutes)
+                except SlurmError as exc:
+                    # one left by a run that stopped half-way (made, not yet used): used as it is; if there
+                    # is none, the submission below says so
+                    log.warning("validation reservation %s not made (%s): using the one there, if any", name, exc)
+                self.actuator.resume([info])
+            job = self.actuator.job("submit_job", JOB_NAME, node, name, settings.validation_partition,
+                                    settings.validation_command, settings.validation_timeout_minutes,
+                                    f"gpufleet validation of {node} after {cause}"[:200])
+        except SlurmError as exc:
+            log.error("validation of %s not started: %s", node, exc)
+            history.record_action(node, hook, "validate", "", f"not started: {exc}", False, str(exc))
+            return None
+        history.start_validation(node, cause, attempt, job)
+        history.record_action(node, hook, "validate", name, f"attempt {attempt}: job {job} in {name}", True)
+        return Action("none", why=f"validation job {job} (attempt {attempt}) in reservation {name}")
+
+    def _follow_validation(self, info: NodeInfo, final: str) -> NodeInfo | None:
+        """An open validation (the node's history says so; no Slurm call otherwise): read its job, then pass,
+        retry or fail it.  Returns what Slurm shows of the node where this changed it."""
+        from ..returning import JOB_NAME, judge, reservation_name
+        from ..slurm import SlurmError
+        from ..slurm.actions import one_line
+        from ..slurm.ownership import PREFIX
+
+        history, node, settings = self.history, self.node, self.settings
+        opened = history.open_validation(info.name)
+        if opened is None:
+            return None
+        name = reservation_name(node)
+        try:
+            shown = {job: (state, comment) for job, state, comment in self.backend.jobs_named(JOB_NAME)}
+        except SlurmError as exc:
+            log.warning("validation job %s of %s not read: %s", opened.job, node, exc)
+            return None
+        state, comment = shown.get(opened.job, (None, ""))
+        verdict_now = judge(state, opened.attempt, settings.validation_retries, self.actuator.clock() - opened.since,
+                            settings.validation_timeout_minutes * 60)
+        if final not in ("ok", "warn") and verdict_now == "wait":
+            verdict_now = "failed"  # the fault is back: the decision below takes the node out again
+        if verdict_now == "wait":
+            return None
+        if verdict_now == "retry":
+            log.warning("validation job %s of %s ended %s: submitted again", opened.job, node, state or "unseen")
+            self._move(VALIDATING, VALIDATING, "validate")
+            self._start_validation(info, "healthcheck", opened.attempt + 1)
+            return None
+        try:
+            if state not in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", None) and verdict_now == "failed":
+                self.actuator.job("cancel_jobs", [opened.job])
+            self.actuator.reservation("delete_reservation", name)
+        except SlurmError as exc:
+            log.warning("validation reservation %s not deleted: %s", name, exc)
+        if verdict_now == "passed":
+            self._move(VALIDATING, IN_SERVICE, "validated")
+            history.end_validation(node, "passed", f"job {opened.job}")
+            history.record_action(node, "healthcheck", "validated", "", f"job {opened.job} passed after {opened.cause}",
+                                  True)
+            log.info("validation job %s of %s passed: back in service", opened.job, node)
+            return None
+        detail = one_line(comment or state or "no result")
+        history.end_validation(node, "failed", detail)
+        if final not in ("ok", "warn"):
+            return None
+        reason = one_line(f"{PREFIX} repair validation failed {opened.attempt}x after {opened.cause}: {detail}")
+        self._move(VALIDATING, REPAIR, "drain")
+        try:
+            done = self.actuator.drain([info], reason)
+        except SlurmError as exc:
+            log.error("%s not drained after its failed validation: %s", node, exc)
+            return None
+        history.record_action(node, "healthcheck", "drain", reason, f"validation job {opened.job} {state}", True)
+        return replace(info, flags=info.flags | {"DRAIN"}, reason=reason) if done.done else None
+
+
+def _rack_fault(findings: list[Finding]) -> bool:
+    """The node's worst finding is one a rack can cause (fabric, NVLink): its drain may be the rack's."""
+    from ..slurm.actions import worst
+    from ..slurm.escalation import RACK_CHECKS
+
+    f = worst(findings)
+    return f is not None and f.severity == "drain" and f.check in RACK_CHECKS
+
+
+def _remedy_lock(state_dir: str, node: str) -> int | None:
+    """A non-blocking lock on the node's remedies, or None while another run holds it."""
+    import fcntl
+
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(state_dir, f"remedy-{node}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        log.warning("no remedy lock (%s): going on without it", exc)
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+__all__ = ["Carried", "Carrier", "GpuReset", "IllegalMove", "Step"]

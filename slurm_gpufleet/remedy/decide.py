@@ -1,0 +1,152 @@
+"""What to do about a node, decided from its verdict, its Slurm state and its own history.  Pure.
+
+Rules an admin can rely on:
+* a node drained, down or rebooting by anyone else is never touched, and its reason never replaced;
+* we resume only nodes whose reason carries our prefix (or the "Prolog error"/"Epilog error" drain our
+  own prolog/epilog caused), and only after `clean_runs_to_resume` clean runs in a row;
+* the remediation ladder (remediation.py, data/remediation.toml), cheapest first: a fault a GPU reset
+  fixes gets one reset of its idle GPUs (the node drained first, so no job lands during it; a busy node
+  is drained and waits for its jobs), then `scontrol reboot ASAP` once per boot (nextstate=DOWN and a
+  validation run before it returns, where `validation_command` is set: remedy/carrier.py); still
+  there after `reboots_before_drain` reboots, it becomes a drain for hardware inspection;
+* attempts are counted per failure class: the `max_attempts`-th within `attempt_window_s` is not
+  remedied again, the node is drained for repair, and only an admin resumes it;
+* `mode` per node group: "observe" decides and publishes but touches nothing (remedy/carrier.py),
+  "quarantine" drains where a reset or reboot would have been tried, "full" does everything;
+* look before rebooting: a reboot into a kernel with no module for this driver would lose the GPUs, so
+  that reboot becomes a drain naming the kernel (from the host facts the node's read gathered).
+
+remedy/carrier.py carries the action out through the actuator (ownership and the drain breaker apply
+there); remedy/table.py holds the states and moves every action makes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..findings import Finding
+from ..slurm.actions import fault_key, make_reason, one_line, worst
+from ..slurm.base import NodeInfo
+from ..slurm.ownership import HEALTH, HOOK, PREFIX, RACK_PREFIX, left_alone, owner
+
+
+@dataclass
+class NodeHistory:
+    """What the node's own history says, as the decision needs it."""
+
+    clean_runs: int = 0                  # healthcheck runs with verdict ok/warn in a row, this one included
+    hook_failure: bool = False           # our prolog/epilog failed since we last resumed the node
+    # fault key -> boot ids (Slurm BootTime) at which we asked for a reboot for it
+    reboot_boots: dict[str, list[str]] = field(default_factory=dict)
+    # fault key -> boot ids at which its GPUs were reset, in the current episode (since the last clean run)
+    resets: dict[str, list[str]] = field(default_factory=dict)
+    # failure class -> attempts within the attempt window (since its case last closed), this one included
+    # when it is running
+    attempts: dict[str, int] = field(default_factory=dict)
+    running: set[str] = field(default_factory=set)   # classes whose attempt is under way
+
+
+@dataclass(frozen=True)
+class Ladder:
+    """The remediation settings decide needs ([slurm] and the node group's `mode`)."""
+
+    reboots_before_drain: int = 2
+    max_attempts: int = 3
+    attempt_window_s: float = 7 * 86400
+    mode: str = "full"
+
+
+@dataclass
+class Action:
+    """What the health check asks of Slurm for a node, and why."""
+
+    kind: str      # drain | set_reason | resume | reboot | reset | validate | none
+    reason: str = ""
+    why: str = ""
+    fault: str | None = None
+    finding: Finding | None = None   # what a reset or reboot remedies (its class, its GPUs)
+    rung: str = ""                   # the ladder's rung this action is: reset, reboot, repair
+
+
+def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeHistory,
+           clean_runs_to_resume: int, reboots_before_drain: int | None = None, host=None, driver: str | None = None,
+           *, ladder: Ladder | None = None, gpus_idle: bool = False) -> Action:
+    """host: the node's HostFacts (readers/host.py), when read; driver: the driver it runs; gpus_idle: no
+    process on the GPUs a reset of the worst finding would take (remediation.reset_targets)."""
+    from ..remediation import class_of, is_repair, repair_reason, rungs_for
+
+    ladder = ladder or Ladder()
+    if reboots_before_drain is not None:
+        ladder = replace(ladder, reboots_before_drain=reboots_before_drain)
+    # whose the node is, by the one rule every actor reads (ownership.owner: a down node is someone
+    # else's unless it is back from the reboot we asked for)
+    whose = owner(node)
+    ours = whose == HEALTH or (whose == HOOK and history.hook_failure)
+    held = node.drained or node.down or node.rebooting
+    if held and not ours:
+        return Action("none", why=left_alone(node))
+    if node.rebooting:
+        return Action("none", why="our reboot is pending")
+    if held and is_repair(node.reason, PREFIX):
+        return Action("none", why="drained for repair: an admin resumes it")
+
+    if verdict in ("ok", "warn"):
+        if held:
+            if history.clean_runs >= clean_runs_to_resume:
+                from ..returning import is_validate
+
+                if is_validate(node.reason):  # returning.py: back to work only through a validation run
+                    return Action("validate", why=f"{history.clean_runs} clean runs in a row: validation run next")
+                return Action("resume", why=f"{history.clean_runs} clean runs in a row")
+            return Action("none", why=f"clean run {history.clean_runs} of {clean_runs_to_resume} before resume")
+        return Action("none", why="healthy")
+
+    if verdict == "reboot":
+        f = worst(findings, "reboot")
+        key, cls, rungs = fault_key(f), class_of(f), rungs_for(f.action)
+        boots = history.reboot_boots.get(key, [])
+        started = cls in history.running or key in history.resets or bool(boots)
+        attempt = history.attempts.get(cls, 0) + (not started)
+        if not started and attempt >= ladder.max_attempts:
+            reason = one_line(repair_reason(PREFIX, cls, attempt, ladder.max_attempts, ladder.attempt_window_s,
+                                            make_reason(f)[len(PREFIX) + 1:]))
+            return replace(_drain(node, ours, reason, f"{cls}: attempt {attempt} of {ladder.max_attempts} within "
+                                  f"the window: not remedied again, drained for repair", key), rung="repair", finding=f)
+        survived = len({b for b in boots if b != node.boot_time})
+        if "reboot" not in rungs:
+            return _drain(node, ours, make_reason(f), f"{f.message}: no remedy on its ladder, hardware inspection", key)
+        if survived >= ladder.reboots_before_drain:
+            reason = make_reason(f, f" after {survived} reboots")
+            return replace(_drain(node, ours, reason, f"{f.message} survived {survived} reboots: hardware inspection",
+                                  key), rung="repair", finding=f)
+        if node.boot_time is not None and node.boot_time in boots:
+            return Action("none", why="reboot already requested in this boot", fault=key)
+        if ladder.mode == "quarantine":
+            return _drain(node, ours, make_reason(f), f"quarantine mode: drained, not reset or rebooted ({f.message})",
+                          key)
+        if "reset" in rungs and key not in history.resets and not boots:
+            if gpus_idle and node.state == "IDLE":
+                return Action("reset", reason=make_reason(f), why=f"reset-fixable, GPUs idle: {f.message}", fault=key,
+                              finding=f, rung="reset")
+            # a reset needs the GPUs idle: no new job lands meanwhile, the running ones go on
+            return _drain(node, ours, make_reason(f), f"reset-fixable: {f.message}; reset when the node is idle", key)
+        from ..checks.kernel import reboot_problem
+
+        problem = reboot_problem(host, driver) if host is not None else None
+        if problem:
+            return _drain(node, ours, one_line(f"{PREFIX} {problem}"), f"not rebooted ({make_reason(f)}): {problem}", key)
+        return Action("reboot", reason=make_reason(f), why=f"reset-fixable: {f.message}", fault=key, finding=f,
+                      rung="reboot")
+
+    f = worst(findings, "drain")
+    return _drain(node, ours, make_reason(f), f.detail or f.message, fault_key(f))
+
+
+def _drain(node: NodeInfo, ours: bool, reason: str, why: str, key: str) -> Action:
+    if node.drained and ours:
+        if node.reason.startswith(RACK_PREFIX):  # the rack's reason stands until the rack comes back whole
+            return Action("none", why=f"held by its rack's escalation ({why})", fault=key)
+        if node.reason == reason:
+            return Action("none", why="already drained by us for this", fault=key)
+        return Action("set_reason", reason=reason, why=why, fault=key)
+    return Action("drain", reason=reason, why=why, fault=key)

@@ -1,0 +1,105 @@
+"""The remedy machine's table (remedy/table.py) holds every move the code makes: every decision over a grid
+of nodes, verdicts, histories and modes, and the carrier's own moves (a reset, a validation)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from slurm_gpufleet.findings import Finding
+from slurm_gpufleet.remedy import table as T
+from slurm_gpufleet.remedy.decide import Ladder, NodeHistory, decide
+from slurm_gpufleet.slurm.base import NodeInfo
+
+KEY = "memory:1:reset_gpu"
+RESET = [Finding("memory", "reboot", "reset_gpu", 1, "row remap pending")]
+REBOOT = [Finding("inventory", "reboot", "reboot_node", 2, "GPU lost")]
+DRAIN = [Finding("memory", "drain", "drain", 0, "row remap failure")]
+FABRIC = [Finding("fabric", "drain", "drain", 0, "fabric registration failed")]
+
+NODES = {
+    "idle": NodeInfo("n1", "IDLE", boot_time="B2"),
+    "busy": NodeInfo("n1", "ALLOCATED", boot_time="B2"),
+    "drained": NodeInfo("n1", "IDLE", {"DRAIN"}, "gpufleet: memory gpu1 row remap pending", boot_time="B2"),
+    "drained busy": NodeInfo("n1", "MIXED", {"DRAIN"}, "gpufleet: memory gpu1 row remap pending", boot_time="B2"),
+    "returning": NodeInfo("n1", "DOWN", set(), "gpufleet: validate after reboot: memory gpu1 row remap pending : "
+                          "reboot issued : reboot complete", boot_time="B2"),
+    "returning drained": NodeInfo("n1", "IDLE", {"DRAIN"}, "gpufleet: validate after reset: memory gpu1 x",
+                                  boot_time="B2"),
+    "repair": NodeInfo("n1", "IDLE", {"DRAIN"}, "gpufleet: repair ecc attempt 3 of 3 in 7d: memory gpu1 x",
+                       boot_time="B2"),
+    "rack": NodeInfo("n1", "IDLE", {"DRAIN"}, "gpufleet: rack nvl1 switch-side: n2 and 2 more tray(s) fabric",
+                     boot_time="B2"),
+    "rebooting": NodeInfo("n1", "IDLE", {"DRAIN", "REBOOT_REQUESTED"}, "gpufleet: memory gpu1 row remap pending",
+                          boot_time="B2"),
+    "hook": NodeInfo("n1", "IDLE", {"DRAIN"}, "Prolog error", boot_time="B2"),
+    "admin": NodeInfo("n1", "IDLE", {"DRAIN"}, "admin: PSU swap", boot_time="B2"),
+    "down": NodeInfo("n1", "DOWN", set(), "Not responding", boot_time="B2"),
+}
+VERDICTS = {"ok": [], "warn": [], "reboot": RESET, "reboot-node": REBOOT, "drain": DRAIN, "fabric": FABRIC}
+HISTORIES = [
+    NodeHistory(),
+    NodeHistory(clean_runs=3),
+    NodeHistory(clean_runs=3, hook_failure=True),
+    NodeHistory(resets={KEY: ["B2"]}, attempts={"ecc": 1}, running={"ecc"}),
+    NodeHistory(reboot_boots={KEY: ["B1"]}, attempts={"ecc": 1}, running={"ecc"}),
+    NodeHistory(reboot_boots={KEY: ["B0", "B1"]}, attempts={"ecc": 1}, running={"ecc"}),
+    NodeHistory(reboot_boots={KEY: ["B2"]}, attempts={"ecc": 1}, running={"ecc"}),
+    NodeHistory(attempts={"ecc": 2, "fallen_off_bus": 2}),
+]
+LADDERS = [Ladder(mode=m) for m in ("full", "quarantine", "observe")]
+
+
+def _grid():
+    for (name, info), (v, findings), history, ladder, idle in itertools.product(
+            NODES.items(), VERDICTS.items(), HISTORIES, LADDERS, (True, False)):
+        verdict = v.split("-")[0] if v != "fabric" else "drain"
+        yield name, info, verdict, findings, history, ladder, idle
+
+
+def test_every_decision_over_the_grid_is_a_move_of_the_table():
+    seen: set[tuple[str, str]] = set()
+    for name, info, verdict, findings, history, ladder, idle in _grid():
+        action = decide(info, verdict, findings, history, 3, ladder=ladder, gpus_idle=idle)
+        before = T.state_of(info)
+        after = T.target_of(action.kind, action.reason, action.rung, before)
+        assert T.legal(before, after), (name, verdict, history, ladder.mode, action)
+        seen.add((before, after))
+    # every move the ladder makes from a state decide reads off Slurm is reached by some decision
+    # (from resetting and validating, the escalation, and a validation turned off since it was asked are
+    # the carrier's own moves: the harness tests reach them)
+    from_slurm = {(a, b) for (a, b), (by, _) in T.MOVES.items()
+                  if by == T.LADDER and a not in (T.RESETTING, T.VALIDATING) and b != T.RACK} - {(T.RETURNING, T.IN_SERVICE)}
+    assert from_slurm - seen == set()
+
+
+@pytest.mark.parametrize("name,state", [
+    ("idle", T.IN_SERVICE), ("drained", T.DRAINED), ("returning", T.RETURNING), ("returning drained", T.RETURNING),
+    ("repair", T.REPAIR), ("rack", T.RACK), ("rebooting", T.REBOOTING), ("hook", T.DRAINED),
+    ("admin", T.OTHERS), ("down", T.OTHERS),
+])
+def test_the_state_is_read_off_what_slurm_shows(name, state):
+    assert T.state_of(NODES[name]) == state
+
+
+def test_a_validation_open_in_the_history_is_validating():
+    assert T.state_of(NODES["idle"], validating=True) == T.VALIDATING
+
+
+def test_every_state_is_reached_and_left_except_the_held_ones():
+    into = {b for (_, b) in T.MOVES}
+    out_of = {a for (a, _) in T.MOVES}
+    assert set(T.STATES) - into == {T.OTHERS}       # someone else's node: never made by us
+    assert set(T.STATES) - out_of == {T.OTHERS}
+    assert all(by in (T.LADDER, T.SLURM, T.ADMIN) and why for by, why in T.MOVES.values())
+
+
+def test_the_carrier_refuses_a_move_the_table_does_not_have():
+    from slurm_gpufleet.remedy.carrier import Carrier
+
+    c = Carrier("n1", None, None, None, None, Ladder())
+    with pytest.raises(T.IllegalMove, match="repair -> in_service"):
+        c._move(T.REPAIR, T.IN_SERVICE, "resume")   # an admin's move, never the ladder's
+    c._move(T.DRAINED, T.RESETTING, "reset")
+    assert c.moves == [("drained", "resetting", "reset")]
