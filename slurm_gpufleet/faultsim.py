@@ -321,8 +321,8 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
     from .findings import Finding
     from .maintain.failures import MAX_BATCH_REQUEUE
     from .maintain.simulate import Controller, Simulator
-    from .remedy.decide import Ladder, NodeHistory, decide
-    from .slurm.actions import fault_key, make_reason
+    from .remedy.decide import Ladder
+    from .slurm.actions import make_reason
 
     times = model.times
     mech = MECHANISMS[strategy]
@@ -334,6 +334,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
     n_domains = math.ceil(nodes / domain_size) if domain_size else 0
     ladder = Ladder(settings.reboots_before_drain if settings else 2, settings.max_attempts if settings else 3,
                     settings.attempt_window_s if settings else 7 * 86400.0)
+    carried = strategy.startswith("gpufleet")   # the product's own carrier on the in-memory Slurm
     faults = [copy.copy(f) for f in faults]
 
     class Sim(Simulator):
@@ -378,16 +379,29 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             self.breaker_trips = 0
             self.escalated: set[int] = set()            # domains drained whole by the rack escalation
             self.rack_escalations = 0
-            self.remedies: dict[int, list[dict[str, Any]]] = {}   # node -> the ladder's record (decide's history)
-            self.boot: dict[int, int] = {}
+            self.repairing: set[int] = set()             # nodes whose admin repair is under way
             self.false_drains = 0
+            self.ladder_log: list[tuple[int, str, str, str]] = []   # (node, class, from, to): the carrier's moves
+            self.next_check: dict[int, float] = {}       # node -> its next health check, while under remedy
+            self.fault_boot: dict[int, int] = {}          # node -> its boot when its fault struck
+            self.breaker_open = False
+            self.lab = None
 
         def start(self, sim):
             self.started = True
+            if carried:
+                self.lab = _Lab(sim, settings, model, ladder, strategy)
 
         def on_tick(self, sim, payload):
             kind, data = payload
             getattr(self, "_" + kind)(sim, data)
+
+        def on_change(self, sim, freed=None):
+            """No rollout here: a job's end changes nothing of ours (a reboot asked for ends at its own
+            event, `rebooted`)."""
+
+        def _slot(self, sim, name):
+            """A reservation's start: the validation reservations start when made."""
 
         # -- what happens --------------------------------------------------------------------------
         def _fault(self, sim, f: Fault):
@@ -399,6 +413,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             if f.cls.effect == "job":
                 return
             sim.active_fault[f.node] = f
+            self.fault_boot[f.node] = n.boot
             if f.cls.effect == "node":  # slurmd is gone: Slurm's NODE_FAIL, whatever the strategy
                 self.detect(sim, f, "slurm")
                 return
@@ -449,22 +464,24 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 return  # not drained: the node stays in service until the breaker is reset, or an admin looks
             f.detected_at, f.how = sim.now, how
             if ours:
-                check, severity, action = f.cls.finding
-                self.reasons[f.node] = (make_reason(Finding(check, severity, action, 0, f.cls.what)), sim.now)
+                self._crash_jobs(sim, f.node)   # the GPU's fault ends its jobs, whatever drains the node
+                if f.domain is not None:
+                    check, severity, action = f.cls.finding
+                    self.reasons[f.node] = (make_reason(Finding(check, severity, action, 0, f.cls.what)), sim.now)
+                    if f.domain in self.escalated or self._escalate(sim, f):
+                        return  # the rack is drained whole and its repair is under way
+                self._check(sim, f.node, how)
+                return
             self._take(sim, f.node, "failures")
             self._crash_jobs(sim, f.node)   # a high-severity drain: its jobs are rescheduled at once
-            if ours:
-                if f.domain is not None and (f.domain in self.escalated or self._escalate(sim, f)):
-                    return  # the rack is drained whole and its repair is under way
-                self._climb(sim, f)
-            else:  # an admin looks, reboots where a reboot can help, else sends it for repair
-                wait = times["admin_hours"] * 3600 if how != "admin" else 0.0
-                if f.level == "rack":  # the admin finds the switch tray: one swap for the whole domain
-                    self._rack_repair(sim, f.domain, sim.now + wait)
-                elif f.level in ("reset", "reboot"):
-                    self._after(sim, f, wait + times["reboot_minutes"] * 60, "reboot")
-                else:
-                    self._after(sim, f, wait + times["repair_hours"] * 3600, "repair")
+            # an admin looks, reboots where a reboot can help, else sends it for repair
+            wait = times["admin_hours"] * 3600 if how != "admin" else 0.0
+            if f.level == "rack":  # the admin finds the switch tray: one swap for the whole domain
+                self._rack_repair(sim, f.domain, sim.now + wait)
+            elif f.level in ("reset", "reboot"):
+                self._after(sim, f, wait + times["reboot_minutes"] * 60, "reboot")
+            else:
+                self._after(sim, f, wait + times["repair_hours"] * 3600, "repair")
 
         # -- the breaker (slurm/breaker.py), as the actuator asks it before each of our drains ------------
         def _fleet(self, sim) -> list:
@@ -508,7 +525,20 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             fleet = self._fleet(sim)
             members = [fleet[j] for j in self._domain_nodes(sim, f.domain)]
             fired = trigger(str(f.domain), members, rack_nodes, rack_window_s, sim.now)
-            if fired is None or not self._breaker_allows(sim, f, f.how, domain=f.domain):
+            if fired is None:
+                return False
+            if carried:  # the actuator's rack drain: the breaker counts the domain as one decision
+                lab = self.lab
+                infos = [lab.slurm.node(sim.nodes[j].name) for j in self._domain_nodes(sim, f.domain)]
+                done = lab.actuator.drain_domain(f"rack{f.domain}", infos, f"gpufleet: rack rack{f.domain} {fired.why}",
+                                                 n_domains)
+                if done.breaker:
+                    if not self.breaker_open:
+                        self.breaker_open = True
+                        self.breaker_trips += 1
+                        sim.push(sim.now + times["admin_hours"] * 3600, "tick", ("breaker_reset", None))
+                    return False
+            elif not self._breaker_allows(sim, f, f.how, domain=f.domain):
                 return False
             self.escalated.add(f.domain)
             self.rack_escalations += 1
@@ -540,50 +570,107 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 elif g is None:
                     self._return(sim, j)   # drained whole by the escalation, its own GPUs fine
 
-        def _climb(self, sim, f: Fault) -> None:
-            """The next rung, as the project's decide picks it from the node's own record."""
-            if f.domain is not None and f.domain in self.escalated:
+        # -- the gpufleet strategies: the product's carrier on the in-memory Slurm ---------------------
+        def _check(self, sim, i: int, hook: str = "healthcheck") -> None:
+            """One run of the node's check (health check, prolog or epilog): what the node shows now,
+            judged, decided and carried out by remedy/carrier.py through the actuator."""
+            n = sim.nodes[i]
+            f = sim.active_fault.get(i)
+            if f is not None and f.domain is not None and f.domain in self.escalated:
                 return  # held by its rack's escalation: its repair is the rack's
-            check, severity, action = f.cls.finding
-            boot = f"B{self.boot.get(f.node, 0)}"
-            rec = self.remedies.setdefault(f.node, [])
-            window = [r for r in rec if r["t"] > sim.now - ladder.attempt_window_s]
-            episode = [r for r in window if r["fault"] is f]
-            finding = Finding(check, severity, action, 0, f.cls.what)
-            key = fault_key(finding)
-            resets = [r["boot"] for r in episode if r["rung"] == "reset"]
-            if strategy == "gpufleet-reboot-first":
-                resets = resets or ["none"]  # as if the reset were tried: decide goes to the reboot
-            history = NodeHistory(
-                resets={key: resets} if resets else {},
-                reboot_boots={key: [r["boot"] for r in episode if r["rung"] == "reboot"]} if any(
-                    r["rung"] == "reboot" for r in episode) else {},
-                attempts={f.cls.name: len({id(r["fault"]) for r in window})}, running={f.cls.name} if episode else set())
-            from .slurm.base import NodeInfo
+            lab = self.lab
+            info = lab.slurm.node(n.name)   # a reboot that is due ends at this read
+            if f is not None and n.boot != self.fault_boot.get(i, n.boot) and f.level in ("reset", "reboot"):
+                self._fixed(sim, f, "reboot")  # the reboot cleared it
+                f = None
+            moves = lab.run(n, hook, info, f, lambda: self._reread(sim, i))
+            self.ladder_log += [(i, f.cls.name if f else "", a, b) for a, b, _ in moves]
+            if lab.blocked and not self.breaker_open:
+                # open until a person resets it: an admin looks within admin_hours
+                self.breaker_open = True
+                self.breaker_trips += 1
+                sim.push(sim.now + times["admin_hours"] * 3600, "tick", ("breaker_reset", None))
+            self._sync(sim, i)
+            self._next(sim, i)
 
-            info = NodeInfo(sim.nodes[f.node].name, "IDLE", {"DRAIN"}, "gpufleet: x", boot_time=boot)
-            act = decide(info, severity, [finding], history, 1, ladder=ladder, gpus_idle=True)
-            rung = act.kind if act.kind in ("reset", "reboot") else "repair"
-            rec.append({"t": sim.now, "fault": f, "rung": rung, "boot": boot})
-            if rung == "repair" and f.level == "rack":  # the node's repair finds the switch tray
-                self._rack_repair(sim, f.domain, sim.now + times["admin_hours"] * 3600)
+        def _reread(self, sim, i: int):
+            """The GPUs read again after the reset: a fault a reset fixes is gone."""
+            f = sim.active_fault.get(i)
+            if f is not None and f.level == "reset":
+                self._fixed(sim, f, "reset")
+                f = None
+            return self.lab.report(sim.nodes[i], f)
+
+        def _fixed(self, sim, f: Fault, how: str) -> None:
+            f.resolved_by = how
+            self.resolved[how] += 1
+            sim.active_fault.pop(f.node, None)
+
+        def _next(self, sim, i: int) -> None:
+            """The node's next check while it is under remedy (time is skipped where nothing changes):
+            every health-check interval; a node drained for repair waits for the admin's repair."""
+            from .remedy import table as T
+
+            n = sim.nodes[i]
+            where = self.lab.where(n)
+            f = sim.active_fault.get(i)
+            if where == T.OTHERS:
+                return  # someone else's (Slurm's NODE_FAIL, an admin's): the admin's path has it
+            if where == T.REPAIR or (where == T.DRAINED and f is not None and (f.cls.finding[1] == "drain" or any(
+                    r["rung"] == "repair" for r in self.lab.history.pending_remedies(n.name)))):
+                # drained for repair, or for a finding no rung remedies: an admin looks, then repairs
+                if i not in self.repairing:
+                    self.repairing.add(i)
+                    sim.push(sim.now + (times["admin_hours"] + times["repair_hours"]) * 3600, "tick", ("repaired", i))
                 return
-            minutes = {"reset": times["reset_minutes"], "reboot": times["reboot_minutes"]}
-            delay = minutes[rung] * 60 if rung in minutes else (times["admin_hours"] + times["repair_hours"]) * 3600
-            sim.push(sim.now + delay, "tick", ("rung_done", (f, rung)))
+            if where in (T.IN_SERVICE, T.OTHERS) and i not in sim.active_fault:
+                return
+            at = sim.now + hc_interval_s
+            if self.next_check.get(i, math.inf) > sim.now:
+                if i in self.next_check and self.next_check[i] <= at:
+                    return
+            self.next_check[i] = at
+            sim.push(at, "tick", ("check_due", i))
 
-        def _rung_done(self, sim, data):
-            f, rung = data
-            if sim.active_fault.get(f.node) is not f:
-                return  # fixed meanwhile (its rack's repair)
-            if rung == "reboot":
-                self.boot[f.node] = self.boot.get(f.node, 0) + 1
-            fixed = rung == "repair" or (rung == "reset" and f.level == "reset") or (
-                rung == "reboot" and f.level in ("reset", "reboot"))
-            if fixed:
-                self._back(sim, f, rung)
-            else:
-                self._climb(sim, f)
+        def _check_due(self, sim, i: int) -> None:
+            if self.next_check.get(i) == sim.now:
+                del self.next_check[i]
+                self._check(sim, i)
+
+        def _repaired(self, sim, i: int) -> None:
+            """The admin's repair is done: the fault is gone, and `fleet repaired` sends the node back
+            through its validation run."""
+            self.repairing.discard(i)
+            f = sim.active_fault.get(i)
+            if f is not None:
+                self._fixed(sim, f, "repair")
+            self.lab.repaired(sim.nodes[i])
+            self._sync(sim, i)
+            self._next(sim, i)
+
+        def _rebooted(self, sim, name: str) -> None:
+            self._check(sim, self.lab.position[name])
+
+        def _validation(self, sim, job_id: str) -> None:
+            self._check(sim, self.lab.position[self.lab.slurm.jobs_[job_id][1]])
+
+        def _breaker_reset(self, sim, _) -> None:
+            from .slurm import breaker
+
+            breaker.reset(self.lab.settings.breaker_path)
+            self.breaker_open = False
+            for i in list(sim.active_fault):
+                self._next(sim, i)
+
+        def _sync(self, sim, i: int) -> None:
+            """Out of service as the in-memory Slurm shows it: drained, down, rebooting or in its own
+            validation reservation."""
+            n = sim.nodes[i]
+            if n.out(sim.now) and i not in self.out_since:
+                self.out_since[i] = (sim.now, "failures")
+            elif not n.out(sim.now) and i in self.out_since:
+                since, cause = self.out_since.pop(i)
+                self.out_by["remedies" if cause == "failures" else cause] += (sim.now - since) * n.gpus
 
         def _after(self, sim, f: Fault, delay: float, how: str) -> None:
             sim.push(sim.now + delay, "tick", ("back", (f, how)))
@@ -610,6 +697,12 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
 
         def _take(self, sim, i: int, cause: str, kill: bool = True) -> None:
             n = sim.nodes[i]
+            if carried:
+                if i not in self.reasons:  # slurmd gone, or an admin's find: Slurm's own DOWN, not ours
+                    n.down, n.reason, n.reason_time = True, "Not responding", sim.now
+                    sim.nodes_changed()
+                self._sync(sim, i)   # a rack's member: drained above, by the actuator's domain drain
+                return
             if not n.drained:
                 n.drained = True
                 self.out_since[i] = (sim.now, cause)
@@ -618,6 +711,15 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
         def _return(self, sim, i: int) -> None:
             n = sim.nodes[i]
             self.reasons.pop(i, None)
+            if carried:
+                info = self.lab.slurm.node(n.name)
+                if info.down and not info.drained:  # Slurm's own DOWN: the admin's repair brings it back
+                    n.down, n.reason, n.reason_time = False, "", None
+                    sim.nodes_changed()
+                else:  # the rack back whole: its members resumed, ours to resume
+                    self.lab.actuator.resume([info])
+                self._sync(sim, i)
+                return
             if n.drained:
                 since, cause = self.out_since.pop(i, (sim.now, "failures"))
                 self.out_by["remedies" if cause == "failures" else cause] += (sim.now - since) * n.gpus
@@ -639,6 +741,88 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
     for i, (since, cause) in list(ctl.out_since.items()):   # still out at the end
         ctl.out_by["remedies" if cause == "failures" else cause] += (end - since) * sim.nodes[i].gpus
     return _figures(sim, ctl, faults, end, big_jobs)
+
+
+class _Lab:
+    """What the gpufleet strategies run on: the in-memory Slurm (maintain/simslurm.py) over the simulated
+    nodes, the product's actuator (ownership, the breaker) on it, one history file for the fleet on the
+    simulated clock, and the carrier (remedy/carrier.py) run as the hooks run it.  The node's GPUs are
+    what its fault shows: the fault's finding, or nothing once fixed; a reset takes no simulated time of
+    its own (the node waits in its drain for the next check)."""
+
+    def __init__(self, sim, settings, model: FaultModel, ladder, strategy: str):
+        import dataclasses
+        import os
+        import tempfile
+
+        from .history import History
+        from .maintain.simslurm import SimSlurm
+        from .policy import Policy, SlurmSettings
+        from .slurm.actuator import Actuator
+        from .slurm.ownership import HEALTH
+
+        self.sim = sim
+        self.dir = tempfile.TemporaryDirectory(prefix="gpufleet-faultsim-")
+        base = settings or SlurmSettings()
+        # the site's settings, their files kept in a directory of the run's own
+        self.settings = dataclasses.replace(base, state_dir=self.dir.name,
+                                            breaker_file=os.path.join(self.dir.name, "breaker.json"))
+        self.policy = Policy(slurm=self.settings)
+        self.ladder = ladder
+        self.slurm = SimSlurm(sim, validation_s=model.times["validation_minutes"] * 60)
+        self.slurm.reboot_s = model.times["reboot_minutes"] * 60
+        self.history = History(os.path.join(self.dir.name, "fleet.db"), clock=lambda: sim.now)
+        self.history.conn.execute("PRAGMA synchronous = OFF")  # a scratch file: no fsync per row
+        self.actuator = Actuator(self.slurm, HEALTH, self.settings, clock=lambda: sim.now)
+        self.position = {n.name: i for i, n in enumerate(sim.nodes)}
+        self.blocked = False
+        # the ladder without its reset rung: the same finding under the reboot-first action
+        self.action_of = (lambda a: "reboot_node" if a == "reset_gpu" else a) \
+            if strategy == "gpufleet-reboot-first" else (lambda a: a)
+
+    def finding(self, f: Fault):
+        from .findings import Finding
+
+        check, severity, action = f.cls.finding
+        return Finding(check, severity, self.action_of(action), 0, f.cls.what)
+
+    def report(self, node, f: Fault | None):
+        from .findings import verdict
+        from .pipeline import Report
+        from .snapshot import Gpu, NodeSnapshot, Process
+
+        findings = [self.finding(f)] if f is not None and f.cls.effect == "gpu" else []
+        busy = [Process(0, "job")] if node.running else []
+        snap = NodeSnapshot(host=node.name, gpus=[Gpu(k, processes=list(busy)) for k in range(node.gpus)],
+                            source="simulated")
+        return Report(verdict(findings), findings, snap)
+
+    def run(self, node, hook: str, info, f: Fault | None, reread) -> list[tuple[str, str, str]]:
+        """The hooks' act without the summary: record the run, step, carry; the carrier's moves."""
+        from .remediation import ResetResult
+        from .remedy.carrier import Carrier, GpuReset
+
+        report = self.report(node, f)
+        self.history.record_run(node.name, hook, report.verdict, report.findings)
+        carrier = Carrier(node.name, self.policy, self.history, self.slurm, self.actuator, self.ladder, GpuReset(
+            run=lambda gpus, timeout: ResetResult(True, "reset (simulated)", 0.0), reread=reread))
+        try:
+            done = carrier.carry(carrier.step(hook, info, report), hook)
+        finally:
+            carrier.close()
+        self.blocked = bool(done.blocked)
+        return carrier.moves
+
+    def where(self, node):
+        from .remedy.table import state_of
+
+        return state_of(self.slurm.node(node.name), validating=self.history.open_validation(node.name) is not None)
+
+    def repaired(self, node) -> None:
+        """`fleet repaired`: the node's reason asks for a validation run before it returns."""
+        from .returning import VALIDATE_PREFIX
+
+        self.actuator.set_reason([self.slurm.node(node.name)], f"{VALIDATE_PREFIX}repair")
 
 
 def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:

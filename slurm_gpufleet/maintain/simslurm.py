@@ -42,6 +42,8 @@ class SimSlurm:
     validation_fails: set[str] = field(default_factory=set)
     jobs_: dict[str, tuple[str, str, float, str]] = field(default_factory=dict)  # id -> name, node, end, comment
     blocks: dict[str, list[str]] = field(default_factory=dict)   # topology/block: name -> nodes
+    # how long a reboot takes once the node is empty (0: at the next read, as the rollout replays model it)
+    reboot_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.index = {n.name: n for n in self.sim.nodes}
@@ -54,29 +56,28 @@ class SimSlurm:
     def nodes(self) -> list[NodeInfo]:
         self.calls["read"] += 1
         self._reboot_the_empty()
-        out = []
+        return [self._info(n) for n in self.sim.nodes]
+
+    def _info(self, n) -> NodeInfo:
         now = self.sim.now
-        made = self._infos
-        for n in self.sim.nodes:
-            key = (n.drained, n.reboot_requested, n.reserved_from <= now, n.free, n.gpus, n.reason, n.extra,
-                   n.boot, n.weight, n.slurmd_start)
-            known = made.get(n.name)
-            if known is not None and known[0] == key:
-                out.append(known[1])
-                continue
-            flags = set()
-            if n.drained:
-                flags.add("DRAIN")
-            if n.reboot_requested:
-                flags.add("REBOOT_REQUESTED")
-            if n.reserved_from <= now:
-                flags |= {"MAINTENANCE", "RESERVED"}
-            state = "IDLE" if n.free == n.gpus else ("ALLOCATED" if n.free == 0 else "MIXED")
-            info = NodeInfo(name=n.name, state=state, flags=flags, reason=n.reason, extra=n.extra,
-                            boot_time=str(n.boot), partitions=["gpu"], weight=n.weight, slurmd_start=n.slurmd_start)
-            made[n.name] = (key, info)
-            out.append(info)
-        return out
+        key = (n.drained, n.reboot_requested, n.reserved_from <= now, n.free, n.gpus, n.reason, n.extra,
+               n.boot, n.weight, n.slurmd_start, n.down, n.reason_time)
+        known = self._infos.get(n.name)
+        if known is not None and known[0] == key:
+            return known[1]
+        flags = set()
+        if n.drained:
+            flags.add("DRAIN")
+        if n.reboot_requested:
+            flags.add("REBOOT_REQUESTED")
+        if n.reserved_from <= now:
+            flags |= {"MAINTENANCE", "RESERVED"}
+        state = "DOWN" if n.down else "IDLE" if n.free == n.gpus else ("ALLOCATED" if n.free == 0 else "MIXED")
+        info = NodeInfo(name=n.name, state=state, flags=flags, reason=n.reason, extra=n.extra,
+                        boot_time=str(n.boot), partitions=["gpu"], weight=n.weight, slurmd_start=n.slurmd_start,
+                        reason_time=n.reason_time)
+        self._infos[n.name] = (key, info)
+        return info
 
     def ended_jobs(self) -> list[tuple[str, str, list[str]]]:
         """Jobs that ended NODE_FAIL in the last MinJobAge (300 s), as squeue shows them."""
@@ -142,7 +143,10 @@ class SimSlurm:
                 for name, r in self.reservations_.items()]
 
     def node(self, name: str) -> NodeInfo:
-        return next(i for i in self.nodes() if i.name == name)
+        """One node, as `scontrol show node NAME` reads it: one call, without the fleet's."""
+        self.calls["read"] += 1
+        self._reboot_the_empty()
+        return self._info(self.index[name])
 
     # -- writes: one call over a host list --------------------------------------------------------
     def _each(self, names: list[str]):
@@ -154,34 +158,51 @@ class SimSlurm:
     # back is what Slurm would show, so a reason that could never settle there cannot settle here either
     def drain_nodes(self, names: list[str], reason: str) -> None:
         for n in self._each(names):
-            n.drained, n.reason = True, one_line(reason)
+            n.drained, n.reason, n.reason_time = True, one_line(reason), self.sim.now
         self.sim.nodes_changed()
 
     def resume_nodes(self, names: list[str]) -> None:
         for n in self._each(names):
-            n.drained, n.reason = False, ""
+            n.drained, n.down, n.reason, n.reason_time = False, False, "", None
         self.sim.nodes_changed()
 
     def set_reason_nodes(self, names: list[str], reason: str) -> None:
         for n in self._each(names):
-            n.reason = one_line(reason)
+            n.reason, n.reason_time = one_line(reason), self.sim.now
 
     def set_weight_nodes(self, names: list[str], weight: int) -> None:
         for n in self._each(names):
             n.weight = weight
 
     def reboot_asap_nodes(self, names: list[str], reason: str, next_state: str = "RESUME") -> None:
-        """As Slurm does: drained at once (no new job lands), rebooted once it is empty, then resumed."""
+        """As Slurm does: drained at once (no new job lands), rebooted once it is empty, then resumed; with
+        nextstate=DOWN it comes back DOWN, its reason kept, for whoever asked to return it."""
         for n in self._each(names):
             n.drained, n.reason, n.reboot_requested = True, one_line(reason), True
+            n.reason_time, n.reboot_next_state = self.sim.now, next_state
+        if self.reboot_s > 0:
+            self._reboot_the_empty()  # an empty node's reboot starts now
         self.sim.nodes_changed()
 
     def _reboot_the_empty(self) -> None:
+        now = self.sim.now
         for n in self.sim.nodes:
             if n.reboot_requested and n.free == n.gpus:
+                if self.reboot_s > 0:
+                    if n.reboot_at is None:  # its reboot starts: the simulator is woken when it ends
+                        n.reboot_at = now + self.reboot_s
+                        self.sim.push(n.reboot_at, "rebooted", n.name)
+                    if now < n.reboot_at:
+                        continue
                 n.boot += 1
-                n.slurmd_start = self.sim.now
-                n.reboot_requested, n.drained, n.reason = False, False, ""
+                n.slurmd_start = now
+                n.reboot_requested, n.reboot_at = False, None
+                if n.reboot_next_state == "DOWN":
+                    # as slurmctld words it (22.05-26.05): the reason kept, what it did appended
+                    n.drained, n.down = False, True
+                    n.reason = f"{n.reason} : reboot issued : reboot complete"
+                else:
+                    n.drained, n.reason, n.reason_time = False, "", None
 
     def create_reservation(self, name: str, nodes: list[str], start: float | None, minutes: int) -> None:
         self.calls["write"] += 1

@@ -88,10 +88,14 @@ class SimNode:
     slurmd_start: float | None = None
     extra: str = ""
     reboot_requested: bool = False  # `scontrol reboot ASAP`: drained now, rebooted once empty
+    reboot_next_state: str = "RESUME"  # nextstate=DOWN: back from its reboot DOWN, its reason kept
+    reboot_at: float | None = None     # where SimSlurm.reboot_s > 0: its reboot ends then
+    down: bool = False
+    reason_time: float | None = None   # when its reason was set (the breaker and the rack escalation count by it)
 
     def out(self, now: float) -> bool:
-        """Out of service for new jobs: drained, inside an active maintenance reservation, or taken."""
-        return self.out_since is not None or self.drained or self.reserved_from <= now
+        """Out of service for new jobs: drained, down, inside an active maintenance reservation, or taken."""
+        return self.out_since is not None or self.drained or self.down or self.reserved_from <= now
 
     def __setattr__(self, key: str, value: Any) -> None:
         object.__setattr__(self, key, value)
@@ -259,7 +263,7 @@ class Simulator:
                     self._schedule()
                 if self._work_left():
                     self.push(self.now + h.step_s, "hazard", None)
-            elif kind in ("tick", "upgraded", "slot", "step", "validation"):
+            elif kind in ("tick", "upgraded", "slot", "step", "validation", "rebooted"):
                 self.controller.on_tick(self, (kind, payload) if kind != "tick" else payload)
                 self._schedule()
             if self.controller and self.controller.finished and not self.queue and not self._running():
@@ -326,7 +330,7 @@ class Simulator:
         return self._weight_floor
 
     def _fits(self, node: SimNode, job: SimJob) -> bool:
-        return (node.out_since is None and not node.drained and node.free >= job.gpn
+        return (node.out_since is None and not node.drained and not node.down and node.free >= job.gpn
                 and self.now + job.limit <= node.reserved_from)
 
     def _place(self, job: SimJob) -> list[int] | None:

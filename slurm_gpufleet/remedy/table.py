@@ -124,13 +124,15 @@ def state_of(node: NodeInfo, validating: bool = False) -> RemedyState:
 
 
 def target_of(kind: str, reason: str, rung: str, before: RemedyState) -> RemedyState:
-    """Where an action of decide's takes the node."""
+    """Where an action of decide's takes the node, as `state_of` will read it back off Slurm (a drain
+    "after N reboots" is the repair rung in the history, and a plain drain in Slurm: it resumes itself
+    once an inspection leaves it running clean)."""
     from ..remediation import is_repair
     from ..returning import is_validate
     from ..slurm.ownership import PREFIX
 
     if kind in ("drain", "set_reason"):
-        if rung == "repair" or is_repair(reason, PREFIX):
+        if is_repair(reason, PREFIX):
             return REPAIR
         return RETURNING if is_validate(reason) else DRAINED
     return {"reset": RESETTING, "reboot": REBOOTING, "validate": VALIDATING, "resume": IN_SERVICE}.get(kind, before)
