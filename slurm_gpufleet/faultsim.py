@@ -871,6 +871,7 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
         "false_drains": ctl.false_drains, "rack_escalations": ctl.rack_escalations,
         "breaker_trips": ctl.breaker_trips,
         "_series": {"capacity": capacity, "ettr": ettr_by_day},
+        "_moves": list(ctl.ladder_log),   # the carrier's moves (node, class, from, to), in order
     }
 
 
@@ -921,6 +922,7 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
     for rs in runs.values():
         for r in rs:
             r.pop("_series")
+            r.pop("_moves")
     out: dict[str, Any] = {"strategies": {name: _mean(rs) for name, rs in runs.items()}, "_series": series}
     out["assumptions"] = {
         "mode": "fleet", "nodes": nodes, "gpus_per_node": gpus_per_node, "days": round(horizon / 86400, 2),

@@ -233,3 +233,34 @@ def test_the_fleet_group_s_config_is_read(tmp_path):
     r = run_cli("fleet", "--config", str(tmp_path / "missing.toml"), "simulate-faults", "--days", "1", "--nodes", "4")
     err = r.stderr.decode()
     assert r.returncode == 2 and "missing.toml: cannot read config" in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("level,moves", [
+    # a reset fixes it: reset, then back only through a validation run
+    ("reset", [("in_service", "resetting"), ("resetting", "returning"), ("returning", "validating"),
+               ("validating", "in_service")]),
+    # the reset does not, the reboot does: the reboot comes back DOWN into its validation run
+    ("reboot", [("in_service", "resetting"), ("resetting", "rebooting"), ("returning", "validating"),
+                ("validating", "in_service")]),
+    # nothing on the node does: two reboots, then a drain for inspection; the admin's repair and
+    # `fleet repaired` send it through its validation run
+    ("repair", [("in_service", "resetting"), ("resetting", "rebooting"), ("returning", "rebooting"),
+                ("returning", "drained"), ("returning", "validating"), ("validating", "in_service")]),
+])
+def test_the_fault_simulator_climbs_the_product_s_ladder_through_its_carrier(level, moves):
+    """One GPU fault on an idle 4-node fleet, found by the health check: the moves the carrier makes on
+    the in-memory Slurm, in order, are the ladder's (remedy/table.py), validation before return included."""
+    from slurm_gpufleet.faultsim import Fault, _fault_run, load_model
+    from slurm_gpufleet.remedy import table as T
+
+    model = load_model()
+    gpu = next(c for c in model.classes if c.name == "gpu")
+    out = _fault_run("gpufleet", model, [], 4, 8, 10 * 86400.0, [Fault(3600.0, 1, gpu, level, 0.5)], [],
+                     hc_interval_s=300.0, checkpoint_every_h=1.0, restart_min=10.0, seed=0, big_jobs=frozenset())
+    made = [(a, b) for node, _, a, b in out["_moves"] if a != b]
+    assert all(node == 1 for node, *_ in out["_moves"])
+    assert made == moves
+    assert all(T.legal(T.RemedyState(a), T.RemedyState(b)) for a, b in made)
+    assert out["resolved"][level] == 1.0 and out["faults"] == 1
+    # the node is back in service at the end, after its hours out
+    assert out["node_hours_out"] > 0

@@ -82,6 +82,7 @@ MOVES: dict[tuple[RemedyState, RemedyState], tuple[str, str]] = {
     (VALIDATING, REBOOTING): (LADDER, "the fault is back during validation"),
     (REPAIR, IN_SERVICE): (ADMIN, "resumed by an admin: the case closes"),
     (REPAIR, RETURNING): (ADMIN, "`fleet repaired`: a validation run before it returns"),
+    (DRAINED, RETURNING): (ADMIN, "`fleet repaired` after an inspection (a drain after its reboots)"),
     (RACK, IN_SERVICE): (LADDER, "every member of its domain runs clean: the domain resumed whole"),
     (RACK, RESETTING): (LADDER, "a tray's own reset-fixable fault under its rack's hold, its GPUs idle"),
     (RACK, REBOOTING): (LADDER, "a tray's own fault under its rack's hold: its reboot rung"),
