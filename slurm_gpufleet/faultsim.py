@@ -17,7 +17,8 @@ Generation Computer Systems 22(3), 2006; bench/daly_check.py runs the grid).
 The fleet mode (`fleet_faults`): the bundled Helios history (or `--sacct`) on a simulated fleet, with
 failures drawn per class at the rates of data/failure_classes.toml (Llama 3's table; `--rates FILE` for
 others), found by the mechanisms each strategy has, and handled as each strategy does; the gpufleet
-strategy's decisions come from the project's own `slurm/actions.decide` and its remediation ladder.
+strategies run the product's own remedy carrier (remedy/carrier.py), actuator and history on the
+in-memory Slurm (maintain/simslurm.py): `_Lab`.
 Strategies compared:
 
 * `none`: Slurm's NODE_FAIL alone; a node whose GPU fails stays in service, and every job placed there
@@ -27,7 +28,8 @@ Strategies compared:
 * `two-tier`: Meta's: checks every HealthCheckInterval and before and after each job, high severity
   drains now, the rest after the running jobs (a warning never drains); an admin reboots or repairs;
 * `gpufleet`: the health check, prolog and epilog, and the ladder: reset, reboot, repair, capped per
-  class (`decide`).
+  class, validation before return; a node drained for inspection gets an admin's repair after
+  `admin_hours` + `repair_hours`, then `fleet repaired`.
 
 Rack-correlated events (`--domain-size N`, `--switch-share S`; [domain] of the data file): a share of
 the faults of the domain classes are switch-side and strike every node of their domain at once; only a
@@ -36,8 +38,8 @@ switch-tray swap fixes them.  The gpufleet strategy escalates through the projec
 for a fault that is the rack's); the others find each tray, and an admin finds the switch.
 
 The breaker (slurm/breaker.would_trip and would_trip_domain, `breaker_threshold` within
-`breaker_window_s`) is asked before each of the gpufleet strategy's drains and escalations, as the
-actuator asks it; tripped, it drains nothing until a person resets it (`admin_hours`).
+`breaker_window_s`) is the actuator's, in front of the gpufleet strategy's drains, reboots and
+escalations; tripped, it drains nothing until a person resets it (`admin_hours`).
 
 Not modelled: precursors (no class has a known share: all 0).
 """
@@ -533,10 +535,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 done = lab.actuator.drain_domain(f"rack{f.domain}", infos, f"gpufleet: rack rack{f.domain} {fired.why}",
                                                  n_domains)
                 if done.breaker:
-                    if not self.breaker_open:
-                        self.breaker_open = True
-                        self.breaker_trips += 1
-                        sim.push(sim.now + times["admin_hours"] * 3600, "tick", ("breaker_reset", None))
+                    self._tripped(sim)
                     return False
             elif not self._breaker_allows(sim, f, f.how, domain=f.domain):
                 return False
@@ -585,11 +584,8 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 f = None
             moves = lab.run(n, hook, info, f, lambda: self._reread(sim, i))
             self.ladder_log += [(i, f.cls.name if f else "", a, b) for a, b, _ in moves]
-            if lab.blocked and not self.breaker_open:
-                # open until a person resets it: an admin looks within admin_hours
-                self.breaker_open = True
-                self.breaker_trips += 1
-                sim.push(sim.now + times["admin_hours"] * 3600, "tick", ("breaker_reset", None))
+            if lab.blocked:
+                self._tripped(sim)
             self._sync(sim, i)
             self._next(sim, i)
 
@@ -653,6 +649,13 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
 
         def _validation(self, sim, job_id: str) -> None:
             self._check(sim, self.lab.position[self.lab.slurm.jobs_[job_id][1]])
+
+        def _tripped(self, sim) -> None:
+            """The actuator's breaker held a drain back: open until a person resets it, within admin_hours."""
+            if not self.breaker_open:
+                self.breaker_open = True
+                self.breaker_trips += 1
+                sim.push(sim.now + times["admin_hours"] * 3600, "tick", ("breaker_reset", None))
 
         def _breaker_reset(self, sim, _) -> None:
             from .slurm import breaker

@@ -1,6 +1,6 @@
 """The remediation ladder: the cheapest fix first (reset the GPU, reboot the node, drain for repair), with
 the attempts per failure class counted and capped.  The ladders and classes are data
-(data/remediation.toml, with sources); `slurm/actions.decide` climbs them and `hooks/common.act` carries a
+(data/remediation.toml, with sources); `remedy/decide.decide` climbs them and `remedy/carrier.Carrier` carries a
 reset out with `run_reset`, the one edge here.
 
 Words used throughout:
