@@ -875,6 +875,9 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
         "breaker_trips": ctl.breaker_trips,
         "_series": {"capacity": capacity, "ettr": ettr_by_day},
         "_moves": list(ctl.ladder_log),   # the carrier's moves (node, class, from, to), in order
+        # the ladder's rungs as the nodes' history recorded them, in order (node, rung)
+        "_rungs": [(r["node"], r["rung"]) for r in ctl.lab.history._query(
+            "select node, rung from remedies order by id", [])] if ctl.lab is not None else [],
     }
 
 
@@ -926,6 +929,7 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
         for r in rs:
             r.pop("_series")
             r.pop("_moves")
+            r.pop("_rungs")
     out: dict[str, Any] = {"strategies": {name: _mean(rs) for name, rs in runs.items()}, "_series": series}
     out["assumptions"] = {
         "mode": "fleet", "nodes": nodes, "gpus_per_node": gpus_per_node, "days": round(horizon / 86400, 2),

@@ -44,6 +44,7 @@ class SimSlurm:
     blocks: dict[str, list[str]] = field(default_factory=dict)   # topology/block: name -> nodes
     # how long a reboot takes once the node is empty (0: at the next read, as the rollout replays model it)
     reboot_s: float = 0.0
+    node_fields: dict[str, dict[str, str]] = field(default_factory=dict)   # node -> comment, features
 
     def __post_init__(self) -> None:
         self.index = {n.name: n for n in self.sim.nodes}
@@ -60,8 +61,9 @@ class SimSlurm:
 
     def _info(self, n) -> NodeInfo:
         now = self.sim.now
+        given = self.node_fields.get(n.name, {})
         key = (n.drained, n.reboot_requested, n.reserved_from <= now, n.free, n.gpus, n.reason, n.extra,
-               n.boot, n.weight, n.slurmd_start, n.down, n.reason_time)
+               n.boot, n.weight, n.slurmd_start, n.down, n.reason_time, tuple(given.items()))
         known = self._infos.get(n.name)
         if known is not None and known[0] == key:
             return known[1]
@@ -75,7 +77,9 @@ class SimSlurm:
         state = "DOWN" if n.down else "IDLE" if n.free == n.gpus else ("ALLOCATED" if n.free == 0 else "MIXED")
         info = NodeInfo(name=n.name, state=state, flags=flags, reason=n.reason, extra=n.extra,
                         boot_time=str(n.boot), partitions=["gpu"], weight=n.weight, slurmd_start=n.slurmd_start,
-                        reason_time=n.reason_time)
+                        reason_time=n.reason_time, comment=given.get("comment", ""),
+                        features=[f for f in given.get("availablefeatures", "").split(",") if f],
+                        active_features=[f for f in given.get("activefeatures", "").split(",") if f])
         self._infos[n.name] = (key, info)
         return info
 
@@ -156,19 +160,34 @@ class SimSlurm:
 
     # reasons are cleaned as the real backends clean them (slurm/actions.one_line): what the engine reads
     # back is what Slurm would show, so a reason that could never settle there cannot settle here either
-    def drain_nodes(self, names: list[str], reason: str) -> None:
+    def drain_nodes(self, names: list[str], reason: str, fields: dict[str, str] | None = None) -> None:
         for n in self._each(names):
             n.drained, n.reason, n.reason_time = True, one_line(reason), self.sim.now
+            self._fields(n, fields)
         self.sim.nodes_changed()
 
-    def resume_nodes(self, names: list[str]) -> None:
+    def resume_nodes(self, names: list[str], fields: dict[str, str] | None = None) -> None:
         for n in self._each(names):
             n.drained, n.down, n.reason, n.reason_time = False, False, "", None
+            self._fields(n, fields)
         self.sim.nodes_changed()
 
-    def set_reason_nodes(self, names: list[str], reason: str) -> None:
+    def set_reason_nodes(self, names: list[str], reason: str, fields: dict[str, str] | None = None) -> None:
         for n in self._each(names):
             n.reason, n.reason_time = one_line(reason), self.sim.now
+            self._fields(n, fields)
+
+    def set_fields(self, name: str, fields: dict[str, str]) -> None:
+        """The node's published summary (extra or comment) and features, in one write."""
+        for n in self._each([name]):
+            self._fields(n, fields)
+
+    def _fields(self, n, fields: dict[str, str] | None) -> None:
+        for key, value in (fields or {}).items():
+            if key == "extra":
+                n.extra = value
+            else:  # comment, availablefeatures, activefeatures: kept as given, shown by the next read
+                self.node_fields.setdefault(n.name, {})[key] = value
 
     def set_weight_nodes(self, names: list[str], weight: int) -> None:
         for n in self._each(names):
