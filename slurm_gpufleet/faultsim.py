@@ -348,6 +348,12 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             self.restarts_gpu_s = 0.0
             self.black_hole_crashes = 0
             self.lost_jobs = 0
+            self.ran_s: dict[str, float] = {}           # job -> seconds it ran (its waits are the rest)
+
+        def stop(self, job, requeue, failed=False):
+            if job.start is not None:
+                self.ran_s[job.id] = self.ran_s.get(job.id, 0.0) + self.now - job.start
+            super().stop(job, requeue, failed)
 
         def _start(self, job, placed):
             for i in placed:
@@ -364,6 +370,8 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 self.push(self.now + CRASH_S, "tick", ("crash", (job, job.gen)))
 
         def _end(self, job):
+            if job.start is not None:
+                self.ran_s[job.id] = self.ran_s.get(job.id, 0.0) + self.now - job.start
             super()._end(job)
             self.done_at[job.id] = self.now
 
@@ -382,6 +390,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             self.escalated: set[int] = set()            # domains drained whole by the rack escalation
             self.rack_escalations = 0
             self.repairing: set[int] = set()             # nodes whose admin repair is under way
+            self.peak_out = 0                             # the most nodes out of service at once
             self.false_drains = 0
             self.ladder_log: list[tuple[int, str, str, str]] = []   # (node, class, from, to): the carrier's moves
             self.next_check: dict[int, float] = {}       # node -> its next health check, while under remedy
@@ -671,6 +680,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             n = sim.nodes[i]
             if n.out(sim.now) and i not in self.out_since:
                 self.out_since[i] = (sim.now, "failures")
+                self.peak_out = max(self.peak_out, len(self.out_since))
             elif not n.out(sim.now) and i in self.out_since:
                 since, cause = self.out_since.pop(i)
                 self.out_by["remedies" if cause == "failures" else cause] += (sim.now - since) * n.gpus
@@ -709,6 +719,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             if not n.drained:
                 n.drained = True
                 self.out_since[i] = (sim.now, cause)
+                self.peak_out = max(self.peak_out, len(self.out_since))
                 sim.nodes_changed()
 
         def _return(self, sim, i: int) -> None:
@@ -829,23 +840,30 @@ class _Lab:
 
 
 def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:
+    def kept(job) -> float:
+        """The job's work done by the end (seconds of its run, kept or still running)."""
+        if job.id in sim.done_at and job.start is None and job.saved < job.run:
+            return job.saved   # ended unfinished (held after MaxBatchRequeue)
+        if job.id in sim.done_at:
+            return job.run
+        return min(job.run, job.saved + (max(0.0, end - job.start - sim._restart(job)) if job.start is not None
+                                         else 0.0))
+
     def ettr(ids) -> float | None:
+        """Work done over the time from submit to the end (or the job's end): the queue wait, and the wait
+        after each failure for nodes to run again on, count."""
         work = elapsed = 0.0
         for jid in ids:
             job = sim.by_id[jid]
-            first = sim.first_start[jid]
             stop = sim.done_at.get(jid, end)
-            if stop <= first:
+            if stop <= job.submit:
                 continue
-            finished = jid in sim.done_at and job.start is None and job.saved < job.run
-            done = job.saved if finished else job.run if jid in sim.done_at else min(job.run, job.saved + (
-                max(0.0, end - job.start - sim._restart(job)) if job.start is not None else 0.0))
             g = job.gpn * job.nodes
-            work += done * g
-            elapsed += (stop - first) * g
+            work += kept(job) * g
+            elapsed += (stop - job.submit) * g
         return round(work / elapsed, 4) if elapsed else None
 
-    started = list(sim.first_start)
+    started = [j.id for j in sim.jobs if j.submit < end]   # every job submitted (those still waiting too)
     # for --plot: GPUs in service, and the ETTR of the jobs ended by each day (hours on both axes)
     capacity = [(0.0, sum(n.gpus for n in sim.nodes))] + [(t / 3600, g) for t, g in sim.capacity]
     ettr_by_day = []
@@ -857,15 +875,26 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
     found = [f for f in faults if f.detected_at is not None]
     latency_min = [(f.detected_at - f.t) / 60 for f in found if f.cls.effect == "gpu"]
     resolved = sum(ctl.resolved.values())
+    fleet_gpu_s = sum(n.gpus for n in sim.nodes) * end
+    node_h_out = sum(ctl.out_by.values()) / 3600 / sim.nodes[0].gpus
+    big = [sim.by_id[j] for j in started if j in big_jobs]
     return {
         "ettr": ettr(started),
         "ettr_1024": ettr([j for j in started if j in big_jobs]),
-        "jobs_1024": len([j for j in started if j in big_jobs]),
+        "jobs_1024": len(big),
+        # how long the jobs of 1,024 GPUs or more waited, from submit: for nodes enough in service
+        "waiting_1024_h": round(max(0.0, sum(sim.done_at.get(j.id, end) - j.submit - sim.ran_s.get(j.id, 0.0)
+                                    - (end - j.start if j.start is not None and j.id not in sim.done_at else 0.0)
+                                    for j in big)) / 3600, 1) if big else None,
+        "goodput": round(sum(kept(sim.by_id[j]) * sim.by_id[j].gpn * sim.by_id[j].nodes for j in started)
+                         / fleet_gpu_s, 4) if fleet_gpu_s else None,
+        "availability": round(1 - node_h_out * 3600 / (len(sim.nodes) * end), 4) if end else None,
+        "peak_nodes_out": ctl.peak_out,
         "gpu_hours_lost": {
             "failures": round((sim.failed_work_gpu_s + sim.restarts_gpu_s) / 3600, 1),
             "remedies": round(ctl.out_by["remedies"] / 3600, 1),
             "false_drains": round(ctl.out_by["false_drains"] / 3600, 1)},
-        "node_hours_out": round(sum(ctl.out_by.values()) / 3600 / sim.nodes[0].gpus, 1),
+        "node_hours_out": round(node_h_out, 1),
         "fault_to_drain_min": {"p50": _round(_percentile(latency_min, 0.5)), "p90": _round(_percentile(latency_min, 0.9)),
                                "gpu_faults_found": len(latency_min)},
         "resolved": {k: round(v / resolved, 3) if resolved else 0.0 for k, v in ctl.resolved.items()},
@@ -960,8 +989,9 @@ def fleet_text(out: dict[str, Any]) -> str:
         lines.append(f"domains of {a['domain_size']} nodes: {a['switch_share']:g} of the domain classes' faults "
                      f"switch-side, {a['switch_events_drawn']} switch event(s) drawn, each taking its domain whole")
     lines.append("")
-    head = f"{'strategy':<22} {'ETTR':>6} {'ETTR>=1024':>10} {'lost GPU-h: failures':>20} {'remedies':>9} " \
-           f"{'false drains':>12} {'node-h out':>10} {'to drain p50/p90 min':>21} {'reset/reboot/repair':>20}" \
+    head = f"{'strategy':<22} {'ETTR':>6} {'ETTR>=1024':>10} {'goodput':>7} {'avail':>6} {'lost GPU-h: failures':>20} " \
+           f"{'remedies':>9} {'false drains':>12} {'node-h out':>10} {'peak out':>8} {'to drain p50/p90 min':>21} " \
+           f"{'reset/reboot/repair':>20}" \
            + (f" {'rack':>5} {'escalations':>11} {'breaker trips':>13}" if a.get("domain_size") else "")
     lines.append(head)
     for name, m in out["strategies"].items():
@@ -970,12 +1000,25 @@ def fleet_text(out: dict[str, Any]) -> str:
         e1024 = "-" if m["ettr_1024"] is None else f"{m['ettr_1024']:.4f}"
         p50 = "-" if lat["p50"] is None else f"{lat['p50']:.1f}"
         p90 = "-" if lat["p90"] is None else f"{lat['p90']:.1f}"
-        lines.append(f"{name:<22} {m['ettr']:>6.4f} {e1024:>10} {m['gpu_hours_lost']['failures']:>20.1f} "
+        lines.append(f"{name:<22} {m['ettr']:>6.4f} {e1024:>10} {m['goodput']:>7.4f} {m['availability']:>6.4f} "
+                     f"{m['gpu_hours_lost']['failures']:>20.1f} "
                      f"{m['gpu_hours_lost']['remedies']:>9.1f} {m['gpu_hours_lost']['false_drains']:>12.1f} "
-                     f"{m['node_hours_out']:>10.1f} {p50 + ' / ' + p90:>21} "
+                     f"{m['node_hours_out']:>10.1f} {m['peak_nodes_out']:>8g} {p50 + ' / ' + p90:>21} "
                      f"{r['reset']:.2f}/{r['reboot']:.2f}/{r['repair']:.2f}"
                      + (f" {r.get('rack', 0):>5.2f} {m.get('rack_escalations', 0):>11g} {m.get('breaker_trips', 0):>13g}"
                         if a.get("domain_size") else ""))
+    waits = {name: m["waiting_1024_h"] for name, m in out["strategies"].items() if m.get("waiting_1024_h") is not None}
+    if waits:
+        lines.append("")
+        lines.append("ETTR counts from submit: a job waits in the queue, and again after each failure until enough "
+                     "nodes are in service for it.")
+        lines.append("jobs of 1,024 GPUs or more waited (h): " + ", ".join(f"{k} {v:g}" for k, v in waits.items()))
+    lost = {name: m["jobs_lost"] for name, m in out["strategies"].items() if m.get("jobs_lost")}
+    if lost:
+        lines.append("jobs ended unfinished, held after more than 5 requeues (MaxBatchRequeue): "
+                     + ", ".join(f"{k} {v:g}" for k, v in lost.items())
+                     + "; ETTR stops counting a job at that end, so compare goodput, the work the fleet kept.")
+    lines.append("goodput: the work kept over the fleet's GPU-hours; avail: node-hours in service over node-hours.")
     return "\n".join(lines)
 
 
