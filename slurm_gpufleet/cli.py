@@ -1507,12 +1507,18 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
                    "the rates file's [domain] switch_share, 0.1, an assumption).")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="(fleet) GPUs in service and ETTR over time, per "
                                                                "strategy.")
+@click.option("--fault-log", "fault_log_file", metavar="FILE",
+              help="(fleet) Replay your own cluster's faults instead of drawing them: a CSV with the header "
+                   "node,start,end,class,detail (hours since the log's start, or ISO 8601 times), or the output of "
+                   "`sacctmgr -P show event format=NodeName,TimeStart,TimeEnd,State,Reason`.  --nodes adds nodes "
+                   "that never faulted; the history repeats to cover the log's span.")
 @click.option("--json", "as_json", is_flag=True)
 def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | None, checkpoint_every_h: float | None,
                           restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
                           seeds: int, sacct_file: str | None, node_count: int, gpus_per_node: int, rates_file: str | None,
                           hc_interval_s: float, lemon_share: float, lemon_factor: float, big_job_gpus: int,
-                          domain_size: int, switch_share: float | None, plot_file: str | None, as_json: bool) -> None:
+                          domain_size: int, switch_share: float | None, plot_file: str | None,
+                          fault_log_file: str | None, as_json: bool) -> None:
     """What failures cost jobs, and what the health checks save, on the simulator core of `maintain
     simulate`.  Fleet mode: a job history on a simulated fleet with failures drawn per class (Llama 3's
     rates), found and handled by each strategy; per strategy the effective training time ratio (ETTR),
@@ -1541,6 +1547,14 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
         model = load_model(rates_file)
     except RatesError as exc:
         _fail(str(exc), exitcodes.USAGE)
+    fault_log = None
+    if fault_log_file:
+        from .faultlog import FaultLogError, read
+
+        try:
+            fault_log = read(fault_log_file)
+        except FaultLogError as exc:
+            _fail(str(exc), exitcodes.USAGE)
     label = sacct_file or HELIOS_LABEL
     try:
         with open_text(sacct_file or str(HELIOS_SACCT)) as fh:
@@ -1556,7 +1570,8 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
                            restart_min=10.0 if restart_minutes is None else restart_minutes, seed=seed,
                            lemon_share=lemon_share, lemon_factor=lemon_factor, big_job_gpus=big_job_gpus,
                            settings=_load_policy((ctx.obj or {}).get("config"), read_only=True).slurm, seeds=seeds,
-                           domain_size=domain_size, switch_share=switch_share)
+                           domain_size=domain_size, switch_share=switch_share, fault_log=fault_log,
+                           progress=_progress_on_stderr())
     except ValueError as exc:
         _fail(str(exc), exitcodes.USAGE)
     out["assumptions"]["history"] = label
@@ -1578,7 +1593,20 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
 
 # simulate-faults' options of the fleet mode alone (parameter names): --one-job refuses them
 FLEET_ONLY = ("sacct_file", "node_count", "gpus_per_node", "rates_file", "hc_interval_s", "lemon_share",
-              "lemon_factor", "big_job_gpus", "domain_size", "switch_share", "plot_file", "seeds")
+              "lemon_factor", "big_job_gpus", "domain_size", "switch_share", "plot_file", "seeds", "fault_log_file")
+
+
+def _progress_on_stderr(after_s: float = 2.0):
+    """A long simulation says how far it is on stderr (at most once a second, from `after_s` on)."""
+    import time
+
+    start = time.monotonic()
+
+    def told(strategy: str, seed: int, now_s: float, horizon_s: float) -> None:
+        if time.monotonic() - start >= after_s:
+            click.echo(f"simulate-faults: {strategy}, seed {seed}: day {now_s / 86400:.0f} of {horizon_s / 86400:.0f}",
+                       err=True)
+    return told
 
 
 def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every_h: float | None,

@@ -125,6 +125,7 @@ class FailureClass:
     fixed_by_reboot: float
     precursor_share: float
     source: str
+    keywords: tuple[str, ...] = ()   # how a fault log's text names it (--fault-log)
 
 
 @dataclass(frozen=True)
@@ -210,9 +211,13 @@ def load_model(path: str | None = None) -> FaultModel:
         check, severity, action = row["finding"]
         if severity not in RANK or action not in ACTIONS:
             raise RatesError(f"{where}: class {name}: finding {row['finding']!r}: unknown severity or action")
+        words = row.get("keywords", [])
+        if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
+            raise RatesError(f"{where}: class {name}: keywords must be a list of words")
         classes.append(FailureClass(name, row.get("what", name), float(row["rate"]), row["effect"],
                                     tuple(row["seen_by"]), row.get("severity", "high"), (check, severity, action),
-                                    reset, reboot, float(row.get("precursor_share", 0.0)), row.get("source", "")))
+                                    reset, reboot, float(row.get("precursor_share", 0.0)), row.get("source", ""),
+                                    tuple(w.strip().lower() for w in words)))
     names = [c.name for c in classes]
     if len(set(names)) != len(names):
         raise RatesError(f"{where}: a class is given twice")
@@ -254,6 +259,7 @@ class Fault:
     resolved_by: str = ""
     hit: bool = False            # it struck a node in service (one out of service has nothing to fail)
     domain: int | None = None    # a switch-side fault: the index of the domain it took whole
+    until: float | None = None   # a logged fault (--fault-log): the node is unusable until then, whatever is done
 
 
 def switch_class(model: FaultModel) -> FailureClass:
@@ -316,7 +322,7 @@ def _percentile(values: list[float], q: float) -> float | None:
 def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_per_node: int, horizon_s: float,
                faults: list[Fault], alarms: list[tuple[float, int]], *, hc_interval_s: float, checkpoint_every_h: float,
                restart_min: float, seed: int, big_jobs: frozenset[str], settings=None,
-               domain_size: int = 0) -> dict[str, Any]:
+               domain_size: int = 0, watch=None) -> dict[str, Any]:
     """One strategy's replay: the same jobs, faults and false alarms as every other strategy."""
     import copy
 
@@ -376,7 +382,9 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             self.done_at[job.id] = self.now
 
     class Ctl(Controller):
-        active = True
+        # the rollout's measures, taken at every event over every node (Simulator._advance), are not this
+        # simulator's: it keeps its own (out_by, out_since, peak_out) where a node changes
+        active = False
 
         def __init__(self):
             super().__init__(0, 0.0)
@@ -417,9 +425,11 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
         # -- what happens --------------------------------------------------------------------------
         def _fault(self, sim, f: Fault):
             n = sim.nodes[f.node]
-            if n.drained or f.node in sim.active_fault:
+            if f.node in sim.active_fault or (n.drained and f.until is None):
                 return  # a node out of service, or already failed: nothing runs there to fail
-            f.hit = True
+            f.hit = True   # a logged fault strikes a node out of service too: it is unusable until its end
+            if f.until is not None:
+                sim.push(f.until, "tick", ("expire", f))
             self._crash_jobs(sim, f.node)
             if f.cls.effect == "job":
                 return
@@ -492,7 +502,23 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             elif f.level in ("reset", "reboot"):
                 self._after(sim, f, wait + times["reboot_minutes"] * 60, "reboot")
             else:
-                self._after(sim, f, wait + times["repair_hours"] * 3600, "repair")
+                self._after(sim, f, self._repair_in(sim, f, wait), "repair")
+
+        def _repair_in(self, sim, f: Fault, wait: float) -> float:
+            """How long a repair takes from now, an admin looking after `wait`: `repair_hours`, or for a logged
+            fault until its logged end (and no sooner than the admin looks)."""
+            if f.until is not None:
+                return max(wait, f.until - sim.now)
+            return wait + times["repair_hours"] * 3600
+
+        def _expire(self, sim, f: Fault) -> None:
+            """A logged fault's end: the node is usable again.  The gpufleet strategies' next check finds it
+            clean (or the admin's repair, under way, ends now); the others' repair was set for this end."""
+            if not carried or sim.active_fault.get(f.node) is not f or f.how in ("slurm", "admin"):
+                return   # (one Slurm or an admin took out: their repair, set for this end, brings it back)
+            self._fixed(sim, f, "repair")
+            if f.node not in self.repairing:
+                self._next(sim, f.node)
 
         # -- the breaker (slurm/breaker.py), as the actuator asks it before each of our drains ------------
         def _fleet(self, sim) -> list:
@@ -626,7 +652,8 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 # drained for repair, or for a finding no rung remedies: an admin looks, then repairs
                 if i not in self.repairing:
                     self.repairing.add(i)
-                    sim.push(sim.now + (times["admin_hours"] + times["repair_hours"]) * 3600, "tick", ("repaired", i))
+                    sim.push(sim.now + (self._repair_in(sim, f, times["admin_hours"] * 3600) if f is not None else
+                                        (times["admin_hours"] + times["repair_hours"]) * 3600), "tick", ("repaired", i))
                 return
             if where in (T.IN_SERVICE, T.OTHERS) and i not in sim.active_fault:
                 return
@@ -741,6 +768,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 sim.nodes_changed()
 
     sim = Sim(jobs, nodes, gpus_per_node)
+    sim.watch = watch
     ctl = Ctl()
     sim.checkpoint_every_s = checkpoint_every_h * 3600
     sim.restart_s = restart_min * 60
@@ -867,11 +895,18 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
     # for --plot: GPUs in service, and the ETTR of the jobs ended by each day (hours on both axes)
     capacity = [(0.0, sum(n.gpus for n in sim.nodes))] + [(t / 3600, g) for t, g in sim.capacity]
     ettr_by_day = []
-    for day in range(1, int(end // 86400) + 1):
-        ended = [j for j in started if sim.done_at.get(j, math.inf) <= day * 86400]
-        value = ettr(ended)
-        if value is not None:
-            ettr_by_day.append((day * 24.0, value))
+    ended = sorted((sim.done_at[j], j) for j in started if j in sim.done_at)
+    work = elapsed = 0.0
+    k = 0
+    for day in range(1, int(end // 86400) + 1):   # the jobs ended by each day, added as they end
+        while k < len(ended) and ended[k][0] <= day * 86400:
+            job = sim.by_id[ended[k][1]]
+            if ended[k][0] > job.submit:
+                work += kept(job) * job.gpn * job.nodes
+                elapsed += (ended[k][0] - job.submit) * job.gpn * job.nodes
+            k += 1
+        if elapsed:
+            ettr_by_day.append((day * 24.0, round(work / elapsed, 4)))
     found = [f for f in faults if f.detected_at is not None]
     latency_min = [(f.detected_at - f.t) / 60 for f in found if f.cls.effect == "gpu"]
     resolved = sum(ctl.resolved.values())
@@ -918,14 +953,23 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
                  model: FaultModel, hc_interval_s: float, checkpoint_every_h: float, restart_min: float, seed: int,
                  lemon_share: float = 0.0, lemon_factor: float = 1.0, big_job_gpus: int = 0,
                  assumption: str = "runtime-ceil-hour", settings=None, seeds: int = 1, domain_size: int = 0,
-                 switch_share: float | None = None) -> dict[str, Any]:
+                 switch_share: float | None = None, fault_log=None, progress=None) -> dict[str, Any]:
     """The fleet mode: the trace's jobs on `nodes` nodes for `days`, the same faults for every strategy;
-    with `seeds` > 1 every figure is the mean over seeds seed..seed+seeds-1 (faults drawn are summed)."""
+    with `seeds` > 1 every figure is the mean over seeds seed..seed+seeds-1 (faults drawn are summed).
+
+    fault_log: a faultlog.FaultLog to replay instead of drawing failures: its nodes are the fleet's first
+    (`nodes` adds nodes that never faulted), its span the horizon (`days` cuts it), and the history
+    repeats to cover it.  progress(strategy, seed, now_s, horizon_s): told about once a second."""
     from .maintain.simulate import SimJob, sim_jobs
 
     jobs, dropped = sim_jobs(trace, gpus_per_node, assumption)
     span = max((j.submit + j.run for j in jobs), default=0.0)
-    horizon = days * 86400 if days else span
+    if fault_log is not None:
+        nodes = max(nodes, len(fault_log.nodes))
+        horizon = min(days * 86400, fault_log.span_s) if days else fault_log.span_s
+        jobs = _repeated(jobs, span, horizon)
+    else:
+        horizon = days * 86400 if days else span
     jobs = [j for j in jobs if j.submit < horizon and j.nodes <= nodes]
     big: frozenset[str] = frozenset()
     if big_job_gpus:
@@ -943,6 +987,8 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
         raise ValueError("--domain-size: the rates file names no [domain] classes")
     for s in range(seed, seed + seeds):
         faults, alarms = draw_faults(model, nodes, horizon, s, lemon_share, lemon_factor, domain_size, switch_share)
+        if fault_log is not None:   # the log's faults instead of the draws; the false alarms stay drawn
+            faults = logged_faults(fault_log, model, horizon, s)
         alarms_drawn += len(alarms)
         for f in faults:
             by_class[f.cls.name] = by_class.get(f.cls.name, 0) + 1
@@ -952,7 +998,8 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
             runs[name].append(_fault_run(
                 name, model, run_jobs, nodes, gpus_per_node, horizon, faults, alarms, hc_interval_s=hc_interval_s,
                 checkpoint_every_h=checkpoint_every_h, restart_min=restart_min, seed=s, big_jobs=big,
-                settings=settings, domain_size=domain_size))
+                settings=settings, domain_size=domain_size,
+                watch=(lambda sim, name=name, s=s: progress(name, s, sim.now, horizon)) if progress else None))
     series = {name: rs[0]["_series"] for name, rs in runs.items()}   # the first seed's, for --plot
     for rs in runs.values():
         for r in rs:
@@ -973,15 +1020,53 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
         "not_modelled": "precursors (0 for every class: no source)"
                         + ("" if domain_size else ", rack-correlated events (--domain-size)"),
     }
+    if fault_log is not None:
+        out["assumptions"]["fault_log"] = {
+            "form": fault_log.form, "faults": len(fault_log.faults), "nodes_in_log": len(fault_log.nodes),
+            "span_days": round(fault_log.span_s / 86400, 2),
+            "replayed": "each logged fault leaves its node unusable from its start to its end, whatever the "
+                        "strategy (nothing on the node fixes it sooner); the strategies differ in how soon jobs "
+                        "stop landing there, the work jobs lose and the remedies they add; the history repeats "
+                        "to cover the log's span"}
     return out
+
+
+def _repeated(jobs: list, span: float, horizon: float) -> list:
+    """The history again and again, each copy `span` later, until it covers the horizon."""
+    from .maintain.simulate import SimJob
+
+    if span <= 0 or horizon <= span:
+        return jobs
+    out = list(jobs)
+    for k in range(1, math.ceil(horizon / span)):
+        out += [SimJob(f"{j.id}#{k}", j.submit + k * span, j.run, j.limit, j.nodes, j.gpn) for j in jobs
+                if j.submit + k * span < horizon]
+    return out
+
+
+def logged_faults(log, model: FaultModel, horizon_s: float, seed: int) -> list[Fault]:
+    """A fault log's rows as the simulator's faults: the log's nodes are the fleet's first, in order; the
+    class is what the rates file's keywords name; each lasts until its logged end."""
+    import random
+
+    from .faultlog import class_of
+
+    by_name = {c.name: c for c in model.classes}
+    index = {node: i for i, node in enumerate(log.nodes)}
+    rng = random.Random(f"{seed} fault log")   # where in the health check's interval each falls
+    return [Fault(f.start_s, index[f.node], by_name[class_of(f.text, model.classes)], "repair", rng.random(),
+                  until=min(f.end_s, horizon_s))
+            for f in log.faults if f.start_s < horizon_s]
 
 
 def fleet_text(out: dict[str, Any]) -> str:
     a = out["assumptions"]
     drawn = ", ".join(f"{k} {v}" for k, v in sorted(a["faults_drawn"].items(), key=lambda kv: -kv[1])) or "none"
     lines = [f"{a['nodes']} nodes x {a['gpus_per_node']} GPUs, {a['days']:g} days, {a['jobs']} jobs ({a.get('history', '')})",
-             f"failures drawn ({a['rates']}, seed {a['seed']}" + (f", {a['seeds']} seeds, figures are means"
-                                                                   if a.get('seeds', 1) > 1 else "")
+             (f"faults replayed from the fault log ({a['fault_log']['form']}: {a['fault_log']['faults']} faults on "
+              f"{a['fault_log']['nodes_in_log']} nodes over {a['fault_log']['span_days']:g} days; classes by the "
+              f"keywords of {a['rates']}" if a.get("fault_log") else f"failures drawn ({a['rates']}")
+             + f", seed {a['seed']}" + (f", {a['seeds']} seeds, figures are means" if a.get('seeds', 1) > 1 else "")
              + f"): {drawn}; false alarms {a['false_alarms_drawn']}",
              f"health check every {a['health_check_interval_s']:g} s, checkpoint every {a['checkpoint_every_h']:g} h, "
              f"restart {a['restart_minutes']:g} min; not modelled: {a['not_modelled']}"]
