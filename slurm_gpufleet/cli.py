@@ -1322,9 +1322,12 @@ def fleet_save(ctx: click.Context, out: str) -> None:
 @click.pass_context
 def fleet_cases(ctx: click.Context, as_json: bool) -> None:
     """The remediation ladder's open cases: per node and failure class, the attempts within the window
-    (`max_attempts` in `attempt_window_s`), the first and last, and the status: `repair` (drained for
-    repair: an admin resumes it, which closes the case), `running` (a reset or reboot under way) or
-    `watch` (remedied, still counted).  Read from what every node publishes (one read of the fleet)."""
+    (`max_attempts` in `attempt_window_s`), the first and last, the status and what it asks of you:
+    `validation_failed` (drained for repair after its validation run failed: its output is kept on the
+    node, `<state_dir>/validation-JOB.out`), `repair` (drained for repair: the cap, or a fault that
+    survived its reboots; `fleet repaired NODE` or a resume closes the case), `running` (a reset, reboot
+    or validation under way) or `watch` (remedied, still counted).  What needs you first, then the most
+    recent.  Read from what every node publishes (one read of the fleet)."""
     from .maintain.fleet import FleetNode
     from .remediation import CASE_FIELDS, fleet_cases
     from .slurm import SlurmError
@@ -1337,7 +1340,7 @@ def fleet_cases(ctx: click.Context, as_json: bool) -> None:
             nodes = [FleetNode.from_info(i) for i in _backend(policy).nodes()]
         except SlurmError as exc:
             _fail(f"cannot read the nodes from Slurm: {exc}", exitcodes.USAGE)
-    rows = fleet_cases(nodes)
+    rows = fleet_cases(nodes, policy.slurm.state_dir)
     if as_json or ctx.obj["as_json"]:
         click.echo(json.dumps({"fields": list(CASE_FIELDS), "cases": rows}, indent=1))
         return
@@ -1348,6 +1351,7 @@ def fleet_cases(ctx: click.Context, as_json: bool) -> None:
     for r in rows:
         click.echo(f"{r['node']:<12} {r['class']:<16} {r['attempts']:>8}  {r['first']:<25} {r['last']:<25} "
                    f"{r['status']}" + (f"  ({r['reason']})" if r["reason"] else ""))
+        click.echo(f"{'':<12} -> {r['todo']}")
 
 
 @fleet.command("repaired")

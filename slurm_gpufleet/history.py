@@ -187,8 +187,9 @@ class History:
             "group by r.class order by max(r.ts)", [node, now - window_s])
         for row in rows:
             row["running"] = row.pop("episode") == last_clean
-            row["outcome"] = self._query("select outcome from remedies where node = ? and class = ? "
-                                         "order by id desc limit 1", [node, row["class"]])[0]["outcome"]
+            latest = self._query("select outcome, rung from remedies where node = ? and class = ? "
+                                 "order by id desc limit 1", [node, row["class"]])[0]
+            row["outcome"], row["rung"] = latest["outcome"], latest["rung"]
         if cached:
             self._cases[(node, window_s)] = rows
         return rows

@@ -152,21 +152,31 @@ def mark_reset(kernel_log: str | None, node: str, pcis: list[str]) -> str | None
     return None
 
 
-CASE_FIELDS = ("node", "class", "attempts", "first", "last", "status")
+CASE_FIELDS = ("node", "class", "attempts", "first", "last", "status", "todo")
+# what each status a node publishes asks of an admin, in the order `fleet cases` lists them
+CASE_STATUSES = {
+    "validation_failed": "validation failed: read its job's output on the node ({state_dir}/validation-JOB.out, "
+                         "the job in the reason), repair, then `slurm-gpufleet fleet repaired NODE`",
+    "repair": "needs repair: inspect it, then `slurm-gpufleet fleet repaired NODE` (or resume it)",
+    "running": "a remedy under way (reset, reboot or validation): nothing to do yet",
+    "watch": "nothing: remedied, its attempts still counted within attempt_window_s",
+}
 
 
-def fleet_cases(nodes) -> list[dict]:
+def fleet_cases(nodes, state_dir: str = "<state_dir>") -> list[dict]:
     """Every open case of the fleet, from what each node's health check published (FleetNode.cases):
-    drained for repair first, then the most recent."""
+    what needs an admin first (a failed validation, a repair), then the most recent."""
     import datetime as dt
 
-    order = {"repair": 0, "running": 1, "watch": 2}
+    order = {status: k for k, status in enumerate(CASE_STATUSES)}
     rows = []
     for n in nodes:
         for cls, attempts, first, last, status in n.cases:
+            todo = CASE_STATUSES.get(status, "").replace("{state_dir}", state_dir)
             rows.append({"node": n.name, "class": cls, "attempts": attempts,
                          "first": dt.datetime.fromtimestamp(first, dt.UTC).isoformat(timespec="seconds"),
                          "last": dt.datetime.fromtimestamp(last, dt.UTC).isoformat(timespec="seconds"),
-                         "status": status, "reason": n.reason if status == "repair" else ""})
+                         "status": status, "todo": todo,
+                         "reason": n.reason if status in ("repair", "validation_failed") else ""})
     rows.sort(key=lambda r: r["last"], reverse=True)  # the most recent first, within each status
-    return sorted(rows, key=lambda r: order.get(r["status"], 3))
+    return sorted(rows, key=lambda r: order.get(r["status"], len(order)))

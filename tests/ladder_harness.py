@@ -5,11 +5,15 @@ contract test holds to the real one) as the backend.  Between runs it plays what
 passes (the validation job ends), a reboot asked for happens (a new boot in the kernel log, the fault
 gone where a reboot clears it), an admin repairs a node drained for inspection and says `fleet repaired`.
 
-    python tests/ladder_harness.py DIR KIND LEVEL      KIND: memory | xid   LEVEL: reset | reboot | repair
+    python tests/ladder_harness.py DIR KIND LEVEL [--validation-fails]
+                                         KIND: memory | xid   LEVEL: reset | reboot | repair
 
 DIR must pass the trust rule (the tests' TMPDIR does): the config and the reset command live there.
 
-Prints the ladder's rungs, as the node's history recorded them, in order, as JSON.
+Prints, as JSON: the ladder's rungs as the node's history recorded them, in order (`rungs`); the node's
+reason and its published cases at the end (`reason`, `cases`); the case's status each time it changed
+(`statuses`); its actions (`actions`) and validations (`validations`).  With
+--validation-fails every validation job fails (the run ends once the node is drained for repair).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ exit 0
 """
 
 
-def run(work: Path, kind: str, level: str) -> list[str]:
+def run(work: Path, kind: str, level: str, validation_fails: bool = False) -> dict:
     sys.path.insert(0, str(HERE / "slurm"))
     import gpustate
 
@@ -90,6 +94,8 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
     setup = _setup("healthcheck", str(config), NODE)
     sim = Simulator([], 4, 8)
     slurm = SimSlurm(sim)
+    if validation_fails:
+        slurm.validation_fails = {NODE}
 
     def strike() -> None:
         if kind == "memory":
@@ -101,11 +107,16 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
     strike()
     boot, repaired = sim.nodes[0].boot, False
     from slurm_gpufleet.history import History, db_path
+    from slurm_gpufleet.summary import parse
 
     history = History(db_path(str(state), NODE))
+    statuses: list[str] = []   # the case's status as the node published it, each change
     for _ in range(40):
         report = evaluate(read_node(setup.settings, NODE), setup.policy, host=NODE, expect_idle=True)
         act(setup, report, "healthcheck", backend=slurm)
+        published = [c[4] for c in (parse(slurm.node(NODE).extra) or {}).get("case", [])]
+        if published and published[0] != (statuses[-1:] or [None])[0]:
+            statuses.append(published[0])
         sim.now += 600.0   # the next run: a validation job started now has ended by then
         info = slurm.node(NODE)   # a reboot asked for happens (the node is idle)
         if sim.nodes[0].boot != boot:
@@ -126,8 +137,18 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
         done = not (info.drained or info.down or info.rebooting) and history.open_validation(NODE) is None
         if done and report.verdict in ("ok", "warn"):
             break
-    return [r["rung"] for r in history._query("select rung from remedies where node = ? order by id", [NODE])]
+        if validation_fails and info.drained and info.reason.startswith("gpufleet: repair validation failed"):
+            break
+    info = slurm.node(NODE)
+    return {"statuses": statuses, "rungs": [r["rung"] for r in history._query("select rung from remedies where node = ? order by id",
+                                                        [NODE])],
+            "reason": info.reason if info.drained or info.down else "",
+            "cases": (parse(info.extra) or {}).get("case", []),
+            "actions": [(r["action"], r["reason"], r["why"]) for r in history._query(
+                "select action, reason, why from actions where node = ? order by ts", [NODE])],
+            "validations": [(r["cause"], r["attempt"], r["job"], r["state"], r["detail"]) for r in history._query(
+                "select cause, attempt, job, state, detail from validations where node = ? order by id", [NODE])]}
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(Path(sys.argv[1]), sys.argv[2], sys.argv[3])))
+    print(json.dumps(run(Path(sys.argv[1]), sys.argv[2], sys.argv[3], "--validation-fails" in sys.argv[4:])))

@@ -24,10 +24,10 @@ CASES = [
 ]
 
 
-def _harness(tmp_path, kind: str, level: str) -> list[str]:
+def _harness(tmp_path, kind: str, level: str, *flags: str) -> dict:
     env = {**os.environ, "PYTHONPATH": f"{FAKE_NVML}:{REPO}"}
     r = subprocess.run([sys.executable, str(REPO / "tests" / "ladder_harness.py"), str(tmp_path / "node"), kind,
-                        level], capture_output=True, text=True, env=env, timeout=120)
+                        level, *flags], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "refused" not in r.stderr and "internal error" not in r.stderr, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -48,4 +48,25 @@ def _simulator(cls: str, level: str) -> list[str]:
 def test_each_class_climbs_the_same_rungs_under_the_health_check_and_the_fault_simulator(tmp_path, cls, kind, level):
     expected = {"reset": ["reset"], "reboot": ["reset", "reboot"], "repair": ["reset", "reboot", "reboot", "repair"]}
     seen = _harness(tmp_path, kind, level)
-    assert seen == _simulator(cls, level) == expected[level]
+    assert seen["rungs"] == _simulator(cls, level) == expected[level]
+    assert seen["reason"] == "", "back in service"
+    assert [v[3] for v in seen["validations"]] == ["passed"], "through one validation run"
+    # what `fleet cases` shows an admin along the way: a remedy under way, a repair to make, then nothing
+    assert seen["statuses"] == {"reset": ["running", "watch"], "reboot": ["running", "watch"],
+                                "repair": ["running", "repair", "running"]}[level], seen["statuses"]
+    # (after a repair, the admin's `fleet repaired` and the validation run close the case)
+
+
+def test_a_failed_validation_drains_for_repair_naming_its_remedy_and_job_and_the_case_says_so(tmp_path):
+    """The reset fixed the GPU; its validation job fails twice (validation_retries = 1): drained for repair
+    with a reason that names the remedy it followed and the job, whose output the node keeps; the case
+    the node publishes (what `fleet cases` lists) is `validation_failed`."""
+    seen = _harness(tmp_path, "memory", "reset", "--validation-fails")
+    assert seen["rungs"] == ["reset"]
+    validations = seen["validations"]
+    assert [v[1:2] + v[3:4] for v in validations] == [[1, "retried"], [2, "failed"]], validations
+    job = validations[-1][2]
+    assert seen["reason"] == f"gpufleet: repair validation failed 2x after reset: job {job} FAILED", seen
+    assert [v[0].split(":")[0] for v in validations] == ["reset", "reset"], "the retry keeps its cause"
+    assert validations[-1][4].endswith(f"output {tmp_path}/node/state/validation-{job}.out")
+    assert [c[0] for c in seen["cases"]] == ["ecc"] and seen["cases"][0][4] == "validation_failed", seen["cases"]

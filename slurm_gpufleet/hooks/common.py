@@ -193,7 +193,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         if data is not None and step.observed is not None:
             data["obs"] = f"{step.observed.kind}: {step.observed.reason or step.observed.why}"[:100]
         if data is not None:
-            cases = carrier.cases(info)
+            cases = carrier.cases(info, step)
             if cases:
                 data["case"] = cases
         if data is not None and setup.refused:

@@ -257,7 +257,7 @@ class SimSlurm:
         self._reserve(list(r.nodes))
 
     def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,
-                   comment: str) -> str:
+                   comment: str, output: str = "/dev/null") -> str:
         self.calls["write"] += 1
         r = self.reservations_.get(reservation)
         if r is None or node not in r.nodes or r.start > self.sim.now:

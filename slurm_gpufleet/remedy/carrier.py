@@ -28,8 +28,10 @@ from .decide import Action, Ladder, decide
 from .table import (
     DRAINED,
     IN_SERVICE,
+    REBOOTING,
     REPAIR,
     RESETTING,
+    RETURNING,
     VALIDATING,
     IllegalMove,
     RemedyState,
@@ -74,6 +76,7 @@ class Step:
     final: str
     before: RemedyState
     observed: Action | None = None     # observe mode: what full mode would have done
+    after: RemedyState | None = None   # where this run's action takes the node (observe mode: where it is)
 
 
 @dataclass
@@ -154,7 +157,8 @@ class Carrier:
             self.history.record_action(self.node, hook, "observe", action.reason, f"would {action.kind}: {action.why}",
                                        True)
             action = Action("none", why=f"observe mode: would {action.kind} ({action.reason or action.why})")
-        return Step(action, report, info, findings, final, before, observed)
+        after = before if observed is not None else target
+        return Step(action, report, info, findings, final, before, observed, after)
 
     def where(self, info: NodeInfo) -> RemedyState:
         return state_of(info, validating=self.history.open_validation(self.node) is not None)
@@ -272,17 +276,37 @@ class Carrier:
             elif row["rung"] == "reboot" and info.boot_time and row["boot"] != info.boot_time:
                 history.settle_remedy(row["id"], "permanent", "still there after the reboot")
 
-    def cases(self, info: NodeInfo) -> list[list]:
+    def cases(self, info: NodeInfo, step: Step | None = None) -> list[list]:
         """The node's open cases as the summary carries them (`fleet cases` reads them fleet-wide in one
-        read): [class, attempts, first, last (epoch s), status], status `repair` (drained for it),
-        `running` (the ladder is on it) or `watch` (remedied, still within the window)."""
-        from ..remediation import is_repair
+        read): [class, attempts, first, last (epoch s), status], status (remediation.CASE_STATUSES)
+        `validation_failed` (drained for repair after its validation run failed), `repair` (drained for a
+        repair: the cap, or what survived its reboots), `running` (the ladder is on it: a reset, a reboot,
+        the validation run before it returns) or `watch` (remedied, still counted within the window).
+        `step`: this run's, whose write the summary rides in: the cases as they stand after it."""
+        from ..remediation import class_of, is_repair
         from ..slurm.ownership import PREFIX
 
+        cases = self.history.cases(info.name, self.settings.attempt_window_s) or []
+        if not cases:
+            return []
+        act = step.action if step is not None else None
+        writes = act is not None and act.kind in ("drain", "set_reason")
+        reason = act.reason if writes else info.reason
+        where = step.after if step is not None else self.where(info)
+        # this run's drain for repair, not yet in the history (the write records it)
+        repairing = class_of(act.finding) if writes and act.rung == "repair" and act.finding is not None else None
         out = []
-        for c in self.history.cases(info.name, self.settings.attempt_window_s) or []:
-            status = "repair" if (info.drained and is_repair(info.reason, PREFIX) and c["outcome"] == "pending") \
-                else "running" if c["running"] else "watch"
+        for c in cases:
+            pending = c["outcome"] == "pending" or c["class"] == repairing
+            rung = "repair" if c["class"] == repairing else c["rung"]
+            if where == REPAIR and reason.startswith(f"{PREFIX} {VALIDATION_FAILED}"):
+                status = "validation_failed"
+            elif where in (RETURNING, VALIDATING, RESETTING, REBOOTING):
+                status = "running"   # on its way back: a reboot, or the validation run before it returns
+            elif where in (DRAINED, REPAIR) and pending and (rung == "repair" or is_repair(reason, PREFIX)):
+                status = "repair"
+            else:
+                status = "running" if c["running"] else "watch"
             out.append([c["class"], c["attempts"], int(c["first"]), int(c["last"]), status])
         return out
 
@@ -340,7 +364,7 @@ class Carrier:
         return after, info
 
     # -- validation before return (returning.py) --------------------------------------------------------
-    def _start_validation(self, info: NodeInfo, hook: str, attempt: int = 1) -> Action | None:
+    def _start_validation(self, info: NodeInfo, hook: str, attempt: int = 1, cause: str | None = None) -> Action | None:
         """The node runs clean after a reset or a repair: its own maintenance reservation, the node resumed
         into it (no user job can land), the validation job submitted there.  Returns the action done, or
         None where it could not start (said in the log; the next run tries again)."""
@@ -348,8 +372,10 @@ class Carrier:
         from ..slurm import SlurmError
 
         settings, node, history = self.settings, self.node, self.history
-        # Slurm appends to a reboot's reason what it did (": reboot issued : reboot complete")
-        cause = info.reason[len(VALIDATE_PREFIX):].split(" : reboot ")[0] if info.reason else "repair"
+        # Slurm appends to a reboot's reason what it did (": reboot issued : reboot complete"); a retry keeps
+        # the first attempt's cause (the node is in service in its reservation then, with no reason)
+        if cause is None:
+            cause = info.reason[len(VALIDATE_PREFIX):].split(" : reboot ")[0] if info.reason else "repair"
         name = reservation_name(node)
         minutes = settings.validation_timeout_minutes * (settings.validation_retries + 1) + 10
         try:
@@ -363,7 +389,8 @@ class Carrier:
                 self.actuator.resume([info])
             job = self.actuator.job("submit_job", JOB_NAME, node, name, settings.validation_partition,
                                     settings.validation_command, settings.validation_timeout_minutes,
-                                    f"gpufleet validation of {node} after {cause}"[:200])
+                                    f"{VALIDATION_COMMENT} {node} after {cause}"[:200],
+                                    validation_output(settings.state_dir, "%j"))
         except SlurmError as exc:
             log.error("validation of %s not started: %s", node, exc)
             history.record_action(node, hook, "validate", "", f"not started: {exc}", False, str(exc))
@@ -400,7 +427,7 @@ class Carrier:
         if verdict_now == "retry":
             log.warning("validation job %s of %s ended %s: submitted again", opened.job, node, state or "unseen")
             self._move(VALIDATING, VALIDATING, "validate")
-            self._start_validation(info, "healthcheck", opened.attempt + 1)
+            self._start_validation(info, "healthcheck", opened.attempt + 1, cause=opened.cause)
             return None
         try:
             if state not in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", None) and verdict_now == "failed":
@@ -415,11 +442,16 @@ class Carrier:
                                   True)
             log.info("validation job %s of %s passed: back in service", opened.job, node)
             return None
-        detail = one_line(comment or state or "no result")
-        history.end_validation(node, "failed", detail)
+        # the job's comment, where the validation command set one (ours, from the submission, says nothing)
+        said = "" if comment.startswith(VALIDATION_COMMENT) else one_line(comment)
+        detail = f"job {opened.job} {state or 'gone'}" + (f": {said}" if said else "")
+        history.end_validation(node, "failed", f"{detail}; output {validation_output(settings.state_dir, opened.job)}")
         if final not in ("ok", "warn"):
             return None
-        reason = one_line(f"{PREFIX} repair validation failed {opened.attempt}x after {opened.cause}: {detail}")
+        # names the remedy it followed (the cause's first word: reset, reboot, repair) and its job, whose
+        # output the node keeps (validation_output)
+        remedy = opened.cause.split(":")[0].strip() or "repair"
+        reason = one_line(f"{PREFIX} {VALIDATION_FAILED} {opened.attempt}x after {remedy}: {detail}")
         self._move(VALIDATING, REPAIR, "drain")
         try:
             done = self.actuator.drain([info], reason)
@@ -428,6 +460,15 @@ class Carrier:
             return None
         history.record_action(node, "healthcheck", "drain", reason, f"validation job {opened.job} {state}", True)
         return replace(info, flags=info.flags | {"DRAIN"}, reason=reason) if done.done else None
+
+
+VALIDATION_FAILED = "repair validation failed"   # after the prefix: a repair reason (remediation.is_repair)
+VALIDATION_COMMENT = "gpufleet validation of"   # the validation job's comment, as submitted
+
+
+def validation_output(state_dir: str, job: str) -> str:
+    """Where a validation job's output is kept, on its node (`%j`: Slurm's job id, for sbatch)."""
+    return os.path.join(state_dir, f"validation-{job}.out")
 
 
 def _rack_fault(findings: list[Finding]) -> bool:

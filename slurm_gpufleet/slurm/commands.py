@@ -212,10 +212,11 @@ class CommandBackend:
 
     # -- validation jobs (maintain's optional check of each upgraded node, inside its reservation) -----
     def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,
-                   comment: str) -> str:
+                   comment: str, output: str = "/dev/null") -> str:
+        """output: where the job's stdout and stderr go, on its node (sbatch's --output, `%j` its id)."""
         argv = ["--parsable", f"--job-name={name}", f"--nodelist={node}", "--nodes=1", "--exclusive",
                 f"--time={int(minutes)}", f"--comment={one_line(comment)}",
-                "--output=/dev/null", "--export=NONE", f"--wrap={command}"]
+                f"--output={output}", "--export=NONE", f"--wrap={command}"]
         if reservation:  # "": an idle sweep's job, in its own preemptable partition
             argv.append(f"--reservation={reservation}")
         if partition:
