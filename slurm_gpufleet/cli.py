@@ -346,6 +346,24 @@ def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str
     read = _read_timeout_of(config)
     click.echo(slurm_conf_lines(bin_dir, interval, node_state, reboot_program, version, read), nl=False)
     _health_check_notes(interval, read, version)
+    _warn_unmatched_groups(config)
+
+
+def _warn_unmatched_groups(config: str | None) -> None:
+    """A [[group]] whose host list matches no node of slurm.conf ($SLURM_CONF, else /etc/slurm/slurm.conf):
+    a typo that applies its settings nowhere (an observe-only group's nodes then act in full mode)."""
+    from .policy import PolicyError, config_path, load_policy
+
+    path, _ = config_path(config)
+    if path is None or not os.path.exists(path):
+        return
+    try:
+        unmatched = load_policy(path).unmatched_groups_in_slurm_conf()
+    except PolicyError:
+        return  # said above (_read_timeout_of)
+    for name, nodes in unmatched or []:
+        click.echo(f"warning: group {name} (nodes = \"{nodes}\") matches no node of slurm.conf: its settings "
+                   "apply nowhere (a typo in its host list?)", err=True)
 
 
 def _read_timeout_of(config: str | None) -> float:
@@ -1109,7 +1127,9 @@ def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, con
 @click.option("--json", "as_json", is_flag=True)
 def history(config: str | None, node: str | None, db: str | None, since: str | None, gpu: int | None, limit: int,
             as_json: bool) -> None:
-    """The node's own history: check runs, findings, Xids attributed to jobs, performance results."""
+    """The node's own history: check runs, findings, Xids attributed to jobs, performance results, and the
+    remediation ladder's steps: each drain, reset, reboot, reason, validation run and resume, with why and
+    its outcome (in observe mode, what full mode would have done)."""
     import socket
 
     from .history import HistoryError, parse_since, read_recent
@@ -1123,14 +1143,20 @@ def history(config: str | None, node: str | None, db: str | None, since: str | N
         _fail(str(exc), exitcodes.USAGE)
     runs, finds, perf = seen["runs"], seen["findings"], seen["performance"]
     if as_json:
-        click.echo(json.dumps({"node": node, "runs": runs, "findings": finds, "performance": perf}, indent=1))
+        click.echo(json.dumps({"node": node, **seen}, indent=1))
         return
-    click.echo(f"{node}: {len(runs)} run(s), {len(finds)} finding(s), {len(perf)} measurement(s)")
+    from .history import ladder_text
+
+    click.echo(f"{node}: {len(runs)} run(s), {len(finds)} finding(s), {len(perf)} measurement(s), "
+               f"{len(seen['actions'])} action(s) of the remediation ladder")
     for r in runs[:20]:
         click.echo(f"  {r['time']}  {r['hook']:<11} {r['verdict']:<6} job {r['job_id'] or '-':<8} driver {r['driver']}")
     for f in finds[:20]:
-        click.echo(f"  run {f['run_id']:<5} {f['severity']:<6} {f['check']:<12} gpu {f['gpu']}  {f['message']}"
+        where = "node" if f["gpu"] is None else f"gpu{f['gpu']}"
+        click.echo(f"  run {f['run_id']:<5} {f['severity']:<6} {f['check']:<12} {where:<5} {f['message']}"
                    + (f"  (job {f['job_id']})" if f["job_id"] else ""))
+    for line in ladder_text(seen):
+        click.echo(line)
 
 
 @cli.group()

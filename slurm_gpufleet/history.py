@@ -276,11 +276,51 @@ def read_recent(path: str, since: float = 0.0, gpu: int | None = None, limit: in
                                               f"power_w, temperature_c, reasons from performance where ts >= ?"
                                               f"{gpu_clause} order by ts desc limit ?", args + [limit])] \
             if "performance" in tables else []
+        # the ladder's steps: every action (observe mode's "would" ones included), every remedy with its
+        # outcome, every validation run
+        steps = [dict(r) for r in conn.execute("select time, hook, action, reason, why, ok, error from actions "
+                                               "where ts >= ? order by ts desc, rowid desc limit ?", [since, limit])] \
+            if "actions" in tables else []
+        remedies = [dict(r) for r in conn.execute("select ts, class, fault, rung, boot, outcome, detail from remedies "
+                                                  "where ts >= ? order by id desc limit ?", [since, limit])] \
+            if "remedies" in tables else []
+        validations = [dict(r) for r in conn.execute("select ts, cause, attempt, job, state, detail, ended from "
+                                                     "validations where ts >= ? order by id desc limit ?",
+                                                     [since, limit])] if "validations" in tables else []
     except sqlite3.Error as exc:
         raise HistoryError(f"{path}: {exc}") from None
     finally:
         conn.close()
-    return {"runs": runs, "findings": finds, "performance": perf}
+    for row in remedies + validations:
+        row["time"] = _iso(row.pop("ts"))
+    return {"runs": runs, "findings": finds, "performance": perf, "actions": steps, "remedies": remedies,
+            "validations": validations}
+
+
+def ladder_text(seen: dict[str, list[dict]], limit: int = 30) -> list[str]:
+    """The ladder's steps as `history` prints them, oldest first: what was done and why, what each remedy
+    came to, each validation run."""
+    lines = []
+    steps = list(reversed(seen.get("actions", [])[:limit]))
+    if steps:
+        lines.append("ladder:")
+    for a in steps:
+        what = "would " + a["why"].split("would ", 1)[1] if a["action"] == "observe" and "would " in a["why"] else a["why"]
+        lines.append(f"  {a['time']}  {a['hook']:<11} {a['action']:<10} "
+                     + (f"'{a['reason']}': " if a["reason"] and a["action"] != "observe" else "") + what
+                     + ("" if a["ok"] else f"  FAILED: {a['error']}"))
+    remedies = list(reversed(seen.get("remedies", [])[:limit]))
+    if remedies:
+        lines.append("remedies:")
+    for r in remedies:
+        lines.append(f"  {r['time']}  {r['class']:<14} {r['rung']:<7} {r['outcome']:<10} {r['detail'] or ''}".rstrip())
+    checks = list(reversed(seen.get("validations", [])[:limit]))
+    if checks:
+        lines.append("validation runs:")
+    for v in checks:
+        lines.append(f"  {v['time']}  job {v['job']} attempt {v['attempt']} after {v['cause']}: {v['state']}"
+                     + (f" ({v['detail']})" if v["detail"] else ""))
+    return lines
 
 
 def _schema(conn: sqlite3.Connection) -> None:

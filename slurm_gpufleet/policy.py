@@ -530,6 +530,14 @@ class Policy:
     domains: tuple[DomainSpec, ...] = ()
     bundle: BundleSpec | None = None
 
+    def unmatched_groups_in_slurm_conf(self, path: str | None = None) -> list[tuple[str, str]] | None:
+        """unmatched_groups over the nodes slurm.conf defines (`path`, else $SLURM_CONF, else
+        /etc/slurm/slurm.conf): a file read, no call to slurmctld.  None where it cannot be read."""
+        if not self.groups:
+            return []
+        hosts = slurm_conf_nodes(path or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+        return None if hosts is None else self.unmatched_groups(hosts)
+
     def unmatched_groups(self, hosts: Iterable[str]) -> list[tuple[str, str]]:
         """(name, host list) of each [[group]] that matches none of `hosts`: a typo in its `nodes` leaves
         its settings applied nowhere, an observe-only group's nodes in full mode among them."""
@@ -780,6 +788,27 @@ def _settings(table: dict[str, Any], path: str, lines: _KeyLines, section: tuple
         except ValueError as exc:
             raise PolicyError(f"{path}:{lines.find(section, key)}: {key} {exc} (got {value!r})") from None
     return out
+
+
+def slurm_conf_nodes(path: str) -> list[str] | None:
+    """The nodes a slurm.conf defines (its NodeName= lines, host lists expanded; DEFAULT left out), or
+    None where it cannot be read.  Included files are not followed."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+    hosts: list[str] = []
+    for m in re.finditer(r"^\s*NodeName=(\S+)", text, re.MULTILINE | re.IGNORECASE):
+        if m.group(1).upper() == "DEFAULT":
+            continue
+        try:
+            hosts += list(NodeSet(m.group(1)))
+        except (NodeSetException, ValueError):
+            continue
+    return hosts
 
 
 def _nodeset(expr: str, where: str) -> Any:

@@ -163,10 +163,57 @@ def test_fleet_warns_of_a_group_that_matches_no_node_and_shows_each_group_s_mode
     config.write_text((REPO / "etc" / "gpufleet.toml").read_text()
                       + '\n[[group]]\nname = "canary"\nnodes = "gpu[101-104]"\nmode = "observe"\n'
                       + '\n[[group]]\nname = "watched"\nnodes = "gpu[001-002]"\nmode = "observe"\n')
-    fleet = str(REPO / "etc" / "sample-fleet.json")
+    sample = _json.loads((REPO / "etc" / "sample-fleet.json").read_text())
+    # gpu002's health check, in observe mode, would have drained it: it says so in its summary
+    next(n for n in sample["nodes"] if n["name"] == "gpu002")["observed"] = "drain: gpufleet: memory gpu1 row remap failure"
+    fleet = str(tmp_path / "fleet.json")
+    (tmp_path / "fleet.json").write_text(_json.dumps(sample))
     out = _json.loads(run_cli("fleet", "--fleet", fleet, "--config", str(config), "--json").stdout)
+    assert out["groups"]["watched"]["observed"] == [{"node": "gpu002",
+                                                     "would": "drain: gpufleet: memory gpu1 row remap failure"}]
     assert out["groups_matching_no_node"] == [{"group": "canary", "nodes": "gpu[101-104]"}]
     assert out["groups"]["watched"]["mode"] == "observe" and out["groups"]["h200"]["mode"] == "full"
     text = run_cli("fleet", "--fleet", fleet, "--config", str(config)).stdout.decode()
     assert 'warning: group canary (nodes = "gpu[101-104]") matches no node of the fleet' in text, text
     assert "watched: 2 node(s), mode observe;" in text, text
+    assert "gpu002: would drain: gpufleet: memory gpu1 row remap failure" in text, text
+
+
+def test_slurm_conf_and_the_health_check_s_log_warn_of_a_group_that_matches_no_node(tmp_path):
+    """The group's host list against slurm.conf's nodes ($SLURM_CONF): a file read, nothing asked of
+    slurmctld; the health check says it once per change of the config or slurm.conf."""
+    import logging
+
+    from support import run_cli
+
+    from slurm_gpufleet.hooks.common import Setup, log, warn_unmatched_groups
+    from slurm_gpufleet.policy import load_policy
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("NodeName=DEFAULT CPUs=16\nNodeName=gpu[001-004] Gres=gpu:h200:8\nNodeName=cpu01 CPUs=4\n")
+    config = tmp_path / "gpufleet.toml"
+    config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\n'
+                      '[[group]]\nname = "canary"\nnodes = "gpu[101-104]"\nmode = "observe"\n'
+                      '[[group]]\nname = "h200"\nnodes = "gpu[001-004]"\n')
+    r = run_cli("slurm-conf", "--config", str(config), "--slurm-version", "22.05", env={"SLURM_CONF": str(conf)})
+    err = r.stderr.decode()
+    assert r.returncode == 0 and 'warning: group canary (nodes = "gpu[101-104]") matches no node of slurm.conf' in err
+    assert "group h200" not in err
+
+    policy = load_policy(str(config))
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    log.addHandler(handler)
+    try:
+        import os
+
+        os.environ["SLURM_CONF"] = str(conf)
+        setup = Setup("gpu001", policy, policy.slurm)
+        warn_unmatched_groups(setup)
+        warn_unmatched_groups(setup)   # nothing changed: said once
+    finally:
+        os.environ.pop("SLURM_CONF", None)
+        log.removeHandler(handler)
+    assert seen == [f'group canary (nodes = "gpu[101-104]") matches no node of {conf}: its settings apply nowhere '
+                    "(a typo in its host list?)"]

@@ -70,3 +70,23 @@ def test_a_failed_validation_drains_for_repair_naming_its_remedy_and_job_and_the
     assert [v[0].split(":")[0] for v in validations] == ["reset", "reset"], "the retry keeps its cause"
     assert validations[-1][4].endswith(f"output {tmp_path}/node/state/validation-{job}.out")
     assert [c[0] for c in seen["cases"]] == ["ecc"] and seen["cases"][0][4] == "validation_failed", seen["cases"]
+
+
+def test_history_shows_the_ladder_s_steps_in_order(tmp_path):
+    """`slurm-gpufleet history` on the node's own database: every step the ladder took, with its reason
+    and why, each remedy's outcome, the validation run."""
+    from support import run_cli
+
+    _harness(tmp_path, "memory", "repair")
+    db = tmp_path / "node" / "state" / "node00001.db"
+    out = json.loads(run_cli("history", "--db", str(db), "--node", "node00001", "--json").stdout)
+    assert [a["action"] for a in reversed(out["actions"])] == ["reset", "reboot", "reboot", "drain", "validate",
+                                                              "validated"]
+    assert [(r["rung"], r["outcome"]) for r in reversed(out["remedies"])] == [
+        ("reset", "permanent"), ("reboot", "permanent"), ("reboot", "permanent"), ("repair", "succeeded")]
+    text = run_cli("history", "--db", str(db), "--node", "node00001").stdout.decode()
+    ladder = text[text.index("ladder:"):]
+    assert ladder.index(" reset ") < ladder.index(" reboot ") < ladder.index("after 2 reboots") < ladder.index(
+        " validated ")
+    assert "validation runs:" in text and "after repair: passed" in text
+    assert "gpu None" not in text and "gpu3  row remap pending" in text

@@ -126,6 +126,35 @@ def read_node(settings: SlurmSettings, node: str, level: str = "quick", host: bo
     return snap
 
 
+def warn_unmatched_groups(setup: Setup) -> None:
+    """Log a [[group]] whose host list matches no node of slurm.conf (a typo that applies its settings
+    nowhere), once per change of the config or slurm.conf: a file read, nothing asked of slurmctld."""
+    policy = setup.policy
+    if not policy.groups or not policy.path:
+        return
+    conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    try:
+        seen = ":".join(str(os.stat(p).st_mtime_ns) for p in (policy.path, conf))
+    except OSError:
+        return
+    marker = os.path.join(setup.settings.state_dir, "groups-checked")
+    try:
+        with open(marker, encoding="utf-8") as fh:
+            if fh.read() == seen:
+                return
+    except OSError:
+        pass
+    for name, nodes in policy.unmatched_groups_in_slurm_conf(conf) or []:
+        log.warning("group %s (nodes = \"%s\") matches no node of %s: its settings apply nowhere (a typo in its "
+                    "host list?)", name, nodes, conf)
+    try:
+        os.makedirs(setup.settings.state_dir, mode=0o700, exist_ok=True)
+        with open(marker, "w", encoding="utf-8") as fh:
+            fh.write(seen)
+    except OSError:
+        pass
+
+
 def _backend(settings: SlurmSettings, timeout: float = 10.0):
     from ..slurm import get_backend
 

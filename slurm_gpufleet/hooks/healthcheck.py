@@ -16,6 +16,7 @@ from .common import (
     act,
     log,
     read_node,
+    warn_unmatched_groups,
 )
 
 
@@ -42,6 +43,8 @@ def run(argv: list[str] | None = None) -> int:
         log.warning("the previous health check of %s still runs after %g s: this run is skipped",
                     setup.node, setup.settings.read_timeout_s)
         return 0
+    if not judge_only:
+        warn_unmatched_groups(setup)
     from ..pipeline import evaluate
     from ..readers import ReportError
 

@@ -54,6 +54,8 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
             "states": dict(Counter("+".join([n.state, *n.flags]) for n, _ in members).most_common()),
             "off_standard": off,
             "exposed": _exposure(members),
+            # observe mode: what each node's health check would have done (nothing was)
+            "observed": [{"node": n.name, "would": n.observed} for n, _ in members if n.observed],
         }
     return out
 
@@ -95,6 +97,10 @@ def inventory_text(inv: dict[str, Any]) -> str:
             fix = f"safe from {e['safe_version']}" if e["safe_version"] else "no fix on this branch: change branch"
             lines.append(f"  exposed   {e['driver']} on {len(e['nodes'])} {fold(e['nodes'])}: {len(e['cves'])} CVE(s), "
                          f"worst {e['worst']}; {fix}")
+        if g.get("observed"):
+            lines.append(f"  observed: {len(g['observed'])} node(s) where full mode would have acted")
+            for would, count, nodes in grouped((o["node"], o["would"]) for o in g["observed"]):
+                lines.append(f"    {count:>5} {nodes}: would {would}")
         if g["off_standard"]:
             lines.append(f"  off standard: {len(g['off_standard'])}")
             for why, count, nodes in grouped((o["node"], o["why"]) for o in g["off_standard"]):
