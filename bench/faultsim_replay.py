@@ -3,7 +3,8 @@
 
 Three runs of `slurm-gpufleet fleet simulate-faults` (the command other tools call, by its contract
 names), each with every strategy side by side: the four compared (none, drain-on-any, two-tier,
-gpufleet) and gpufleet without its reset rung (gpufleet-reboot-first):
+gpufleet) and gpufleet without its reset rung (gpufleet-reboot-first) or its suspect rung
+(gpufleet-no-suspect):
 
 * `default`: the bundled history on the default fleet, failures drawn at Llama 3's rates (the mean of
   --seeds seeds, 10 unless given);
@@ -33,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "results" / "faultsim_replay.json"
-STRATEGIES = ("none", "drain-on-any", "two-tier", "gpufleet", "gpufleet-reboot-first")
+STRATEGIES = ("none", "drain-on-any", "two-tier", "gpufleet", "gpufleet-reboot-first", "gpufleet-no-suspect")
 FIGURES = ("ettr", "goodput", "availability", "node_hours_out", "peak_nodes_out", "faults", "black_hole_crashes")
 
 
@@ -88,12 +89,13 @@ def main() -> None:
                   f"{took:.1f} s"
                   + (f" (a log of {rows} rows)" if label == "fault-log" else ""))
             print(f"{'strategy':<22} {'ETTR':>7} {'goodput':>7} {'avail':>7} {'node-h out':>10} {'peak out':>8} "
-                  f"{'black holes':>11} {'reset/reboot/repair/rack':>24}")
+                  f"{'black holes':>11} {'reset/reboot/suspect/repair/rack':>32}")
             for name, m in d["strategies"].items():
                 r = m["resolved"]
                 print(f"{name:<22} {m['ettr']:>7.4f} {m['goodput']:>7.4f} {m['availability']:>7.4f} "
                       f"{m['node_hours_out']:>10.1f} {m['peak_nodes_out']:>8g} {m['black_hole_crashes']:>11g} "
-                      f"{r['reset']:.2f}/{r['reboot']:.2f}/{r['repair']:.2f}/{r.get('rack', 0):.2f}")
+                      f"{r['reset']:.2f}/{r['reboot']:.2f}/{r.get('suspect', 0):.2f}/{r['repair']:.2f}/"
+                      f"{r.get('rack', 0):.2f}")
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(results, indent=1) + "\n")
     print(f"fault-log replay: {results['fault-log']['seconds']} s (aim: under 60 s on 2 cores); wrote {OUT}")

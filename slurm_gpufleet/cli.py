@@ -1510,7 +1510,8 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
               type=click.Choice(FAULT_STRATEGIES),
               help="What to compare (fleet mode: the first four unless given; one job: none).  none: Slurm's "
                    "NODE_FAIL alone; drain-on-any: NHC-like; two-tier: Meta's; gpufleet: this project's checks and "
-                   "ladder; gpufleet-reboot-first: the same ladder without its reset rung.")
+                   "ladder; gpufleet-reboot-first: the same ladder without its reset rung; gpufleet-no-suspect: "
+                   "without its suspect rung.")
 @click.option("--seed", type=int, default=0, show_default=True, metavar="S")
 @click.option("--seeds", type=click.IntRange(1, 1000), default=1, show_default=True, metavar="N",
               help="(fleet) Run seeds S..S+N-1 and give the mean of every figure.")

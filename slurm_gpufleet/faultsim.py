@@ -98,9 +98,10 @@ def one_job(gpus: int, node_mtbf_h: float, checkpoint_every_h: float, restart_mi
 # ------------------------------------------------------------------ the fleet mode
 STRATEGIES = ("none", "drain-on-any", "two-tier", "gpufleet")   # compared unless --strategy says
 # the ladder without its reset rung (reboot first): what the reset tier is worth, by the same decide
-VARIANTS = ("gpufleet-reboot-first",)
+VARIANTS = ("gpufleet-reboot-first", "gpufleet-no-suspect")
 MECHANISMS = {"none": (), "drain-on-any": ("healthcheck",), "two-tier": ("healthcheck", "prolog", "epilog"),
-              "gpufleet": ("healthcheck", "prolog", "epilog"), "gpufleet-reboot-first": ("healthcheck", "prolog", "epilog")}
+              "gpufleet": ("healthcheck", "prolog", "epilog"), "gpufleet-reboot-first": ("healthcheck", "prolog", "epilog"),
+              "gpufleet-no-suspect": ("healthcheck", "prolog", "epilog")}
 ALL_STRATEGIES = tuple(MECHANISMS)   # every one --strategy takes
 EFFECTS = ("gpu", "node", "job", "link")
 SEEN_BY = ("healthcheck", "prolog", "epilog")
@@ -340,8 +341,14 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
     breaker_threshold = settings.breaker_threshold if settings else "10%"
     breaker_window_s = settings.breaker_window_s if settings else 300.0
     n_domains = math.ceil(nodes / domain_size) if domain_size else 0
-    ladder = Ladder(settings.reboots_before_drain if settings else 2, settings.max_attempts if settings else 3,
-                    settings.attempt_window_s if settings else 7 * 86400.0)
+    from .policy import SlurmSettings
+    from .remedy.decide import suspect_classes
+
+    st = settings or SlurmSettings()
+    # the product's ladder, its suspect rung included (gpufleet-no-suspect: without it)
+    ladder = Ladder(st.reboots_before_drain, st.max_attempts, st.attempt_window_s, "full",
+                    () if strategy == "gpufleet-no-suspect" else suspect_classes(), st.suspect_recheck_min * 60,
+                    st.suspect_passes)
     carried = strategy.startswith("gpufleet")   # the product's own carrier on the in-memory Slurm
     faults = [copy.copy(f) for f in faults]
 
@@ -390,7 +397,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             super().__init__(0, 0.0)
             self.out_by: dict[str, float] = {"failures": 0.0, "remedies": 0.0, "false_drains": 0.0}
             self.out_since: dict[int, tuple[float, str]] = {}
-            self.resolved = {"reset": 0, "reboot": 0, "repair": 0, "rack": 0}
+            self.resolved = {"reset": 0, "reboot": 0, "repair": 0, "suspect": 0, "rack": 0}
             self.rack_fix_at: dict[int, float] = {}    # domain -> when its switch-tray swap is done
             self.reasons: dict[int, tuple[str, float]] = {}   # node -> our drain's reason and time
             self.breaker_open_until: float | None = None
@@ -516,7 +523,10 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             clean (or the admin's repair, under way, ends now); the others' repair was set for this end."""
             if not carried or sim.active_fault.get(f.node) is not f or f.how in ("slurm", "admin"):
                 return   # (one Slurm or an admin took out: their repair, set for this end, brings it back)
-            self._fixed(sim, f, "repair")
+            from .remedy.table import SUSPECT
+
+            # gone while the node was held as a suspect: the hold's re-checks return it
+            self._fixed(sim, f, "suspect" if self.lab.where(sim.nodes[f.node]) == SUSPECT else "repair")
             if f.node not in self.repairing:
                 self._next(sim, f.node)
 
@@ -858,7 +868,8 @@ class _Lab:
     def where(self, node):
         from .remedy.table import state_of
 
-        return state_of(self.slurm.node(node.name), validating=self.history.open_validation(node.name) is not None)
+        return state_of(self.slurm.node(node.name), validating=self.history.open_validation(node.name) is not None,
+                        suspect=self.history.open_suspect(node.name) is not None)
 
     def repaired(self, node) -> None:
         """`fleet repaired`: the node's reason asks for a validation run before it returns."""
@@ -1076,7 +1087,7 @@ def fleet_text(out: dict[str, Any]) -> str:
     lines.append("")
     head = f"{'strategy':<22} {'ETTR':>6} {'ETTR>=1024':>10} {'goodput':>7} {'avail':>6} {'lost GPU-h: failures':>20} " \
            f"{'remedies':>9} {'false drains':>12} {'node-h out':>10} {'peak out':>8} {'to drain p50/p90 min':>21} " \
-           f"{'reset/reboot/repair':>20}" \
+           f"{'reset/reboot/suspect/repair':>27}" \
            + (f" {'rack':>5} {'escalations':>11} {'breaker trips':>13}" if a.get("domain_size") else "")
     lines.append(head)
     for name, m in out["strategies"].items():
@@ -1089,7 +1100,7 @@ def fleet_text(out: dict[str, Any]) -> str:
                      f"{m['gpu_hours_lost']['failures']:>20.1f} "
                      f"{m['gpu_hours_lost']['remedies']:>9.1f} {m['gpu_hours_lost']['false_drains']:>12.1f} "
                      f"{m['node_hours_out']:>10.1f} {m['peak_nodes_out']:>8g} {p50 + ' / ' + p90:>21} "
-                     f"{r['reset']:.2f}/{r['reboot']:.2f}/{r['repair']:.2f}"
+                     f"{r['reset']:.2f}/{r['reboot']:.2f}/{r.get('suspect', 0):.2f}/{r['repair']:.2f}"
                      + (f" {r.get('rack', 0):>5.2f} {m.get('rack_escalations', 0):>11g} {m.get('breaker_trips', 0):>13g}"
                         if a.get("domain_size") else ""))
     waits = {name: m["waiting_1024_h"] for name, m in out["strategies"].items() if m.get("waiting_1024_h") is not None}
@@ -1122,7 +1133,7 @@ def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 FAULT_COLORS = {"none": "#999999", "drain-on-any": "#e69f00", "two-tier": "#cc79a7", "gpufleet": "#0072b2",
-                "gpufleet-reboot-first": "#56b4e9"}
+                "gpufleet-reboot-first": "#56b4e9", "gpufleet-no-suspect": "#009e73"}
 
 
 def fleet_html(out: dict[str, Any], series: dict[str, dict[str, list]]) -> str:

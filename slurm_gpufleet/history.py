@@ -46,6 +46,9 @@ _TABLES = {
     # validation before return (returning.py): one row per validation job; state open, passed or failed
     "validations": "[id] INTEGER PRIMARY KEY, [ts] REAL, [node] TEXT, [cause] TEXT, [attempt] INTEGER, [job] TEXT, "
                    "[state] TEXT, [detail] TEXT, [ended] REAL",
+    # the suspect rung (remedy/decide.py): one row per hold; state open, released, repair or ended
+    "suspects": "[id] INTEGER PRIMARY KEY, [ts] REAL, [node] TEXT, [class] TEXT, [fault] TEXT, [reason] TEXT, "
+                "[state] TEXT, [passes] INTEGER, [last_pass] REAL, [ended] REAL",
 }
 _INDEXES = {"idx_runs_hook_id": "runs (hook, id)", "idx_findings_run_id": "findings (run_id)"}
 
@@ -167,6 +170,26 @@ class History:
             self.conn.execute("update validations set state = ?, detail = ?, ended = ? where node = ? and state = 'open'",
                               [state, detail, self.clock(), node])
 
+    def open_suspect(self, node: str) -> dict[str, Any] | None:
+        rows = self._query("select class, fault, reason, ts as since, passes, last_pass from suspects where node = ? "
+                           "and state = 'open' order by id desc limit 1", [node])
+        return rows[0] if rows else None
+
+    def start_suspect(self, node: str, cls: str, fault: str, reason: str) -> None:
+        with self.conn:
+            self._insert("suspects", {"ts": self.clock(), "node": node, "class": cls, "fault": fault, "reason": reason,
+                                      "state": "open", "passes": 0, "last_pass": None, "ended": None})
+
+    def pass_suspect(self, node: str) -> None:
+        with self.conn:
+            self.conn.execute("update suspects set passes = passes + 1, last_pass = ? where node = ? and state = 'open'",
+                              [self.clock(), node])
+
+    def end_suspect(self, node: str, state: str) -> None:
+        with self.conn:
+            self.conn.execute("update suspects set state = ?, ended = ? where node = ? and state = 'open'",
+                              [state, self.clock(), node])
+
     def close_case(self, node: str, cls: str) -> None:
         self._changed()
         with self.conn:
@@ -223,7 +246,7 @@ class History:
         cases = self.cases(node, attempt_window_s)
         return NodeHistory(clean_runs=clean, hook_failure=hook_failure, reboot_boots=reboot_boots, resets=resets,
                            attempts={c["class"]: c["attempts"] for c in cases},
-                           running={c["class"] for c in cases if c["running"]})
+                           running={c["class"] for c in cases if c["running"]}, suspect=self.open_suspect(node))
 
     def prune(self, days: int = RETENTION_DAYS) -> None:
         cutoff = self.clock() - days * 86400

@@ -279,6 +279,10 @@ class SlurmSettings:
     # remedied again: the node is drained for repair and only an admin resumes it (`fleet cases`)
     max_attempts: int = setting(3, _int(1))
     attempt_window_s: float = setting(7 * 86400.0, _number)
+    # the suspect rung (data/remediation.toml [suspect]): a node held in a maintenance reservation of its own
+    # is re-checked by its health check every suspect_recheck_min; suspect_passes clean re-checks release it
+    suspect_recheck_min: float = setting(10.0, _number)
+    suspect_passes: int = setting(3, _int(1))
     # validation before return (returning.py): a node the ladder reset, or one `fleet repaired` names, runs
     # this as a job in a maintenance reservation of its own before it takes work again ("" turns it off);
     # a failure is retried validation_retries times, then the node is drained for repair

@@ -158,6 +158,9 @@ CASE_STATUSES = {
     "validation_failed": "validation failed: read its job's output on the node ({state_dir}/validation-JOB.out, "
                          "the job in the reason), repair, then `slurm-gpufleet fleet repaired NODE`",
     "repair": "needs repair: inspect it, then `slurm-gpufleet fleet repaired NODE` (or resume it)",
+    "suspect": "held as a suspect in its own maintenance reservation (gpufleet-suspect-NODE): its running job "
+               "finishes, no new job lands; re-checked every suspect_recheck_min, released after suspect_passes "
+               "clean re-checks, or drained for repair",
     "running": "a remedy under way (reset, reboot or validation): nothing to do yet",
     "watch": "nothing: remedied, its attempts still counted within attempt_window_s",
 }

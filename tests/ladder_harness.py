@@ -6,7 +6,8 @@ passes (the validation job ends), a reboot asked for happens (a new boot in the 
 gone where a reboot clears it), an admin repairs a node drained for inspection and says `fleet repaired`.
 
     python tests/ladder_harness.py DIR KIND LEVEL [--validation-fails]
-                                         KIND: memory | xid   LEVEL: reset | reboot | repair
+        KIND: memory | xid | pcie (a link trained x4: the suspect rung)   LEVEL: reset | reboot | repair
+        (pcie: reset means it clears after the first run, repair that it stays)
 
 DIR must pass the trust rule (the tests' TMPDIR does): the config and the reset command live there.
 
@@ -72,6 +73,7 @@ def run(work: Path, kind: str, level: str, validation_fails: bool = False) -> di
     config = work / "gpufleet.toml"
     config.write_text(f"""[defaults]
 expected_gpus = 8
+pcie_min_width = 16
 [slurm]
 scontrol = "/nonexistent/scontrol"
 state_dir = "{state}"
@@ -79,6 +81,8 @@ kernel_log = "{gpus}"
 host_root = "{host}"
 clean_runs_to_resume = 2
 breaker_threshold = 10
+suspect_recheck_min = 0
+suspect_passes = 2
 reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
 """)
     os.environ.update(SLURMD_NODENAME=NODE, GPUFLEET_FAKE_NVML_DIR=str(gpus))
@@ -98,7 +102,9 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
         slurm.validation_fails = {NODE}
 
     def strike() -> None:
-        if kind == "memory":
+        if kind == "pcie":
+            gpustate.set_value(str(gpus / f"{NODE}.json"), 2, "pcie_link_width", 4)
+        elif kind == "memory":
             gpustate.fault(str(gpus / f"{NODE}.json"), 3, "row_remap_pending")
         else:
             with open(kmsg, "a") as fh:
@@ -111,9 +117,13 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
 
     history = History(db_path(str(state), NODE))
     statuses: list[str] = []   # the case's status as the node published it, each change
-    for _ in range(40):
+    held: list[str] = []       # the reservations Slurm showed after each run
+    for run_no in range(40):
+        if kind == "pcie" and level == "reset" and run_no == 1:   # the link trains x16 again (a reseat)
+            gpustate.write_atomic(healthy, str(gpus / f"{NODE}.json"))
         report = evaluate(read_node(setup.settings, NODE), setup.policy, host=NODE, expect_idle=True)
         act(setup, report, "healthcheck", backend=slurm)
+        held.append(",".join(sorted(r.name for r in slurm.reservations())))
         published = [c[4] for c in (parse(slurm.node(NODE).extra) or {}).get("case", [])]
         if published and published[0] != (statuses[-1:] or [None])[0]:
             statuses.append(published[0])
@@ -134,13 +144,14 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
             kmsg.write_text("")
             Actuator(slurm, HEALTH, setup.settings).set_reason([info], f"{VALIDATE_PREFIX}repair")
             repaired = True
-        done = not (info.drained or info.down or info.rebooting) and history.open_validation(NODE) is None
+        done = not (info.drained or info.down or info.rebooting) and history.open_validation(NODE) is None \
+            and history.open_suspect(NODE) is None
         if done and report.verdict in ("ok", "warn"):
             break
         if validation_fails and info.drained and info.reason.startswith("gpufleet: repair validation failed"):
             break
     info = slurm.node(NODE)
-    return {"statuses": statuses, "rungs": [r["rung"] for r in history._query("select rung from remedies where node = ? order by id",
+    return {"statuses": statuses, "reservations": held, "rungs": [r["rung"] for r in history._query("select rung from remedies where node = ? order by id",
                                                         [NODE])],
             "reason": info.reason if info.drained or info.down else "",
             "cases": (parse(info.extra) or {}).get("case", []),

@@ -90,3 +90,23 @@ def test_history_shows_the_ladder_s_steps_in_order(tmp_path):
         " validated ")
     assert "validation runs:" in text and "after repair: passed" in text
     assert "gpu None" not in text and "gpu3  row remap pending" in text
+
+
+@pytest.mark.parametrize("level", ["reset", "repair"])
+def test_a_suspect_is_held_in_its_own_reservation_then_released_or_drained_for_repair(tmp_path, level):
+    """A PCIe link trained x4 (a suspect class): held in gpufleet-suspect-<node> (no drain: its running job
+    would finish), re-checked each run here (suspect_recheck_min = 0); two clean re-checks release it,
+    a re-check that still finds it drains it for repair; `fleet cases` shows the hold."""
+    seen = _harness(tmp_path, "pcie", level)
+    assert seen["reservations"][0] == "gpufleet-suspect-node00001"
+    acts = [a for a, _, _ in seen["actions"]]
+    assert acts[0] == "suspect" and "drain" not in acts[:1]
+    if level == "reset":   # clean from the third run on: two clean re-checks, then released
+        assert acts == ["suspect", "suspect_pass", "release"], acts
+        assert seen["reason"] == "" and seen["reservations"][-1] == ""
+        assert seen["rungs"] == ["suspect"] and seen["statuses"] == ["suspect", "watch"]
+    else:
+        assert acts[:2] == ["suspect", "drain"], acts
+        assert seen["actions"][1][1] == "gpufleet: repair pcie suspect re-check failed: pcie gpu2 PCIe x4 < x16"
+        assert seen["reservations"][1] == "", "the hold's reservation deleted with the drain"
+        assert seen["rungs"][:2] == ["suspect", "repair"] and seen["statuses"][0] == "repair"

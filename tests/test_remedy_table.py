@@ -17,6 +17,9 @@ RESET = [Finding("memory", "reboot", "reset_gpu", 1, "row remap pending")]
 REBOOT = [Finding("inventory", "reboot", "reboot_node", 2, "GPU lost")]
 DRAIN = [Finding("memory", "drain", "drain", 0, "row remap failure")]
 FABRIC = [Finding("fabric", "drain", "drain", 0, "fabric registration failed")]
+PCIE = [Finding("pcie", "drain", "inspect_hardware", 2, "PCIe x4 < x16")]
+SUSPECT = {"class": "pcie", "fault": "pcie:2:inspect_hardware", "reason": "gpufleet: pcie gpu2 PCIe x4 < x16",
+           "since": 1000.0, "passes": 0, "last_pass": None}
 
 NODES = {
     "idle": NodeInfo("n1", "IDLE", boot_time="B2"),
@@ -37,7 +40,8 @@ NODES = {
     "admin": NodeInfo("n1", "IDLE", {"DRAIN"}, "admin: PSU swap", boot_time="B2"),
     "down": NodeInfo("n1", "DOWN", set(), "Not responding", boot_time="B2"),
 }
-VERDICTS = {"ok": [], "warn": [], "reboot": RESET, "reboot-node": REBOOT, "drain": DRAIN, "fabric": FABRIC}
+VERDICTS = {"ok": [], "warn": [], "reboot": RESET, "reboot-node": REBOOT, "drain": DRAIN, "fabric": FABRIC,
+            "pcie": PCIE}
 HISTORIES = [
     NodeHistory(),
     NodeHistory(clean_runs=3),
@@ -47,22 +51,25 @@ HISTORIES = [
     NodeHistory(reboot_boots={KEY: ["B0", "B1"]}, attempts={"ecc": 1}, running={"ecc"}),
     NodeHistory(reboot_boots={KEY: ["B2"]}, attempts={"ecc": 1}, running={"ecc"}),
     NodeHistory(attempts={"ecc": 2, "fallen_off_bus": 2}),
+    NodeHistory(suspect=SUSPECT),
+    NodeHistory(suspect={**SUSPECT, "passes": 2, "last_pass": 1500.0}),
 ]
-LADDERS = [Ladder(mode=m) for m in ("full", "quarantine", "observe")]
+LADDERS = [Ladder(mode=m, suspect_classes=("pcie", "thermal"), suspect_passes=3) for m in ("full", "quarantine", "observe")]
+NOWS = (1100.0, 5000.0)   # within the first re-check interval of the suspect hold, and past it
 
 
 def _grid():
-    for (name, info), (v, findings), history, ladder, idle in itertools.product(
-            NODES.items(), VERDICTS.items(), HISTORIES, LADDERS, (True, False)):
-        verdict = v.split("-")[0] if v != "fabric" else "drain"
-        yield name, info, verdict, findings, history, ladder, idle
+    for (name, info), (v, findings), history, ladder, idle, now in itertools.product(
+            NODES.items(), VERDICTS.items(), HISTORIES, LADDERS, (True, False), NOWS):
+        verdict = v.split("-")[0] if v not in ("fabric", "pcie") else "drain"
+        yield name, info, verdict, findings, history, ladder, idle, now
 
 
 def test_every_decision_over_the_grid_is_a_move_of_the_table():
     seen: set[tuple[str, str]] = set()
-    for name, info, verdict, findings, history, ladder, idle in _grid():
-        action = decide(info, verdict, findings, history, 3, ladder=ladder, gpus_idle=idle)
-        before = T.state_of(info)
+    for name, info, verdict, findings, history, ladder, idle, now in _grid():
+        action = decide(info, verdict, findings, history, 3, ladder=ladder, gpus_idle=idle, now=now)
+        before = T.state_of(info, suspect=history.suspect is not None)
         after = T.target_of(action.kind, action.reason, action.rung, before)
         assert T.legal(before, after), (name, verdict, history, ladder.mode, action)
         seen.add((before, after))

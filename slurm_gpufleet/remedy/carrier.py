@@ -32,6 +32,7 @@ from .table import (
     REPAIR,
     RESETTING,
     RETURNING,
+    SUSPECT,
     VALIDATING,
     IllegalMove,
     RemedyState,
@@ -161,7 +162,8 @@ class Carrier:
         return Step(action, report, info, findings, final, before, observed, after)
 
     def where(self, info: NodeInfo) -> RemedyState:
-        return state_of(info, validating=self.history.open_validation(self.node) is not None)
+        return state_of(info, validating=self.history.open_validation(self.node) is not None,
+                        suspect=self.history.open_suspect(self.node) is not None)
 
     def _move(self, before: RemedyState, after: RemedyState, kind: str) -> None:
         if not legal(before, after):
@@ -179,7 +181,7 @@ class Carrier:
         return decide(info, final, findings,
                       self.history.node_history(self.node, attempt_window_s=self.ladder.attempt_window_s),
                       self.settings.clean_runs_to_resume, host=s.host_facts, driver=known(s.driver_version),
-                      ladder=self.ladder, gpus_idle=idle)
+                      ladder=self.ladder, gpus_idle=idle, now=self.actuator.clock())
 
     # -- carrying it out ------------------------------------------------------------------------------
     def carry(self, step: Step, hook: str, fields: dict[str, str] | None = None) -> Carried:
@@ -209,6 +211,17 @@ class Carrier:
                 action = Action("resume" if said.startswith("rack ") and " resumed: " in said else "none", why=said)
             elif action.kind == "resume":
                 out.published = bool(self.actuator.resume([info], fields or None).done)
+            elif action.kind == "suspect":
+                self.actuator.reservation("create_reservation", suspect_reservation(node), [node], None,
+                                          SUSPECT_HOLD_MINUTES)
+                from ..remediation import class_of
+
+                self.history.start_suspect(node, class_of(action.finding), action.fault or "", action.reason)
+                self._record_remedy(action, info.boot_time)
+            elif action.kind == "suspect_pass":
+                self.history.pass_suspect(node)
+            elif action.kind == "release":
+                self._end_suspect("released")
             elif action.kind == "reboot":
                 if settings.validation_command:
                     # back to work only through a validation run (returning.py): the node comes back DOWN with
@@ -226,6 +239,9 @@ class Carrier:
                     self._record_remedy(action, info.boot_time)
             if action.rung == "repair" and action.kind in ("drain", "set_reason") and not out.blocked:
                 self._record_remedy(action, info.boot_time)
+            if action.kind in ("drain", "reboot") and step.before == SUSPECT and not out.blocked:
+                # held out of service now by the drain: the suspect's reservation goes
+                self._end_suspect("repair" if action.rung == "repair" else "ended")
         except SlurmError as exc:
             out.ok, out.error = False, str(exc)
         if out.ok and action.kind in ("drain", "set_reason") and out.published and _rack_fault(step.findings):
@@ -243,6 +259,16 @@ class Carrier:
             log.info("%s verdict %s: %s", hook, step.final, action.why)
         out.action = action
         return out
+
+    def _end_suspect(self, state: str) -> None:
+        """The suspect hold ends: its reservation deleted (one already gone is no error), its row closed."""
+        from ..slurm import SlurmError
+
+        try:
+            self.actuator.reservation("delete_reservation", suspect_reservation(self.node))
+        except SlurmError as exc:
+            log.warning("suspect reservation %s not deleted: %s", suspect_reservation(self.node), exc)
+        self.history.end_suspect(self.node, state)
 
     def close(self) -> None:
         """The remedy and what it left are recorded: the next run sees them."""
@@ -301,6 +327,8 @@ class Carrier:
             rung = "repair" if c["class"] == repairing else c["rung"]
             if where == REPAIR and reason.startswith(f"{PREFIX} {VALIDATION_FAILED}"):
                 status = "validation_failed"
+            elif where == SUSPECT:
+                status = "suspect"   # held in its own reservation, re-checked
             elif where in (RETURNING, VALIDATING, RESETTING, REBOOTING):
                 status = "running"   # on its way back: a reboot, or the validation run before it returns
             elif where in (DRAINED, REPAIR) and pending and (rung == "repair" or is_repair(reason, PREFIX)):
@@ -337,6 +365,8 @@ class Carrier:
                 history.record_action(node, hook, "breaker", action.reason, done.breaker, True)
                 return f"not reset, breaker open: {done.breaker}"
             info = replace(info, flags=info.flags | {"DRAIN"}, reason=action.reason)
+            if history.open_suspect(node) is not None:
+                self._end_suspect("ended")
         result = self.gpu_reset.run(gpus, timeout)
         gpu_list = ",".join(map(str, gpus))
         history.record_action(node, hook, "reset", action.reason, f"gpus {gpu_list} in {result.seconds:.1f} s: "
@@ -463,7 +493,14 @@ class Carrier:
 
 
 VALIDATION_FAILED = "repair validation failed"   # after the prefix: a repair reason (remediation.is_repair)
+SUSPECT_HOLD_MINUTES = 7 * 24 * 60   # the suspect reservation's length: deleted when the hold ends
 VALIDATION_COMMENT = "gpufleet validation of"   # the validation job's comment, as submitted
+
+
+def suspect_reservation(node: str) -> str:
+    from ..slurm.ownership import SUSPECT_RESERVATION_PREFIX
+
+    return f"{SUSPECT_RESERVATION_PREFIX}{node}"
 
 
 def validation_output(state_dir: str, job: str) -> str:

@@ -44,6 +44,8 @@ class NodeHistory:
     # when it is running
     attempts: dict[str, int] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)   # classes whose attempt is under way
+    # the open suspect hold (history.open_suspect): class, fault, reason, since, passes, last_pass
+    suspect: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -54,25 +56,40 @@ class Ladder:
     max_attempts: int = 3
     attempt_window_s: float = 7 * 86400
     mode: str = "full"
+    # the suspect rung: the classes that take it (data/remediation.toml [suspect]), its re-check interval
+    # and the clean re-checks that release it
+    suspect_classes: tuple[str, ...] = ()
+    suspect_recheck_s: float = 600.0
+    suspect_passes: int = 3
+
+
+def suspect_classes() -> tuple[str, ...]:
+    """The classes the ladder data marks for the suspect rung."""
+    from ..catalog import remediation_data
+
+    return tuple(remediation_data().get("suspect", {}).get("classes", []))
 
 
 @dataclass
 class Action:
     """What the health check asks of Slurm for a node, and why."""
 
-    kind: str      # drain | set_reason | resume | reboot | reset | validate | none
+    # drain | set_reason | resume | reboot | reset | validate | suspect (hold it in its own reservation) |
+    # suspect_pass (a clean re-check counted) | release (the hold ends) | none
+    kind: str
     reason: str = ""
     why: str = ""
     fault: str | None = None
     finding: Finding | None = None   # what a reset or reboot remedies (its class, its GPUs)
-    rung: str = ""                   # the ladder's rung this action is: reset, reboot, repair
+    rung: str = ""                   # the ladder's rung this action is: reset, reboot, suspect, repair
 
 
 def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeHistory,
            clean_runs_to_resume: int, reboots_before_drain: int | None = None, host=None, driver: str | None = None,
-           *, ladder: Ladder | None = None, gpus_idle: bool = False) -> Action:
+           *, ladder: Ladder | None = None, gpus_idle: bool = False, now: float | None = None) -> Action:
     """host: the node's HostFacts (readers/host.py), when read; driver: the driver it runs; gpus_idle: no
-    process on the GPUs a reset of the worst finding would take (remediation.reset_targets)."""
+    process on the GPUs a reset of the worst finding would take (remediation.reset_targets); now: the
+    clock (a suspect's re-checks are timed by it; None: every run is one)."""
     from ..remediation import class_of, is_repair, repair_reason, rungs_for
 
     ladder = ladder or Ladder()
@@ -89,6 +106,10 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
         return Action("none", why="our reboot is pending")
     if held and is_repair(node.reason, PREFIX):
         return Action("none", why="drained for repair: an admin resumes it")
+    if history.suspect is not None and not held:
+        held_as = _suspect(verdict, findings, history.suspect, ladder, now)
+        if held_as is not None:
+            return held_as
 
     if verdict in ("ok", "warn"):
         if held:
@@ -139,7 +160,38 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
                       rung="reboot")
 
     f = worst(findings, "drain")
+    if not held and ladder.mode == "full" and class_of(f) in ladder.suspect_classes and history.suspect is None:
+        # uncertain: kept from new jobs in a reservation of its own while its running job finishes, re-checked
+        return Action("suspect", reason=make_reason(f), why=f"suspect: {f.message}; its running job finishes, no new "
+                      f"job lands; re-checked every {ladder.suspect_recheck_s / 60:g} min", fault=fault_key(f),
+                      finding=f, rung="suspect")
     return _drain(node, ours, make_reason(f), f.detail or f.message, fault_key(f))
+
+
+def _suspect(verdict: str, findings: list[Finding], held: dict, ladder: Ladder, now: float | None) -> Action | None:
+    """A node held as a suspect: a clean re-check every suspect_recheck_s counts, suspect_passes of them
+    release it; a re-check that finds its fault drains it for repair.  Another class's fault is not the
+    suspect's: None, and the ladder takes it as it would any (the carrier ends the hold)."""
+    from ..remediation import class_of
+
+    due = now is None or now - max(held["since"], held["last_pass"] or 0.0) >= ladder.suspect_recheck_s
+    if verdict in ("ok", "warn"):
+        if not due:
+            return Action("none", why=f"suspect, clean: {held['passes']} of {ladder.suspect_passes} re-checks passed")
+        if held["passes"] + 1 >= ladder.suspect_passes:
+            return Action("release", why=f"suspect: {held['passes'] + 1} clean re-checks: back in service",
+                          fault=held["fault"], rung="suspect")
+        return Action("suspect_pass", why=f"suspect: re-check {held['passes'] + 1} of {ladder.suspect_passes} clean",
+                      fault=held["fault"], rung="suspect")
+    f = worst(findings)
+    if f is None or class_of(f) != held["class"]:
+        return None
+    if not due:
+        return Action("none", why=f"suspect: {f.message}; re-checked every {ladder.suspect_recheck_s / 60:g} min",
+                      fault=held["fault"])
+    reason = one_line(f"{PREFIX} repair {held['class']} suspect re-check failed: {make_reason(f)[len(PREFIX) + 1:]}")
+    return Action("drain", reason=reason, why=f"suspect: {f.message} still there at its re-check: drained for repair",
+                  fault=fault_key(f), finding=f, rung="repair")
 
 
 def _drain(node: NodeInfo, ours: bool, reason: str, why: str, key: str) -> Action:

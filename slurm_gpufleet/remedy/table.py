@@ -4,12 +4,14 @@ A node in service that a check finds faulty climbs the ladder (data/remediation.
 
     in_service -> resetting -> returning -> validating -> in_service
                -> rebooting -> returning -> validating -> in_service
+               -> suspect (an uncertain fault: held in a reservation of its own) -> in_service | repair
                -> drained (waiting for its GPUs to go idle; quarantine; a drain-severity finding)
                -> repair (the cap of attempts, or what survived its reboots: an admin resumes it)
     a rack-level fault holds every tray of its domain (rack) until the domain runs clean again.
 
-The states are read off what Slurm shows of the node (its flags and our reason) and, for `validating`,
-off the node's history (a validation job is open): a crashed run leaves nothing of its own to recover.
+The states are read off what Slurm shows of the node (its flags and our reason) and, for `validating` and
+`suspect`, off the node's history (a validation job, a suspect hold is open): a crashed run leaves
+nothing of its own to recover.
 `resetting` lasts within one run (the reset and the read after it).
 
 Each move says who makes it: the ladder (remedy/carrier.py, through the actuator), Slurm itself (a
@@ -35,12 +37,14 @@ class RemedyState(StrEnum):
     REBOOTING = "rebooting"      # `scontrol reboot ASAP` asked for: drained until it has rebooted
     RETURNING = "returning"      # remedied, drained with `gpufleet: validate after ...`: a validation run next
     VALIDATING = "validating"    # resumed into its own maintenance reservation, its validation job running
+    SUSPECT = "suspect"          # in service, held in a maintenance reservation of its own: its job finishes,
+                                 # no new job lands; re-checked, then released or drained for repair
     REPAIR = "repair"            # drained for repair (attempts capped, survived its reboots, failed validation)
     RACK = "rack"                # held with its rack: the domain drained whole for a rack-level fault
     OTHERS = "others"            # drained, down or rebooting by someone else: never touched
 
 
-(IN_SERVICE, DRAINED, RESETTING, REBOOTING, RETURNING, VALIDATING, REPAIR, RACK, OTHERS) = RemedyState
+(IN_SERVICE, DRAINED, RESETTING, REBOOTING, RETURNING, VALIDATING, SUSPECT, REPAIR, RACK, OTHERS) = RemedyState
 STATES = tuple(RemedyState)
 
 LADDER, SLURM, ADMIN = "ladder", "slurm", "admin"
@@ -54,6 +58,13 @@ MOVES: dict[tuple[RemedyState, RemedyState], tuple[str, str]] = {
     (IN_SERVICE, REBOOTING): (LADDER, "reboot-fixable, or a reset already tried"),
     (IN_SERVICE, REPAIR): (LADDER, "the class's attempts capped, or survived its reboots"),
     (IN_SERVICE, RACK): (LADDER, "its domain escalated: drained whole"),
+    (IN_SERVICE, SUSPECT): (LADDER, "a drain finding of a suspect class (data/remediation.toml [suspect])"),
+    (SUSPECT, SUSPECT): (LADDER, "a clean re-check counted, or waiting for the next"),
+    (SUSPECT, IN_SERVICE): (LADDER, "suspect_passes clean re-checks: its reservation deleted"),
+    (SUSPECT, REPAIR): (LADDER, "its fault still there at a re-check: drained for repair"),
+    (SUSPECT, DRAINED): (LADDER, "another class's drain finding: the hold ends, the ladder takes it"),
+    (SUSPECT, RESETTING): (LADDER, "another class's reset-fixable fault, its GPUs idle: the hold ends"),
+    (SUSPECT, REBOOTING): (LADDER, "another class's fault: the hold ends, the reboot rung"),
     (DRAINED, DRAINED): (LADDER, "a new reason for the same hold"),
     (DRAINED, RESETTING): (LADDER, "its GPUs went idle"),
     (DRAINED, REBOOTING): (LADDER, "the reset did not fix it, or a reboot rung"),
@@ -88,10 +99,6 @@ MOVES: dict[tuple[RemedyState, RemedyState], tuple[str, str]] = {
     (RACK, REBOOTING): (LADDER, "a tray's own fault under its rack's hold: its reboot rung"),
 }
 
-# the ladder's rung each move into a state is
-RUNG_OF = {RESETTING: "reset", REBOOTING: "reboot", REPAIR: "repair", RACK: "rack"}
-
-
 class IllegalMove(RuntimeError):
     """A move of the ladder the table does not have: a bug, never carried out."""
 
@@ -101,16 +108,16 @@ def legal(old: RemedyState, new: RemedyState, by: str = LADDER) -> bool:
     return old == new or MOVES.get((old, new), ("", ""))[0] == by
 
 
-def state_of(node: NodeInfo, validating: bool = False) -> RemedyState:
-    """Where the node stands, from what Slurm shows of it; `validating`: its history has a validation
-    job open."""
+def state_of(node: NodeInfo, validating: bool = False, suspect: bool = False) -> RemedyState:
+    """Where the node stands, from what Slurm shows of it; `validating`, `suspect`: its history has a
+    validation job, a suspect hold open."""
     from ..remediation import is_repair
     from ..returning import is_validate
     from ..slurm.ownership import HEALTH, HOOK, PREFIX, RACK_PREFIX, owner
 
     held = node.drained or node.down or node.rebooting
     if not held:
-        return VALIDATING if validating else IN_SERVICE
+        return VALIDATING if validating else SUSPECT if suspect else IN_SERVICE
     if owner(node) not in (HEALTH, HOOK):
         return OTHERS
     if node.rebooting:
@@ -136,4 +143,5 @@ def target_of(kind: str, reason: str, rung: str, before: RemedyState) -> RemedyS
         if is_repair(reason, PREFIX):
             return REPAIR
         return RETURNING if is_validate(reason) else DRAINED
-    return {"reset": RESETTING, "reboot": REBOOTING, "validate": VALIDATING, "resume": IN_SERVICE}.get(kind, before)
+    return {"reset": RESETTING, "reboot": REBOOTING, "validate": VALIDATING, "resume": IN_SERVICE,
+            "suspect": SUSPECT, "release": IN_SERVICE}.get(kind, before)

@@ -202,7 +202,8 @@ class Actuator:
         if method not in _RESERVATION_CALLS:
             raise ValueError(f"not a reservation call: {method}")
         if prefix is None or not name.startswith(prefix):
-            raise SlurmError(f"{self.actor} may not {method.split('_')[0]} reservation {name} (not {prefix or 'its'}*)")
+            mine = "* or ".join(prefix) if isinstance(prefix, tuple) else prefix or "its"
+            raise SlurmError(f"{self.actor} may not {method.split('_')[0]} reservation {name} (not {mine}*)")
         return getattr(self.backend, method)(name, *args)
 
     def job(self, method: str, *args):

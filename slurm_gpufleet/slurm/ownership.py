@@ -43,8 +43,10 @@ FREE, HEALTH, MAINTAIN, STRAGGLER, HOOK, OTHER = "free", "health", "maintain", "
 ROLLOUT_RESERVATION_PREFIX = "gpufleet_"
 LEMON_RESERVATION_PREFIX = "gpufleet-lemon-"
 VALIDATE_RESERVATION_PREFIX = "gpufleet-validate-"   # validation before return (returning.py)
+SUSPECT_RESERVATION_PREFIX = "gpufleet-suspect-"     # the suspect rung (remedy/decide.py)
+# each actor's reservations, by their names' prefixes (str.startswith takes the tuple)
 RESERVATION_PREFIXES = {MAINTAIN: ROLLOUT_RESERVATION_PREFIX, STRAGGLER: LEMON_RESERVATION_PREFIX,
-                        HEALTH: VALIDATE_RESERVATION_PREFIX}
+                        HEALTH: (VALIDATE_RESERVATION_PREFIX, SUSPECT_RESERVATION_PREFIX)}
 
 
 def owner_of_reason(reason: str) -> str:
