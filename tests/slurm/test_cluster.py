@@ -474,3 +474,64 @@ def test_an_idle_sweep_gives_way_to_a_user_job(mc):
         assert mc.job(sweep_job).get("JobState") in ("CANCELLED", "PREEMPTED"), mc.job(sweep_job)
     finally:
         _replace(config, original)
+
+
+def _suspect_reservations(mc) -> list[str]:
+    return [line.split()[0].split("=", 1)[1]
+            for line in mc.run("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines()
+            if line.startswith("ReservationName=gpufleet-suspect-")]
+
+
+def _with_suspect_settings(mc):
+    """The cluster's config with a PCIe width every node must reach, and the suspect rung's re-checks
+    quick (6 s, 2 clean ones): returns the original text, to put back."""
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    _replace(config, original.replace("[defaults]\n", "[defaults]\npcie_min_width = 16\n", 1)
+             .replace("[slurm]\n", "[slurm]\nsuspect_recheck_min = 0.1\nsuspect_passes = 2\n", 1))
+    return config, original
+
+
+def test_a_suspect_keeps_its_running_job_takes_no_new_one_and_is_released_after_clean_rechecks(mc):
+    """A PCIe link trained x4 (a suspect class): the node is held in a MAINT reservation of its own, not
+    drained: its running job goes on, a job pinned to it waits; `fleet cases` shows it; once the link is
+    back, two clean re-checks release it and the waiting job runs."""
+    config, original = _with_suspect_settings(mc)
+    try:
+        first = mc.start_job("n4", 2, 40)
+        gpustate.set_value(mc.gpu_file("n4"), 2, "pcie_link_width", 4)
+        mc.wait(lambda: _suspect_reservations(mc) == ["gpufleet-suspect-n4"], 2 * mc.hc_interval + 10,
+                "n4 held in its suspect reservation")
+        assert "DRAIN" not in mc.state("n4"), mc.node("n4")
+        assert mc.job(first)["JobState"] == "RUNNING", "the running job goes on"
+        second = mc.sbatch("-w", "n4", "--gres=gpu:1", "--time=2", "--wrap", "sleep 1")
+        time.sleep(mc.hc_interval)
+        assert mc.job(second)["JobState"] == "PENDING", mc.job(second)
+        mc.wait(lambda: [(r["node"], r["class"], r["status"]) for r in json.loads(
+            mc.gpufleet("fleet", "cases", "--json").stdout)["cases"]] == [("n4", "pcie", "suspect")],
+            2 * mc.hc_interval + 10, "fleet cases shows the suspect")
+        mc.heal("n4")   # the link trains x16 again
+        mc.wait(lambda: _suspect_reservations(mc) == [], 6 * mc.hc_interval + 30, "the suspect released")
+        assert mc.history("n4", "select state, passes from suspects") == [("released", 1)]
+        mc.wait(lambda: mc.job(second).get("JobState") == "COMPLETED", 60, "the waiting job ran on n4")
+        assert mc.job(first)["JobState"] in ("RUNNING", "COMPLETED"), "never killed"
+        assert "DRAIN" not in mc.state("n4")
+    finally:
+        _replace(config, original)
+
+
+def test_a_suspect_whose_recheck_still_finds_its_fault_is_drained_for_repair(mc):
+    config, original = _with_suspect_settings(mc)
+    try:
+        gpustate.set_value(mc.gpu_file("n3"), 5, "pcie_link_width", 8)
+        mc.wait(lambda: _suspect_reservations(mc) == ["gpufleet-suspect-n3"], 2 * mc.hc_interval + 10,
+                "n3 held in its suspect reservation")
+        mc.wait(lambda: "DRAIN" in mc.state("n3"), 4 * mc.hc_interval + 20, "n3 drained at its re-check")
+        assert mc.node("n3")["Reason"].startswith("gpufleet: repair pcie suspect re-check failed: pcie gpu5 PCIe x8")
+        assert _suspect_reservations(mc) == [], "its reservation deleted with the drain"
+        assert mc.history("n3", "select state from suspects") == [("repair",)]
+        mc.wait(lambda: [(r["node"], r["status"]) for r in json.loads(
+            mc.gpufleet("fleet", "cases", "--json").stdout)["cases"]] == [("n3", "repair")],
+            2 * mc.hc_interval + 10, "fleet cases: needs repair")
+    finally:
+        _replace(config, original)
