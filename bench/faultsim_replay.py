@@ -6,8 +6,8 @@ names), each with every strategy side by side: the four compared (none, drain-on
 gpufleet) and gpufleet without its reset rung (gpufleet-reboot-first) or its suspect rung
 (gpufleet-no-suspect):
 
-* `default`: the bundled history on the default fleet, failures drawn at Llama 3's rates (the mean of
-  --seeds seeds, 10 unless given);
+* `default`: the bundled history on the default fleet (300 nodes) with the default stream of 1,024-GPU
+  jobs beside it, failures drawn at Llama 3's rates (the mean of --seeds seeds, 10 unless given);
 * `rack`: 144 nodes in NVLink domains of 18 (an NVL72 rack each), half the domain classes' faults
   switch-side (`--switch-share 0.5`: the default 0.1 draws about one rack event in ten runs);
 * `fault-log`: a year-long fault log of 400 nodes, written here as the CSV `--fault-log` reads (the
@@ -35,7 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "results" / "faultsim_replay.json"
 STRATEGIES = ("none", "drain-on-any", "two-tier", "gpufleet", "gpufleet-reboot-first", "gpufleet-no-suspect")
-FIGURES = ("ettr", "goodput", "availability", "node_hours_out", "peak_nodes_out", "faults", "black_hole_crashes")
+FIGURES = ("ettr", "ettr_1024", "waiting_1024_h", "goodput", "availability", "node_hours_out", "peak_nodes_out",
+           "faults", "black_hole_crashes", "jobs_lost")
 
 
 def write_log(path: Path, nodes: int = 400, days: float = 365.0, seed: int = 7) -> int:
@@ -73,7 +74,8 @@ def main() -> None:
         rows = write_log(log)
         cases = {
             "default": ["--seeds", str(a.seeds)],
-            "rack": ["--nodes", "144", "--domain-size", "18", "--switch-share", "0.5", "--seeds", str(a.seeds)],
+            "rack": ["--nodes", "144", "--domain-size", "18", "--switch-share", "0.5", "--big-job", "0",
+                     "--seeds", str(a.seeds)],
             "fault-log": ["--fault-log", str(log), "--nodes", "400"],   # one replay: the one timed
         }
         for label, args in cases.items():
@@ -88,11 +90,12 @@ def main() -> None:
                   f"{sum(d['assumptions']['faults_drawn'].values())} faults over {d['assumptions']['seeds']} seed(s); "
                   f"{took:.1f} s"
                   + (f" (a log of {rows} rows)" if label == "fault-log" else ""))
-            print(f"{'strategy':<22} {'ETTR':>7} {'goodput':>7} {'avail':>7} {'node-h out':>10} {'peak out':>8} "
+            print(f"{'strategy':<22} {'ETTR':>7} {'>=1024':>7} {'goodput':>7} {'avail':>7} {'node-h out':>10} {'peak out':>8} "
                   f"{'black holes':>11} {'reset/reboot/suspect/repair/rack':>32}")
             for name, m in d["strategies"].items():
                 r = m["resolved"]
-                print(f"{name:<22} {m['ettr']:>7.4f} {m['goodput']:>7.4f} {m['availability']:>7.4f} "
+                e1024 = "-" if m["ettr_1024"] is None else f"{m['ettr_1024']:.4f}"
+                print(f"{name:<22} {m['ettr']:>7.4f} {e1024:>7} {m['goodput']:>7.4f} {m['availability']:>7.4f} "
                       f"{m['node_hours_out']:>10.1f} {m['peak_nodes_out']:>8g} {m['black_hole_crashes']:>11g} "
                       f"{r['reset']:.2f}/{r['reboot']:.2f}/{r.get('suspect', 0):.2f}/{r['repair']:.2f}/"
                       f"{r.get('rack', 0):.2f}")

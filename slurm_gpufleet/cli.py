@@ -1517,8 +1517,8 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
               help="(fleet) Run seeds S..S+N-1 and give the mean of every figure.")
 @click.option("--sacct", "sacct_file", metavar="FILE", help="(fleet) A job history from sacct (default: the bundled "
                                                             "Helios trace).")
-@click.option("--nodes", "node_count", type=click.IntRange(1, 20_000), default=150, show_default=True,
-              help="(fleet) Nodes in the simulated fleet.")
+@click.option("--nodes", "node_count", type=click.IntRange(1, 20_000), default=300, show_default=True,
+              help="(fleet) Nodes in the simulated fleet (with --fault-log, at least the log's).")
 @click.option("--gpus-per-node", type=click.IntRange(1, 16), default=8, show_default=True)
 @click.option("--rates", "rates_file", metavar="FILE", help="(fleet) Failure classes and rates in the form of "
               "slurm_gpufleet/data/failure_classes.toml (default: that file, Llama 3's rates).")
@@ -1527,9 +1527,12 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
 @click.option("--lemon-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="(fleet) The share of nodes that fail --lemon-factor times as often (a lemon tail).")
 @click.option("--lemon-factor", type=click.FloatRange(min=1, max=1000), default=1.0, show_default=True)
-@click.option("--big-job", "big_job_gpus", type=click.IntRange(0, 1_000_000), default=0, metavar="GPUS",
-              help="(fleet) Add one training job of GPUS GPUs running the whole time (ETTR of jobs of 1,024 GPUs "
-                   "or more).")
+@click.option("--big-job", "big_job_gpus", type=click.IntRange(0, 1_000_000), default=1024, show_default=True,
+              metavar="GPUS", help="(fleet) A stream of training jobs of GPUS GPUs beside the history, one every "
+                                   "--big-job-hours, each running that long (the ETTR of jobs of 1,024 GPUs or "
+                                   "more); 0: none.")
+@click.option("--big-job-hours", type=click.FloatRange(min=1, max=24 * 365), default=24.0, show_default=True,
+              metavar="H", help="(fleet) How long each job of the --big-job stream runs, and how often one comes.")
 @click.option("--domain-size", type=click.IntRange(0, 1024), default=0, show_default=True, metavar="N",
               help="(fleet) NVLink domains of N consecutive nodes (18: an NVL72 rack): a share of faults is "
                    "switch-side and takes its domain whole (rack-correlated events); 0: none.")
@@ -1548,6 +1551,7 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
                           restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
                           seeds: int, sacct_file: str | None, node_count: int, gpus_per_node: int, rates_file: str | None,
                           hc_interval_s: float, lemon_share: float, lemon_factor: float, big_job_gpus: int,
+                          big_job_hours: float,
                           domain_size: int, switch_share: float | None, plot_file: str | None,
                           fault_log_file: str | None, as_json: bool) -> None:
     """What failures cost jobs, and what the health checks save, on the simulator core of `maintain
@@ -1578,6 +1582,7 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
         model = load_model(rates_file)
     except RatesError as exc:
         _fail(str(exc), exitcodes.USAGE)
+    fleet_nodes = node_count
     fault_log = None
     if fault_log_file:
         from .faultlog import FaultLogError, read
@@ -1586,6 +1591,13 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
             fault_log = read(fault_log_file)
         except FaultLogError as exc:
             _fail(str(exc), exitcodes.USAGE)
+        fleet_nodes = max(node_count, len(fault_log.nodes))
+    left_out = None
+    if big_job_gpus > fleet_nodes * gpus_per_node and \
+            ctx.get_parameter_source("big_job_gpus") is click.core.ParameterSource.DEFAULT:
+        left_out = (f"note: no job of {big_job_gpus:,} GPUs fits {fleet_nodes} nodes of {gpus_per_node} GPUs: the "
+                    "--big-job stream is left out")
+        big_job_gpus = 0
     label = sacct_file or HELIOS_LABEL
     try:
         with open_text(sacct_file or str(HELIOS_SACCT)) as fh:
@@ -1600,12 +1612,15 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
                            checkpoint_every_h=checkpoint_every_h or 1.0,
                            restart_min=10.0 if restart_minutes is None else restart_minutes, seed=seed,
                            lemon_share=lemon_share, lemon_factor=lemon_factor, big_job_gpus=big_job_gpus,
+                           big_job_hours=big_job_hours,
                            settings=_load_policy((ctx.obj or {}).get("config"), read_only=True).slurm, seeds=seeds,
                            domain_size=domain_size, switch_share=switch_share, fault_log=fault_log,
                            progress=_progress_on_stderr())
     except ValueError as exc:
         _fail(str(exc), exitcodes.USAGE)
     out["assumptions"]["history"] = label
+    if left_out:
+        click.echo(left_out, err=True)
     series = out.pop("_series")
     if plot_file:
         from .faultsim import fleet_html
@@ -1624,7 +1639,8 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
 
 # simulate-faults' options of the fleet mode alone (parameter names): --one-job refuses them
 FLEET_ONLY = ("sacct_file", "node_count", "gpus_per_node", "rates_file", "hc_interval_s", "lemon_share",
-              "lemon_factor", "big_job_gpus", "domain_size", "switch_share", "plot_file", "seeds", "fault_log_file")
+              "lemon_factor", "big_job_gpus", "big_job_hours", "domain_size", "switch_share", "plot_file", "seeds",
+              "fault_log_file")
 
 
 def _progress_on_stderr(after_s: float = 2.0):

@@ -964,7 +964,8 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
                  model: FaultModel, hc_interval_s: float, checkpoint_every_h: float, restart_min: float, seed: int,
                  lemon_share: float = 0.0, lemon_factor: float = 1.0, big_job_gpus: int = 0,
                  assumption: str = "runtime-ceil-hour", settings=None, seeds: int = 1, domain_size: int = 0,
-                 switch_share: float | None = None, fault_log=None, progress=None) -> dict[str, Any]:
+                 switch_share: float | None = None, fault_log=None, progress=None,
+                 big_job_hours: float = 24.0) -> dict[str, Any]:
     """The fleet mode: the trace's jobs on `nodes` nodes for `days`, the same faults for every strategy;
     with `seeds` > 1 every figure is the mean over seeds seed..seed+seeds-1 (faults drawn are summed).
 
@@ -987,10 +988,13 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
         need = math.ceil(big_job_gpus / gpus_per_node)
         if need > nodes:
             raise ValueError(f"--big-job {big_job_gpus} needs {need} nodes of {gpus_per_node} GPUs; the fleet has {nodes}")
-        # one long training job beside the history, for the figures of jobs of 1,024 GPUs or more
-        jobs.insert(0, SimJob("big-1", 0.0, run=horizon * 10, limit=horizon * 10, nodes=need,
-                              gpn=min(big_job_gpus, gpus_per_node)))
-        big = frozenset({"big-1"})
+        # a stream of training jobs beside the history, for the figures of jobs of 1,024 GPUs or more: one
+        # submitted every big_job_hours, each running that long (a job waits while the one before runs)
+        period = big_job_hours * 3600
+        stream = [SimJob(f"big-{k + 1}", k * period, run=period, limit=period * 1.5, nodes=need,
+                         gpn=min(big_job_gpus, gpus_per_node)) for k in range(max(1, math.ceil(horizon / period)))]
+        jobs = stream + jobs
+        big = frozenset(j.id for j in stream)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in strategies}
     by_class: dict[str, int] = {}
     alarms_drawn = rack_events = 0
@@ -1024,6 +1028,9 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
         "faults_drawn": by_class, "false_alarms_drawn": alarms_drawn,
         "health_check_interval_s": hc_interval_s, "checkpoint_every_h": checkpoint_every_h,
         "restart_minutes": restart_min, "lemon_share": lemon_share, "lemon_factor": lemon_factor,
+        "big_jobs": {"gpus": big_job_gpus, "hours": big_job_hours, "jobs": len(big),
+                     "stream": "one submitted every `hours`, each running that long, beside the history"}
+        if big_job_gpus else None,
         "times": dict(model.times),
         "domain_size": domain_size,
         "switch_share": (model.domain.switch_share if model.domain else 0.0) if switch_share is None else switch_share,

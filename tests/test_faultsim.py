@@ -105,7 +105,9 @@ def test_the_ladder_in_the_fleet_mode_is_the_project_s_decide_with_its_settings(
 def test_a_big_job_gives_the_ettr_of_jobs_of_1024_gpus():
     out = _fleet(nodes=140, big_job_gpus=1024, strategies=("gpufleet",), days=6.0)
     m = out["strategies"]["gpufleet"]
-    assert m["jobs_1024"] == 1 and 0 < m["ettr_1024"] <= 1
+    # the stream: one of 24 h a day, beside the history
+    assert m["jobs_1024"] == 6 and 0 < m["ettr_1024"] <= 1 and m["waiting_1024_h"] >= 0
+    assert out["assumptions"]["big_jobs"]["jobs"] == 6
 
 
 @pytest.mark.parametrize("body,says", [
@@ -141,6 +143,9 @@ def test_the_fleet_mode_text_and_json_from_the_cli():
     assert list(out["strategies"]) == ["gpufleet"] and out["assumptions"]["mode"] == "fleet"
     text = run_cli("fleet", "simulate-faults", "--nodes", "60", "--days", "3", "--strategy", "none")
     assert text.returncode == 0 and b"strategy" in text.stdout and b"none" in text.stdout
+    # the default stream of 1,024-GPU jobs needs 128 nodes: left out, and said so
+    assert b"no job of 1,024 GPUs fits 60 nodes of 8 GPUs" in text.stderr
+    assert run_cli("fleet", "simulate-faults", "--nodes", "60", "--days", "3", "--big-job", "1024").returncode == 2
     bad = run_cli("fleet", "simulate-faults", "--one-job", "8", "--node-mtbf-hours", "10", "--checkpoint-every", "1",
                   "--strategy", "gpufleet")
     assert bad.returncode == 2
