@@ -26,7 +26,9 @@ Strategies compared:
 * `drain-on-any`: NHC-like, the periodic health check drains on any finding, warnings included (false
   drains on application Xids), and an admin reboots or repairs;
 * `two-tier`: Meta's: checks every HealthCheckInterval and before and after each job, high severity
-  drains now, the rest after the running jobs (a warning never drains); an admin reboots or repairs;
+  drains and requeues at once, low severity (the classes' `severity`) drains and lets the running jobs
+  end (a warning never drains); an admin reboots or repairs.  A low-severity fault degrades a node
+  without ending its jobs, for every strategy: what differs is how soon new jobs stop landing there;
 * `gpufleet`: the health check, prolog and epilog, and the ladder: reset, reboot, repair, capped per
   class, validation before return; a node drained for inspection gets an admin's repair after
   `admin_hours` + `repair_hours`, then `fleet repaired`.
@@ -379,7 +381,8 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             if job.gen > 0:
                 self.restarts_gpu_s += self.restart_s * job.gpn * len(placed)
             super()._start(job, placed)
-            if any(i in self.active_fault and self.active_fault[i].cls.effect in ("gpu", "link") for i in placed):
+            if any(i in self.active_fault and self.active_fault[i].cls.effect in ("gpu", "link")
+                   and self.active_fault[i].cls.severity != "low" for i in placed):
                 self.push(self.now + CRASH_S, "tick", ("crash", (job, job.gen)))
 
         def _end(self, job):
@@ -437,7 +440,8 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             f.hit = True   # a logged fault strikes a node out of service too: it is unusable until its end
             if f.until is not None:
                 sim.push(f.until, "tick", ("expire", f))
-            self._crash_jobs(sim, f.node)
+            if f.cls.severity != "low":   # a low-severity fault (Meta's low tier) degrades; its jobs go on
+                self._crash_jobs(sim, f.node)
             if f.cls.effect == "job":
                 return
             sim.active_fault[f.node] = f
@@ -492,7 +496,8 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 return  # not drained: the node stays in service until the breaker is reset, or an admin looks
             f.detected_at, f.how = sim.now, how
             if ours:
-                self._crash_jobs(sim, f.node)   # the GPU's fault ends its jobs, whatever drains the node
+                if f.cls.severity != "low":
+                    self._crash_jobs(sim, f.node)   # the GPU's fault ends its jobs, whatever drains the node
                 if f.domain is not None:
                     check, severity, action = f.cls.finding
                     self.reasons[f.node] = (make_reason(Finding(check, severity, action, 0, f.cls.what)), sim.now)
@@ -501,7 +506,9 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 self._check(sim, f.node, how)
                 return
             self._take(sim, f.node, "failures")
-            self._crash_jobs(sim, f.node)   # a high-severity drain: its jobs are rescheduled at once
+            if f.cls.severity != "low":
+                # a high-severity drain: its jobs are requeued at once; a low-severity one lets them end
+                self._crash_jobs(sim, f.node)
             # an admin looks, reboots where a reboot can help, else sends it for repair
             wait = times["admin_hours"] * 3600 if how != "admin" else 0.0
             if f.level == "rack":  # the admin finds the switch tray: one swap for the whole domain

@@ -269,3 +269,29 @@ def test_the_fault_simulator_climbs_the_product_s_ladder_through_its_carrier(lev
     assert out["resolved"][level] == 1.0 and out["faults"] == 1
     # the node is back in service at the end, after its hours out
     assert out["node_hours_out"] > 0
+
+
+def test_a_low_severity_fault_lets_the_running_job_end_under_two_tier_and_gpufleet():
+    """Meta's low tier: a GPU at its slowdown temperature (thermal, severity low) degrades the node without
+    ending its job; two-tier drains it and lets the job end, gpufleet holds it as a suspect (the job ends,
+    no new one lands).  No job fails for it; the node goes out of service either way."""
+    from slurm_gpufleet.faultsim import Fault, _fault_run, load_model
+    from slurm_gpufleet.maintain.simulate import SimJob
+
+    model = load_model()
+    thermal = next(c for c in model.classes if c.name == "thermal")
+    assert thermal.severity == "low"
+    for strategy in ("two-tier", "gpufleet"):
+        job = SimJob("j1", 0.0, run=6 * 3600.0, limit=8 * 3600.0, nodes=1, gpn=8)
+        out = _fault_run(strategy, model, [job], 2, 8, 2 * 86400.0, [Fault(3600.0, 0, thermal, "repair", 0.5)], [],
+                         hc_interval_s=300.0, checkpoint_every_h=1.0, restart_min=10.0, seed=0, big_jobs=frozenset())
+        assert out["jobs_failed"] == 0, strategy
+        assert out["node_hours_out"] > 0, strategy
+        if strategy == "gpufleet":
+            assert [b for _, _, a, b in out["_moves"] if a != b][:1] == ["suspect"], out["_moves"]
+        # the same job under a high-severity GPU fault fails
+        gpu = next(c for c in model.classes if c.name == "gpu")
+        job = SimJob("j1", 0.0, run=6 * 3600.0, limit=8 * 3600.0, nodes=1, gpn=8)
+        high = _fault_run(strategy, model, [job], 2, 8, 2 * 86400.0, [Fault(3600.0, 0, gpu, "repair", 0.5)], [],
+                          hc_interval_s=300.0, checkpoint_every_h=1.0, restart_min=10.0, seed=0, big_jobs=frozenset())
+        assert high["jobs_failed"] >= 1, strategy
