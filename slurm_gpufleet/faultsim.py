@@ -881,8 +881,9 @@ class _Lab:
     def repaired(self, node) -> None:
         """`fleet repaired`: the node's reason asks for a validation run before it returns."""
         from .returning import VALIDATE_PREFIX
+        from .slurm.effects import SetReason
 
-        self.actuator.set_reason([self.slurm.node(node.name)], f"{VALIDATE_PREFIX}repair")
+        self.actuator.apply(SetReason((self.slurm.node(node.name),), f"{VALIDATE_PREFIX}repair"))
 
 
 def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:

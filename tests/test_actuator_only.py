@@ -77,3 +77,35 @@ def test_an_unplanned_actor_without_settings_is_refused_and_its_reboots_meet_the
     breaker.reset(settings.breaker_path)
     done = Actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "gpufleet: memory gpu1 remap pending")
     assert done.done == ["n1"] and backend.calls[0][0] == "reboot_asap_nodes"
+
+
+def test_typed_effects_clean_their_reasons_and_apply_keeps_ownership_and_prefixes(tmp_path):
+    from slurm_gpufleet.policy import SlurmSettings
+    from slurm_gpufleet.slurm import effects as E
+    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.ownership import HEALTH
+
+    drain = E.Drain((NodeInfo("n1", "IDLE"),), 'gpufleet: xid gpu1 "quoted"\nsecond line' + "x" * 200)
+    assert "\n" not in drain.reason and '"' not in drain.reason and len(drain.reason) <= 120
+    backend = Recorder()
+    backend.nodes = lambda: [NodeInfo("n1", "IDLE"), NodeInfo("n2", "IDLE", {"DRAIN"}, "admin: PSU")]
+    health = Actuator(backend, HEALTH, SlurmSettings(breaker_threshold=10, state_dir=str(tmp_path)))
+    done = health.apply(E.Drain((NodeInfo("n1", "IDLE"), NodeInfo("n2", "IDLE", {"DRAIN"}, "admin: PSU")), "gpufleet: x"),
+                        E.Reserve("gpufleet-suspect-n1", ("n1",), None, 60), E.Release("gpufleet-validate-n1"),
+                        E.Weight(("n1",), 5))
+    assert done[0].done == ["n1"] and "n2" in done[0].left   # an admin's node is left alone
+    assert [c[0] for c in backend.calls] == ["drain_nodes", "create_reservation", "delete_reservation",
+                                             "set_weight_nodes"]
+    with pytest.raises(SlurmError, match="may not create reservation gpufleet-lemon-n1"):
+        health.apply(E.Reserve("gpufleet-lemon-n1", ("n1",), None, 60))
+    with pytest.raises(TypeError, match="not an effect"):
+        health.apply("drain n1")
+
+
+def test_the_remedy_carrier_writes_only_typed_effects_through_apply():
+    """remedy/carrier.py asks the actuator nothing but `apply` (and its clock): every write it makes is a
+    typed effect."""
+    tree = ast.parse((REPO / "slurm_gpufleet" / "remedy" / "carrier.py").read_text())
+    used = {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "actuator"}
+    assert used == {"apply", "clock"}, used

@@ -255,7 +255,9 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                     fields.pop(settings.publish, None)
             if fields:
                 try:
-                    carrier.actuator.publish(info.name, fields)
+                    from ..slurm.effects import Publish
+
+                    carrier.actuator.apply(Publish(info.name, fields))
                 except SlurmError as exc:
                     log.warning("could not publish the GPU summary and features: %s", exc)
     finally:

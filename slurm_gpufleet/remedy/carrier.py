@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..slurm import effects as E
 from .decide import Action, Ladder, decide
 from .table import (
     DRAINED,
@@ -95,7 +96,8 @@ class Carrier:
     policy: Any                        # policy.Policy: [slurm], the node group's mode, [[domain]], [models]
     history: Any                       # history.History (or hooks.common.KeptHistory around one)
     backend: Any                       # for reads: the validation job's state, the fleet for escalation
-    actuator: Any                      # slurm.actuator.Actuator(backend, HEALTH, settings): every write
+    actuator: Any                      # slurm.actuator.Actuator(backend, HEALTH, settings): every write, as
+                                       # typed effects (slurm/effects.py) through its `apply`
     ladder: Ladder
     gpu_reset: GpuReset | None = None
     moves: list[tuple[str, str, str]] = field(default_factory=list)   # (from, to, action): this run's moves
@@ -195,14 +197,14 @@ class Carrier:
         out = Carried(action)
         try:
             if action.kind == "drain":
-                done = self.actuator.drain([info], action.reason, fields or None)
+                (done,) = self.actuator.apply(E.Drain((info,), action.reason, fields or None))
                 out.published = bool(done.done or done.reason_set)
                 if done.blocked:
                     out.blocked = done.breaker
                     self.history.record_action(node, hook, "breaker", action.reason, out.blocked, True)
                     action = Action("none", why=f"not drained, breaker open: {out.blocked}")
             elif action.kind == "set_reason":
-                out.published = bool(self.actuator.set_reason([info], action.reason, fields or None).done)
+                out.published = bool(self.actuator.apply(E.SetReason((info,), action.reason, fields or None))[0].done)
             elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
                 from ..slurm.escalation import resume_domain
 
@@ -210,10 +212,9 @@ class Carrier:
                 # the summary and features are this node's alone: they go out in a write of their own
                 action = Action("resume" if said.startswith("rack ") and " resumed: " in said else "none", why=said)
             elif action.kind == "resume":
-                out.published = bool(self.actuator.resume([info], fields or None).done)
+                out.published = bool(self.actuator.apply(E.Resume((info,), fields or None))[0].done)
             elif action.kind == "suspect":
-                self.actuator.reservation("create_reservation", suspect_reservation(node), [node], None,
-                                          SUSPECT_HOLD_MINUTES)
+                self.actuator.apply(E.Reserve(suspect_reservation(node), (node,), None, SUSPECT_HOLD_MINUTES))
                 from ..remediation import class_of
 
                 self.history.start_suspect(node, class_of(action.finding), action.fault or "", action.reason)
@@ -227,9 +228,9 @@ class Carrier:
                     # back to work only through a validation run (returning.py): the node comes back DOWN with
                     # this reason (Slurm adds ": reboot issued : reboot complete"), not resumed by Slurm
                     action.reason = one_line(f"{VALIDATE_PREFIX}reboot: {action.reason[len('gpufleet: '):]}")
-                    done = self.actuator.reboot_asap([info], action.reason, next_state="DOWN")
+                    (done,) = self.actuator.apply(E.Reboot((info,), action.reason, "DOWN"))
                 else:
-                    done = self.actuator.reboot_asap([info], action.reason)
+                    (done,) = self.actuator.apply(E.Reboot((info,), action.reason))
                 if done.blocked:
                     out.blocked = done.breaker
                     self.history.record_action(node, hook, "breaker", action.reason, out.blocked, True)
@@ -265,7 +266,7 @@ class Carrier:
         from ..slurm import SlurmError
 
         try:
-            self.actuator.reservation("delete_reservation", suspect_reservation(self.node))
+            self.actuator.apply(E.Release(suspect_reservation(self.node)))
         except SlurmError as exc:
             log.warning("suspect reservation %s not deleted: %s", suspect_reservation(self.node), exc)
         self.history.end_suspect(self.node, state)
@@ -360,7 +361,7 @@ class Carrier:
                 return f"not reset in this run: {max(left, 0):.0f} s left of slurmd's health-check time"
             timeout = min(timeout, left)
         if not info.drained:
-            done = self.actuator.drain([info], action.reason)
+            (done,) = self.actuator.apply(E.Drain((info,), action.reason))
             if done.blocked:
                 history.record_action(node, hook, "breaker", action.reason, done.breaker, True)
                 return f"not reset, breaker open: {done.breaker}"
@@ -411,16 +412,16 @@ class Carrier:
         try:
             if attempt == 1:
                 try:
-                    self.actuator.reservation("create_reservation", name, [node], None, minutes)
+                    self.actuator.apply(E.Reserve(name, (node,), None, minutes))
                 except SlurmError as exc:
                     # one left by a run that stopped half-way (made, not yet used): used as it is; if there
                     # is none, the submission below says so
                     log.warning("validation reservation %s not made (%s): using the one there, if any", name, exc)
-                self.actuator.resume([info])
-            job = self.actuator.job("submit_job", JOB_NAME, node, name, settings.validation_partition,
-                                    settings.validation_command, settings.validation_timeout_minutes,
-                                    f"{VALIDATION_COMMENT} {node} after {cause}"[:200],
-                                    validation_output(settings.state_dir, "%j"))
+                self.actuator.apply(E.Resume((info,)))
+            (job,) = self.actuator.apply(E.Submit(JOB_NAME, node, name, settings.validation_partition,
+                                                  settings.validation_command, settings.validation_timeout_minutes,
+                                                  f"{VALIDATION_COMMENT} {node} after {cause}"[:200],
+                                                  validation_output(settings.state_dir, "%j")))
         except SlurmError as exc:
             log.error("validation of %s not started: %s", node, exc)
             history.record_action(node, hook, "validate", "", f"not started: {exc}", False, str(exc))
@@ -461,8 +462,8 @@ class Carrier:
             return None
         try:
             if state not in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", None) and verdict_now == "failed":
-                self.actuator.job("cancel_jobs", [opened.job])
-            self.actuator.reservation("delete_reservation", name)
+                self.actuator.apply(E.Cancel((opened.job,)))
+            self.actuator.apply(E.Release(name))
         except SlurmError as exc:
             log.warning("validation reservation %s not deleted: %s", name, exc)
         if verdict_now == "passed":
@@ -484,7 +485,7 @@ class Carrier:
         reason = one_line(f"{PREFIX} {VALIDATION_FAILED} {opened.attempt}x after {remedy}: {detail}")
         self._move(VALIDATING, REPAIR, "drain")
         try:
-            done = self.actuator.drain([info], reason)
+            (done,) = self.actuator.apply(E.Drain((info,), reason))
         except SlurmError as exc:
             log.error("%s not drained after its failed validation: %s", node, exc)
             return None

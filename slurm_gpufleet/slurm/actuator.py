@@ -64,6 +64,40 @@ class Actuator:
         self.fleet = fleet
         self.clock = clock
 
+    # -- typed effects (slurm/effects.py) ----------------------------------------------------------
+    def apply(self, *effects) -> list:
+        """Carry out each effect, in order, with ownership, the breaker and the reservation prefixes as the
+        calls below hold them.  Returns per effect what its call returns: an Applied for a node-state
+        change, a job id for a Submit, None for the rest."""
+        from . import effects as E
+
+        out: list = []
+        for e in effects:
+            if isinstance(e, E.Drain):
+                out.append(self.drain(list(e.nodes), e.reason, e.fields))
+            elif isinstance(e, E.SetReason):
+                out.append(self.set_reason(list(e.nodes), e.reason, e.fields))
+            elif isinstance(e, E.Resume):
+                out.append(self.resume(list(e.nodes), e.fields))
+            elif isinstance(e, E.Reboot):
+                out.append(self.reboot_asap(list(e.nodes), e.reason, e.next_state))
+            elif isinstance(e, E.Reserve):
+                out.append(self.reservation("create_reservation", e.name, list(e.nodes), e.start, e.minutes))
+            elif isinstance(e, E.Release):
+                out.append(self.reservation("delete_reservation", e.name))
+            elif isinstance(e, E.Submit):
+                out.append(self.job("submit_job", e.name, e.node, e.reservation, e.partition, e.command, e.minutes,
+                                    e.comment, e.output))
+            elif isinstance(e, E.Cancel):
+                out.append(self.job("cancel_jobs", list(e.job_ids)))
+            elif isinstance(e, E.Publish):
+                out.append(self.publish(e.node, e.fields))
+            elif isinstance(e, E.Weight):
+                out.append(self.set_weight(list(e.nodes), e.weight))
+            else:
+                raise TypeError(f"not an effect: {e!r}")
+        return out
+
     # -- node state -------------------------------------------------------------------------------
     def drain(self, nodes: list[NodeInfo], reason: str, fields: dict[str, str] | None = None) -> Applied:
         """`fields` (comment / extra) go in the same Slurm call: a drain run publishes with its drain."""
