@@ -53,7 +53,9 @@ def test_deadline_checkpoints_and_requeues_cancels_what_it_said_and_leaves_the_r
     assert actions[short]["action"] == "wait"
     assert f"job {norq}" in r.stdout and "cancel" in r.stdout
 
-    r = mc.gpufleet("maintain", "apply", str(out), env=env)
+    # the apply runs until the last node is done, up to the 390 s deadline: more than the command's
+    # default 300 s limit here (it timed out at 300 s in a CI run whose slots ended near the deadline)
+    r = mc.gpufleet("maintain", "apply", str(out), env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     status = json.loads(mc.gpufleet("maintain", "status", "--json", env=env).stdout)
     assert status["state"] == "done" and status["counts"] == {"done": 3}, status
