@@ -110,3 +110,39 @@ def test_a_suspect_is_held_in_its_own_reservation_then_released_or_drained_for_r
         assert seen["actions"][1][1] == "gpufleet: repair pcie suspect re-check failed: pcie gpu2 PCIe x4 < x16"
         assert seen["reservations"][1] == "", "the hold's reservation deleted with the drain"
         assert seen["rungs"][:2] == ["suspect", "repair"] and seen["statuses"][0] == "repair"
+
+
+def test_a_suspect_reservation_left_by_a_run_that_stopped_half_way_is_taken_as_it_is(tmp_path):
+    """The reservation was made, the run stopped before the history said so: the next run's create is
+    refused (as slurmctld refuses a name in use), and the node is held in the one there."""
+    from slurm_gpufleet.findings import Finding
+    from slurm_gpufleet.history import History
+    from slurm_gpufleet.maintain.simslurm import SimSlurm
+    from slurm_gpufleet.maintain.simulate import Simulator
+    from slurm_gpufleet.pipeline import Report
+    from slurm_gpufleet.policy import Policy, SlurmSettings
+    from slurm_gpufleet.remedy.carrier import Carrier
+    from slurm_gpufleet.remedy.decide import Ladder
+    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.base import SlurmError
+    from slurm_gpufleet.slurm.ownership import HEALTH
+    from slurm_gpufleet.snapshot import Gpu, NodeSnapshot
+
+    class Slurm(SimSlurm):
+        def create_reservation(self, name, nodes, start, minutes):
+            if name in self.reservations_:
+                raise SlurmError(f"scontrol create reservation: {name}: Duplicate reservation name")
+            super().create_reservation(name, nodes, start, minutes)
+
+    sim = Simulator([], 2, 8)
+    slurm = Slurm(sim)
+    slurm.create_reservation("gpufleet-suspect-node00001", ["node00001"], None, 60)
+    settings = SlurmSettings(state_dir=str(tmp_path))
+    history = History(str(tmp_path / "h.db"), clock=lambda: sim.now)
+    carrier = Carrier("node00001", Policy(slurm=settings), history, slurm,
+                      Actuator(slurm, HEALTH, settings, clock=lambda: sim.now), Ladder(suspect_classes=("pcie",)))
+    finding = Finding("pcie", "drain", "inspect_hardware", 2, "PCIe x4 < x16")
+    report = Report("drain", [finding], NodeSnapshot(host="node00001", gpus=[Gpu(k, processes=[]) for k in range(8)]))
+    done = carrier.carry(carrier.step("healthcheck", slurm.node("node00001"), report), "healthcheck")
+    assert done.ok and done.action.kind == "suspect", done
+    assert history.open_suspect("node00001")["class"] == "pcie"

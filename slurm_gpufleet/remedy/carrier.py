@@ -214,7 +214,14 @@ class Carrier:
             elif action.kind == "resume":
                 out.published = bool(self.actuator.apply(E.Resume((info,), fields or None))[0].done)
             elif action.kind == "suspect":
-                self.actuator.apply(E.Reserve(suspect_reservation(node), (node,), None, SUSPECT_HOLD_MINUTES))
+                try:
+                    self.actuator.apply(E.Reserve(suspect_reservation(node), (node,), None, SUSPECT_HOLD_MINUTES))
+                except SlurmError:
+                    # one left by a run that stopped between the reservation and its record: held already
+                    # (a read on this path alone)
+                    if suspect_reservation(node) not in {r.name for r in self.backend.reservations()}:
+                        raise
+                    log.warning("suspect reservation %s already there: held as it is", suspect_reservation(node))
                 from ..remediation import class_of
 
                 self.history.start_suspect(node, class_of(action.finding), action.fault or "", action.reason)
