@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..policy import Policy
+from ..slurm import effects as E
 from ..slurm.actuator import Actuator
 from ..slurm.base import SlurmError
 from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX
@@ -46,7 +47,7 @@ from .schedule import (
 )
 from .store import Store
 from .strategy import strategy as strategy_named
-from .units import UNITS, Effect, Outcome, Pending, StepView, Unit, move
+from .units import UNITS, Leave, Outcome, Pending, StepView, Unit, move
 from .world import CountedReads, World, read_world, validation_job_name
 from .writes import Writes
 
@@ -171,11 +172,17 @@ class Engine:
             info = v.info(row)
             if info is None:
                 continue
-            for effect in UNITS[v.state[row["node"]]].effects(v, row, info):
-                self._fold(v, row, info, effect, writes, m)
-                if effect.kind == "leave":
+            unit = UNITS[v.state[row["node"]]]
+            notes = unit.notes(v, row, info)
+            if notes:  # what the row keeps of this read: the store's, not Slurm's
+                row.update(notes)
+                m.changes.append((row["node"], None, "", notes))
+            for effect in unit.effects(v, row, info):
+                if isinstance(effect, Leave):
                     for name in member.get(info.name, []):
                         leave[name].add(info.name)
+                else:
+                    self._fold(v, info, effect, writes)
         for name, nodes in leave.items():
             keep = sorted(set(v.mine[name].nodes) - nodes)
             if keep:
@@ -186,31 +193,30 @@ class Engine:
             self._slots(v, writes, m)
         return writes
 
-    def _fold(self, v: StepView, row: dict[str, Any], info, effect: Effect, writes: Writes, m: _Moves) -> None:
-        kind, arg = effect.kind, effect.arg
-        if kind == "drain":
+    def _fold(self, v: StepView, info, effect, writes: Writes) -> None:
+        """A unit's typed effect (slurm/effects.py) into the step's batched writes: one call per distinct
+        change over a host list, made by `Writes.calls` in order of urgency under the step's cap."""
+        if isinstance(effect, E.Drain):
             if info.drained and not v.ours(info):
                 return  # someone else's drain (upgrade_held_nodes): keep their reason
             if not info.drained:
-                writes.drain[arg].add(info.name)
-            elif info.reason != arg:
-                writes.reason[arg].add(info.name)
-        elif kind == "reason":
-            writes.reason[arg].add(info.name)
-        elif kind == "resume":
+                writes.drain[effect.reason].add(info.name)
+            elif info.reason != effect.reason:
+                writes.reason[effect.reason].add(info.name)
+        elif isinstance(effect, E.SetReason):
+            writes.reason[effect.reason].add(info.name)
+        elif isinstance(effect, E.Resume):
             writes.resume.add(info.name)
-        elif kind == "reboot":
-            writes.reboot[arg].add(info.name)
-        elif kind == "weight":
-            writes.weight[arg].add(info.name)
-        elif kind == "hold":  # held in a reservation of ours from now (MAINT reservations may overlap its slot)
+        elif isinstance(effect, E.Reboot):
+            writes.reboot[effect.reason].add(info.name)
+        elif isinstance(effect, E.Weight):
+            writes.weight[effect.weight].add(info.name)
+        elif isinstance(effect, E.Reserve):
             if v.holding(info.name) is None:
-                name = f"{ROLLOUT_RESERVATION_PREFIX}{v.rid}_h{int(v.world.now)}"
-                nodes, start, minutes = writes.create.get(name, ([], v.world.now, 24 * 60))
-                writes.create[name] = (nodes + [info.name], start, minutes)
-        elif kind == "note":
-            row.update(arg)
-            m.changes.append((row["node"], None, "", arg))
+                nodes, start, minutes = writes.create.get(effect.name, ([], effect.start, effect.minutes))
+                writes.create[effect.name] = (nodes + [info.name], start, minutes)
+        else:
+            raise TypeError(f"not an effect a rollout unit makes: {effect!r}")
 
     def _slots(self, v: StepView, writes: Writes, m: _Moves) -> None:
         """Every waiting node's maintenance slot, a MAINT reservation: the plan's slot, as `maintain plan`

@@ -1,8 +1,9 @@
 """One unit per node state: what a node in that state does next, and what Slurm should show for it.
 
 Each unit reads the step's view of the world (one read of the fleet, the plan, the node's row) and returns
-an `Outcome` (the move it wants, fields to keep, a command to start) and a list of `Effect`s (the Slurm
-state it wants for the node).  No unit calls another unit, the engine, the store or Slurm: the engine
+an `Outcome` (the move it wants, fields to keep, a command to start), a list of effects (the Slurm state
+it wants for the node: the typed effects of slurm/effects.py, and `Leave`, the node out of the rollout's
+reservations) and `notes`, what the row keeps of what it saw (a store write, never an effect).  No unit calls another unit, the engine, the store or Slurm: the engine
 checks each move against the direction's table in `states.TRANSITIONS`, applies it, lets the node's new
 state's unit look again at the same read (so one step takes a node as far as that read allows), then
 folds every effect into batched writes.  The model is k8s-operator-libs' `ApplyState` calling one
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import summary
-from ..slurm.actions import one_line
+from ..slurm import effects as E
 from ..slurm.base import NodeInfo
 from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX, owns
 from . import states as S
@@ -62,21 +63,16 @@ def fail(why: str) -> Outcome:
 
 
 @dataclass(frozen=True)
-class Effect:
-    """drain | reason | resume | reboot | hold | leave | weight | note"""
+class Leave:
+    """The node out of every reservation of the rollout that holds it (the step updates or deletes them)."""
 
-    kind: str
-    arg: Any = None
-
-    def __post_init__(self) -> None:
-        # a reason is cleaned where it is built, as every backend writes it (one line, no quotes, at most
-        # MAX_REASON): the engine then compares what Slurm shows with what it wrote, and a reason with a
-        # quote or over 120 characters settles instead of being rewritten every step
-        if self.kind in REASON_EFFECTS and isinstance(self.arg, str):
-            object.__setattr__(self, "arg", one_line(self.arg))
+    node: str
 
 
-REASON_EFFECTS = ("drain", "reason", "reboot")
+def _hold(v: StepView, info: NodeInfo) -> E.Reserve:
+    """Held in a reservation of ours from now (MAINT reservations may overlap its slot): one a step, the
+    nodes held in it batched."""
+    return E.Reserve(f"{ROLLOUT_RESERVATION_PREFIX}{v.rid}_h{int(v.world.now)}", (info.name,), v.world.now, 24 * 60)
 
 
 # ----------------------------------------------------------------------------- the step's view
@@ -265,13 +261,17 @@ class Unit:
     def advance(self, v: StepView, row: dict[str, Any]) -> Outcome | None:
         return None
 
-    def effects(self, v: StepView, row: dict[str, Any], info: NodeInfo) -> list[Effect]:
+    def effects(self, v: StepView, row: dict[str, Any], info: NodeInfo) -> list:
         return []
 
+    def notes(self, v: StepView, row: dict[str, Any], info: NodeInfo) -> dict[str, Any]:
+        """What the row keeps of what this read showed (a store write, not a Slurm one)."""
+        return {}
 
-def _drain_reason(v: StepView, row: dict[str, Any]) -> Effect:
+
+def _drain_reason(v: StepView, row: dict[str, Any], info: NodeInfo) -> E.Drain:
     verb = "rolling back to" if v.backward else "upgrading to"
-    return Effect("drain", f"{v.reason_prefix} {verb} {v.bundle(row).label()}")
+    return E.Drain((info,), f"{v.reason_prefix} {verb} {v.bundle(row).label()}")
 
 
 class Pending(Unit):
@@ -296,18 +296,22 @@ class Pending(Unit):
 
     def effects(self, v, row, info):
         """Nodes waiting for their turn get a higher Weight, so new jobs land on upgraded nodes first."""
+        weight = self._weight(v, row, info)
+        return [E.Weight((info.name,), weight + STEER)] if weight is not None and info.weight != weight + STEER else []
+
+    def notes(self, v, row, info):
+        """The Weight the node had before we steered it, kept to give back."""
+        return {"weight": self._weight(v, row, info)} if row["weight"] is None and self._weight(v, row, info) else {}
+
+    @staticmethod
+    def _weight(v, row, info) -> int | None:
         if v.direction != S.Direction.FORWARD:
-            return []
-        out = []
-        weight = row["weight"]
-        if weight is None:
-            if info.drained or info.down or info.rebooting:
-                return []  # someone else's node right now: not ours to change
-            weight = info.weight or 1
-            out.append(Effect("note", {"weight": weight}))
-        if info.weight != weight + STEER:
-            out.append(Effect("weight", weight + STEER))
-        return out
+            return None
+        if row["weight"] is not None:
+            return row["weight"]
+        if info.drained or info.down or info.rebooting:
+            return None  # someone else's node right now: not ours to change
+        return info.weight or 1
 
 
 class Reserved(Unit):
@@ -334,13 +338,13 @@ class Reserved(Unit):
 
     def effects(self, v, row, info):
         if not v.strategy.reboot_to_empty:
-            return [_drain_reason(v, row)]
+            return [_drain_reason(v, row, info)]
         # held in a reservation from now, emptied by `scontrol reboot ASAP`
-        out = []
+        out: list = []
         if not any(info.name in r.nodes for r in v.world.ours.values()):
-            out.append(Effect("hold"))
+            out.append(_hold(v, info))
         if not info.rebooting and not rebooted(info, row):
-            out.append(Effect("reboot", f"{v.reason_prefix} emptying for {v.bundle(row).label()}"))
+            out.append(E.Reboot((info,), f"{v.reason_prefix} emptying for {v.bundle(row).label()}"))
         return out
 
 
@@ -388,7 +392,7 @@ class Command(Unit):
                        event=f"{self.action} to {bundle.label()} started")
 
     def effects(self, v, row, info):
-        return [_drain_reason(v, row)]
+        return [_drain_reason(v, row, info)]
 
 
 class Upgrading(Command):
@@ -420,7 +424,7 @@ class Returning(Unit):
         return None
 
     def effects(self, v, row, info):
-        return [_drain_reason(v, row)]
+        return [_drain_reason(v, row, info)]
 
 
 class Validating(Unit):
@@ -467,7 +471,7 @@ class Validating(Unit):
         return None
 
     def effects(self, v, row, info):
-        return [_drain_reason(v, row)]
+        return [_drain_reason(v, row, info)]
 
 
 class Testing(Unit):
@@ -507,9 +511,9 @@ class Testing(Unit):
     def effects(self, v, row, info):
         # out of the drain only once Slurm shows it held by a reservation of ours
         if v.holding(row["node"]) is None:
-            return [Effect("hold")]
+            return [_hold(v, info)]
         if v.ours(info):
-            return [Effect("resume")]
+            return [E.Resume((info,))]
         return []
 
 
@@ -523,28 +527,29 @@ class Final(Unit):
         self.state = state
 
     def effects(self, v, row, info):
-        out: list[Effect] = []
+        out: list = []
         if self.state == S.FAILED:
-            out.append(Effect("drain", f"{v.reason_prefix} failed: {row['error'] or 'see maintain status'}"))
+            out.append(E.Drain((info,), f"{v.reason_prefix} failed: {row['error'] or 'see maintain status'}"))
         elif self.state in (S.DONE, S.BACK_PENDING) and row["prior"] and v.ours(info) \
                 and not v.domain_settled(row["node"]):
             # its domain returns as one: held until every other node of it is through
-            return [Effect("drain", f"{v.reason_prefix} done, waiting for domain {v.domain_of[row['node']]}")]
+            return [E.Drain((info,), f"{v.reason_prefix} done, waiting for domain {v.domain_of[row['node']]}")]
         elif row["prior"] and v.ours(info):
             prior = json.loads(row["prior"] or "{}")
             if held_before(row):
                 if prior.get("reason"):
-                    out.append(Effect("reason", prior["reason"]))
+                    out.append(E.SetReason((info,), prior["reason"]))
             else:
-                out.append(Effect("resume"))
+                out.append(E.Resume((info,)))
         if info.name in v.members:
-            out.append(Effect("leave"))
-        if row["weight"] is not None:
-            if info.weight == row["weight"]:
-                out.append(Effect("note", {"weight": None}))  # restored, and Slurm shows it
-            else:
-                out.append(Effect("weight", row["weight"]))
+            out.append(Leave(info.name))
+        if row["weight"] is not None and info.weight != row["weight"]:
+            out.append(E.Weight((info.name,), row["weight"]))
         return out
+
+    def notes(self, v, row, info):
+        """The Weight given back, and Slurm shows it: nothing more to restore."""
+        return {"weight": None} if row["weight"] is not None and info.weight == row["weight"] else {}
 
 
 UNITS: dict[str, Unit] = {u.state: u for u in (
