@@ -38,6 +38,7 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
              dry_run: bool = False) -> LemonStep:
     """Raises SlurmError when the reservations or the check jobs cannot be read (nothing written then)."""
     from .slurm import SlurmError
+    from .slurm import effects as E
     from .slurm.actuator import Actuator
     from .slurm.ownership import STRAGGLER
 
@@ -65,16 +66,16 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     actuator = Actuator(backend, STRAGGLER, settings, fleet=nodes)
     for node in d.reserve:
         try:
-            actuator.reservation("create_reservation", L.reservation_name(node), [node], None,
-                                 int(settings.lemon_hold_hours * 60))
+            actuator.apply(E.Reserve(L.reservation_name(node), (node,), None, int(settings.lemon_hold_hours * 60)))
         except SlurmError as exc:
             errors.append(f"{node}: reservation not made: {exc}")
             d.submit = [n for n in d.submit if n != node]
     for node in d.submit:
         case = moved[node]
         try:
-            job_id = actuator.job("submit_job", L.JOB_NAME, node, case.reservation, settings.lemon_partition,
-                                  settings.lemon_check, settings.lemon_check_minutes, f"gpufleet lemon check of {node}")
+            (job_id,) = actuator.apply(E.Submit(L.JOB_NAME, node, case.reservation, settings.lemon_partition,
+                                                settings.lemon_check, settings.lemon_check_minutes,
+                                                f"gpufleet lemon check of {node}"))
         except SlurmError as exc:
             errors.append(f"{node}: deep check not submitted: {exc}")
             continue
@@ -101,12 +102,12 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     step.released = d.release
     for name in d.release:
         try:
-            actuator.reservation("delete_reservation", name)
+            actuator.apply(E.Release(name))
         except SlurmError as exc:
             errors.append(f"{name}: not deleted: {exc}")
     if d.cancel:
         try:
-            actuator.job("cancel_jobs", d.cancel)
+            actuator.apply(E.Cancel(tuple(d.cancel)))
         except SlurmError as exc:
             errors.append(f"cancel {','.join(d.cancel)}: {exc}")
     store.save(list(d.cases.values()))

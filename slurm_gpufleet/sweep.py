@@ -75,6 +75,7 @@ def save_last(path: str, last: dict[str, float]) -> None:
 def run_step(backend: Any, policy, now: float | None = None, dry_run: bool = False) -> SweepStep:
     """Raises SlurmError when the nodes or the sweep jobs cannot be read (nothing written then)."""
     from .slurm import SlurmError
+    from .slurm import effects as E
     from .slurm.actuator import Actuator
     from .slurm.ownership import HEALTH
 
@@ -95,7 +96,7 @@ def run_step(backend: Any, policy, now: float | None = None, dry_run: bool = Fal
              if state == "PENDING" and now - last.get(node, now) > settings.sweep_minutes * 60]
     if stale and not dry_run:
         try:
-            actuator.job("cancel_jobs", stale)
+            actuator.apply(E.Cancel(tuple(stale)))
             step.cancelled = stale
         except SlurmError as exc:
             step.errors.append(f"cancel {','.join(stale)}: {exc}")
@@ -105,8 +106,8 @@ def run_step(backend: Any, policy, now: float | None = None, dry_run: bool = Fal
         return step
     for node in step.due[:room]:
         try:
-            job_id = actuator.job("submit_job", JOB_NAME, node, "", settings.sweep_partition, settings.sweep_command,
-                                  settings.sweep_minutes, f"gpufleet sweep of {node}")
+            (job_id,) = actuator.apply(E.Submit(JOB_NAME, node, "", settings.sweep_partition, settings.sweep_command,
+                                                settings.sweep_minutes, f"gpufleet sweep of {node}"))
         except SlurmError as exc:
             step.errors.append(f"{node}: sweep not submitted: {exc}")
             continue

@@ -180,7 +180,7 @@ class LemonSlurm:
         self._call("delete_reservation", name)
         del self.reservations_[name]
 
-    def submit_job(self, name, node, reservation, partition, command, minutes, comment) -> str:
+    def submit_job(self, name, node, reservation, partition, command, minutes, comment, output="/dev/null") -> str:
         self._call("submit_job", name, node, reservation, command)
         job_id = str(500 + len(self.jobs))
         self.jobs[job_id] = (name, "PENDING", "")

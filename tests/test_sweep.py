@@ -67,9 +67,9 @@ def test_a_step_submits_at_most_max_nodes_into_the_sweep_partition_and_records_t
     assert step.running == ["n4"] and step.due == ["n1", "n2", "n3"]
     assert list(step.submitted) == ["n1"], "one slot left beside the running sweep"
     (_, args), = backend.calls
-    name, node_name, reservation, partition, command, minutes, comment = args
-    assert (name, node_name, reservation, partition, minutes, comment) == (
-        "gpufleet-sweep", "n1", "", "sweep", 20, "gpufleet sweep of n1")
+    name, node_name, reservation, partition, command, minutes, comment, output = args
+    assert (name, node_name, reservation, partition, minutes, comment, output) == (
+        "gpufleet-sweep", "n1", "", "sweep", 20, "gpufleet sweep of n1", "/dev/null")
     assert command.endswith("slurm-gpufleet-healthcheck --level deep")
     assert load_last(str(tmp_path / "sweeps.json")) == {"n1": NOW}
     # the next step: n1 is no longer due
