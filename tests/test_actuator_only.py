@@ -109,3 +109,46 @@ def test_the_remedy_carrier_writes_only_typed_effects_through_apply():
     used = {node.attr for node in ast.walk(tree)
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "actuator"}
     assert used == {"apply", "clock"}, used
+
+
+def test_at_run_time_every_write_to_the_in_memory_slurm_comes_from_the_actuator(monkeypatch):
+    """The source scan above sees calls by name; this sees them run.  The fault simulator (the remedy
+    carrier: resets, reboots, suspects, validation, repairs, rack escalations) and a rollout replay (the
+    engine's batched writes) on the in-memory Slurm: every write it receives is made by slurm/actuator.py."""
+    import sys
+
+    from slurm_gpufleet.faultsim import Fault, _fault_run, load_model
+    from slurm_gpufleet.maintain.simslurm import SimSlurm
+    from slurm_gpufleet.maintain.simulate import SimJob
+
+    seen: dict[str, int] = {}
+    elsewhere: list[str] = []
+    for name in BACKEND_WRITES:
+        method = getattr(SimSlurm, name, None)
+        if method is None:
+            continue
+
+        def guarded(self, *args, _name=name, _method=method, **kw):
+            caller = sys._getframe(1).f_code.co_filename
+            seen[_name] = seen.get(_name, 0) + 1
+            if not caller.endswith("slurm/actuator.py"):
+                elsewhere.append(f"{_name} from {caller}:{sys._getframe(1).f_lineno}")
+            return _method(self, *args, **kw)
+        monkeypatch.setattr(SimSlurm, name, guarded)
+
+    model = load_model()
+    by_name = {c.name: c for c in model.classes}
+    faults = [Fault(3600.0, 0, by_name["gpu"], "reset", 0.5), Fault(7200.0, 1, by_name["hbm"], "reboot", 0.5),
+              Fault(10800.0, 2, by_name["gsp"], "repair", 0.5), Fault(3600.0, 3, by_name["thermal"], "repair", 0.5)]
+    jobs = [SimJob("j1", 0.0, run=5 * 3600.0, limit=6 * 3600.0, nodes=1, gpn=8)]
+    out = _fault_run("gpufleet", model, jobs, 6, 8, 5 * 86400.0, faults, [], hc_interval_s=300.0, checkpoint_every_h=1.0,
+                     restart_min=10.0, seed=0, big_jobs=frozenset())
+    assert out["faults"] == 4
+    from test_simulate import _excerpt_replay
+
+    _excerpt_replay(None, strategies=("gpufleet",), nodes=12)
+    # the ladder's and the rollout's writes were all seen, and each came from the actuator
+    for call in ("drain_nodes", "set_reason_nodes", "resume_nodes", "reboot_asap_nodes", "create_reservation",
+                 "delete_reservation", "submit_job", "set_weight_nodes"):
+        assert seen.get(call), (call, seen)
+    assert elsewhere == []
