@@ -16,8 +16,17 @@ from .actions import one_line
 from .base import NodeInfo
 
 
+class _Reasoned:
+    """An effect whose `reason` is cleaned where it is made."""
+
+    reason: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", one_line(self.reason))
+
+
 @dataclass(frozen=True, eq=False)
-class Drain:
+class Drain(_Reasoned):
     """Drain the nodes with this reason (`fields`: the node's published summary and features, in the same
     write).  Nodes someone else holds are left; the actor's own get the new reason."""
 
@@ -25,18 +34,14 @@ class Drain:
     reason: str
     fields: dict[str, str] | None = None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "reason", one_line(self.reason))
-
 
 @dataclass(frozen=True, eq=False)
-class SetReason:
+class SetReason(_Reasoned):
+    """A new reason on the actor's own held nodes."""
+
     nodes: tuple[NodeInfo, ...]
     reason: str
     fields: dict[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "reason", one_line(self.reason))
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,15 +51,12 @@ class Resume:
 
 
 @dataclass(frozen=True, eq=False)
-class Reboot:
+class Reboot(_Reasoned):
     """`scontrol reboot ASAP`: drained at once, rebooted once empty, back `next_state` (RESUME or DOWN)."""
 
     nodes: tuple[NodeInfo, ...]
     reason: str
     next_state: str = "RESUME"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "reason", one_line(self.reason))
 
 
 @dataclass(frozen=True)
