@@ -87,9 +87,7 @@ OTHER_RELEASES ?= 24.11 26.05
 # what differs); the host's release runs them all
 RELEASE_TESTS  ?= -m "release and not image" tests/slurm
 # the host's tests that run in the other stream, after the other releases (a cluster of their own), so that
-# the two streams take about as long: CI run 22 had the host's 29 min 0 s (1,730 s of tests, without
-# test_chaos.py's 278 s) beside 30 min 19 s of 24.11, 26.05, test_chaos.py and the image; test_deadline_jobs.py
-# (230 s) in its place evens them
+# the two streams take about as long: test_deadline_jobs.py (about 5 min) there evens them
 HOST_LATER     ?= tests/slurm/test_deadline_jobs.py
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # each tier's wall time and the highest and mean 1-minute load average seen while it ran (sampled every 5 s)
