@@ -344,13 +344,9 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
     breaker_window_s = settings.breaker_window_s if settings else 300.0
     n_domains = math.ceil(nodes / domain_size) if domain_size else 0
     from .policy import SlurmSettings
-    from .remedy.decide import suspect_classes
 
-    st = settings or SlurmSettings()
     # the product's ladder, its suspect rung included (gpufleet-no-suspect: without it)
-    ladder = Ladder(st.reboots_before_drain, st.max_attempts, st.attempt_window_s, "full",
-                    () if strategy == "gpufleet-no-suspect" else suspect_classes(), st.suspect_recheck_min * 60,
-                    st.suspect_passes)
+    ladder = Ladder.of(settings or SlurmSettings(), suspect=strategy != "gpufleet-no-suspect")
     carried = strategy.startswith("gpufleet")   # the product's own carrier on the in-memory Slurm
     faults = [copy.copy(f) for f in faults]
 

@@ -273,7 +273,7 @@ def carrier_for(setup: Setup, history, backend, actuator, hook: str):
     kernel log's mark, a read of the GPUs under the watchdog, within what slurmd leaves a health check."""
     from ..remediation import mark_reset, run_reset
     from ..remedy.carrier import Carrier, GpuReset
-    from ..remedy.decide import Ladder, suspect_classes
+    from ..remedy.decide import Ladder
 
     settings, node = setup.settings, setup.node
 
@@ -292,12 +292,10 @@ def carrier_for(setup: Setup, history, backend, actuator, hook: str):
             return None
         return SLURMD_HEALTH_CHECK_S - 5 - (time.monotonic() - _STARTED) - settings.read_timeout_s
 
-    ladder = Ladder(settings.reboots_before_drain, settings.max_attempts, settings.attempt_window_s,
-                    setup.policy.for_node(node).mode, suspect_classes(), settings.suspect_recheck_min * 60,
-                    settings.suspect_passes)
-    return Carrier(node, setup.policy, history, backend, actuator, ladder, GpuReset(
-        run=lambda gpus, timeout: run_reset(settings.reset_command, node, gpus, timeout),
-        reread=reread, mark=lambda pcis: mark_reset(settings.kernel_log, node, pcis), time_left=time_left))
+    reset = GpuReset(run=lambda gpus, timeout: run_reset(settings.reset_command, node, gpus, timeout),
+                     reread=reread, mark=lambda pcis: mark_reset(settings.kernel_log, node, pcis), time_left=time_left)
+    ladder = Ladder.of(settings, setup.policy.for_node(node).mode)
+    return Carrier(node, setup.policy, history, backend, actuator, ladder, reset)
 
 
 class KeptHistory:

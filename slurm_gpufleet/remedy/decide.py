@@ -62,6 +62,13 @@ class Ladder:
     suspect_recheck_s: float = 600.0
     suspect_passes: int = 3
 
+    @classmethod
+    def of(cls, settings, mode: str = "full", suspect: bool = True) -> Ladder:
+        """The ladder of the [slurm] settings and a node group's mode; `suspect`: with the rung for the
+        classes the ladder data marks."""
+        return cls(settings.reboots_before_drain, settings.max_attempts, settings.attempt_window_s, mode,
+                   suspect_classes() if suspect else (), settings.suspect_recheck_min * 60, settings.suspect_passes)
+
 
 def suspect_classes() -> tuple[str, ...]:
     """The classes the ladder data marks for the suspect rung."""
