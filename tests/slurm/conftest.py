@@ -183,6 +183,21 @@ class Cluster:
         self.wait(lambda: not missing(), max(3 * self.hc_interval, 60),
                   lambda: f"every node publishing driver {driver} (not yet: {'; '.join(missing())[:600]})")
 
+    def explain(self, node: str) -> str:
+        """What the node's own history says (its last runs, actions and remedies) and its reservations:
+        said with a wait that timed out, so that a failure on a loaded CI machine tells what happened."""
+        def rows(sql: str) -> str:
+            try:
+                return "\n  ".join(map(str, self.history(node, sql)))
+            except sqlite3.Error as exc:
+                return f"(not read: {exc})"
+
+        resv = self.run("scontrol", "show", "reservation", "-o", check=False).stdout.strip()
+        return (f"\n{node} history, runs:\n  " + rows("select time, hook, verdict from runs order by id desc limit 12")
+                + "\nactions:\n  " + rows("select time, hook, action, reason, why, ok from actions order by ts")
+                + "\nremedies:\n  " + rows("select * from remedies")
+                + f"\nreservations: {resv or 'none'}\nnode: {self.node(node)}")
+
     def maintain_db(self, sql: str, params: tuple = ()) -> list[tuple]:
         return _query(self.dir / "state" / "maintain.db", sql, params)
 

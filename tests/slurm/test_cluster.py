@@ -95,7 +95,8 @@ def test_row_remap_pending_is_reset_between_jobs_without_a_reboot(mc):
     assert _resets(mc, "n5") == 0, "no reset while the job runs"
     assert mc.node("n5")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
     mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 90, "job completed")
-    mc.wait(lambda: _resets(mc, "n5") == 1, 2 * mc.hc_interval + 10, "the reset once the node is idle")
+    mc.wait(lambda: _resets(mc, "n5") == 1, 2 * mc.hc_interval + 10,
+            lambda: "the reset once the node is idle" + mc.explain("n5"))
     # fixed: it returns only through a validation run, in a maintenance reservation of its own
     mc.wait(lambda: mc.node("n5").get("Reason", "").startswith("gpufleet: validate after reset: memory gpu1"),
             mc.hc_interval + 5, "n5 waiting for its validation")
@@ -132,7 +133,8 @@ def test_row_remap_pending_that_a_reset_does_not_fix_gets_one_reboot_between_job
     assert mc.job(job)["JobState"] == "RUNNING", f"the running job must not be touched: {mc.job(job)}"
     assert mc.node("n4")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
     mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 60, "job completed")
-    mc.wait(lambda: _resets(mc, "n4") == 1, 2 * mc.hc_interval + 10, "the reset once the node is idle")
+    mc.wait(lambda: _resets(mc, "n4") == 1, 2 * mc.hc_interval + 10,
+            lambda: "the reset once the node is idle" + mc.explain("n4"))
     mc.wait(lambda: (mc.dir / "log" / "reboots.log").exists()
             and "n4" in (mc.dir / "log" / "reboots.log").read_text().split(), 60, "n4 rebooted")
     # back from the reboot, Slurm does not resume it: DOWN with our reason, until the validation

@@ -4,8 +4,11 @@ cancelled, as the plan said beforehand; a job that ends in time is left alone.""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 import re
+import time
 
 from test_maintain import TARGET, leftovers
 
@@ -22,11 +25,10 @@ while true; do step=$((step + 1)); sleep 1; done
 def test_deadline_checkpoints_and_requeues_cancels_what_it_said_and_leaves_the_rest(mc, tmp_path):
     mc.wait_published()
     # one minute a node: a deadline a test can wait for.  The slots are on a whole-minute grid from the
-    # next minute (up to 60 s away), a node whose job ends within the minute waits for the grid's next one,
-    # and with the cluster's waves [1, "25%", "50%", "100%"] the three nodes go one stage each: they end
-    # about 5 min from now at the latest.  (A 270 s deadline held only when the plan was made late enough
-    # in its minute: CI run 23 made it at 20:04:2x and the slots ended 6 s past it; 330 s once ended 1 s
-    # short, in a run beside the release clusters.)
+    # next minute, a node whose job ends within the minute waits for the grid's next one, and with the
+    # cluster's waves [1, "25%", "50%", "100%"] the three nodes go one stage each: their slots end within
+    # about 6 min of the grid's start.  The deadline is set on that grid (8 min past its start), so
+    # where in its minute the plan is made moves nothing.
     config = tmp_path / "gpufleet.toml"
     config.write_text(re.sub(r"(?m)^\[maintain\]$", "[maintain]\nupgrade_minutes = 1",
                              (mc.dir / "etc" / "gpufleet.toml").read_text()))
@@ -42,7 +44,9 @@ def test_deadline_checkpoints_and_requeues_cancels_what_it_said_and_leaves_the_r
     mc.wait(lambda: (tmp_path / "job.log").exists(), 30, "the checkpointing job's script started")
 
     out = tmp_path / "plan.json"
-    r = mc.gpufleet("maintain", "plan", "--target-driver", TARGET, "--nodes", "n[1-3]", "--deadline", "390s",
+    grid = math.ceil(time.time() / 60) * 60
+    deadline = dt.datetime.fromtimestamp(grid + 480).isoformat(timespec="seconds")
+    r = mc.gpufleet("maintain", "plan", "--target-driver", TARGET, "--nodes", "n[1-3]", "--deadline", deadline,
                     "--out", str(out), env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     plan = json.loads(out.read_text())
@@ -53,7 +57,7 @@ def test_deadline_checkpoints_and_requeues_cancels_what_it_said_and_leaves_the_r
     assert actions[short]["action"] == "wait"
     assert f"job {norq}" in r.stdout and "cancel" in r.stdout
 
-    # the apply runs until the last node is done, which can be near the 390 s deadline: past the
+    # the apply runs until the last node is done, which can be near the deadline: past the
     # command's default 300 s limit
     r = mc.gpufleet("maintain", "apply", str(out), env=env, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
