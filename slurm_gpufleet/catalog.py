@@ -47,6 +47,49 @@ def xid_info(xid: int) -> XidInfo | None:
     return xid_catalog().get(xid)
 
 
+@dataclass(frozen=True)
+class ActionInfo:
+    """What a catalog row calls for: the action, its severity and words, and where that comes from."""
+
+    name: str
+    action: str
+    severity: str
+    action_text: str
+    source: str
+
+
+def _action(name: str, action: str, source: str) -> ActionInfo:
+    actions = _load("xid_catalog.toml")["actions"]
+    return ActionInfo(name, action, actions[action]["severity"], actions[action]["text"], source)
+
+
+def nvlink5_action(xid: int, unit: str | None, fatal: bool) -> ActionInfo | None:
+    """An NVLink5 Xid line (144-150) by its unit and its Fatal/Nonfatal word (data/xid_catalog.toml
+    [[nvlink5]]); None for a unit the table does not list (the Xid's own row, or watch, then decides)."""
+    if not unit:
+        return None
+    for row in _load("xid_catalog.toml").get("nvlink5", []):
+        if row["xid"] == xid and (unit.startswith(row["unit"]) or row["unit"].startswith(unit)):
+            return _action(row["unit"], row["fatal" if fatal else "nonfatal"], row["source"])
+    return None
+
+
+@functools.cache
+def sxid_catalog() -> dict[int, tuple[str, str]]:
+    """SXid -> (name, category) (data/sxid_catalog.toml)."""
+    return {row["sxid"]: (row["name"], row["category"]) for row in _load("sxid_catalog.toml")["sxid"]}
+
+
+def sxid_action(sxid: int, fatal: bool | None) -> tuple[ActionInfo, str]:
+    """What an SXid line calls for: by the line's own Fatal / Non-fatal word, else by the catalog's
+    category (an unknown code that says neither is watched).  Returns the action and the SXid's name."""
+    data = _load("sxid_catalog.toml")
+    name, category = sxid_catalog().get(sxid, ("unknown SXid", "other"))
+    kind = ("fatal" if fatal else "non_fatal") if fatal is not None else data["categories"][category]
+    row = data["actions"][kind]
+    return _action(name, row["action"], row["source"]), name
+
+
 
 
 def failure_classes_data() -> dict[str, Any]:

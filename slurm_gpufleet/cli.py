@@ -236,11 +236,14 @@ def snapshot(report: str | None, kmsg: str | None, level: str, output: str, time
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per GPU Xid event, one per line.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per line: each GPU Xid event, each NVSwitch SXid event (\"sxid\": CODE), "
+                   "each line that mentions an Xid and was not read (\"unparsed\": WHY).")
 def xid(file: str, as_json: bool) -> None:
-    """List the GPU Xid events in a kernel log (FILE or - for stdin), with the catalog's action."""
-    from .catalog import xid_info
-    from .readers.kernel_log import kernel_log_text, parse_kernel_log
+    """List the GPU Xid and NVSwitch SXid events in a kernel log (FILE or - for stdin), with the catalog's
+    action."""
+    from .catalog import nvlink5_action, sxid_action, xid_info
+    from .readers.kernel_log import kernel_log_text, read_kernel_log
 
     try:
         data = sys.stdin.buffer.read() if file == "-" else open(file, "rb").read()
@@ -250,21 +253,24 @@ def xid(file: str, as_json: bool) -> None:
         text = kernel_log_text(data, "standard input" if file == "-" else file)
     except ReportError as exc:
         _fail(str(exc), exitcodes.NO_STATE)
-    events, boots = parse_kernel_log(text.splitlines())
-    for e in events:
+    log = read_kernel_log(text.splitlines())
+    for e in log.events:
         info = xid_info(e.xid)
         nonfatal = e.fatal is False
+        unit = nvlink5_action(e.xid, e.unit, bool(e.fatal)) if e.fatal is not None else None
+        action = unit.action if unit else (info.action if info and not nonfatal else "watch")
+        severity = unit.severity if unit else (info.severity if info and not nonfatal else "warn")
+        if nonfatal and severity not in ("ok", "warn"):
+            action, severity = "watch", "warn"
         row: dict[str, Any] = {
-            "line": e.line, "xid": e.xid, "pci": e.pci,
-            "name": info.name if info else ("an Xid line of an unknown form" if e.xid == 0 else "unknown Xid"),
-            "action": info.action if info and not nonfatal else "watch",
-            "severity": info.severity if info and not nonfatal else "warn",
+            "line": e.line, "xid": e.xid, "pci": e.pci, "name": info.name if info else "unknown Xid",
+            "action": action, "severity": severity,
             "pid": e.pid, "process": e.process, "timestamp": e.timestamp, "boot": e.boot,
             "message": e.message,
         }
         # NVLink5 marks, a repeat of an earlier Xid, a line read only in part: said where they apply
-        row.update({k: v for k, v in (("fatal", e.fatal), ("subcode", e.subcode), ("caused_by", e.caused_by),
-                                       ("partial", e.partial or None)) if v is not None})
+        row.update({k: v for k, v in (("fatal", e.fatal), ("unit", e.unit), ("subcode", e.subcode),
+                                       ("caused_by", e.caused_by), ("partial", e.partial or None)) if v is not None})
         if as_json:
             click.echo(json.dumps(row))
         else:
@@ -274,8 +280,25 @@ def xid(file: str, as_json: bool) -> None:
                                                  ("partial line" if e.partial else "")) if m)
             click.echo(f"{e.line:>6}  Xid {label:<6} {e.pci or '-':<12} {row['severity']:<6} {row['action']:<16} "
                        f"{row['name']}{marks}")
+    for sx in log.sxids:
+        act, name = sxid_action(sx.sxid, sx.fatal)
+        row = {"line": sx.line, "sxid": sx.sxid, "fatal": sx.fatal if sx.fatal is not None else act.severity != "warn",
+               "switch": sx.switch, "pci": sx.pci, "link": sx.link, "name": name, "action": act.action,
+               "severity": act.severity, "timestamp": sx.timestamp, "boot": sx.boot, "message": sx.message}
+        if as_json:
+            click.echo(json.dumps(row))
+        else:
+            word = "Fatal" if row["fatal"] else "Non-fatal"
+            click.echo(f"{sx.line:>6}  SXid {sx.sxid:<5} nvswitch{sx.switch if sx.switch is not None else '?':<4} "
+                       f"{act.severity:<6} {act.action:<16} {name} ({word})")
+    for why in log.unparsed:
+        if as_json:
+            number, _, rest = why.partition(": ")
+            click.echo(json.dumps({"line": int(number.split()[1]), "unparsed": rest}))
     if not as_json:
-        click.echo(f"{len(events)} GPU Xid event(s) in {boots} boot(s)", err=True)
+        click.echo(f"{len(log.events)} GPU Xid event(s), {len(log.sxids)} NVSwitch SXid event(s) in {log.boots} "
+                   f"boot(s)" + (f"; {len(log.unparsed)} line(s) mentioning an Xid not read (first: "
+                                 f"{log.unparsed[0]})" if log.unparsed else ""), err=True)
 
 
 @cli.command()

@@ -57,6 +57,17 @@ def db_path(state_dir: str, node: str) -> str:
     return os.path.join(state_dir, f"{node}.db")
 
 
+_INT_MAX = 2**63 - 1
+
+
+def _storable(value: Any) -> Any:
+    """What SQLite can hold: an integer past its 64 bits (from a corrupted kernel-log line, a counter
+    gone wild) is refused, that one value stored as NULL, never the whole run lost."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -_INT_MAX - 1 <= value <= _INT_MAX:
+        return None
+    return value
+
+
 class History:
     def __init__(self, path: str, clock=time.time):
         """clock: the time every row is stamped with and the attempt window is read at (the fault
@@ -80,7 +91,7 @@ class History:
     def _insert(self, table: str, row: dict[str, Any]) -> int:
         cols = ", ".join(f"[{c}]" for c in row)
         cur = self.conn.execute(f"insert into [{table}] ({cols}) values ({', '.join('?' * len(row))})",
-                                list(row.values()))
+                                [_storable(v) for v in row.values()])
         return int(cur.lastrowid or 0)
 
     def _insert_all(self, table: str, rows) -> None:

@@ -63,7 +63,9 @@ def gather(source: Source) -> NodeSnapshot:
         from .readers.kernel_log import read_kernel_log_file
 
         try:
-            snap.xid_events, snap.boots_seen = read_kernel_log_file(kernel_log)
+            log = read_kernel_log_file(kernel_log)
+            snap.xid_events, snap.boots_seen, snap.sxid_events = log.events, log.boots, log.sxids
+            snap.xid_unparsed = log.unparsed
         except (OSError, ValueError) as exc:  # unreadable, or binary (a ReportError)
             if source.strict:
                 raise

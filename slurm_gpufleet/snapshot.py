@@ -284,12 +284,33 @@ class XidEvent:
     fatal: bool | None = None
     # NVLink5 Xids: the sub-code from the first register ("149.37" names Xid 149, sub-code 37)
     subcode: int | None = None
+    # NVLink5 Xids: the unit the line names first (NETIR_LINK_EVT, RLW_REMAP, ...)
+    unit: str | None = None
     # "... caused by previous Xid N": this line repeats an event already counted
     caused_by: int | None = None
     # the line is an Xid header the parser could read only in part (cut, or a form it does not know)
     partial: bool = False
     # a GPU reset of this GPU was logged after it in the same boot (RESET_MARK): the reset answered it
     cleared: bool = False
+
+
+@dataclass
+class SXidEvent:
+    """One NVSwitch SXid of the kernel log (`nvidia-nvswitchN: SXid (PCI:...): CODE, Fatal|Non-fatal, ...`):
+    the switch's own fault on an HGX board.  Its `Severity ...` and `Data {...}` continuation lines are
+    folded into it."""
+
+    line: int
+    sxid: int
+    switch: int | None
+    pci: str | None
+    # the line says "Fatal" or "Non-fatal"; None where it says neither (the catalog's category decides)
+    fatal: bool | None = None
+    message: str = ""
+    link: int | None = None
+    timestamp: str | None = None
+    boot: int = 0
+    raw: str = ""
 
 
 @dataclass
@@ -374,8 +395,14 @@ class NodeSnapshot:
     unread: list[str] = field(default_factory=list)
     # seconds since the node booted, where the reader knows (live reads); grace periods after boot use it
     uptime_s: Float = None
-    # Xid lines in the kernel log the parser could not read whole (counted, never dropped silently)
-    xid_unparsed: int = 0
+    # NVSwitch SXids from the same kernel log
+    sxid_events: list[SXidEvent] = field(default_factory=list)
+    # lines of that log that mention an Xid or SXid and could not be read as one: "line N: why: text"
+    # (counted in one note, never dropped silently)
+    xid_unparsed: list[str] = field(default_factory=list)
+    # values of the input that could not be taken as they are (a null where an object belongs, a number
+    # out of range): "where: what", each judged as a finding naming it, the rest of the input still read
+    input_notes: list[str] = field(default_factory=list)
 
     def gpu_by_pci(self, pci: str | None) -> Gpu | None:
         if not pci:
@@ -404,7 +431,10 @@ class NodeSnapshot:
         if schema != SCHEMA_VERSION:
             raise ValueError(f"snapshot schema {schema!r} is not {SCHEMA_VERSION}")
         body = {k: v for k, v in data.items() if k != "schema"}
-        return _decode(cls, body)
+        notes: list[str] = []
+        snap = _decode(cls, body, "snapshot", notes)
+        snap.input_notes.extend(notes)
+        return snap
 
 
 # Node-level error codes a reader may report, with the text admins see in nvidia-smi.
@@ -473,51 +503,85 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _decode(tp: Any, value: Any) -> Any:
+def _decode(tp: Any, value: Any, where: str = "snapshot", notes: list[str] | None = None) -> Any:
+    """`value` (parsed JSON) as `tp`.  A null where an object or a list belongs is taken as an empty one
+    and said in `notes` (a finding names it: the rest of the input is still judged); any other value of
+    the wrong kind is a ValueError naming where it is."""
     if value == _JSON_UNSUPPORTED and _allows_unsupported(tp):
         return UNSUPPORTED
     if value is None:
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp) or typing.get_origin(tp) in (list, dict):
+            empty = _empty(tp)
+            if empty is not None:
+                if notes is not None:
+                    notes.append(f"{where}: null where {_kind(tp)} belongs, read as empty")
+                return empty
         return None
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ValueError(f"{tp.__name__}: expected an object, got {type(value).__name__}")
+            raise ValueError(f"{where}: expected an object ({tp.__name__}), got {type(value).__name__}")
         hints = _hints(tp)
         names = {f.name for f in dataclasses.fields(tp)}
         unknown = set(value) - names
         if unknown:
-            raise ValueError(f"{tp.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
-        return tp(**{k: _decode(hints[k], v) for k, v in value.items()})
+            raise ValueError(f"{where}: {tp.__name__}: unknown field(s) {', '.join(sorted(unknown))}")
+        return tp(**{k: _decode(hints[k], v, f"{where}.{k}", notes) for k, v in value.items()})
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
         args = [a for a in typing.get_args(tp) if a is not type(None) and a is not _Unsupported]
         errors = []
         for arg in args:
             try:
-                return _decode(arg, value)
+                return _decode(arg, value, where, notes)
             except (TypeError, ValueError) as exc:
                 errors.append(str(exc))
-        raise ValueError("; ".join(errors) or f"unexpected value {value!r}")
+        raise ValueError("; ".join(dict.fromkeys(errors)) or f"{where}: unexpected value {value!r}"[:300])
     if origin is list:
         if not isinstance(value, list):
-            raise ValueError(f"expected a list, got {type(value).__name__}")
+            raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
         (item,) = typing.get_args(tp)
-        return [_decode(item, v) for v in value]
+        items = [_decode(item, v, f"{where}[{i}]", notes) for i, v in enumerate(value)]
+        if None in items and type(None) not in typing.get_args(item):
+            # a null where a list holds only values: left out, and said
+            if notes is not None:
+                notes.append(f"{where}: {items.count(None)} null item(s) left out")
+            items = [v for v in items if v is not None]
+        return items
     if origin is dict:
         if not isinstance(value, dict):
-            raise ValueError(f"expected an object, got {type(value).__name__}")
+            raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
         _, vt = typing.get_args(tp)
-        return {str(k): _decode(vt, v) for k, v in value.items()}
+        return {str(k): _decode(vt, v, f"{where}.{k}", notes) for k, v in value.items()}
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"expected a number, got {value!r}")
+            raise ValueError(f"{where}: expected a number, got {value!r}"[:300])
         return float(value)
     if tp in (int, str, bool):
         if type(value) is not tp:
-            raise ValueError(f"expected {tp.__name__}, got {value!r}")
+            raise ValueError(f"{where}: expected {tp.__name__}, got {value!r}"[:300])
         return value
     if tp is Any:
         return value
-    raise ValueError(f"cannot decode {value!r} as {tp!r}")
+    raise ValueError(f"{where}: cannot decode {value!r} as {tp!r}"[:300])
+
+
+def _empty(tp: Any) -> Any:
+    """An empty value of a dataclass (every field at its default), a list or a dict; None where the
+    dataclass has a field without a default (its null stays a null, and a check reads it as unknown)."""
+    origin = typing.get_origin(tp)
+    if origin is list:
+        return []
+    if origin is dict:
+        return {}
+    try:
+        return tp()
+    except TypeError:
+        return None
+
+
+def _kind(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    return "a list" if origin is list else "an object" if origin is dict else f"an object ({tp.__name__})"
 
 
 def _allows_unsupported(tp: Any) -> bool:

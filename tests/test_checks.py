@@ -36,6 +36,15 @@ def xid_event(number, boot=0, pci="0000:00:06"):
     return XidEvent(line=1, xid=number, pci=pci, message="test", boot=boot)
 
 
+def with_sxids(*lines):
+    def apply(s):
+        from slurm_gpufleet.readers.kernel_log import read_kernel_log
+
+        s.sxid_events = read_kernel_log(lines).sxids
+        s.boots_seen = 1
+    return apply
+
+
 def with_xids(*events, boots=1):
     def apply(s):
         s.xid_events = list(events)
@@ -92,6 +101,12 @@ FAULTS = [
      "memory", "drain", "62 retired pages"),
     ("xid-79", with_xids(xid_event(79)), "", "xid", "reboot", "Xid 79"),
     ("xid-13", with_xids(xid_event(13)), "", "xid", "warn", "Xid 13"),
+    ("input-null", lambda s: s.input_notes.append("snapshot.gpus[0].fabric: null where an object (Fabric) belongs, "
+                                                  "read as empty"), "", "input", "warn", "snapshot.gpus[0].fabric"),
+    ("sxid-fatal", with_sxids("nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"), "",
+     "sxid", "reboot", "SXid 20034 LTSSM Fault Up (Fatal)"),
+    ("sxid-nonfatal", with_sxids("nvidia-nvswitch4: SXid (PCI:0000:c6:00.0): 19084, Non-fatal, Link 29 AN1 Heartbeat "
+                                 "Timeout Error (First)"), "", "sxid", "warn", "SXid 19084"),
     ("xid-unknown", with_xids(xid_event(9999)), "", "xid", "warn", "Xid 9999 (unknown)"),
     ("xid-recurring", with_xids(xid_event(79, 0), xid_event(79, 1), xid_event(79, 2), boots=3), "", "xid", "drain",
      "Xid 79 after 2 reboots"),

@@ -80,8 +80,15 @@ def test_xid_json_lines():
     text = "\n".join(line.split("\t")[0] for line in lines) + "\n"
     r = run_cli("xid", "-", "--json", stdin=text.encode())
     assert r.returncode == 0
-    events = [json.loads(x) for x in r.stdout.decode().splitlines()]
+    rows = [json.loads(x) for x in r.stdout.decode().splitlines()]
+    events = [e for e in rows if "xid" in e]
     assert [e["xid"] for e in events] == [48, 63, 94, 94, 13, 43, 119, 119, 63, 63, 79]
+    # the NVSwitch's lines: one event (its Severity and Data lines are its detail), the JSON keys a
+    # dashboard reads
+    sxids = [e for e in rows if "sxid" in e]
+    assert [(e["sxid"], e["fatal"], e["switch"], e["link"], e["action"]) for e in sxids] == [
+        (20034, True, 1, 48, "reboot_node")]
+    assert not [e for e in rows if "unparsed" in e]
     first = events[0]
     assert (first["line"], first["pci"], first["action"]) == (1, "0000:19:00", "reset_gpu")
 

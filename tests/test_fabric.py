@@ -226,7 +226,6 @@ def test_caused_by_previous_xid_counts_the_cause_once():
     ("NVRM: Xid (PCI:0000:07:00 GPU-I:05 GPU-C:01): 13, pid=1, name=x, Graphics Exception", 13, "0000:07:00", False),
     ("NVRM: Xid (0000:02:00): 79, GPU has fallen off the bus.", 79, "0000:02:00", False),
     ("NVRM: Xid (PCI:0000:02:00 new-field): 48, DBE", 48, "0000:02:00", True),
-    ("NVRM: Xid: something the parser has never seen", 0, None, True),
 ])
 def test_xid_line_forms(line, xid, pci, partial):
     e = parse_xid_line(line)
@@ -239,10 +238,22 @@ def test_short_pci_fallen_off_the_bus_form():
 
 
 def test_an_unreadable_xid_line_is_a_warning_not_silence():
+    from slurm_gpufleet.readers.kernel_log import read_kernel_log
+
     snap = read(session("gb200-tray"))
-    snap.xid_events = [XidEvent(line=4, xid=0, pci=None, raw="NVRM: Xid: ???", partial=True)]
-    snap.boots_seen = 1
-    assert [(f.severity, f.message) for f in noisy(evaluate(snap))] == [("warn", "1 Xid line(s) of an unknown form")]
+    log = read_kernel_log(["NVRM: Xid: something the parser has never seen", "NVRM: Xid (invalid): some error",
+                           "NVRM: Xid (PCI:0008:01:00): 9223372036854775808, x", "a tool says Xid 79 happened"])
+    assert log.events == [] and len(log.unparsed) == 4
+    snap.xid_events, snap.xid_unparsed, snap.boots_seen = log.events, log.unparsed, log.boots
+    found = noisy(evaluate(snap))
+    assert [(f.severity, f.message) for f in found] == [("warn", "4 kernel-log line(s) mentioning an Xid not read")]
+    assert found[0].detail.startswith("line 1: an Xid line with no Xid number") and "(and 3 more)" in found[0].detail
+    # a snapshot written elsewhere with an Xid 0 or a 20-digit one: counted the same, never judged as an Xid
+    snap.xid_unparsed = []
+    snap.xid_events = [XidEvent(line=4, xid=0, pci=None, raw="NVRM: Xid: ???", partial=True),
+                       XidEvent(line=5, xid=2**70, pci=None, raw="NVRM: Xid (PCI:0000:01:00): 2**70")]
+    assert [(f.severity, f.message) for f in noisy(evaluate(snap))] == [
+        ("warn", "2 kernel-log line(s) mentioning an Xid not read")]
 
 
 def test_a_fabric_finding_fits_a_slurm_reason():

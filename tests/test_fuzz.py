@@ -6,6 +6,7 @@ hypothesis prints the `@reproduce_failure` line that replays it anywhere."""
 
 import json
 import os
+import tempfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,12 +15,14 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from support import H200, PUBLIC
 
 from slurm_gpufleet import evaluate
+from slurm_gpufleet.history import History
 from slurm_gpufleet.maintain.sacct import SacctError, read_sacct
 from slurm_gpufleet.policy import PolicyError, parse_policy
 from slurm_gpufleet.readers import ReportError, read_report
-from slurm_gpufleet.readers.kernel_log import parse_kernel_log
+from slurm_gpufleet.readers.kernel_log import parse_kernel_log, read_kernel_log
 from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
 from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text
+from slurm_gpufleet.snapshot import NodeSnapshot
 from slurm_gpufleet.summary import from_node as published
 from slurm_gpufleet.summary import published_at
 
@@ -72,6 +75,61 @@ def xid_lines_with_odd_fields(pci, number, rest):
     parse_kernel_log([f"NVRM: Xid (PCI:{pci}): {number}, {rest}", f"NVRM: GPU {pci}: {rest} fallen off the bus"])
 
 
+SNAPSHOT = read_report(XML).to_dict()
+HISTORY_DIR = tempfile.mkdtemp(prefix="gpufleet-fuzz-history-")
+
+
+def snapshots_with_odd_values(path_choice, value):
+    """Any value (a null, a list, a huge number, text) put anywhere in a real snapshot: a clear
+    ValueError, or a snapshot every check and the history take."""
+    import copy
+
+    data = copy.deepcopy(SNAPSHOT)
+    slots = list(_slots(data))
+    parent, key = slots[path_choice % len(slots)]
+    parent[key] = value
+    try:
+        snap = NodeSnapshot.from_dict(data)
+    except ValueError:
+        return
+    _judge_and_store(snap)
+
+
+def _slots(obj):
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        yield obj, key
+        yield from _slots(value)
+
+
+def kernel_logs_into_the_history(lines):
+    """Kernel-log lines of every Xid and SXid form, numbers up to 10^30: read, judged and stored."""
+    log = read_kernel_log(lines)
+    snap = read_report(XML)
+    snap.xid_events, snap.sxid_events, snap.xid_unparsed, snap.boots_seen = (log.events, log.sxids, log.unparsed,
+                                                                             log.boots)
+    _judge_and_store(snap)
+
+
+def _judge_and_store(snap):
+    report = evaluate(snap)
+    history = History(os.path.join(HISTORY_DIR, "n1.db"))
+    try:
+        history.record_run("n1", "healthcheck", report.verdict, report.findings, driver=None, gpus=len(snap.gpus))
+    finally:
+        history.close()
+
+
+XID_LINE = st.builds(lambda form, pci, number, rest: form.format(pci=pci, n=number, rest=rest),
+                     st.sampled_from(["NVRM: Xid (PCI:{pci}): {n}, {rest}", "NVRM: Xid ({pci}): {n} {rest}",
+                                      "nvidia-nvswitch1: SXid (PCI:{pci}.0): {n}, {rest}", "NVRM: Xid {rest} {n}",
+                                      "[  12.5] NVRM: Xid (PCI:{pci}): {n}, pid={n}, name={rest}, {rest}"]),
+                     st.sampled_from(["0000:3b:00", "0008:01:00", "zz", ""]),
+                     st.integers(-10, 10**30), st.text(max_size=40) | st.sampled_from(
+                         ["Fatal, Link 4 x", "Non-fatal, y", "Nonfatal (0x1)", "NETIR_LINK_EVT Fatal (0x021425c6)",
+                          "Data {0x1}", "Severity 1 Engine instance 2"]))
+
+
 def sacct_histories(start, length, junk):
     try:
         read_sacct(_splice(SACCT, start, length, junk).splitlines())
@@ -118,6 +176,9 @@ PROPERTIES = {
     "kernel_log_lines": (kernel_log_lines, (st.lists(st.text(max_size=200), max_size=30),)),
     "xid_lines_with_odd_fields": (xid_lines_with_odd_fields, (st.text(alphabet="0123456789abcdef:.", max_size=12),
                                                               st.integers(0, 10**6), st.text(max_size=60))),
+    "snapshots_with_odd_values": (snapshots_with_odd_values, (st.integers(0, 10**6), JSONISH | st.integers(
+        min_value=2**63, max_value=10**30) | st.lists(SCALAR, max_size=3))),
+    "kernel_logs_into_the_history": (kernel_logs_into_the_history, (st.lists(XID_LINE, max_size=12),)),
     "sacct_histories": (sacct_histories, (st.integers(0, 400), st.integers(0, 60), st.text(max_size=40))),
     "policies": (policies, (st.text(max_size=300),)),
     "scontrol_node_text": (scontrol_node_text, (st.integers(0, 400), st.integers(0, 60), st.text(max_size=40))),

@@ -1,7 +1,7 @@
 import pytest
 from support import kernel_log_lines
 
-from slurm_gpufleet.readers.kernel_log import parse_kernel_log, parse_xid_line
+from slurm_gpufleet.readers.kernel_log import parse_kernel_log, parse_xid_line, read_kernel_log
 
 
 @pytest.mark.parametrize("row", kernel_log_lines(), ids=lambda r: r["line"][:40])
@@ -63,9 +63,10 @@ def test_dmesg_timestamps_going_back_mean_a_reboot():
 
 def test_empty_and_junk_logs():
     assert parse_kernel_log([]) == ([], 0)
-    events, boots = parse_kernel_log(["\x00\xff garbage", "", "NVRM: Xid (PCI:zz): x"])
-    # a line that says it is an Xid but cannot be read is counted (xid 0, partial), never dropped
-    assert [(e.xid, e.partial, e.line) for e in events] == [(0, True, 3)] and boots == 1
+    log = read_kernel_log(["\x00\xff garbage", "", "NVRM: Xid (PCI:zz): x"])
+    # a line that says it is an Xid but cannot be read is counted as unparsed, never "Xid 0", never dropped
+    assert log.events == [] and log.boots == 1
+    assert log.unparsed == ["line 3: an Xid line with no Xid number: NVRM: Xid (PCI:zz): x"]
 
 
 def test_real_dev_kmsg_reads_without_blocking():

@@ -61,10 +61,11 @@ def _gpu(g: Gpu, pol: NodePolicy) -> list[Finding]:
             "a GPU reset applies the pending remap")
     hist = known(rr.histogram)
     if isinstance(hist, dict):
-        if hist.get("none", 0) > 0:
+        none, low = num(hist.get("none")) or 0, num(hist.get("low")) or 0
+        if none > 0:
             add("drain", "inspect_hardware", f"{hist['none']} memory banks without spare rows",
                 f"bank remap availability {hist}: the next uncorrectable error in those banks cannot be remapped")
-        elif hist.get("low", 0) > 0:
+        elif low > 0:
             add("warn", "watch", f"{hist['low']} memory banks low on spare rows", f"bank remap availability {hist}")
     if rp.pending is True:
         add("reboot", "reset_gpu", "retired page pending", "a page is waiting to be retired at the next reset")

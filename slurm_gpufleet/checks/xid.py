@@ -2,18 +2,21 @@
 is escalated to a drain for hardware inspection.  An Xid a GPU reset answered (the reset's line in the
 kernel log after it, readers/kernel_log.RESET_MARK) no longer counts in its boot.
 
-NVLink5 Xids (144-150) say Fatal or Nonfatal: a nonfatal one is a warning, a fatal one follows the
-catalog.  A line that says it was "caused by previous Xid N" repeats an event already counted (Xid 45
-after 149 on GB200): the cause is counted once.  A header the parser read only in part is still judged
-by its number; one with no number is a warning of its own."""
+NVLink5 Xids (144-150) say Fatal or Nonfatal: what each calls for is the catalog's, by the unit the
+line names ([[nvlink5]]); a Nonfatal line is never more than a warning.  A line that says it was "caused
+by previous Xid N" repeats an event already counted (Xid 45 after 149 on GB200): the cause is counted
+once.  A header the parser read only in part is still judged by its number; the lines that mention an
+Xid and could not be read at all are counted in one warning that names the first."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..catalog import xid_info
+from ..catalog import nvlink5_action, xid_info
 from ..findings import RANK, Finding
+from ..readers.kernel_log import NVLINK5_XIDS, XID_MAX
 
 if TYPE_CHECKING:
     from . import Context
@@ -24,20 +27,19 @@ ORDER = 70
 
 def check(ctx: Context) -> list[Finding]:
     snap, pol = ctx.snapshot, ctx.policy
-    events = [e for e in snap.xid_events if e.xid not in pol.xid_ignore]
+    # an event with a number no driver prints (a snapshot written elsewhere) is counted with the unread lines
+    unread = list(snap.xid_unparsed) + [f"line {e.line}: Xid number {e.xid} out of range: {e.raw[:160]}"
+                                        for e in snap.xid_events if not 0 < e.xid <= XID_MAX]
+    out: list[Finding] = []
+    if unread:
+        out.append(Finding(NAME, "warn", "watch", None, f"{len(unread)} kernel-log line(s) mentioning an Xid not read",
+                           unread[0] + (f" (and {len(unread) - 1} more)" if len(unread) > 1 else "")))
+    events = [e for e in snap.xid_events if 0 < e.xid <= XID_MAX and e.xid not in pol.xid_ignore]
     if not events:
-        return []
+        return out
     # the cause is counted once: a follow-on line goes only where its cause is in the log for that GPU
     causes = {(e.xid, e.pci, e.boot) for e in events}
     events = [e for e in events if e.caused_by is None or (e.caused_by, e.pci, e.boot) not in causes]
-    out: list[Finding] = []
-    unreadable = [e for e in events if e.xid == 0]
-    if unreadable:
-        out.append(Finding(NAME, "warn", "watch", None, f"{len(unreadable)} Xid line(s) of an unknown form",
-                           f"first at line {unreadable[0].line}: {unreadable[0].raw[:160]}"))
-    events = [e for e in events if e.xid != 0]
-    if not events:
-        return out
     current_boot = max(e.boot for e in events) if snap.boots_seen <= 1 else snap.boots_seen - 1
     boots_by_key: dict[tuple[int, str | None], set[int]] = defaultdict(set)
     current: dict[tuple[int, str | None], list] = defaultdict(list)
@@ -58,13 +60,21 @@ def check(ctx: Context) -> list[Finding]:
                                xid=number))
             continue
         fatal = [e for e in evs if e.fatal is not False]
-        if not fatal:  # NVLink5 "Nonfatal": the link recovered on its own
+        if not fatal:  # NVLink5 "Nonfatal": the link recovered on its own; at most a warning
             codes = sorted({e.subcode for e in evs if e.subcode is not None})
-            out.append(Finding(NAME, "warn", "watch", index, f"Xid {number} {info.name} (Nonfatal)",
-                               f"{where}, {times}, sub-code {', '.join(map(str, codes)) or '?'}, first at line "
-                               f"{first.line}", xid=number))
+            row = nvlink5_action(number, first.unit, False)
+            action = row.action if row is not None and RANK[row.severity] <= RANK["warn"] else "watch"
+            units = sorted({e.unit for e in evs if e.unit})
+            out.append(Finding(NAME, "warn", action, index, f"Xid {number} {info.name} (Nonfatal)",
+                               f"{where}, {times}, {'unit ' + ', '.join(units) + ', ' if units else ''}sub-code "
+                               f"{', '.join(map(str, codes)) or '?'}, first at line {first.line}"
+                               + (f"; {row.action_text}" if row is not None else ""), xid=number))
             continue
         first = fatal[0]
+        if number in NVLINK5_XIDS and first.fatal:
+            row = nvlink5_action(number, first.unit, True)
+            if row is not None:  # the unit's own action (the decode sheet's resolution)
+                info = replace(info, action=row.action, severity=row.severity, action_text=row.action_text)
         label = f"{number}.{first.subcode}" if first.subcode is not None else f"{number}"
         boots = len(boots_by_key[(number, pci)])
         if RANK[info.severity] >= RANK["reboot"] and boots > pol.xid_escalate_after_reboots:

@@ -1,15 +1,19 @@
-"""Xid events from the kernel log: dmesg (plain, -T, -x, --time-format iso), journalctl, syslog, /dev/kmsg.
+"""Xid and SXid events from the kernel log: dmesg (plain, -T, -x, --time-format iso), journalctl, syslog,
+/dev/kmsg.
 
-Only `NVRM: Xid (...)` lines are GPU Xids.  NVSwitch `SXid` lines and the "caused by previous Xid N"
-text inside another message are not: the Xid number is always the one right after the header.
+Only `NVRM: Xid (...)` lines are GPU Xids; the "caused by previous Xid N" text inside another message is
+not: the Xid number is always the one right after the header.  `nvidia-nvswitchN: SXid (...)` lines are
+the NVSwitch's own faults on an HGX board, read as SXid events.  Every other line that mentions an Xid
+or SXid is counted as unparsed, with why (`KernelLog.unparsed`): never read as "Xid 0", never dropped.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-from ..snapshot import XidEvent, normalize_pci
+from ..snapshot import SXidEvent, XidEvent, normalize_pci
 
 # Header forms, as the open GPU kernel modules print them (src/nvidia/src/kernel/gpu/rc/kernel_rc.c,
 # krcReportXid: "NVRM: Xid (" attr "): %d, pid=%s, name=%s, %s%s" or "NVRM: Xid (" attr "): %d, %s%s",
@@ -36,9 +40,31 @@ _XID_LOOSE = re.compile(r"NVRM:\s*Xid\b(?P<head>[^:]*(?::[^:)]*)*\)?)\s*:?\s*(?P
 _THE_GPU = re.compile(r"NVRM:\s*The NVIDIA GPU\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)")
 _NOT_RESPONDING = re.compile(r"NVRM:\s*fallen off the bus and is not responding", re.I)
 _PCI_ANY = re.compile(r"(?P<pci>(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)")
-# NVLink5 Xids 144-150: "<unit> Fatal|Nonfatal ... (0x<first register> ...)"; the sub-code is bits 20-25
-_NVL5 = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Non-?fatal)\b.*?\((?P<reg>0x[0-9A-Fa-f]+)", re.I)
+# NVLink5 Xids 144-150: "<unit> Fatal|Nonfatal ... (0x<first register> ...)"; the sub-code is bits 20-25.
+# The unit and the register may be missing ("150, Nonfatal (0x1)", "149, Nonfatal"): the word decides.
+_NVL5_UNIT = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]*[A-Z0-9])\b(?![,:])")
+_NVL5_SEV = re.compile(r"(?<![A-Za-z])(?P<sev>Fatal|Non[- ]?fatal)(?![A-Za-z])", re.I)
+_NVL5_REG = re.compile(r"\((?P<reg>0x[0-9A-Fa-f]+)")
 NVLINK5_XIDS = range(144, 151)
+# the largest Xid number the parser takes (NVIDIA's catalog ends below 200): a larger one is no Xid
+# (a corrupted or hostile line) and is counted as unparsed, never stored
+XID_MAX = 9999
+SXID_MAX = 99999
+# NVSwitch SXid lines (the nvswitch driver): a header, then "Fatal|Non-fatal, <what>", or a continuation
+# of the event before it ("Severity N Engine instance ...", "Data {0x..., ...}")
+#   nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up
+#   nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Severity 1 Engine instance 60 Sub-engine instance 00
+#   nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Data {0x10000000, 0x10000000, ...}
+#   nvidia-nvswitch4: SXid (PCI:0000:c6:00.0): 19084, Non-fatal, Link 29 AN1 Heartbeat Timeout Error (First)
+_SXID = re.compile(
+    r"nvidia-nvswitch(?P<sw>\d+)?\s*:\s*SXid\s*\(\s*(?:PCI:)?"
+    r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)\s*\)\s*:\s*(?P<code>\d+)\s*"
+    r"(?:,\s*(?P<rest>.*))?$")
+_SXID_SEV = re.compile(r"^(?P<sev>Fatal|Non[- ]?fatal)\b\s*,?\s*(?P<msg>.*)$", re.I)
+_SXID_MORE = re.compile(r"^(?:Severity\s+\d+|Data\s*\{)", re.I)
+_LINK = re.compile(r"\bLink\s+(?P<link>\d+)\b")
+# any line that mentions an Xid or SXid at all
+_MENTION = re.compile(r"(?<![A-Za-z])S?Xid(?![A-Za-z])")
 _CAUSED = re.compile(r"caused by previous Xid\s*(?P<xid>\d+)", re.I)
 _PID = re.compile(r"^pid\s*=\s*'?(?P<pid><unknown>|\d+)'?\s*(?:,\s*)?")
 _NAME = re.compile(r"^name\s*=\s*(?P<name>[^,]*)\s*(?:,\s*)?")
@@ -54,9 +80,27 @@ _RESET = re.compile(re.escape(RESET_MARK) + r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-
 _BOOT_MARK = re.compile(r"^-- Boot [0-9a-f]+ --|Linux version \d|\[\s*0\.000000\]|^\d+,\d+,0,[^;]*;")
 
 
+@dataclass
+class KernelLog:
+    """What a kernel log says of the GPUs and their switches."""
+
+    events: list[XidEvent] = field(default_factory=list)
+    boots: int = 0
+    sxids: list[SXidEvent] = field(default_factory=list)
+    # "line N: why: text" for each line that mentions an Xid or SXid and was not read as one
+    unparsed: list[str] = field(default_factory=list)
+
+
 def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
     """Return the GPU Xid events and the number of boots the log spans (at least 1 if non-empty)."""
-    events: list[XidEvent] = []
+    log = read_kernel_log(lines)
+    return log.events, log.boots
+
+
+def read_kernel_log(lines: Iterable[str]) -> KernelLog:
+    """The Xid and SXid events, the boots the log spans, and the lines that mention an Xid unread."""
+    out = KernelLog()
+    events = out.events
     boot = 0
     seen_any = False
     # a boot shows as several marks in a row (journal "-- Boot --", then "Linux version", then [0.000000]);
@@ -92,7 +136,17 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
         gone = _THE_GPU.search(line)
         if gone:
             the_gpu = (normalize_pci(gone.group("pci")), number)
-        event = parse_xid_line(line, number) or _fallen_off(line, number, events, boot)
+        sx = _SXID.search(line)
+        if sx:
+            why = _sxid(sx, line, number, boot, out.sxids)
+            if why:
+                out.unparsed.append(f"line {number}: {why}: {line.strip()[:160]}")
+            continue
+        read = _xid(line, number)
+        if isinstance(read, str):
+            out.unparsed.append(f"line {number}: {read}: {line.strip()[:160]}")
+            continue
+        event = read or _fallen_off(line, number, events, boot)
         if event is None and the_gpu is not None and number - the_gpu[1] <= 3 and _NOT_RESPONDING.search(line):
             event = XidEvent(line=number, xid=79, pci=the_gpu[0], timestamp=_timestamp(line), raw=line[:1000],
                              message="GPU has fallen off the bus and is not responding (kernel lines, no Xid header)")
@@ -100,7 +154,32 @@ def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
         if event is not None:
             event.boot = boot
             events.append(event)
-    return events, (boot + 1 if seen_any else 0)
+        elif _MENTION.search(line):
+            out.unparsed.append(f"line {number}: mentions an Xid but is no Xid line of a known form: "
+                                f"{line.strip()[:160]}")
+    out.boots = boot + 1 if seen_any else 0
+    return out
+
+
+def _sxid(m: re.Match, line: str, number: int, boot: int, sxids: list[SXidEvent]) -> str | None:
+    """Read one SXid line into `sxids` (a continuation line into the event it continues).  Returns why
+    it was not read, or None."""
+    code = int(m.group("code"))
+    if code > SXID_MAX:
+        return f"SXid number {m.group('code')[:24]} out of range"
+    rest = (m.group("rest") or "").strip()
+    switch = int(m.group("sw")) if m.group("sw") else None
+    pci = normalize_pci(m.group("pci"))
+    if _SXID_MORE.match(rest):
+        return None  # the detail of the event its header line carries: one event, not two
+    sev = _SXID_SEV.match(rest)
+    message = (sev.group("msg") if sev else rest)[:500]
+    link = _LINK.search(message)
+    sxids.append(SXidEvent(line=number, sxid=code, switch=switch, pci=pci,
+                           fatal=(not sev.group("sev").lower().startswith("non")) if sev else None,
+                           message=message, link=int(link.group("link")) if link else None,
+                           timestamp=_timestamp(line[: m.start()]), boot=boot, raw=line[:1000]))
+    return None
 
 
 # The kernel's own "GPU has fallen off the bus" line, without an Xid header: the event behind Xid 79.
@@ -125,9 +204,17 @@ def _fallen_off(line: str, number: int, events: list[XidEvent], boot: int) -> Xi
 
 
 def parse_xid_line(line: str, number: int = 1) -> XidEvent | None:
+    read = _xid(line, number)
+    return read if isinstance(read, XidEvent) else None
+
+
+def _xid(line: str, number: int) -> XidEvent | str | None:
+    """The line's Xid event; why it is an Xid line that cannot be read (a str); None for any other line."""
     m = _XID.search(line)
     if not m:
         return _loose(line, number)
+    if int(m.group("xid")) > XID_MAX:
+        return f"Xid number {m.group('xid')[:24]} out of range"
     rest = (m.group("rest") or "").strip()
     # a number with no ", message" after it but something else: the line was cut or is of a new form
     partial = m.group("sep") is None and bool(rest)
@@ -155,24 +242,33 @@ def parse_xid_line(line: str, number: int = 1) -> XidEvent | None:
         partial=partial,
     )
     if xid in NVLINK5_XIDS:
-        nv = _NVL5.search(rest.strip())
-        if nv:
-            event.fatal = not nv.group("sev").lower().startswith("non")
-            event.subcode = (int(nv.group("reg"), 16) >> 20) & 0x3F
+        text = rest.strip()
+        sev = _NVL5_SEV.search(text)
+        if sev:
+            event.fatal = not sev.group("sev").lower().startswith("non")
+            unit = _NVL5_UNIT.match(text[: sev.start()].strip())
+            event.unit = unit.group("unit") if unit else None
+            reg = _NVL5_REG.search(text, sev.end())
+            if reg and event.unit:  # the first register of a unit's line carries the sub-code
+                event.subcode = (int(reg.group("reg"), 16) >> 20) & 0x3F
     caused = _CAUSED.search(rest)
     if caused and int(caused.group("xid")) != xid:
         event.caused_by = int(caused.group("xid"))
     return event
 
 
-def _loose(line: str, number: int) -> XidEvent | None:
+def _loose(line: str, number: int) -> XidEvent | str | None:
     """An Xid header of a form the strict pattern does not know: its number and GPU where they can be
-    read (xid 0 where not), marked partial.  Counted, never dropped."""
+    read, marked partial; why not, where no number can be (counted as unparsed, never dropped)."""
     m = _XID_LOOSE.search(line)
     if not m:
         return None
+    if not m.group("xid"):
+        return "an Xid line with no Xid number"
+    if int(m.group("xid")) > XID_MAX or int(m.group("xid")) == 0:
+        return f"Xid number {m.group('xid')[:24]} out of range"
     pci = _PCI_ANY.search(m.group("head") or "")
-    return XidEvent(line=number, xid=int(m.group("xid")) if m.group("xid") else 0,
+    return XidEvent(line=number, xid=int(m.group("xid")),
                     pci=normalize_pci(pci.group("pci")) if pci else None,
                     message=line[m.start() + line[m.start():].find("Xid") + 3:].strip()[:500], timestamp=_timestamp(line[: m.start()]),
                     raw=line[:1000], partial=True)
@@ -195,13 +291,13 @@ def _timestamp(prefix: str) -> str | None:
     return f"{mono:.6f}s" if mono is not None else None
 
 
-def read_kernel_log_file(path: str) -> tuple[list[XidEvent], int]:
-    """Xid events from a saved log, or from the live ring buffer when the path is /dev/kmsg."""
+def read_kernel_log_file(path: str) -> KernelLog:
+    """Xid and SXid events from a saved log, or from the live ring buffer when the path is /dev/kmsg."""
     if path == "/dev/kmsg":
-        return parse_kernel_log(read_kmsg(path))
+        return read_kernel_log(read_kmsg(path))
     with open(path, "rb") as fh:
         data = fh.read()
-    return parse_kernel_log(kernel_log_text(data, path).splitlines())
+    return read_kernel_log(kernel_log_text(data, path).splitlines())
 
 
 def kernel_log_text(data: bytes, where: str = "input") -> str:
