@@ -129,9 +129,12 @@ class GpuModel:
     # an NVL72-style multi-node NVLink domain (GB200/GB300); an HGX board with NVSwitch (fabric manager)
     multinode_nvlink: bool = False
     nvswitch_board: bool = False
+    # a PCIe card whose NVLinks go through an optional bridge: no link active is a card without one
+    nvlink_bridge: bool = False
 
 
-_MODEL_FIELDS = ("mem_bw_gbps", "memory_gb", "nvlink_links", "nvlink_gbps", "multinode_nvlink", "nvswitch_board")
+_MODEL_FIELDS = ("mem_bw_gbps", "memory_gb", "nvlink_links", "nvlink_gbps", "multinode_nvlink", "nvswitch_board",
+                 "nvlink_bridge")
 
 
 def model_from(name: str, pattern: re.Pattern[str], spec: dict[str, Any], source: str) -> GpuModel:

@@ -32,6 +32,7 @@ class Source:
     # a node's own health check: a kernel log or host that cannot be read is noted in `unread`, never
     # allowed to hide the GPUs' own state; the CLI (strict) says so in one line instead
     strict: bool = True
+    models: tuple = ()               # the site's [models] (policy), before the shipped table
 
 
 def kernel_log_path(kernel_log: str | None, host: str | None) -> str | None:
@@ -81,7 +82,7 @@ def gather(source: Source) -> NodeSnapshot:
             snap.unread.append(f"host facts under {source.host_root}: {exc.strerror or exc}")
         from .checks.fabric import needs_fabric_manager
 
-        if snap.host_facts is not None and source.host_root == "/" and needs_fabric_manager(snap):
+        if snap.host_facts is not None and source.host_root == "/" and needs_fabric_manager(snap, source.models):
             from .readers.host import read_fabric_manager
 
             snap.host_facts.fabric_manager = read_fabric_manager(uptime_s=known(snap.uptime_s))

@@ -473,8 +473,8 @@ assert set(MAINTAIN_VALIDATORS) == {f.name for f in fields(MaintainSettings)}
 assert set(SLURM_VALIDATORS) == {f.name for f in fields(SlurmSettings)}
 
 _MODEL_KEYS = {"match": _str, "architecture": _str, "max_sm_mhz": _int(1), "mem_bw_gbps": _number,
-               "memory_gb": _number, "nvlink_links": _int(1), "nvlink_gbps": _number, "multinode_nvlink": _bool,
-               "nvswitch_board": _bool}
+               "memory_gb": _number, "nvlink_links": _int(0), "nvlink_gbps": _number, "multinode_nvlink": _bool,
+               "nvswitch_board": _bool, "nvlink_bridge": _bool}
 
 
 @dataclass

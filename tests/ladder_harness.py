@@ -121,7 +121,7 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
     for run_no in range(40):
         if kind == "pcie" and level == "reset" and run_no == 1:   # the link trains x16 again (a reseat)
             gpustate.write_atomic(healthy, str(gpus / f"{NODE}.json"))
-        report = evaluate(read_node(setup.settings, NODE), setup.policy, host=NODE, expect_idle=True)
+        report = evaluate(read_node(setup), setup.policy, host=NODE, expect_idle=True)
         act(setup, report, "healthcheck", backend=slurm)
         held.append(",".join(sorted(r.name for r in slurm.reservations())))
         published = [c[4] for c in (parse(slurm.node(NODE).extra) or {}).get("case", [])]

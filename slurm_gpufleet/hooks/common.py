@@ -113,14 +113,16 @@ def _keep_error(line: str) -> None:
 
 
 # ---------------------------------------------------------------- reading the node
-def read_node(settings: SlurmSettings, node: str, level: str = "quick", host: bool = True) -> NodeSnapshot:
+def read_node(setup: Setup, level: str = "quick", host: bool = True) -> NodeSnapshot:
     """The node's one read (pipeline.gather): its GPUs through live NVML (`deep` adds the measurements),
     its kernel log, and (`host`) its kernels and modules.  What cannot be read is logged, never allowed
     to hide the GPUs' own state.  The prolog skips the host: it judges only what a job would meet now."""
     from ..pipeline import Source, gather
 
+    settings, node = setup.settings, setup.node
     snap = gather(Source(level=level, kernel_log=settings.kernel_log, host=node,
-                         host_root=settings.host_root.replace("%n", node) if host else None, strict=False))
+                         host_root=settings.host_root.replace("%n", node) if host else None, strict=False,
+                         models=setup.policy.models))
     for what in snap.unread:
         log.warning("%s", what)
     return snap
@@ -282,7 +284,7 @@ def carrier_for(setup: Setup, history, backend, actuator, hook: str):
 
         _start_watchdog(setup, 1, None)
         try:
-            snap = read_node(settings, node, "quick")
+            snap = read_node(setup, "quick")
         finally:
             watchdog.cancel()
         return evaluate(snap, setup.policy, host=node, expect_idle=True)

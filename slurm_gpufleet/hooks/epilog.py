@@ -35,7 +35,7 @@ def run(argv: list[str] | None = None) -> int:
 
     _start_watchdog(setup, 1, lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
     try:
-        snap = read_node(setup.settings, setup.node, "quick")
+        snap = read_node(setup, "quick")
     except (ReportError, OSError) as exc:
         watchdog.cancel()
         log.error("no readable GPU state: %s", exc)

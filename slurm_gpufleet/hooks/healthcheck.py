@@ -52,7 +52,7 @@ def run(argv: list[str] | None = None) -> int:
     acts = not judge_only and setup.policy.for_node(setup.node).mode != "observe"
     _start_watchdog(setup, 1, lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON) if acts else None)
     try:
-        snap = read_node(setup.settings, setup.node, args.level)
+        snap = read_node(setup, args.level)
     except (ReportError, OSError) as exc:
         log.error("no readable GPU state: %s", exc)
         if args.confirm:

@@ -28,7 +28,7 @@ def run(argv: list[str] | None = None) -> int:
     observe = setup.policy.for_node(setup.node).mode == "observe"  # staged enablement: never fail a job
     _start_watchdog(setup, 0 if observe else 1, None if observe else lambda: _prolog_timeout(setup))
     try:
-        snap = read_node(setup.settings, setup.node, "quick", host=False)
+        snap = read_node(setup, "quick", host=False)
     except (ReportError, OSError) as exc:
         watchdog.cancel()
         reason = "gpufleet: inventory node no readable GPU state"
