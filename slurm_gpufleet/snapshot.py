@@ -191,6 +191,13 @@ class Fabric:
     route_unhealthy: Bool = None
     access_timeout_recovery: Bool = None
     incorrect_configuration: Str = None   # "none" or the cause: insufficient_nvlinks, incompatible_gpu_fw, ...
+    partition_assigned: Bool = None       # the fabric placed the GPU in a partition (NVML mask, 2 bits at 12)
+    gfm_connected: Bool = None            # the global fabric manager is connected (NVML mask, 2 bits at 14)
+    # "field: value" for each value the reader got and no NVML or nvidia-smi release defines (a 2-bit
+    # field of 3, a Health row that is neither Yes nor No): judged "unknown fabric value", never guessed
+    unknown: list[str] = field(default_factory=list)
+    # how the driver was asked: "v3", or "v1" where it refused the v3 struct (a version mismatch)
+    read_as: Str = None
 
 
 @dataclass

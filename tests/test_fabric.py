@@ -111,7 +111,7 @@ def test_clique_zero_is_healthy_on_a_single_node_hgx_board():
     ("insufficient-resources", "drain", "fabric registration failed: insufficient resources"),
     ("in-progress", "warn", "fabric registration in progress"),
     ("route-unhealthy", "drain", "fabric route unhealthy"),
-    ("garbage", "warn", "unknown fabric state"),
+    ("garbage", "warn", "unknown fabric value"),
 ])
 def test_nvidia_smi_fabric_blocks(name, verdict, message):
     for ext in ("txt", "xml"):
@@ -131,7 +131,7 @@ def test_missing_fields_in_a_fabric_block_are_an_unknown_state():
     from slurm_gpufleet.readers.smi_text import read_text
 
     report = evaluate(read_text(cut))
-    assert [(f.gpu, f.severity, f.message) for f in noisy(report)] == [(0, "warn", "unknown fabric state")]
+    assert [(f.gpu, f.severity, f.message) for f in noisy(report)] == [(0, "warn", "unknown fabric value")]
     assert not path.exists()
 
 
@@ -375,3 +375,86 @@ def test_rows_remapped_are_published_for_the_evidence_gate():
     snap.gpus[0].remapped_rows.correctable = (snap.gpus[0].remapped_rows.correctable or 0) + 2
     snap.gpus[1].remapped_rows.uncorrectable = (snap.gpus[1].remapped_rows.uncorrectable or 0) + 1
     assert event_counters(snap)["rr"] == before + 3
+
+
+@pytest.mark.parametrize("row,value,field", [
+    ("Status", "%%garbage%%", "status"),
+    ("Route Unhealthy", "Maybe", "route_unhealthy"),
+    ("Access Timeout Recovery", "2", "access_timeout_recovery"),
+    ("Route Recovery in progress", "Perhaps", "route_recovery_in_progress"),
+    ("Bandwidth", "Sideways", "bandwidth"),
+    ("Incorrect Configuration", "Cosmic Rays", "health incorrect_configuration"),
+])
+def test_every_garbage_fabric_field_is_one_unknown_value_never_success_never_a_drain(row, value, field):
+    """nvidia-smi's text, one Fabric row replaced by a value no release prints: one warning naming the GPU
+    and the field."""
+    import re as re_
+
+    from slurm_gpufleet.readers.smi_text import read_text
+
+    text = (GB_SESSIONS / "gb200-tray-healthy.txt").read_text()
+    blocks = text.split("\nGPU ")
+    # GPU 1's block only
+    blocks[2] = re_.sub(rf"(?m)^(\s+{re_.escape(row)}\s+:).*$", rf"\g<1> {value}", blocks[2], count=1)
+    report = evaluate(read_text("\nGPU ".join(blocks)))
+    found = [(f.gpu, f.severity, f.message) for f in noisy(report)]
+    assert found == [(1, "warn", "unknown fabric value")], found
+    assert field in noisy(report)[0].detail and report.verdict == "warn"
+
+
+def test_nvml_fabric_mask_every_field_and_the_undefined_2_bit_value():
+    from types import SimpleNamespace
+
+    from slurm_gpufleet.readers.nvml import decode_fabric
+    from slurm_gpufleet.snapshot import Fabric
+
+    def info(mask, status=0):
+        return SimpleNamespace(state=3, status=status, cliqueId=7, clusterUuid=bytes(range(1, 17)), healthMask=mask,
+                               healthSummary=1)
+
+    healthy = 2 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8 | 1 << 12 | 1 << 14
+    fab = decode_fabric(info(healthy))
+    assert (fab.partition_assigned, fab.gfm_connected, fab.unknown) == (True, True, [])
+    fab = decode_fabric(info(healthy | 3 << 4))  # route_unhealthy = 3: NVML defines 0, 1, 2
+    assert fab.route_unhealthy is None and fab.unknown == [f"route_unhealthy: 3 (health mask 0x{healthy | 3 << 4:x})"]
+    assert decode_fabric(info(healthy, status=12345)).status == "unknown:12345"
+    assert decode_fabric(info((healthy & ~(3 << 12)) | 2 << 12)).partition_assigned is False
+    assert isinstance(fab, Fabric)
+
+
+def test_a_partition_not_assigned_drains_a_multi_node_tray_and_a_gfm_disconnect_warns():
+    snap = read(session("gb200-tray"))
+    snap.gpus[2].fabric.partition_assigned = False
+    snap.gpus[3].fabric.gfm_connected = False
+    found = [(f.gpu, f.severity, f.message) for f in noisy(evaluate(snap))]
+    assert found == [(2, "drain", "fabric partition not assigned"), (3, "warn", "global fabric manager disconnected")]
+
+
+def test_a_driver_that_refuses_the_v3_fabric_struct_is_read_with_v1_and_says_so():
+    import ctypes
+    from types import SimpleNamespace
+
+    from slurm_gpufleet.readers.nvml import NvmlReader
+
+    class Mismatch(Exception):
+        value = 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+
+    class V1(ctypes.Structure):
+        _fields_ = [("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint), ("cliqueId", ctypes.c_uint32),
+                    ("state", ctypes.c_uint8)]
+
+    def v3(h, ref):
+        raise Mismatch()
+
+    def v1(h, ref):
+        ref._obj.state, ref._obj.status, ref._obj.cliqueId = 3, 0, 5
+        return 0  # NVML_SUCCESS, as nvidia-ml-py returns it
+
+    n = SimpleNamespace(c_nvmlGpuFabricInfo_v3_t=V1, nvmlDeviceGetGpuFabricInfoV=v3, c_nvmlGpuFabricInfo_t=V1,
+                        nvmlDeviceGetGpuFabricInfo=v1)
+    fab = NvmlReader(nvml=n)._fabric(n, 0)
+    assert (fab.state, fab.status, fab.clique_id) == ("completed", "success", 5)
+    assert fab.read_as == "v1 (the driver refused v3: version mismatch)"
+    snap = read(session("gb200-tray"))
+    snap.gpus[0].fabric = fab
+    assert [(f.gpu, f.severity, f.message) for f in noisy(evaluate(snap))] == [(0, "warn", "fabric health not read")]

@@ -10,7 +10,10 @@ it (GB200/GB300 NVL72 racks, HGX boards with NVSwitch), and nvidia-fabricmanager
 | route unhealthy, access-timeout recovery, incorrect config      | drain (naming the cause)        |
 | route recovery in progress                                      | warn                            |
 | degraded bandwidth / limited capacity                           | fabric_degraded (warn)          |
-| a state or value no reader understood                           | warn "unknown fabric state"     |
+| partition not assigned (multi-node NVLink system)               | drain (warn on other boards)    |
+| global fabric manager disconnected                              | warn                            |
+| any value no NVML or nvidia-smi release defines (garbage Status,| warn "unknown fabric value",    |
+|   a Health row neither Yes nor No, a 2-bit field of 3, ...)     |   one per field, never success  |
 
 Every finding names its GPU and the field.  Its message starts with the fault's words, so that the same
 fault on several trays of one rack reads the same (slurm/escalation.py looks for that).
@@ -56,9 +59,12 @@ def _gpu(ctx: Context, g) -> list[Finding]:
     def f(severity: str, message: str, detail: str, action: str = "drain") -> Finding:
         return Finding(NAME, severity, action, g.index, message, detail)
 
+    def unknown(field: str, value: object, why: str = "a value no NVML or nvidia-smi release defines") -> Finding:
+        return f("warn", "unknown fabric value", f"fabric {field} {str(value).removeprefix('unknown:')!r}: {why}",
+                 "watch")
+
     if not isinstance(state, str) or state.startswith("unknown:"):
-        return [f("warn", "unknown fabric state", f"state {str(state).removeprefix('unknown:')!r} is not one NVML "
-                  "defines (not started, in progress, completed): not judged", "watch")]
+        return [unknown("state", state, "not one NVML defines (not started, in progress, completed): not judged")]
     if state == "not_started":
         return [f("drain", "fabric registration not started",
                   "fabric.state NOT_STARTED: the NVLink fabric manager / subnet manager never registered this GPU")]
@@ -70,9 +76,15 @@ def _gpu(ctx: Context, g) -> list[Finding]:
         return [f("warn", "fabric registration in progress",
                   f"fabric.state IN_PROGRESS, within {pol.fabric_grace_s} s of boot" if up is not None
                   else "fabric.state IN_PROGRESS; time since boot unknown, so not yet judged stuck", "watch")]
-    out: list[Finding] = []
+    out: list[Finding] = [unknown(*item.split(": ", 1)) for item in fab.unknown]
+    if fab.read_as and fab.read_as.startswith("v1 ("):
+        out.append(f("warn", "fabric health not read", f"fabric read as {fab.read_as}: its health fields are not "
+                     "judged on this driver", "watch"))
     status = known(fab.status)
-    if status and status != "success":
+    if isinstance(status, str) and status.startswith("unknown:"):
+        out.append(unknown("status", status, "never taken as success"))
+        status = None
+    elif status and status != "success":
         return [f("drain", f"fabric registration failed: {status.replace('_', ' ')}",
                   f"fabric.state COMPLETED with fabric.status {status}: the GPU is not in the NVLink fabric")]
     if _multinode(ctx, g) and fab.clique_id == 0 and known(fab.cluster_uuid) in (ZERO_UUID, None):
@@ -87,8 +99,7 @@ def _gpu(ctx: Context, g) -> list[Finding]:
     if config and config != "none":
         words = CONFIG_WORDS.get(config, config.removeprefix("unknown:").replace("_", " "))
         if config.startswith("unknown:"):
-            out.append(f("warn", "unknown fabric state", f"fabric.health incorrect_configuration {words!r}: "
-                         "a cause NVML does not define", "watch"))
+            out.append(unknown("health incorrect_configuration", words, "a cause NVML does not define"))
         else:
             out.append(f("drain", f"fabric incorrect configuration: {words}",
                          f"fabric.health incorrect_configuration {config}", "inspect_hardware"))
@@ -104,9 +115,17 @@ def _gpu(ctx: Context, g) -> list[Finding]:
                      "fabric.health degraded_bandwidth TRUE" if fab.degraded_bandwidth
                      else "fabric.health summary LIMITED_CAPACITY",
                      "drain" if pol.fabric_degraded == "drain" else "watch"))
+    if fab.partition_assigned is False:
+        multinode = _multinode(ctx, g)
+        out.append(f("drain" if multinode else "warn", "fabric partition not assigned",
+                     "fabric.health partition_assigned FALSE: the fabric placed the GPU in no partition, so no NVLink "
+                     "peer can reach it" + ("" if multinode else " (judged on multi-node NVLink systems)"),
+                     "drain" if multinode else "watch"))
+    if fab.gfm_connected is False:
+        out.append(f("warn", "global fabric manager disconnected", "fabric.health gfm_state DISCONNECTED: the GPU "
+                     "keeps its routes, but the fabric cannot change them", "watch"))
     if summary and summary.startswith("unknown:"):
-        out.append(f("warn", "unknown fabric state", f"fabric.health summary {summary.removeprefix('unknown:')!r}",
-                     "watch"))
+        out.append(unknown("health summary", summary))
     elif summary == "unhealthy" and not any(x.severity == "drain" for x in out):
         out.append(f("drain", "fabric health unhealthy", "fabric.health summary UNHEALTHY with no field naming why"))
     return out

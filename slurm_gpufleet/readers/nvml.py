@@ -31,7 +31,9 @@ RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p",
 # 0 not supported, 1 true, 2 false) with their shifts; the configuration field is 4 bits at shift 8
 FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
 FABRIC_HEALTH_BITS = {"degraded_bandwidth": 0, "route_recovery": 2, "route_unhealthy": 4,
-                      "access_timeout_recovery": 6}
+                      "access_timeout_recovery": 6, "partition_assigned": 12}
+# the GFM state field (2 bits at 14): 1 connected, 2 disconnected
+FABRIC_GFM_SHIFT = 14
 FABRIC_CONFIGURATION = {1: "none", 2: "incorrect_system_guid", 3: "incorrect_chassis_serial",
                         4: "no_partition", 5: "insufficient_nvlinks", 6: "incompatible_gpu_fw",
                         7: "invalid_location", 8: "gpu_state_invalid"}
@@ -53,6 +55,7 @@ _LIBRARY_NOT_FOUND = 12
 _GPU_IS_LOST = 15
 _LIB_RM_VERSION_MISMATCH = 18
 _FUNCTION_NOT_FOUND = 13
+_VERSION_MISMATCH = 25     # NVML_ERROR_ARGUMENT_VERSION_MISMATCH: a struct version the driver does not know
 _UNKNOWN = 999
 
 
@@ -130,17 +133,21 @@ class NvmlReader:
         try:
             value = fn(*args)
         except Exception as exc:
-            code = _code(exc)
-            if code == _GPU_IS_LOST:
-                raise _Lost(str(exc)) from None
-            if code in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND):
-                return UNSUPPORTED
-            if code == _UNKNOWN:
-                self.unknown.append(getattr(fn, "__name__", "?"))
-            return None
+            return self._failed(fn, exc)
         if isinstance(value, bytes):
             value = value.decode("utf-8", "replace")
         return value
+
+    def _failed(self, fn: Callable[..., Any], exc: Exception) -> Any:
+        """What a failed call says: the GPU is lost (raised), the field is not supported, or unknown."""
+        code = _code(exc)
+        if code == _GPU_IS_LOST:
+            raise _Lost(str(exc)) from None
+        if code in (_NOT_SUPPORTED, _FUNCTION_NOT_FOUND):
+            return UNSUPPORTED
+        if code == _UNKNOWN:
+            self.unknown.append(getattr(fn, "__name__", "?"))
+        return None
 
     def _gpu(self, n: Any, index: int) -> Gpu:
         g = Gpu(index=index)
@@ -308,20 +315,33 @@ class NvmlReader:
         import ctypes
 
         fab = Fabric()
+        v1 = getattr(n, "c_nvmlGpuFabricInfo_t", None), getattr(n, "nvmlDeviceGetGpuFabricInfo", None)
         struct = getattr(n, "c_nvmlGpuFabricInfo_v3_t", None)
         fn = getattr(n, "nvmlDeviceGetGpuFabricInfoV", None)
+        read_as = "v3"
         if struct is None or fn is None:
-            struct, fn = getattr(n, "c_nvmlGpuFabricInfo_t", None), getattr(n, "nvmlDeviceGetGpuFabricInfo", None)
+            (struct, fn), read_as = v1, "v1"
         if struct is None or fn is None:
             return fab
         info = struct()
-        answer = self._call(fn, h, ctypes.byref(info))
+        try:
+            answer = fn(h, ctypes.byref(info))
+        except Exception as exc:
+            if _code(exc) == _VERSION_MISMATCH and read_as == "v3" and None not in v1:
+                # a driver older than the library: it refuses the v3 struct; v1 has state, status and clique
+                (struct, fn), read_as = v1, "v1 (the driver refused v3: version mismatch)"
+                info = struct()
+                answer = self._call(fn, h, ctypes.byref(info))
+            else:
+                answer = self._failed(fn, exc)
         if answer is UNSUPPORTED:
             fab.state = UNSUPPORTED
             return fab
         if answer is None:  # the call failed: nothing is known, which is not a fault of the fabric
             return fab
-        return decode_fabric(info)
+        fab = decode_fabric(info)
+        fab.read_as = read_as
+        return fab
 
     def _field_value(self, n: Any, h: Any, field_id: int) -> Any:
         fn = getattr(n, "nvmlDeviceGetFieldValues", None)
@@ -398,7 +418,7 @@ def decode_fabric(info: Any) -> Fabric:
         return fab
     status = getattr(info, "status", None)
     if isinstance(status, int):
-        fab.status = FABRIC_STATUS.get(status, f"nvml_error_{status}")
+        fab.status = FABRIC_STATUS.get(status, f"unknown:{status}")
     clique = getattr(info, "cliqueId", None)
     if isinstance(clique, int):
         fab.clique_id = clique
@@ -413,9 +433,11 @@ def decode_fabric(info: Any) -> Fabric:
     mask = getattr(info, "healthMask", None)
     if isinstance(mask, int):
         fab.health_mask = mask
-        for name, shift in FABRIC_HEALTH_BITS.items():
+        for name, shift in (*FABRIC_HEALTH_BITS.items(), ("gfm_connected", FABRIC_GFM_SHIFT)):
             bits = (mask >> shift) & 0x3
             setattr(fab, name, {1: True, 2: False}.get(bits))
+            if bits == 3:  # a value the 2-bit field does not define
+                fab.unknown.append(f"{name}: 3 (health mask 0x{mask:x})")
         config = (mask >> 8) & 0xF
         if config:
             fab.incorrect_configuration = FABRIC_CONFIGURATION.get(config, f"unknown:{config}")

@@ -115,6 +115,14 @@ def below_limit(limit: int, relative: object) -> object:
 _FABRIC_STATES = {"not supported": "not_supported", "not started": "not_started", "in progress": "in_progress",
                   "completed": "completed"}
 _FABRIC_SUMMARY = {"healthy": "healthy", "unhealthy": "unhealthy", "limited capacity": "limited_capacity"}
+# the words nvidia-smi prints for a registration's status (nvmlErrorString of NVML's return codes) and for
+# Incorrect Configuration (NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_*), as _code spells them
+_FABRIC_STATUS_WORDS = {"success", "invalid_argument", "not_supported", "not_found", "timeout", "operating_system",
+                        "memory", "insufficient_resources", "not_ready", "invalid_state", "unknown_error",
+                        "in_progress", "uninitialized", "no_permission", "gpu_is_lost", "reset_required"}
+_FABRIC_CONFIG_WORDS = {"none", "incorrect_system_guid", "incorrect_chassis_serial", "no_partition",
+                        "insufficient_nvlinks", "incompatible_gpu_fw", "incompatible_gpu_firmware",
+                        "invalid_location", "gpu_state_invalid"}
 
 
 def _code(text: str) -> str:
@@ -140,7 +148,8 @@ def to_fabric(state: str | None, status: str | None, clique: str | None, cluster
         return fab
     fab.state = _FABRIC_STATES.get(state.strip().lower(), f"unknown:{state.strip()[:40]}")
     if status is not None and not is_na(status):
-        fab.status = _code(status) or None
+        word = _code(status)
+        fab.status = word if word in _FABRIC_STATUS_WORDS else f"unknown:{status.strip()[:40]}"
     c = to_int(clique)
     fab.clique_id = c if isinstance(c, int) else None
     u = to_str(cluster_uuid)
@@ -151,20 +160,24 @@ def to_fabric(state: str | None, status: str | None, clique: str | None, cluster
         b = to_bool(raw)
         if isinstance(b, bool):
             return b
+        if raw is not None and raw.strip() and not is_na(raw):
+            fab.unknown.append(f"{name}: {raw.strip()[:40]!r}")
         return None
 
     bandwidth = health.get("bandwidth")
     if bandwidth and not is_na(bandwidth):
         low = bandwidth.strip().lower()
         fab.degraded_bandwidth = True if low.startswith("degraded") else (False if low == "full" else None)
+        if fab.degraded_bandwidth is None:
+            fab.unknown.append(f"bandwidth: {bandwidth.strip()[:40]!r}")
     fab.route_recovery = flag("route_recovery_in_progress")
     fab.route_unhealthy = flag("route_unhealthy")
     fab.access_timeout_recovery = flag("access_timeout_recovery")
     config = health.get("incorrect_configuration")
     if config and not is_na(config):
-        fab.incorrect_configuration = _code(config) or None
-        if fab.incorrect_configuration == "incompatible_gpu_firmware":
-            fab.incorrect_configuration = "incompatible_gpu_fw"
+        word = _code(config)
+        fab.incorrect_configuration = ("incompatible_gpu_fw" if word == "incompatible_gpu_firmware" else word) \
+            if word in _FABRIC_CONFIG_WORDS else f"unknown:{config.strip()[:40]}"
     summary = health.get("summary")
     if summary and not is_na(summary):
         fab.summary = _FABRIC_SUMMARY.get(summary.strip().lower(), f"unknown:{summary.strip()[:40]}")
