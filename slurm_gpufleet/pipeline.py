@@ -33,6 +33,8 @@ class Source:
     # allowed to hide the GPUs' own state; the CLI (strict) says so in one line instead
     strict: bool = True
     models: tuple = ()               # the site's [models] (policy), before the shipped table
+    # a node's own health check: (file, probe_s, window_s) keeping its fabric-manager probes across runs
+    probe_memory: tuple[str, float, float] | None = None
 
 
 def kernel_log_path(kernel_log: str | None, host: str | None) -> str | None:
@@ -86,6 +88,11 @@ def gather(source: Source) -> NodeSnapshot:
             from .readers.host import read_fabric_manager
 
             snap.host_facts.fabric_manager = read_fabric_manager(uptime_s=known(snap.uptime_s))
+            if snap.host_facts.fabric_manager is not None and source.probe_memory:
+                from .readers.host import remember_fabric_manager
+
+                path, probe_s, window_s = source.probe_memory
+                remember_fabric_manager(snap.host_facts.fabric_manager, path, time.time(), probe_s, window_s)
     return snap
 
 

@@ -237,9 +237,13 @@ class NodePolicy:
     # the GPUs sit in a multi-node NVLink domain (clique 0 with a zero cluster UUID never joined it);
     # unset: as the GPU model says (GB200/GB300 do)
     fabric_multinode: bool | None = setting(None, _bool)
-    # nvidia-fabricmanager on HGX boards: inactive after this grace from boot drains; this many restarts
-    # with the latest within the window is flapping (NVSentinel's 300 s grace, 3 restarts in 600 s)
+    # nvidia-fabricmanager on HGX boards: inactive after this grace from boot drains, once confirmed by
+    # `fabric_manager_probes` failed probes at least `fabric_manager_probe_s` apart (over several runs of the
+    # health check); this many restarts within the window is flapping (NVSentinel: 300 s grace, 3 probes
+    # 30 s apart, 3 restarts in 600 s)
     fabric_manager_grace_s: int = setting(300, _int(0))
+    fabric_manager_probes: int = setting(3, _int(1))
+    fabric_manager_probe_s: int = setting(30, _int(0))
     fabric_manager_flap_restarts: int = setting(3, _int(1))
     fabric_manager_flap_window_s: int = setting(600, _int(1))
     # modes

@@ -350,6 +350,10 @@ class FabricManager:
     active: str | None = None          # systemd ActiveState: active, inactive, failed, activating, ...
     restarts: int | None = None        # NRestarts since the unit was loaded
     active_since_s: float | None = None  # seconds the service has been in its current state
+    # from the probes of earlier runs (readers/host.remember_fabric_manager), where a caller keeps them:
+    # failed probes in a row (this one counted), and restarts within the flapping window
+    failed_probes: int | None = None
+    restarts_in_window: int | None = None
 
 
 @dataclass

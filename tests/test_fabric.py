@@ -171,16 +171,47 @@ def _hgx(model: str, fm: FabricManager | None, uptime: float = 3600.0) -> NodeSn
 
 @pytest.mark.parametrize("fm,uptime,expect", [
     (FabricManager(True, "active", 0, 9000.0), 9000.0, []),
-    (FabricManager(True, "failed", 1, 50.0), 3600.0, [("drain", "nvidia-fabricmanager failed")]),
-    (FabricManager(True, "activating", 0, 5.0), 60.0, [("warn", "nvidia-fabricmanager activating")]),
-    (FabricManager(False), 3600.0, [("drain", "nvidia-fabricmanager not installed")]),
-    (FabricManager(True, "active", 4, 120.0), 3600.0, [("drain", "nvidia-fabricmanager flapping")]),
+    # one probe (a one-off check, or the first run): not confirmed, a warning
+    (FabricManager(True, "failed", 1, 50.0), 3600.0, [("warn", "nvidia-fabricmanager failed")]),
+    (FabricManager(False), 3600.0, [("warn", "nvidia-fabricmanager not installed")]),
+    # confirmed by 3 failed probes over the health check's runs: drained
+    (FabricManager(True, "failed", 1, 50.0, failed_probes=3), 3600.0, [("drain", "nvidia-fabricmanager failed")]),
+    (FabricManager(False, failed_probes=3), 3600.0, [("drain", "nvidia-fabricmanager not installed")]),
+    (FabricManager(True, "failed", 1, 50.0, failed_probes=2), 3600.0, [("warn", "nvidia-fabricmanager failed")]),
+    (FabricManager(True, "activating", 0, 5.0, failed_probes=5), 60.0, [("warn", "nvidia-fabricmanager activating")]),
+    # flapping: 3 restarts within 600 s, counted across runs; since boot alone it is only a warning
+    (FabricManager(True, "active", 7, 120.0, restarts_in_window=3), 3600.0, [("drain", "nvidia-fabricmanager flapping")]),
+    (FabricManager(True, "active", 7, 120.0, restarts_in_window=2), 3600.0, []),
+    (FabricManager(True, "active", 4, 120.0), 3600.0, [("warn", "nvidia-fabricmanager restarted recently")]),
     (FabricManager(True, "active", 4, 5000.0), 9000.0, []),
 ])
 def test_fabric_manager_on_hgx_boards(fm, uptime, expect):
     snap = _hgx("NVIDIA B200", fm, uptime)
     got = [(f.severity, f.message) for f in evaluate(snap).findings if f.check == "fabric"]
     assert got == expect
+
+
+def test_fabric_manager_probes_are_remembered_across_runs(tmp_path):
+    from slurm_gpufleet.readers.host import remember_fabric_manager
+
+    path = str(tmp_path / "fabric-manager-n1.json")
+
+    def probe(now, fm):
+        remember_fabric_manager(fm, path, now, probe_s=30, window_s=600)
+        return fm.failed_probes, fm.restarts_in_window
+
+    assert probe(1000, FabricManager(True, "failed", 0)) == (1, 0)
+    assert probe(1010, FabricManager(True, "failed", 0)) == (1, 0)   # within 30 s of the last: not counted again
+    assert probe(1031, FabricManager(True, "failed", 0)) == (2, 0)
+    assert probe(1062, FabricManager(True, "failed", 0)) == (3, 0)
+    assert probe(1100, FabricManager(True, "active", 0)) == (0, 0)   # a good probe clears them
+    assert probe(1200, FabricManager(True, "failed", 1)) == (1, 1)
+    # restarts: NRestarts rising by 3 within 600 s is flapping; an old rise has left the window
+    assert probe(1300, FabricManager(True, "active", 3)) == (0, 3)
+    assert probe(1850, FabricManager(True, "active", 4)) == (0, 1)   # 1300: 3, 1850: 4
+    assert probe(2500, FabricManager(True, "active", 4)) == (0, 0)
+    (tmp_path / "fabric-manager-n1.json").write_text("{not json")
+    assert probe(2100, FabricManager(True, "failed", 4)) == (1, 0)  # an unreadable file: a fresh start
 
 
 def test_fabric_manager_is_never_judged_on_gb200_trays_or_small_nodes():

@@ -26,7 +26,7 @@ def board(h200, name: str, gpus: int = 8, active: int | None = 18, slots: int = 
         g.nvlinks = [NvLink(link=k, active=active is not None and k < active) for k in range(slots)]
         snap.gpus.append(g)
     snap.uptime_s = 86_400.0
-    snap.host_facts = HostFacts(fabric_manager=fm or FabricManager(installed=False))
+    snap.host_facts = HostFacts(fabric_manager=fm or FabricManager(installed=False, failed_probes=3))
     return snap
 
 

@@ -147,20 +147,35 @@ def _fabric_manager(ctx: Context) -> list[Finding]:
         return []
     up = known(snap.uptime_s)
     in_grace = isinstance(up, int | float) and up <= pol.fabric_manager_grace_s
+    # a drain only once confirmed: `fabric_manager_probes` failed probes in a row, `fabric_manager_probe_s`
+    # apart (one systemctl answer can catch a restart in its stride); a caller with no memory of earlier
+    # probes (a one-off `check`) has this one
+    probes = fm.failed_probes if fm.failed_probes is not None else 1
+    confirmed = probes >= pol.fabric_manager_probes
+    seen = "" if confirmed else f" (failed probe {probes} of {pol.fabric_manager_probes}, " \
+                                f"{pol.fabric_manager_probe_s} s apart, before a drain)"
     if not fm.installed:
-        return [Finding(NAME, "warn" if in_grace else "drain", "fabric_manager", None,
+        return [Finding(NAME, "drain" if confirmed and not in_grace else "warn", "fabric_manager", None,
                         "nvidia-fabricmanager not installed",
-                        "an HGX board with NVSwitch needs it: NVLink peer traffic fails without it")]
+                        "an HGX board with NVSwitch needs it: NVLink peer traffic fails without it" + seen)]
     if fm.active != "active":
-        return [Finding(NAME, "warn" if in_grace else "drain", "fabric_manager", None,
+        return [Finding(NAME, "drain" if confirmed and not in_grace else "warn", "fabric_manager", None,
                         f"nvidia-fabricmanager {fm.active or 'not running'}",
                         f"systemd ActiveState {fm.active}" + (f", within {pol.fabric_manager_grace_s} s of boot"
-                                                               if in_grace else ""))]
-    if (fm.restarts or 0) >= pol.fabric_manager_flap_restarts and fm.active_since_s is not None \
+                                                               if in_grace else "") + seen)]
+    if fm.restarts_in_window is not None:
+        if fm.restarts_in_window >= pol.fabric_manager_flap_restarts:
+            return [Finding(NAME, "drain", "fabric_manager", None, "nvidia-fabricmanager flapping",
+                            f"{fm.restarts_in_window} restarts within {pol.fabric_manager_flap_window_s} s (limit "
+                            f"{pol.fabric_manager_flap_restarts})")]
+    elif (fm.restarts or 0) >= pol.fabric_manager_flap_restarts and fm.active_since_s is not None \
             and fm.active_since_s <= pol.fabric_manager_flap_window_s:
-        return [Finding(NAME, "drain", "fabric_manager", None, "nvidia-fabricmanager flapping",
-                        f"{fm.restarts} restarts, the latest {fm.active_since_s:.0f} s ago "
-                        f"(limit {pol.fabric_manager_flap_restarts} within {pol.fabric_manager_flap_window_s} s)")]
+        # no earlier probes to count restarts within the window: the restarts since boot with the latest
+        # in it are the one evidence there is, and only a warning
+        return [Finding(NAME, "warn", "fabric_manager", None, "nvidia-fabricmanager restarted recently",
+                        f"{fm.restarts} restarts since boot, the latest {fm.active_since_s:.0f} s ago: flapping is "
+                        f"judged on {pol.fabric_manager_flap_restarts} within {pol.fabric_manager_flap_window_s} s "
+                        "across the health check's runs")]
     return []
 
 

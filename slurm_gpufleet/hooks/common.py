@@ -120,9 +120,12 @@ def read_node(setup: Setup, level: str = "quick", host: bool = True) -> NodeSnap
     from ..pipeline import Source, gather
 
     settings, node = setup.settings, setup.node
+    pol = setup.policy.for_node(node)
     snap = gather(Source(level=level, kernel_log=settings.kernel_log, host=node,
                          host_root=settings.host_root.replace("%n", node) if host else None, strict=False,
-                         models=setup.policy.models))
+                         models=setup.policy.models,
+                         probe_memory=(os.path.join(settings.state_dir, f"fabric-manager-{node}.json"),
+                                       pol.fabric_manager_probe_s, pol.fabric_manager_flap_window_s)))
     for what in snap.unread:
         log.warning("%s", what)
     return snap

@@ -271,6 +271,39 @@ def read_fabric_manager(systemctl: str = "systemctl", uptime_s: float | None = N
     return parse_systemctl_show(done.stdout, uptime_s)
 
 
+def remember_fabric_manager(fm: FabricManager, path: str, now: float, probe_s: float, window_s: float) -> None:
+    """Fill `fm.failed_probes` and `fm.restarts_in_window` from the probes earlier runs left in `path` (a
+    small JSON file of the node's own), and add this one.  A failed probe counts once `probe_s` have passed
+    since the last one counted; a good probe clears them.  Restarts are systemd's NRestarts, seen at each
+    probe: the rise within `window_s`.  An unreadable file is a fresh start, never an error."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            kept = json.load(fh)
+        failures = [float(t) for t in kept.get("failures", []) if isinstance(t, int | float)]
+        samples = [(float(t), int(n)) for t, n in kept.get("restarts", [])
+                   if isinstance(t, int | float) and isinstance(n, int)]
+    except (OSError, ValueError, TypeError, AttributeError):
+        failures, samples = [], []
+    if fm.installed and fm.active == "active":
+        failures = []
+    elif not failures or now - failures[-1] >= probe_s:
+        failures.append(now)
+    fm.failed_probes = max(1, len(failures)) if failures else 0
+    samples = [(t, n) for t, n in samples if now - t <= window_s and t <= now]
+    if isinstance(fm.restarts, int):
+        samples.append((now, fm.restarts))
+        fm.restarts_in_window = fm.restarts - min(n for _, n in samples)
+    try:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"failures": failures[-10:], "restarts": samples[-50:]}, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the next run starts afresh: a probe not kept is a probe not counted, never a drain
+
+
 def parse_systemctl_show(text: str, uptime_s: float | None) -> FabricManager | None:
     values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
     load = values.get("LoadState")
