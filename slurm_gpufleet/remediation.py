@@ -89,7 +89,14 @@ def render(template: str, node: str, gpus: list[int]) -> list[str]:
 def run_reset(template: str, node: str, gpus: list[int], timeout_s: float) -> ResetResult:
     """Run the reset command; one that outlives `timeout_s` is killed with its whole process group and
     counts as a reset that did not complete."""
+    from .trust import ROOT_PATH, root_program
+
     argv = render(template, node, gpus)
+    program = root_program(argv[0]) if argv else None
+    if program is None:
+        return ResetResult(False, f"{argv[0] if argv else 'reset_command'}: not an absolute path nor a program on "
+                                  f"root's PATH ({ROOT_PATH})", 0.0)
+    argv[0] = program
     start = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -13,9 +13,11 @@ names (template, state directory, databases, breaker file) and their directories
 its own directories are judged without it: a file cannot vouch for itself.
 
 Paths judged (`policy_paths`): the config file (before it is parsed), the upgrade template, every
-program the config names (`[slurm] scontrol`, and the squeue/sinfo/sacct beside it; the programs of
-`lemon_check` and `validation_job` where they name one by absolute path), the state directory, the
-rollout database and the breaker file.  What each program does on refusal is the caller's: the hooks fall back to the packaged
+program the config names (`[slurm] scontrol`, and the squeue/sinfo/sacct beside it; `imex_ctl`, which the
+prolog and epilog of every IMEX job run; the reset command's program; the programs of `lemon_check` and
+`validation_job` where they name one by absolute path), the state directory, the rollout database and the
+breaker file.  A program root runs directly and the config names bare (`nvidia-smi` in the reset command,
+`systemctl` for the fabric manager) is found on root's own fixed PATH (`ROOT_PATH`), never the caller's.  What each program does on refusal is the caller's: the hooks fall back to the packaged
 defaults and say so; `maintain`, `install` and `breaker` refuse.
 """
 
@@ -120,6 +122,22 @@ def group_id(name: str | None) -> int | None:
         return None
 
 
+# where root's programs are found when named bare: root's own directories, never the caller's PATH (a
+# slurmd started with another PATH, a user's directory first on it)
+ROOT_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def root_program(name: str) -> str | None:
+    """The program root runs: an absolute path as given, a bare name found on ROOT_PATH (None: not there)."""
+    if os.path.isabs(name):
+        return name
+    if os.sep in name:
+        return None  # a relative path: where it points depends on the directory it runs in
+    import shutil
+
+    return shutil.which(name, path=ROOT_PATH)
+
+
 def policy_paths(policy) -> tuple[list[str], list[str]]:
     """(the config's own paths, the paths it names) that decide what runs and where it writes."""
     own = [policy.path] if policy.path and policy.path != "<config>" else []
@@ -128,11 +146,15 @@ def policy_paths(policy) -> tuple[list[str], list[str]]:
     bindir = os.path.dirname(s.scontrol)
     named += [os.path.join(bindir, exe) for exe in ("squeue", "sinfo", "sacct")
               if os.path.exists(os.path.join(bindir, exe))]
-    named += [s.state_dir, s.breaker_path, s.lemon_path, s.sweep_path, m.db]
+    named += [s.state_dir, s.breaker_path, s.lemon_path, s.sweep_path, m.db, s.imex_ctl]
+    reset = _first_word(s.reset_command)
+    reset_program = root_program(reset) if reset else None
+    if reset_program:
+        named.append(reset_program)
     if m.upgrade_template:
         named.append(m.upgrade_template)
     # the programs the jobs it submits run (as root where root submits them): the command line's program
-    named += [p for p in (program_of(s.lemon_check), program_of(m.validation_job), program_of(s.reset_command),
+    named += [p for p in (program_of(s.lemon_check), program_of(m.validation_job),
                           program_of(s.validation_command), program_of(s.sweep_command)) if p]
     return own, named
 
@@ -140,6 +162,11 @@ def policy_paths(policy) -> tuple[list[str], list[str]]:
 def program_of(command: str | None) -> str | None:
     """The program a shell command line runs, when it names one by absolute path (else the job's PATH
     finds it, which is Slurm's to judge)."""
+    word = _first_word(command)
+    return word if word and word.startswith("/") else None
+
+
+def _first_word(command: str | None) -> str | None:
     import shlex
 
     try:
@@ -148,7 +175,7 @@ def program_of(command: str | None) -> str | None:
         return None
     while words and "=" in words[0] and not words[0].startswith("/"):
         words = words[1:]  # VAR=value before the program
-    return words[0] if words and words[0].startswith("/") else None
+    return words[0] if words else None
 
 
 def refusals(policy, *, uid: int | None = None, own_judged: bool = False) -> list[Refusal]:

@@ -217,3 +217,47 @@ def test_the_edges_a_config_judged_before_parsing_programs_of_jobs_interpreter_r
     err = r.stderr.decode().strip()
     assert r.returncode == 2 and f"refused: {shared}" in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "opt").exists()
+
+
+@needs_root
+def test_imex_ctl_and_the_reset_program_are_judged_by_the_trust_rule(tmp_path):
+    """Root runs imex_ctl in every IMEX job's prolog and epilog, and the reset command on idle GPUs: a
+    world-writable one is refused like any program the config names."""
+    owned_by_root_only(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    owned_by_root_only(bin_dir)
+    for name in ("imex-ctl", "reset"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        owned_by_root_only(bin_dir / name)
+    policy = parse_policy(f'[slurm]\nimex_ctl = "{bin_dir / "imex-ctl"}"\nreset_command = "{bin_dir / "reset"} -i {{gpus}}"\n')
+    _, named = trust.policy_paths(policy)
+    assert str(bin_dir / "imex-ctl") in named and str(bin_dir / "reset") in named
+    assert not [r for r in trust.refusals(policy, uid=0) if "imex-ctl" in r.path or "reset" in r.path]
+    os.chmod(bin_dir / "imex-ctl", 0o666)
+    os.chmod(bin_dir / "reset", 0o646)
+    refused = {r.path: r.why for r in trust.refusals(policy, uid=0)}
+    assert refused[str(bin_dir / "imex-ctl")].startswith("writable by group root")
+    assert "writable by others" in refused[str(bin_dir / "reset")]
+
+
+def test_a_bare_program_is_found_on_roots_path_never_the_callers(tmp_path, monkeypatch):
+    from slurm_gpufleet.remediation import run_reset
+
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    marker = tmp_path / "ran"
+    for name in ("true", "systemctl", "nvidia-smi"):
+        (evil / name).write_text(f"#!/bin/sh\ntouch {marker}\n")
+        (evil / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{evil}:{os.environ['PATH']}")
+    assert trust.root_program("true") in ("/usr/bin/true", "/bin/true")
+    assert trust.root_program("./true") is None and trust.root_program("/opt/x/reset") == "/opt/x/reset"
+    result = run_reset("true {gpus}", "n1", [0, 1], 5)  # the caller's PATH has its own `true` first
+    assert result.ok and not marker.exists()
+    result = run_reset("no-such-reset-program -i {gpus}", "n1", [0], 5)
+    assert not result.ok and "not an absolute path nor a program on root's PATH" in result.detail
+    from slurm_gpufleet.readers.host import read_fabric_manager
+
+    read_fabric_manager(uptime_s=100.0, timeout_s=2)  # systemctl from root's PATH, or none: never the evil one
+    assert not marker.exists()

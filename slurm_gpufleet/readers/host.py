@@ -254,12 +254,18 @@ def _text(path: Path) -> str | None:
 
 
 
-def read_fabric_manager(systemctl: str = "systemctl", uptime_s: float | None = None,
+def read_fabric_manager(systemctl: str | None = None, uptime_s: float | None = None,
                         timeout_s: float = 5.0) -> FabricManager | None:
     """nvidia-fabricmanager as systemd shows it (`systemctl show`), within `timeout_s`.  None where
-    systemd cannot be asked (no systemctl, a container without it, a hang): not read is not judged."""
+    systemd cannot be asked (no systemctl, a container without it, a hang): not read is not judged.
+    systemctl is root's own (trust.ROOT_PATH), never the caller's PATH."""
     import subprocess
 
+    from ..trust import root_program
+
+    systemctl = systemctl or root_program("systemctl")
+    if systemctl is None:
+        return None
     try:
         done = subprocess.run([systemctl, "show", "nvidia-fabricmanager.service", "--no-pager", "-p",
                                "LoadState,ActiveState,NRestarts,StateChangeTimestampMonotonic"],
