@@ -38,6 +38,7 @@ Summary = TypedDict("Summary", {
     "fab": str,                   # NVLink fabric registration states, one letter each (C, P, N, ?)
     "clq": int,                   # the fabric clique the node's GPUs joined
     "cuid": str,                  # the fabric's cluster UUID: the NVLink domain
+    "fdl": int,                   # 1: clq and cuid are the domain last published (no GPU joined this run)
     "xs": int,                    # soft Xid events since boot (the evidence gate)
     "xh": int,                    # hard Xid events since boot
     "ecc": int,                   # volatile ECC errors since the driver loaded

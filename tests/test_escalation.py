@@ -49,17 +49,24 @@ def test_the_same_fabric_fault_on_two_trays_is_a_switch_side_signature():
     assert trigger("rack1", members, 3, 600, NOW) is None
 
 
-def test_the_breaker_counts_an_escalation_as_one_decision():
+def test_the_breaker_counts_an_escalated_rack_by_its_nodes_and_as_one_domain():
     rack = [node(f"t{i}", "gpufleet: rack rack1 3 trays ...") for i in range(1, 19)]
     free = [node(f"x{i}", drained=False) for i in range(1, 83)]
     fleet = rack + free
-    # 18 nodes of one rack count as one drain: a node drain beside it still passes a threshold of 4
-    assert would_trip(fleet, "x1", 4, 300, now=NOW) is None
-    # counted in domains: with 10 domains and a threshold of 10%, a second rack is one too many
-    assert would_trip_domain(fleet, "rack2", 10, "10%", 300, now=NOW) is not None
-    assert would_trip_domain(fleet, "rack2", 10, 2, 300, now=NOW) is None
+    # 18 nodes of one rack are 18 nodes out: one more drain passes a threshold of 18, and of 18% of 100
+    assert would_trip(fleet, "x1", 18, 300, now=NOW).text(300) == (
+        "19 of 100 nodes in the fleet drained by gpufleet within 300 s (limit 18)")
+    assert would_trip(fleet, "x1", "18%", 300, now=NOW) is not None
+    assert would_trip(fleet, "x1", 19, 300, now=NOW) is None
+    # a second rack of 18: 36 nodes out, past a 30% node fraction, though 2 of 10 domains is within 20%
+    rack2 = [f"x{i}" for i in range(1, 19)]
+    trip = would_trip_domain(fleet, "rack2", 10, "30%", 300, now=NOW, members=rack2)
+    assert trip is not None and trip.text(300) == "36 of 100 nodes in the fleet drained by gpufleet within 300 s (limit 30)"
+    assert would_trip_domain(fleet, "rack2", 10, "40%", 300, now=NOW, members=rack2) is None
+    # counted in domains as well: with 10 domains and a threshold of 10%, a second rack is one too many
     trip = would_trip_domain(fleet, "rack2", 10, "10%", 300, now=NOW)
-    assert "2 of 10 failure domains" in trip.text(300)
+    assert trip is not None and "2 of 10 failure domains" in trip.text(300)
+    assert would_trip_domain(fleet, "rack2", 10, 2, 300, now=NOW) is None
 
 
 def test_a_rack_resumes_only_when_every_member_escalated_has_passed():
@@ -156,3 +163,48 @@ def test_a_hanging_imex_ctl_is_bounded_by_the_read_timeout(tmp_path):
     found = job_findings({"SLURM_JOB_CONSTRAINTS": "imex"}, s)
     assert time.monotonic() - started < 10
     assert [f.message for f in found] == ["IMEX not readable"] and "did not answer within 1 s" in found[0].detail
+
+
+def test_a_rack_whose_trays_registered_no_gpu_is_drained_once_as_a_rack(tmp_path, monkeypatch):
+    """The switch-side case: every GPU of every tray fails its registration (clique 0, zero UUID), so no run
+    of this boot names the NVLink domain.  Each tray keeps the domain it last published (marked `fdl`), the
+    same fault on two trays escalates, and the rack is drained once, whole, on the in-memory Slurm."""
+    from test_fabric import read, session
+
+    from slurm_gpufleet.hooks.common import _setup, act
+    from slurm_gpufleet.maintain.simslurm import SimSlurm
+    from slurm_gpufleet.maintain.simulate import Simulator
+    from slurm_gpufleet.pipeline import evaluate
+    from slurm_gpufleet.slurm.ownership import rack_of_reason
+    from slurm_gpufleet.summary import parse
+
+    config = tmp_path / "gpufleet.toml"
+    config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\nbreaker_threshold = "50%"\nrack_escalate_nodes = 3\n')
+    sim = Simulator([], 8, 4)
+    sim.now = time.time()  # the hooks' actuator reads the wall clock, as Slurm's reason times are
+    slurm = SimSlurm(sim)
+    healthy = read(session("gb200-tray"))
+    names = [n.name for n in sim.nodes]
+    for name in names:  # a day ago every tray registered: the first four in one rack, the rest in another
+        uuid = "4f6a7c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b" if name in names[:4] else "99999999-2b3d-4e5f-8a9b-0c1d2e3f4a5b"
+        slurm.set_fields(name, {"extra": json.dumps({"gpufleet": 1, "v": "ok", "t": stamp(sim.now),
+                                                     "fab": "C", "clq": 32766, "cuid": uuid})})
+    broken = read(session("gb200-tray"))
+    for g in broken.gpus:
+        g.fabric.status, g.fabric.clique_id = "insufficient_resources", 0
+        g.fabric.cluster_uuid = "00000000-0000-0000-0000-000000000000"
+    for name in names[:2]:
+        monkeypatch.setenv("SLURMD_NODENAME", name)
+        setup = _setup("healthcheck", str(config), name)
+        act(setup, evaluate(broken, setup.policy, host=name), "healthcheck", backend=slurm)
+        published = parse(slurm.node(name).extra)
+        assert published["fdl"] == 1 and published["cuid"].startswith("4f6a7c1e") and published["clq"] == 32766
+        sim.now += 1
+    shown = {n: slurm.node(n) for n in names}
+    assert [n for n in names if rack_of_reason(shown[n].reason) == "nvl-4f6a7c1e-32766"] == names[:4]
+    assert all(not shown[n].drained for n in names[4:])
+    # a healthy run publishes its own domain again, without the mark
+    monkeypatch.setenv("SLURMD_NODENAME", names[5])
+    setup = _setup("healthcheck", str(config), names[5])
+    act(setup, evaluate(healthy, setup.policy, host=names[5]), "healthcheck", backend=slurm)
+    assert "fdl" not in parse(slurm.node(names[5]).extra)

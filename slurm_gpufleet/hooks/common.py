@@ -233,6 +233,11 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         if data is not None and setup.refused:
             data["cfg"] = "refused"
         shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
+        if data is not None and "cuid" not in data and isinstance(shown, dict) and isinstance(shown.get("cuid"), str) \
+                and isinstance(shown.get("clq"), int):
+            # no GPU of this run joined the fabric (a tray whose registrations all failed): the node keeps the
+            # NVLink domain it last published, marked so, and still counts for its rack (slurm/escalation.py)
+            data["clq"], data["cuid"], data["fdl"] = shown["clq"], shown["cuid"], 1
         if data is not None and isinstance(shown, dict) and "is" in shown:
             # the in-job samplers' digests, each kept until its job's end (the epilog drops its own job's)
             kept = {j: d for j, d in live_digests(shown["is"], time.time()).items()

@@ -141,6 +141,12 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
 
                 history = KeptHistory(History, db_path(setup.settings.state_dir, node))
                 history.record_action(node, "prolog", "set_reason", reason, f"was '{info.reason}'", True)
+                from ..slurm.escalation import escalate, fault_of
+
+                if fault_of(reason) is not None:  # a fabric fault the prolog caught counts for its rack too
+                    said = escalate(backend, setup.settings, setup.policy.domains, node)
+                    if said:
+                        history.record_action(node, "prolog", "rack", "", said, True)
                 history.close()
                 return 0
             if info.drained and info.reason and owner_of_reason(info.reason) != HEALTH:

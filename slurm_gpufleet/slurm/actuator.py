@@ -146,8 +146,8 @@ class Actuator:
                 out.done += names
 
     def drain_domain(self, domain: str, nodes: list[NodeInfo], reason: str, domains: int) -> Applied:
-        """A whole failure domain drained as one decision (rack escalation): the breaker counts it as one
-        domain among `domains`, never node by node; members someone else holds are left, ours get the
+        """A whole failure domain drained as one decision (rack escalation): the breaker counts its nodes
+        among the fleet's, and the domain among `domains`; members someone else holds are left, ours get the
         domain's reason, free ones are drained, in one write per change."""
         from . import breaker
 
@@ -162,7 +162,7 @@ class Actuator:
                     log.warning("breaker: cannot read the fleet, not judged: %s", exc)
                     fleet = []
                 trip = breaker.would_trip_domain(fleet, domain, domains, s.breaker_threshold, s.breaker_window_s,
-                                                 now=self.clock()) if fleet else None
+                                                 now=self.clock(), members=[i.name for i in nodes]) if fleet else None
                 if trip is not None:
                     why = trip.text(s.breaker_window_s)
                     try:

@@ -51,20 +51,10 @@ def limit_of(threshold: int | str, total: int) -> int:
 def would_trip(fleet: list[NodeInfo], node: str, threshold: int | str, window_s: float,
                now: float | None = None) -> Trip | None:
     """Would draining `node` now pass the threshold?  Pure: the fleet as one read of Slurm shows it.
-    A rack escalation is one decision: its nodes count as one, the first of them (slurm/escalation.py)."""
+    Every node out counts, a rack escalation's by its nodes (slurm/escalation.py): racks drained whole and
+    single drains together never pass the node fraction."""
     now = time.time() if now is None else now
-    recent: set[str] = set()
-    racks: set[str] = set()
-    for n in sorted(fleet, key=lambda n: n.name):
-        if n.name == node or owner(n) not in (HEALTH, STRAGGLER) or n.reason_time is None \
-                or now - n.reason_time > window_s:
-            continue
-        rack = rack_of_reason(n.reason)
-        if rack is not None:
-            if rack in racks:
-                continue
-            racks.add(rack)
-        recent.add(n.name)
+    recent = _recent(fleet, now, window_s) - {node}
     me = next((n for n in fleet if n.name == node), None)
     scopes = [("fleet", [n.name for n in fleet])]
     for p in (me.partitions if me else []):
@@ -77,12 +67,25 @@ def would_trip(fleet: list[NodeInfo], node: str, threshold: int | str, window_s:
     return None
 
 
+def _recent(fleet: list[NodeInfo], now: float, window_s: float) -> set[str]:
+    """The nodes we drained for a fault within the window (the health check's, the stragglers', a rack's)."""
+    return {n.name for n in fleet if owner(n) in (HEALTH, STRAGGLER) and n.reason_time is not None
+            and now - n.reason_time <= window_s}
+
+
 def would_trip_domain(fleet: list[NodeInfo], domain: str, domains: int, threshold: int | str, window_s: float,
-                      now: float | None = None) -> Trip | None:
-    """Would escalating `domain` now pass the threshold, counted in domains: the racks drained whole by
-    escalation within the window, this one included, against `breaker_threshold` of the `domains` there
-    are.  One escalation is one decision; no more than the threshold's domains are ever drained whole."""
+                      now: float | None = None, members: list[str] | None = None) -> Trip | None:
+    """Would escalating `domain` now pass the threshold?  Counted in nodes first: the nodes we drained
+    within the window and the domain's `members`, against the threshold of the fleet's nodes (a rack is
+    as many nodes as it has); then in domains: the racks drained whole within the window, this one
+    included, against the threshold of the `domains` there are."""
     now = time.time() if now is None else now
+    recent = _recent(fleet, now, window_s)
+    if members is not None:
+        out = recent | set(members)
+        limit = limit_of(threshold, len(fleet))
+        if len(out) > limit:
+            return Trip("fleet", len(out), limit, len(fleet))
     racks = {rack_of_reason(n.reason) for n in fleet if owner(n) == HEALTH and n.reason_time is not None
              and now - n.reason_time <= window_s} - {None, domain}
     limit = limit_of(threshold, max(domains, 1))

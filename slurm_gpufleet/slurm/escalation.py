@@ -10,7 +10,7 @@ and drains the whole domain with one owned reason naming the trigger when either
   `rack_escalate_window_s`; or
 * the same fabric fault shows on 2 or more of its trays at once (a switch-side signature).
 
-The breaker counts one escalation as one decision (slurm/breaker.would_trip_domain).  The domain comes
+The breaker counts an escalation by its nodes, and as one domain among the racks (slurm/breaker.would_trip_domain).  The domain comes
 back as one: a member whose own checks pass waits until every member the escalation drained passes too,
 then all of them are resumed in one write.  IMEX findings are the job's and never escalate.
 
