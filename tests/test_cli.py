@@ -162,3 +162,14 @@ def test_arch_given_as_a_model_name_is_exit_2_with_the_list():
         "slurm-gpufleet: error: --arch 'H200' is not an architecture (H200 is a GPU model: --arch Hopper); "
         "known: Kepler, Maxwell, Pascal, Volta, Turing, Ampere, Ada Lovelace, Hopper, Blackwell\n")
     assert run_cli("compat", "--driver", "580.159.04", "--arch", "hopper").returncode == 0
+
+
+@pytest.mark.parametrize("node", [{"name": "n1", "fabric_domain": ["a", "b"]}, {"name": "n1", "partitions": "gpu"},
+                                  {"name": ["n1"]}, {"fabric_domain": "x"}, {"name": "n1", "cases": 3}, "n1"])
+def test_a_fleet_file_with_a_value_of_the_wrong_kind_is_one_line_and_exit_2(tmp_path, node):
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"nodes": [node]}))
+    r = run_cli("fleet", "--fleet", str(path))
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.startswith(f"slurm-gpufleet: error: {path}: not a fleet file: nodes[0]"), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

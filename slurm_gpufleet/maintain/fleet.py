@@ -16,6 +16,44 @@ from ..slurm.base import JobInfo, NodeInfo, Reservation
 from .bundle import Bundle
 
 
+def _kind_ok(value: Any, hint: Any) -> bool:
+    import types
+    import typing
+
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_kind_ok(value, a) for a in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_kind_ok(v, item) for v in value)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _check_node(i: int, n: dict[str, Any]) -> None:
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(FleetNode)
+    names = {f.name for f in dataclasses.fields(FleetNode)}
+    unknown = sorted(set(n) - names)
+    if unknown:
+        raise ValueError(f"nodes[{i}]: unknown field(s) {', '.join(unknown)}")
+    if "name" not in n:
+        raise ValueError(f"nodes[{i}]: no name")
+    for key, value in n.items():
+        if not _kind_ok(value, hints[key]):
+            raise ValueError(f"nodes[{i}] ({n.get('name')!r}): {key} is {json.dumps(value)[:60]}, not "
+                             f"{str(hints[key]).replace('typing.', '')}")
+
+
 @dataclass
 class FleetNode:
     name: str
@@ -116,8 +154,15 @@ class FleetState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FleetState:
+        """A saved fleet; ValueError naming the node and field where a value is not of its kind (a list
+        where a name belongs), never a crash later."""
+        if not isinstance(data, dict) or not isinstance(data.get("nodes", []), list):
+            raise ValueError("expected an object with a list of nodes")
         nodes = {}
-        for n in data.get("nodes", []):
+        for i, n in enumerate(data.get("nodes", [])):
+            if not isinstance(n, dict):
+                raise ValueError(f"nodes[{i}]: expected an object, got {type(n).__name__}")
+            _check_node(i, n)
             node = FleetNode(**n)
             nodes[node.name] = node
         jobs = [JobInfo(**j) for j in data.get("jobs", [])]
