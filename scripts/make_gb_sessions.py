@@ -27,6 +27,14 @@ BOARDS = {
 }
 
 
+# the real H200's own UUID, which each written GPU replaces with one of its own (one UUID per GPU)
+H200_UUID = "GPU-8b8d67a3-0202-2257-9594-5337ca94eab8"
+
+
+def gpu_uuid(kind: str, i: int) -> str:
+    return f"GPU-{zlib.crc32(f'{kind}-{i}'.encode()):08x}-6a1c-4e0f-9b2d-5c3e7f9a1b2c"
+
+
 def _v(value):
     return {"value": value}
 
@@ -49,7 +57,7 @@ def session(kind: str) -> dict:
     for i in range(gpus):
         dev = copy.deepcopy(template)
         domain = 8 + i
-        dev["uuid"] = _v(f"GPU-{zlib.crc32(f'{kind}-{i}'.encode()):08x}-6a1c-4e0f-9b2d-5c3e7f9a1b2c")
+        dev["uuid"] = _v(gpu_uuid(kind, i))
         dev["minor_number"] = _v(i)
         dev["pci"] = _v(dict(template["pci"]["value"], domain=domain, bus=1, device=0,
                              busId=f"{domain:08X}:01:00.0", busIdLegacy=f"{domain:04X}:01:00.0"))
@@ -104,6 +112,9 @@ def smi_text(case: dict[str, str]) -> str:
         values = {**HEALTHY, **(case if i == 1 else {})}
         gpu = fabric.sub(lambda _m, v=values: FABRIC_TEXT.format(**v), body, count=1)
         gpu = gpu.replace("NVIDIA H200", "NVIDIA GB200").replace("Hopper", "Blackwell")
+        gpu = gpu.replace(H200_UUID, gpu_uuid("gb200", i)).replace(
+            "    Minor Number                                       : 0\n",
+            f"    Minor Number                                       : {i}\n")
         out += f"GPU {8 + i:08X}:01:00.0\n" + gpu.rstrip("\n") + "\n\n"
     return out
 
@@ -125,6 +136,8 @@ def smi_xml(case: dict[str, str]) -> str:
                  "\t\t\t\t<partition_assigned>True</partition_assigned>\n\t\t\t</health>\n\t\t</fabric>")
         g = re.sub(r"<fabric>.*?</fabric>", lambda _m, b=block: b, gpu_xml, count=1, flags=re.S)
         g = g.replace('id="00000000:00:06.0"', f'id="{8 + i:08X}:01:00.0"')
+        g = g.replace(H200_UUID, gpu_uuid("gb200", i)).replace("<minor_number>0</minor_number>",
+                                                                f"<minor_number>{i}</minor_number>")
         g = g.replace("NVIDIA H200", "NVIDIA GB200").replace(">Hopper<", ">Blackwell<")
         gpus.append(g)
     text = text[:start] + "".join(gpus) + text[end:]

@@ -489,3 +489,12 @@ def test_a_driver_that_refuses_the_v3_fabric_struct_is_read_with_v1_and_says_so(
     snap = read(session("gb200-tray"))
     snap.gpus[0].fabric = fab
     assert [(f.gpu, f.severity, f.message) for f in noisy(evaluate(snap))] == [(0, "warn", "fabric health not read")]
+
+
+@pytest.mark.parametrize("path", sorted(p.name for p in GB_SESSIONS.iterdir() if p.suffix in (".txt", ".xml", ".json")))
+def test_every_written_gpu_has_a_uuid_and_a_minor_number_of_its_own(path):
+    snap = read_report_file(str(GB_SESSIONS / path)) if not path.endswith(".json") else read(session(path[:-5]))
+    readable = [g for g in snap.gpus if isinstance(g.uuid, str)]
+    assert len(readable) == len(snap.gpus) >= 4
+    assert len({g.uuid for g in readable}) == len(readable)
+    assert len({g.minor_number for g in snap.gpus}) == len(snap.gpus)
