@@ -33,6 +33,7 @@ class Source:
     # allowed to hide the GPUs' own state; the CLI (strict) says so in one line instead
     strict: bool = True
     models: tuple = ()               # the site's [models] (policy), before the shipped table
+    systemctl: str | None = None     # the systemctl the config names (else root's own, on a host read at /)
     # a node's own health check: (file, probe_s, window_s) keeping its fabric-manager probes across runs
     probe_memory: tuple[str, float, float] | None = None
 
@@ -84,10 +85,11 @@ def gather(source: Source) -> NodeSnapshot:
             snap.unread.append(f"host facts under {source.host_root}: {exc.strerror or exc}")
         from .checks.fabric import needs_fabric_manager
 
-        if snap.host_facts is not None and source.host_root == "/" and needs_fabric_manager(snap, source.models):
+        if snap.host_facts is not None and (source.host_root == "/" or source.systemctl) \
+                and needs_fabric_manager(snap, source.models):
             from .readers.host import read_fabric_manager
 
-            snap.host_facts.fabric_manager = read_fabric_manager(uptime_s=known(snap.uptime_s))
+            snap.host_facts.fabric_manager = read_fabric_manager(source.systemctl or None, uptime_s=known(snap.uptime_s))
             if snap.host_facts.fabric_manager is not None and source.probe_memory:
                 from .readers.host import remember_fabric_manager
 

@@ -364,6 +364,9 @@ class SlurmSettings:
     imex_features: tuple[str, ...] = setting((), _tuple_of_str)
     imex_env: tuple[str, ...] = setting((), _tuple_of_str)
     imex_ctl: str = setting("/usr/bin/nvidia-imex-ctl", _abs_path)
+    # the systemctl asked about nvidia-fabricmanager on HGX boards: "" is root's own (trust.ROOT_PATH), asked
+    # only where the node's host is read at / (host_root); a path is asked wherever the health check runs
+    systemctl: str = setting("", lambda v: v if _str(v) == "" else _abs_path(v))
     # the one exception to "root trusts only root's files" (slurm_gpufleet/trust.py): this group may hold
     # group write on the paths the config names (never on the config itself)
     trusted_group: str | None = setting(None, _str)

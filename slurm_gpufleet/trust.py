@@ -14,7 +14,7 @@ its own directories are judged without it: a file cannot vouch for itself.
 
 Paths judged (`policy_paths`): the config file (before it is parsed), the upgrade template, every
 program the config names (`[slurm] scontrol`, and the squeue/sinfo/sacct beside it; `imex_ctl`, which the
-prolog and epilog of every IMEX job run; the reset command's program; the programs of `lemon_check` and
+prolog and epilog of every IMEX job run; `systemctl`; the reset command's program; the programs of `lemon_check` and
 `validation_job` where they name one by absolute path), the state directory, the rollout database and the
 breaker file.  A program root runs directly and the config names bare (`nvidia-smi` in the reset command,
 `systemctl` for the fabric manager) is found on root's own fixed PATH (`ROOT_PATH`), never the caller's.  What each program does on refusal is the caller's: the hooks fall back to the packaged
@@ -147,6 +147,8 @@ def policy_paths(policy) -> tuple[list[str], list[str]]:
     named += [os.path.join(bindir, exe) for exe in ("squeue", "sinfo", "sacct")
               if os.path.exists(os.path.join(bindir, exe))]
     named += [s.state_dir, s.breaker_path, s.lemon_path, s.sweep_path, m.db, s.imex_ctl]
+    if s.systemctl:
+        named.append(s.systemctl)
     reset = _first_word(s.reset_command)
     reset_program = root_program(reset) if reset else None
     if reset_program:

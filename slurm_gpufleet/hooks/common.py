@@ -123,7 +123,7 @@ def read_node(setup: Setup, level: str = "quick", host: bool = True) -> NodeSnap
     pol = setup.policy.for_node(node)
     snap = gather(Source(level=level, kernel_log=settings.kernel_log, host=node,
                          host_root=settings.host_root.replace("%n", node) if host else None, strict=False,
-                         models=setup.policy.models,
+                         models=setup.policy.models, systemctl=settings.systemctl or None,
                          probe_memory=(os.path.join(settings.state_dir, f"fabric-manager-{node}.json"),
                                        pol.fabric_manager_probe_s, pol.fabric_manager_flap_window_s)))
     for what in snap.unread:
@@ -234,9 +234,10 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
             data["cfg"] = "refused"
         shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
         if data is not None and "cuid" not in data and isinstance(shown, dict) and isinstance(shown.get("cuid"), str) \
-                and isinstance(shown.get("clq"), int):
-            # no GPU of this run joined the fabric (a tray whose registrations all failed): the node keeps the
-            # NVLink domain it last published, marked so, and still counts for its rack (slurm/escalation.py)
+                and isinstance(shown.get("clq"), int) and ("fab" in data or not [g for g in s.gpus if not g.lost]):
+            # GPUs in a fabric of which none joined it (a tray whose registrations all failed), or no GPU readable
+            # at all: the node keeps the NVLink domain it last published, marked so, and still counts for its
+            # rack (slurm/escalation.py).  GPUs that have no fabric (another board now) publish none.
             data["clq"], data["cuid"], data["fdl"] = shown["clq"], shown["cuid"], 1
         if data is not None and isinstance(shown, dict) and "is" in shown:
             # the in-job samplers' digests, each kept until its job's end (the epilog drops its own job's)

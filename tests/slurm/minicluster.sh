@@ -280,6 +280,8 @@ EOF
 [defaults]
 expected_gpus = $GPUS_PER_NODE
 require_persistence = true
+fabric_manager_probe_s = 5   # three probes within a few health-check intervals
+fabric_manager_grace_s = 0
 
 [slurm]
 clean_runs_to_resume = ${CLEAN_RUNS:-2}
@@ -292,6 +294,7 @@ host_root = "$DIR/host"
 kernel_log = "$GPUDIR"
 imex_features = ["imex"]
 imex_ctl = "$DIR/bin/nvidia-imex-ctl"
+systemctl = "$DIR/bin/fake-systemctl"
 reset_command = "$DIR/bin/fake-reset {node} {gpus}"
 reset_timeout_s = 10
 validation_command = "$DIR/sbin/slurm-gpufleet-healthcheck --level deep --nhc"
@@ -324,6 +327,16 @@ else
 fi
 EOF
   chmod 755 "$DIR/bin/nvidia-imex-ctl"
+
+  # systemctl as a node's systemd answers for nvidia-fabricmanager: loaded and active, unless the test
+  # wrote the node's $GPUDIR/<node>.fabricmanager (`systemctl show` lines)
+  cat > "$DIR/bin/fake-systemctl" <<EOF
+#!/bin/bash
+node=\${SLURMD_NODENAME:-\$(hostname -s)}
+cat "$GPUDIR/\$node.fabricmanager" 2>/dev/null ||
+  printf 'LoadState=loaded\nActiveState=active\nNRestarts=0\nStateChangeTimestampMonotonic=1000000\n'
+EOF
+  chmod 755 "$DIR/bin/fake-systemctl"
 
   # A node's slurmd stopped and started again, as a reboot does to it (the upgrade's, an image's boot).
   # A reboot does not wait for a slurmd that will not stop: seen on 24.11, a slurmd that caught SIGTERM
