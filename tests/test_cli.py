@@ -82,7 +82,11 @@ def test_xid_json_lines():
     assert r.returncode == 0
     rows = [json.loads(x) for x in r.stdout.decode().splitlines()]
     events = [e for e in rows if "xid" in e]
-    assert [e["xid"] for e in events] == [48, 63, 94, 94, 13, 43, 119, 119, 63, 63, 79]
+    assert [e["xid"] for e in events] == [48, 63, 94, 94, 13, 43, 119, 119, 63, 63, 79, 149, 144, 145, 145]
+    # NVLink5 lines by their unit and word: Nonfatal a warning (RLW_REMAP's: follow the recovery action)
+    assert [(e["unit"], e["fatal"], e["action"]) for e in events[-4:]] == [
+        ("NETIR_LINK_EVT", True, "reset_gpu"), ("SAW_MVB", False, "watch"), ("RLW_REMAP", False, "follow_recovery_action"),
+        ("RLW_REMAP", True, "reset_gpu")]
     # the NVSwitch's lines: one event (its Severity and Data lines are its detail), the JSON keys a
     # dashboard reads
     sxids = [e for e in rows if "sxid" in e]

@@ -7,10 +7,17 @@ from slurm_gpufleet.readers.kernel_log import parse_kernel_log, parse_xid_line, 
 @pytest.mark.parametrize("row", kernel_log_lines(), ids=lambda r: r["line"][:40])
 def test_every_real_kernel_log_line_is_classified(row):
     event = parse_xid_line(row["line"])
+    log = read_kernel_log([row["line"]])
+    assert log.unparsed == []  # every real line is an Xid, an SXid, or neither: never left unread
     if row["xid"] == "none":
         assert event is None
+        # an NVSwitch SXid header is an SXid event; its Severity and Data lines are its detail, not another
+        header = "SXid" in row["line"] and ("Fatal" in row["line"] or "Non-fatal" in row["line"])
+        assert len(log.sxids) == (1 if header else 0)
     else:
         assert event is not None and event.xid == int(row["xid"]) and event.pci == row["pci"]
+        if " Nonfatal " in row["line"] or " Fatal " in row["line"]:  # NVLink5: the line's own word, and its unit
+            assert event.fatal is (" Fatal " in row["line"]) and event.unit == row["line"].split(", ")[1].split()[0]
 
 
 @pytest.mark.parametrize("line,xid,pci,pid,process", [
