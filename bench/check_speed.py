@@ -65,11 +65,15 @@ def main() -> None:
          lambda: NvmlReplay(probe).nvmlDeviceGetName(0)),
     ]
     print(f"{'input':<28} {'GPUs':>4} {'check ms':>9} {'ms/GPU':>8} {'bare parse ms':>14} {'ratio':>6}")
+    rows = []
     for name, gpus, fn, baseline in cases:
         fn()  # warm caches (data files, regexes)
         ours = median_ms(fn, args.repeat)
         base = median_ms(baseline, args.repeat)
         print(f"{name:<28} {gpus:>4} {ours:>9.2f} {ours / gpus:>8.2f} {base:>14.2f} {ours / base:>6.1f}x")
+        rows.append({"input": name, "gpus": gpus, "check_ms": round(ours, 3), "bare_parse_ms": round(base, 3)})
+    out = REPO / "bench" / "results" / "check_speed.json"
+    out.write_text(json.dumps({"repeat": args.repeat, "checks": rows}, indent=1) + "\n")
     print(f"(median of {args.repeat} runs; 'bare parse' is ElementTree / line split / json.loads of the same input;"
           " NVML replay's baseline is one replayed call)")
     kernel_facts(max(3, args.repeat // 10))
