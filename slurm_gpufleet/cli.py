@@ -1230,16 +1230,23 @@ def advise_checkpoint(job_gpus: int, checkpoint_cost: float, gpu_mtbf_hours: flo
                    "sample.")
 @click.option("--running", is_flag=True, help="The nodes of each running multi-node job against the job's other "
                                              "nodes, from what their in-job samplers published (one read).")
+@click.option("--timings", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="The job's own per-rank timings (CSV or JSON Lines: rank, dp, stage, step, op, start, duration, "
+                   "node, gpus): each worker against its data-parallel peers.  Exit 0 no flag, 1 flags, 2 "
+                   "unreadable, 3 no row.")
 @click.option("--json", "as_json", is_flag=True, help="JSON (as `fleet --json stragglers`).")
 @click.pass_context
 def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str | None, drain: bool,
-                     telemetry: str | None, running: bool, as_json: bool) -> None:
+                     telemetry: str | None, running: bool, timings: str | None, as_json: bool) -> None:
     """Slow GPUs per model: robust outliers (median/MAD) among at least N peers, never a fixed number.
     With --running or --telemetry: the nodes of each running job compared with that job's other nodes
-    (instep.py); flags feed no drain."""
+    (instep.py); with --timings: each worker of a job against the workers doing the same work
+    (perf/timings.py).  These flags feed no drain here (`fleet lemons` takes them)."""
     ctx.ensure_object(dict)
     if as_json:
         ctx.obj["as_json"] = True
+    if timings:
+        _timings(timings, bool(ctx.obj.get("as_json")))
     if telemetry:
         _instep_telemetry(telemetry, _load_policy((ctx.obj or {}).get("config")))
     if running:
@@ -1705,9 +1712,14 @@ def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every
                                               "record nothing, change nothing.")
 @click.option("--textfile", metavar="PATH", help="Also write Prometheus metrics (flags, lemon scores, cases) "
                                                  "for node_exporter's textfile collector.")
+@click.option("--timings", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Also a job's own per-rank timings (as `fleet stragglers --timings`): its slow workers' nodes "
+                   "are flagged for that job, beside the samplers' flags.")
+@click.option("--job", "timings_job", metavar="JOBID", help="The job the --timings file is of.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json lemons`).")
 @click.pass_context
-def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, as_json: bool) -> None:
+def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, timings: str | None,
+                 timings_job: str | None, as_json: bool) -> None:
     """One step of the lemon record (run it every minute or so, e.g. from a systemd timer): the in-job
     detector over the running multi-node jobs (one read of the fleet); each flag recorded once per node and
     job; a node flagged in `lemon_jobs` distinct jobs is held in a maintenance reservation and its deep
@@ -1733,6 +1745,14 @@ def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, as_jso
     except SlurmError as exc:
         _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
     flags, jobs, published = _instep_flags(policy, nodes)
+    if timings:
+        if not timings_job:
+            _fail("--timings needs --job JOBID: the job the timings are of", exitcodes.USAGE)
+        from .perf.timings import as_instep_flags
+
+        result, rows = _read_timings(timings)
+        flags += as_instep_flags(result, timings_job, max(r.start for r in rows))
+        jobs = sorted({*jobs, timings_job})
     try:
         store = LemonStore(s.lemon_path)
     except (OSError, sqlite3.Error) as exc:
@@ -1780,6 +1800,45 @@ def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, as_jso
 def _case_dict(c) -> dict:
     return {"node": c.node, "state": c.state, "jobs": c.jobs, "opened": c.opened, "check_job": c.check_job,
             "attempts": c.attempts, "detail": c.detail, "closed": c.closed}
+
+
+def _read_timings(path: str):
+    """The judged timings file, or one line and exit 2 (unreadable) or 3 (no row)."""
+    from .perf.timings import TimingsError, judge, read_file
+
+    try:
+        rows, bad = read_file(path)
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
+    except TimingsError as exc:
+        _fail(f"{path}: not a timings file: {exc}", exitcodes.NO_STATE if str(exc) == "no rows" else exitcodes.USAGE)
+    for why in bad[:20]:
+        click.echo(f"{path}: {why}, skipped", err=True)
+    if len(bad) > 20:
+        click.echo(f"{path}: {len(bad) - 20} more lines skipped", err=True)
+    if not rows:
+        _fail(f"{path}: no rows" + (f" ({len(bad)} malformed line(s) skipped)" if bad else ""), exitcodes.NO_STATE)
+    result = judge(rows)
+    result.skipped = bad
+    return result, rows
+
+
+def _timings(path: str, as_json: bool) -> None:
+    result, _ = _read_timings(path)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        click.echo(f"{result.rows} timed operation(s)")
+        for f in result.flags:
+            click.echo(f"  SLOW rank {f.rank} on {f.node} gpus {f.gpus}: stage {f.stage} {f.op} {f.times_slower:.2f}x "
+                       f"its peers, slower in {f.steps_slower} of {f.steps} steps")
+        for j in result.job_wide:
+            click.echo(f"  job-wide ({j['kind']}): stage {j['stage']} {j['op']}: {j['why']}")
+        for note in result.not_judged:
+            click.echo(f"  not judged: {note}")
+        if not result.flags:
+            click.echo("  no worker apart from its peers")
+    sys.exit(exitcodes.UNHEALTHY if result.flags else exitcodes.OK)
 
 
 def _instep_telemetry(path: str, policy) -> None:

@@ -577,7 +577,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             fired = trigger(str(f.domain), members, rack_nodes, rack_window_s, sim.now)
             if fired is None:
                 return False
-            if carried:  # the actuator's rack drain: the breaker counts the domain as one decision
+            if carried:  # the actuator's rack drain: the breaker counts the domain by its nodes
                 lab = self.lab
                 infos = [lab.slurm.node(sim.nodes[j].name) for j in self._domain_nodes(sim, f.domain)]
                 done = lab.actuator.drain_domain(f"rack{f.domain}", infos, f"gpufleet: rack rack{f.domain} {fired.why}",

@@ -176,7 +176,7 @@ class Actuator:
                 out.breaker = str(record.get("why", "open"))
                 out.blocked = [i.name for i in nodes]
                 return out
-            # judged above, as one decision: the free members drain without a count of their own
+            # judged above for all of them: the free members drain without a count of their own
             self._drains(self._relabel_ours([(i, reason) for i in nodes], None, out), None, out)
         return out
 
