@@ -1,0 +1,89 @@
+"""A job's own per-rank timings (`fleet stragglers --timings`, perf/timings.py): the slow data-parallel
+worker is flagged by name, node and GPUs; stages of unequal cost and data-dependent step times flag
+nothing and say which kind they are; communication is never judged."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from support import run_cli
+from timings_traces import trace
+
+from slurm_gpufleet.perf.timings import TimingsError, as_instep_flags, judge, parse
+
+
+def judged(rows):
+    text = "\n".join(json.dumps(r) for r in rows)
+    parsed, bad = parse(text)
+    assert bad == []
+    return judge(parsed)
+
+
+def test_the_slow_worker_is_flagged_with_its_node_and_gpus_and_nothing_else():
+    result = judged(trace("slow_worker", slow=(3, 1), factor=2.0))
+    assert {(f.rank, f.node, f.gpus, f.stage) for f in result.flags} == {("11", "gpu0006", "4-7", 1)}
+    assert {f.op for f in result.flags} == {"forward-compute", "backward-compute"}
+    assert all(1.8 < f.times_slower < 2.2 and f.steps_slower == f.steps == 40 for f in result.flags)
+    # its replicas waited for it in their reduce-scatter: communication is not judged, so they are not flagged
+    assert "grads-reduce-scatter" in result.not_judged[0] and result.job_wide == []
+
+
+@pytest.mark.parametrize("case,kind", [("slow_stage", "pipeline_stage"), ("data", "data"), ("healthy", None)])
+def test_job_wide_slowdowns_flag_nothing_and_say_which_kind(case, kind):
+    result = judged(trace(case))
+    assert result.flags == []
+    assert {j["kind"] for j in result.job_wide} == ({kind} if kind else set())
+    if kind == "pipeline_stage":
+        assert {(j["stage"], j["op"]) for j in result.job_wide} == {(3, "forward-compute"), (3, "backward-compute")}
+
+
+def test_a_worker_slow_in_a_few_steps_only_is_not_flagged():
+    rows = trace("healthy")
+    for r in rows:  # rank 5 slow in 5 of 40 steps
+        if r["rank"] == 5 and r["step"] < 5 and r["op"] == "forward-compute":
+            r["duration"] *= 3
+    assert judged(rows).flags == []
+
+
+def test_csv_and_json_lines_read_alike_and_bad_rows_are_named(tmp_path):
+    rows = trace("slow_worker")[:600]
+    path = tmp_path / "t.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+        fh.write("1,0,0,0,forward-compute,x,0.1,n1,0\n")
+        fh.write("1,0,0,0,forward-compute,0,nan,n1,0\n")
+    parsed, bad = parse(path.read_text())
+    assert len(parsed) == 600 and [b.split(":")[0] for b in bad] == ["line 602", "line 603"]
+    assert parsed == parse("\n".join(json.dumps(r) for r in rows))[0]
+    with pytest.raises(TimingsError, match="missing node, gpus"):
+        parse("rank,dp,stage,step,op,start,duration\n1,0,0,0,x,0,1\n")
+
+
+def test_the_flags_take_the_telemetry_flags_path():
+    result = judged(trace("slow_worker"))
+    (flag,) = as_instep_flags(result, "4242", 100.0)
+    assert (flag.job, flag.node, flag.gpu, flag.signature) == ("4242", "gpu0006", None, "slow_timings")
+    assert flag.evidence["ranks"] == ["11"] and flag.evidence["gpus"] == ["4-7"]
+
+
+def test_cli_json_exit_codes_and_one_line_errors(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in trace("slow_worker")))
+    r = run_cli("fleet", "stragglers", "--timings", str(path), "--json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert [(f["rank"], f["node"], f["gpus"]) for f in out["flags"]] == [("11", "gpu0006", "4-7")] * 2
+    assert set(out) == {"flags", "job_wide", "rows", "skipped", "not_judged"}
+    path.write_text("\n".join(json.dumps(r) for r in trace("slow_stage")))
+    r = run_cli("fleet", "stragglers", "--timings", str(path))
+    assert r.returncode == 0 and b"job-wide (pipeline_stage): stage 3" in r.stdout
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    r = run_cli("fleet", "stragglers", "--timings", str(empty))
+    assert r.returncode == 3 and r.stderr.decode().count("\n") == 1
+    r = run_cli("fleet", "stragglers", "--timings", str(tmp_path / "absent"))
+    assert r.returncode == 2 and b"No such file" in r.stderr
