@@ -19,6 +19,7 @@ produce verdicts (and so never drain a fleet).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -47,9 +48,16 @@ def _int(min_value: int = 0) -> Callable[[Any], Any]:
 
 
 def _number(v: Any) -> Any:
-    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-        raise ValueError("must be a number >= 0")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        raise ValueError("must be a finite number >= 0")
     return float(v)
+
+
+def _positive(v: Any) -> Any:
+    v = _number(v)
+    if v <= 0:
+        raise ValueError("must be a finite number > 0")
+    return v
 
 
 def _str(v: Any) -> Any:
@@ -342,8 +350,8 @@ class SlurmSettings:
     feature_prefix: str = setting("gpufleet_", _str)
     # the in-job sampler (sampler.py, for jobs on 2 nodes or more): one NVML read every instep_sample_s,
     # a digest published every instep_window_s, a node flagged after instep_windows windows apart (instep.py)
-    instep_sample_s: float = setting(15.0, _number)
-    instep_window_s: float = setting(60.0, _number)
+    instep_sample_s: float = setting(15.0, _positive)
+    instep_window_s: float = setting(60.0, _positive)
     instep_windows: int = setting(3, _int(1))
     # lemons (lemon.py, `fleet lemons`): a node flagged in this many distinct jobs is held in a maintenance
     # reservation (lemon_hold_hours at most, its running job goes on) and the deep check (lemon_check, a

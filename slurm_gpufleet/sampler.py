@@ -18,6 +18,7 @@ at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -179,17 +180,6 @@ def digest_for(job: str, settings: Any, gpus: list[int] | None = None) -> Digest
     return Digest(job, settings.instep_window_s, settings.instep_windows + 1, gpus)
 
 
-def job_gpus(environ: dict[str, str]) -> list[int] | None:
-    """The job's GPUs on this node, as Slurm gives them to the prolog (SLURM_JOB_GPUS, "0,1,4"), else
-    CUDA_VISIBLE_DEVICES when it holds indices; None: every GPU of the node."""
-    for key in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
-        text = environ.get(key, "").strip()
-        if text:
-            try:
-                return sorted({int(x) for x in text.split(",") if x.strip()})
-            except ValueError:
-                continue  # UUIDs or MIG names: not indices
-    return None
 
 
 def publish(backend: Any, node: str, field: str, digest: dict[str, Any], settings: Any) -> None:
@@ -208,36 +198,92 @@ def publish(backend: Any, node: str, field: str, digest: dict[str, Any], setting
     Actuator(backend, HEALTH, settings).publish(node, {field: json.dumps(data, separators=(",", ":"))})
 
 
+@contextlib.contextmanager
+def publish_lock(state_dir: str, node: str, wait_s: float = 10.0):
+    """One sampler at a time reads, merges and writes the node's summary: two jobs' samplers on one node
+    would otherwise each write back what they read, and one job's window would be lost."""
+    import fcntl
+
+    fd = os.open(os.path.join(state_dir, f"instep-{node}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"another sampler of {node} held the summary for {wait_s:g} s") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
 # Where Slurm's cgroup plugin keeps a job's cgroup: v2 (slurmstepd's scope), v1 (one tree per controller)
 CGROUP_JOB_DIRS = ("system.slice/slurmstepd.scope", "freezer/slurm/uid_*", "memory/slurm/uid_*",
                    "cpuset/slurm/uid_*", "devices/slurm/uid_*")
 
 
-def job_gone(job: str, cgroup_root: str = "/sys/fs/cgroup") -> bool:
-    """True when Slurm keeps its jobs' cgroups here and this job has none any more: the job ended and the
-    epilog did not stop us (it failed, or never ran).  False where Slurm keeps no cgroups (nothing to tell
-    by: the pid file, SIGTERM and `max_hours` still bound the sampler)."""
+def job_gone(job: str, cgroup_root: str = "/sys/fs/cgroup", backend: Any = None, proc_root: str = "/proc") -> bool:
+    """True when the job has ended and the epilog did not stop us (it failed, or never ran).  Where Slurm
+    keeps its jobs' cgroups here, by the job's cgroup.  Without them, by the node itself first: a
+    slurmstepd of the job running here means it runs (a look at /proc, no Slurm call); only where none
+    does (between two steps, or after the end) is Slurm asked, one squeue, and a job it no longer shows
+    running is gone."""
     import glob
 
     bases = [b for pattern in CGROUP_JOB_DIRS for b in glob.glob(os.path.join(cgroup_root, pattern))]
-    if not bases:
+    if bases:
+        return not any(os.path.isdir(os.path.join(b, f"job_{job}")) for b in bases)
+    if stepd_running(job, proc_root) is not False or backend is None:
         return False
-    return not any(os.path.isdir(os.path.join(b, f"job_{job}")) for b in bases)
+    try:
+        state = backend.job_state(job)
+    except Exception:  # Slurm unreachable: not known to be gone (the pid file, SIGTERM, max_hours still bound us)
+        return False
+    return state is None or state.split()[0] not in RUNNING_STATES
+
+
+RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING",
+                  "STAGE_OUT", "REQUEUED", "PENDING")
+
+
+def stepd_running(job: str, proc_root: str = "/proc") -> bool | None:
+    """Whether a slurmstepd of the job runs on this node (its command line reads `slurmstepd: [JOB.step]`);
+    None where /proc cannot be read."""
+    try:
+        pids = [p for p in os.listdir(proc_root) if p.isdecimal()]
+    except OSError:
+        return None
+    mark = f"[{job}.".encode()
+    for pid in pids:
+        try:
+            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as fh:
+                line = fh.read(200)
+        except OSError:
+            continue
+        if line.startswith(b"slurmstepd") and mark in line:
+            return True
+    return False
 
 
 def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours: float = 240.0,
-         cgroup_root: str = "/sys/fs/cgroup", gpus: list[int] | None = None) -> int:
+         cgroup_root: str = "/sys/fs/cgroup", gpus: frozenset[int] | None = None) -> int:
     """Sample until the job ends (the pid file gone or another sampler's, the job's cgroup gone, SIGTERM,
-    or `max_hours`)."""
+    or `max_hours`).  `gpus`: the job's GPUs as Slurm names them (minor numbers, jobgpus.py)."""
+    from .jobgpus import handles_of
+
     s = settings
     path = pid_path(s.state_dir, job, node)
     stopping = {"now": False}
     signal.signal(signal.SIGTERM, lambda *_: stopping.update(now=True))
     nvml.nvmlInit()
-    count = nvml.nvmlDeviceGetCount()
-    mine = [i for i in gpus if 0 <= i < count] if gpus else None  # only the job's GPUs, where known
-    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in (mine if mine else range(count))]
-    digest = digest_for(job, s, mine or None)
+    found = handles_of(nvml, gpus)  # the job's own GPUs, by minor number
+    if not found and gpus:
+        found = handles_of(nvml, None)  # none of them on this node's NVML: judge every GPU rather than none
+    handles = [h for _, h in found]
+    digest = digest_for(job, s, [i for i, _ in found] if gpus else None)
     links = Links()
     deadline = time.monotonic() + max_hours * 3600
     while not stopping["now"] and time.monotonic() < deadline:
@@ -249,10 +295,11 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
             break
         now = time.time()
         if digest.add(now, read_gpus(nvml, handles, links)):
-            if job_gone(job, cgroup_root):  # looked at once a window: a stat or two
+            if job_gone(job, cgroup_root, backend):  # looked at once a window: a stat or two, rarely a squeue
                 break
             try:
-                publish(backend, node, s.publish if s.publish != "none" else "extra", digest.to_dict(), s)
+                with publish_lock(s.state_dir, node):
+                    publish(backend, node, s.publish if s.publish != "none" else "extra", digest.to_dict(), s)
             except Exception as exc:  # Slurm unreachable this window: the next one tries again
                 print(f"slurm-gpufleet-sampler: could not publish: {exc}", file=sys.stderr)
         time.sleep(max(0.05, s.instep_sample_s - (time.time() - now)))

@@ -276,9 +276,26 @@ def test_the_sampler_reads_only_the_job_s_gpus_and_the_flag_names_the_real_index
     from slurm_gpufleet import sampler
     from slurm_gpufleet.instep import samples_from_digests
 
-    assert sampler.job_gpus({"SLURM_JOB_GPUS": "4,5,6,7"}) == [4, 5, 6, 7]
-    assert sampler.job_gpus({"CUDA_VISIBLE_DEVICES": "GPU-1f2e,GPU-3a4b"}) is None  # UUIDs: every GPU
-    assert sampler.job_gpus({}) is None
+    from slurm_gpufleet.jobgpus import handles_of, job_gpu_ids
+
+    assert job_gpu_ids({"SLURM_JOB_GPUS": "4,5,6,7"}) == {4, 5, 6, 7}
+    assert job_gpu_ids({"CUDA_VISIBLE_DEVICES": "GPU-1f2e,GPU-3a4b"}) is None  # UUIDs: every GPU
+    assert job_gpu_ids({"SLURM_JOB_GPUS": "", "CUDA_VISIBLE_DEVICES": "2,3"}) == {2, 3}
+    assert job_gpu_ids({}) is None
+
+    class Nvml:  # NVML indices in the reverse of the minor numbers' order (/dev/nvidia7 is index 0)
+        def nvmlDeviceGetCount(self):
+            return 8
+
+        def nvmlDeviceGetHandleByIndex(self, i):
+            return f"h{i}"
+
+        def nvmlDeviceGetMinorNumber(self, h):
+            return 7 - int(h[1:])
+
+    # Slurm's GPUs 4-7 (/dev/nvidia4-7) are NVML indices 3..0: the sampler reads those, not indices 4-7
+    assert handles_of(Nvml(), frozenset({4, 5, 6, 7})) == [(0, "h0"), (1, "h1"), (2, "h2"), (3, "h3")]
+    assert len(handles_of(Nvml(), None)) == 8
     d = sampler.digest_for("5", SimpleNamespace(instep_window_s=60.0, instep_windows=3), [4, 5, 6, 7])
     for t in range(0, 200, 15):
         d.add(float(t), [[1980.0, 600.0, 95.0, 0]] * 4)
@@ -334,3 +351,80 @@ def test_a_telemetry_line_with_a_non_finite_temperature_is_malformed():
     lines = [json.dumps({**good, "temp_c": 61.5}), json.dumps(good).replace("}", ', "temp_c": NaN}')]
     samples, bad = parse_telemetry(lines)
     assert [s.temp_c for s in samples] == [61.5] and bad == [2]
+
+
+def test_without_cgroups_the_sampler_asks_slurm_only_when_no_slurmstepd_of_its_job_runs_here(tmp_path):
+    from slurm_gpufleet import sampler
+
+    proc = tmp_path / "proc"
+    for pid, cmd in ((10, b"slurmstepd: [42.0]\x00"), (11, b"python\x00train.py\x00"), (12, b"slurmstepd: [7.extern]\x00")):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cmdline").write_bytes(cmd)
+    (proc / "self").mkdir()
+
+    class Slurm:
+        def __init__(self, state):
+            self.state, self.asked = state, 0
+
+        def job_state(self, job):
+            self.asked += 1
+            return self.state
+
+    no_cgroups = str(tmp_path / "none")
+    running = Slurm("RUNNING")
+    assert sampler.stepd_running("42", str(proc)) and not sampler.stepd_running("4", str(proc))
+    assert not sampler.job_gone("42", no_cgroups, running, str(proc)) and running.asked == 0  # its step runs here
+    assert not sampler.job_gone("43", no_cgroups, running, str(proc)) and running.asked == 1  # between steps
+    assert sampler.job_gone("43", no_cgroups, Slurm("COMPLETED"), str(proc))
+    assert sampler.job_gone("43", no_cgroups, Slurm(None), str(proc))  # squeue forgot it: long gone
+
+    class Away:
+        def job_state(self, job):
+            raise OSError("slurmctld unreachable")
+
+    assert not sampler.job_gone("43", no_cgroups, Away(), str(proc))
+    assert not sampler.job_gone("43", no_cgroups, None, str(proc))
+
+
+def test_two_samplers_of_one_node_never_drop_each_others_window(tmp_path):
+    """Each sampler reads, merges and writes the node's summary under the node's lock: 2 jobs x 30 windows
+    published at once, every window of both jobs is kept."""
+    import json
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from slurm_gpufleet import sampler
+    from slurm_gpufleet.slurm.base import NodeInfo
+
+    class Slurm:
+        def __init__(self):
+            self.extra = json.dumps({"gpufleet": 1, "v": "ok"})
+
+        def node(self, name):
+            return NodeInfo(name, "ALLOCATED", extra=self.extra)
+
+        def set_fields(self, name, fields):
+            time.sleep(0.002)  # between the read and this write, the other sampler would read the same
+            self.extra = fields["extra"]
+
+    slurm = Slurm()
+    settings = SimpleNamespace(state_dir=str(tmp_path), publish="extra", breaker_path=str(tmp_path / "b.json"))
+    lost = []
+
+    def run(job):
+        other = "2" if job == "1" else "1"
+        for w in range(30):
+            with sampler.publish_lock(str(tmp_path), "n1"):
+                before = json.loads(slurm.extra).get("is", {}).get(other)
+                sampler.publish(slurm, "n1", "extra", {"j": job, "ws": 60, "b": [], "w": [[w, []]]}, settings)
+                if json.loads(slurm.extra)["is"].get(other) != before:
+                    lost.append((job, w))  # the other job's window, as it stood, did not survive this write
+
+    threads = [threading.Thread(target=run, args=(j,)) for j in ("1", "2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    final = json.loads(slurm.extra)["is"]
+    assert final["1"]["w"] == [[29, []]] and final["2"]["w"] == [[29, []]] and lost == []

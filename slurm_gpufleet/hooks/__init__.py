@@ -50,5 +50,6 @@ def _sampler(argv: list[str]) -> int:
         return 0
     import pynvml
 
-    return sampler.loop(setup.settings, _backend(setup.settings), pynvml, job, node,
-                        gpus=sampler.job_gpus(dict(os.environ)))
+    from ..jobgpus import job_gpu_ids
+
+    return sampler.loop(setup.settings, _backend(setup.settings), pynvml, job, node, gpus=job_gpu_ids(os.environ))

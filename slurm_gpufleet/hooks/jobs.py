@@ -28,9 +28,9 @@ def _job_nodes() -> int:
 
 
 def _job_gpus() -> frozenset[int] | None:
-    raw = os.environ.get("SLURM_JOB_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES") or ""
-    ids = {int(x) for x in raw.split(",") if x.strip().isdecimal()}
-    return frozenset(ids) if ids else None
+    from ..jobgpus import job_gpu_ids
+
+    return job_gpu_ids(os.environ)
 
 
 def _window_path(settings: SlurmSettings, node: str, job: str) -> str:

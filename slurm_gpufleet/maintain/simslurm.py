@@ -270,6 +270,12 @@ class SimSlurm:
         self.sim.push(end, "validation", job_id)
         return job_id
 
+    def job_state(self, job_id: str) -> str | None:
+        self.calls["read"] += 1
+        if job_id not in self.jobs_:
+            return None  # the jobs this Slurm submitted are the ones it can tell of
+        return "RUNNING" if self.sim.now < self.jobs_[job_id][2] else "COMPLETED"
+
     def jobs_named(self, name: str) -> list[tuple[str, str, str]]:
         self.calls["read"] += 1
         out = []

@@ -232,6 +232,11 @@ class CommandBackend:
             argv.append(f"--partition={partition}")
         return self._run(*argv, exe=self.sbatch).strip().split(";")[0]
 
+    def job_state(self, job_id: str) -> str | None:
+        """One job's state as squeue shows it (RUNNING, COMPLETING, ...); None once squeue no longer knows it."""
+        out = self._run("-h", "-t", "all", "-j", job_id, "-o", "%T", exe=self.squeue).strip()
+        return out.splitlines()[0].strip() if out else None
+
     def jobs_named(self, name: str) -> list[tuple[str, str, str]]:
         """(job id, state, comment) of every job with this name that squeue still shows, finished ones
         included (for MinJobAge after they end)."""
