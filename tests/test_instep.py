@@ -275,7 +275,6 @@ def test_the_sampler_reads_only_the_job_s_gpus_and_the_flag_names_the_real_index
 
     from slurm_gpufleet import sampler
     from slurm_gpufleet.instep import samples_from_digests
-
     from slurm_gpufleet.jobgpus import handles_of, job_gpu_ids
 
     assert job_gpu_ids({"SLURM_JOB_GPUS": "4,5,6,7"}) == {4, 5, 6, 7}
