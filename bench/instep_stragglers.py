@@ -34,11 +34,14 @@ NODES, GPUS, STEP_S, NOMINAL_MHZ = 64, 8, 15.0, 1980.0
 
 
 def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: int = NODES,
-                bad_gpu_out: list | None = None):
+                bad_gpu_out: list | None = None, style: str = "nccl", noise: float = 1.5):
     """kind: healthy | throttled (one GPU's clock down, SwThermalSlowdown) | silent (a whole node 10%
     slower, clocks normal) | gpu_silent (one GPU 10% slower, clocks normal: it stays busy while the job's
     other GPUs, its own node's included, wait) | uniform.  Returns (samples, slowed node or None, onset
-    t); `bad_gpu_out` gets the slowed GPU's index where one GPU is slowed."""
+    t); `bad_gpu_out` gets the slowed GPU's index where one GPU is slowed.  `style`: "nccl" (the GPUs that
+    wait for the slowest spin in NCCL's kernels: NVML shows them near 100 % busy, and their power follows the
+    share of the step they compute) or "idle" (waiting GPUs' utilisation falls with their share).  `noise`:
+    the per-sample utilisation noise, in points."""
     speed = {(n, g): rng.uniform(0.93, 1.07) for n in range(nodes) for g in range(GPUS)}
     capped = {k for k in speed if rng.random() < 0.05}
     bad_node = rng.randrange(nodes) if kind in ("throttled", "silent", "gpu_silent") else None
@@ -66,8 +69,12 @@ def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: 
         slowest = min(eff.values())
         io_wait = 0.7 if kind == "uniform" and t >= onset else 1.0
         for k, e in eff.items():
-            util = min(100.0, max(0.0, 97.0 * slowest / e * io_wait + rng.gauss(0, 1.5)))
-            power = 120 + 580 * util / 100 * clock[k] / NOMINAL_MHZ + rng.gauss(0, 10)
+            share = slowest / e * io_wait  # of the step it computes; the rest it waits
+            if style == "nccl":  # waiting for a peer spins in NCCL's kernels (busy to NVML); waiting on I/O does not
+                util = min(100.0, max(0.0, 97.0 * io_wait + rng.gauss(0, noise)))
+            else:
+                util = min(100.0, max(0.0, 97.0 * share + rng.gauss(0, noise)))
+            power = 120 + 580 * 0.97 * share * clock[k] / NOMINAL_MHZ + rng.gauss(0, 10)
             out.append(Sample(t, job, f"n{k[0]:03d}", k[1], clock[k] + rng.gauss(0, 8), power, util, thr[k],
                               "NVIDIA H200"))
     return out, (f"n{bad_node:03d}" if bad_node is not None else None), onset
@@ -84,21 +91,58 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--nodes", type=int, default=NODES, help="nodes per job (the 2-node case aside)")
+    ap.add_argument("--style", choices=("nccl", "idle"), default="nccl",
+                    help="how waiting GPUs look: spinning in NCCL (busy, power down; the default) or idle")
+    ap.add_argument("--noise", type=float, default=1.5, help="per-sample utilisation noise, points")
+    ap.add_argument("--matrix", action="store_true",
+                    help="both styles at 1.5, 3 and 5 points of noise; writes bench/results/instep_stragglers.json")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rng = random.Random(args.seed)
+    if args.matrix:
+        return matrix(args)
+    result = run(args.jobs, args.minutes, args.seed, args.nodes, args.style, args.noise)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        show(result, args)
+    return 0
+
+
+def matrix(args) -> int:
+    out = []
+    print(f"{args.jobs} jobs of {args.nodes} nodes x {GPUS} GPUs (and 2-node jobs), {args.minutes:g} min each, "
+          f"seed {args.seed}")
+    print(f"  {'style':<6} {'noise':>5} {'precision':>9} {'recall':>6} {'slowest s':>9} {'uniform flags':>13}  "
+          "recall per case")
+    for style in ("nccl", "idle"):
+        for noise in (1.5, 3.0, 5.0):
+            r = run(args.jobs, args.minutes, args.seed, args.nodes, style, noise)
+            cases = ", ".join(f"{k} {v['recall']}" for k, v in r["per_case"].items() if v["recall"] is not None)
+            print(f"  {style:<6} {noise:>5g} {r['precision']:>9.3f} {r['recall']:>6.3f} "
+                  f"{str(r['worst_latency_s']):>9} {r['flags_on_uniformly_slow_jobs']:>13}  {cases}")
+            out.append({"style": style, "noise": noise, **{k: r[k] for k in (
+                "precision", "recall", "worst_latency_s", "flags_on_uniformly_slow_jobs", "per_case")}})
+    path = Path(__file__).resolve().parent / "results" / "instep_stragglers.json"
+    path.write_text(json.dumps({"jobs": args.jobs, "nodes_per_job": args.nodes, "minutes": args.minutes,
+                                "seed": args.seed, "runs": out}, indent=1) + "\n")
+    return 0
+
+
+def run(jobs: int, minutes: float, seed: int, nodes_per_job: int, style: str, noise: float) -> dict:
+    rng = random.Random(seed)
     settings = Settings()
     kinds = [k for k, (_, per) in CASES.items() for _ in range(per)]
-    kinds = [kinds[i % len(kinds)] for i in range(args.jobs)]
+    kinds = [kinds[i % len(kinds)] for i in range(jobs)]
     per: dict[str, dict] = {}
     uniform_flags = 0
     detect_s = 0.0
     n_samples = 0
     for i, kind in enumerate(kinds):
-        nodes = CASES[kind][0] or args.nodes
+        nodes = CASES[kind][0] or nodes_per_job
         gen = kind.removesuffix("_2node")
         gpu: list[int] = []
-        samples, bad, onset = job_samples(rng, f"job{i}", args.minutes, gen, nodes=nodes, bad_gpu_out=gpu)
+        samples, bad, onset = job_samples(rng, f"job{i}", minutes, gen, nodes=nodes, bad_gpu_out=gpu, style=style,
+                                          noise=noise)
         n_samples += len(samples)
         t0 = time.process_time()
         flags = detect(samples, settings)
@@ -134,28 +178,30 @@ def main() -> int:
     worst = max((lat for r in per.values() for lat in r["latency"]), default=None)
     targets = {"precision>=0.90": precision >= 0.90, "recall>=0.90": recall >= 0.90,
                "flagged_within_300_s": worst is not None and worst <= 300, "no_flag_on_uniform": uniform_flags == 0}
-    result = {"targets": targets, "worst_latency_s": round(worst, 1) if worst is not None else None,
-              "jobs": args.jobs, "nodes_per_job": args.nodes, "per_case": rows,
+    return {"targets": targets, "worst_latency_s": round(worst, 1) if worst is not None else None,
+              "jobs": jobs, "nodes_per_job": nodes_per_job, "style": style, "noise": noise, "per_case": rows,
               "confusion": {"tp": tp, "fp": fp, "fn": fn}, "precision": round(precision, 3),
               "recall": round(recall, 3), "flags_on_uniformly_slow_jobs": uniform_flags, "samples": n_samples,
               "detector_cpu_s": round(detect_s, 2), "us_per_sample": round(1e6 * detect_s / max(1, n_samples), 2)}
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print(f"{args.jobs} jobs of {args.nodes} nodes x {GPUS} GPUs (and 2-node jobs), {args.minutes:g} min "
-              f"each, seed {args.seed}")
-        print(f"  {'case':<16} {'tp':>3} {'fp':>3} {'fn':>3} {'precision':>9} {'recall':>6} "
-              f"{'p50 s':>6} {'max s':>6} {'GPU named':>9}")
-        for k, r in rows.items():
-            print(f"  {k:<16} {r['tp']:>3} {r['fp']:>3} {r['fn']:>3} {str(r['precision']):>9} "
-                  f"{str(r['recall']):>6} {str(r['latency_s']['p50']):>6} {str(r['latency_s']['max']):>6} "
-                  f"{r['gpu_named']:>9}")
-        print(f"  all: precision {precision:.3f}  recall {recall:.3f}; flags on uniformly slow jobs: "
-              f"{uniform_flags}")
-        print("  targets: " + ", ".join(f"{k} {'met' if ok else 'MISSED'}" for k, ok in targets.items())
-              + f" (slowest flag {result['worst_latency_s']} s after onset)")
-        print(f"  detector: {detect_s:.2f} s CPU for {n_samples} samples ({result['us_per_sample']} us each)")
-    return 0
+
+
+def show(result: dict, args) -> None:
+    rows, targets = result["per_case"], result["targets"]
+    precision, recall, uniform_flags = result["precision"], result["recall"], result["flags_on_uniformly_slow_jobs"]
+    detect_s, n_samples = result["detector_cpu_s"], result["samples"]
+    print(f"{args.jobs} jobs of {args.nodes} nodes x {GPUS} GPUs (and 2-node jobs), {args.minutes:g} min "
+          f"each, seed {args.seed}, waiting GPUs {args.style}, noise {args.noise:g} points")
+    print(f"  {'case':<16} {'tp':>3} {'fp':>3} {'fn':>3} {'precision':>9} {'recall':>6} "
+          f"{'p50 s':>6} {'max s':>6} {'GPU named':>9}")
+    for k, r in rows.items():
+        print(f"  {k:<16} {r['tp']:>3} {r['fp']:>3} {r['fn']:>3} {str(r['precision']):>9} "
+              f"{str(r['recall']):>6} {str(r['latency_s']['p50']):>6} {str(r['latency_s']['max']):>6} "
+              f"{r['gpu_named']:>9}")
+    print(f"  all: precision {precision:.3f}  recall {recall:.3f}; flags on uniformly slow jobs: "
+          f"{uniform_flags}")
+    print("  targets: " + ", ".join(f"{k} {'met' if ok else 'MISSED'}" for k, ok in targets.items())
+          + f" (slowest flag {result['worst_latency_s']} s after onset)")
+    print(f"  detector: {detect_s:.2f} s CPU for {n_samples} samples ({result['us_per_sample']} us each)")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,10 @@ Two signatures:
   slowdown reason (power cap, HW slowdown, SW/HW thermal, power brake);
 - **silent slow**: clocks normal, but a GPU's (or a whole node's) utilisation relative to the job's median
   rose beyond the band since the job's first windows, its power holding where its peers' drops: its
-  peers idle more, waiting for it.  One GPU is judged against every other GPU of the job, its own node's
+  peers idle more, waiting for it.  Or, where the peers cannot look idle (they wait inside NCCL's
+  kernels, which spin on the SMs: NVML counts them 100 % busy, NCCL issues 689 and 403), its power
+  relative to the job's median rose beyond a band read the same way off the peers' power, its utilisation
+  not falling: a GPU that computes draws power, one that spins does not.  One GPU is judged against every other GPU of the job, its own node's
   included (one slow GPU is the common case: a degraded HBM stack, a half-trained NVLink, a lost
   boost); a node, against the job's other nodes, and on a two-node job against the other alone.
 """
@@ -162,6 +165,8 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
     for (node, gpu), c in cells.items():
         by_node[node].append((gpu, c))
     position: dict = {n: statistics.median(c[2] for _, c in gpus) / med_util for n, gpus in by_node.items()}
+    for n, gpus in by_node.items():
+        position[("pn", n)] = statistics.median(c[1] for _, c in gpus) / med_power
     for (node, gpu), c in cells.items():
         position[(node, gpu)] = c[2] / med_util
         position[("p", node, gpu)] = c[1] / med_power
@@ -175,22 +180,31 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
     if not base:
         return apart, position
     model_of = {n: by_node[n][0][1][4] for n in by_node}
-    # whole nodes: how far each moved since the job's first windows, against the same model's other nodes
+    # whole nodes: how far each moved since the job's first windows, against the same model's other nodes:
+    # its utilisation, or its power where the peers' utilisation cannot move (they spin in NCCL's kernels,
+    # busy to NVML, while their power falls)
     moved = {n: position[n] - base[n] for n in by_node if n in base}
+    moved_p = {n: position[("pn", n)] - base[("pn", n)] for n in moved if ("pn", n) in base}
     models: dict[str, list[str]] = defaultdict(list)
     whole: dict[str, dict] = {}  # silent nodes, joined to `apart` once the single GPUs are judged
-    node_band: dict[str, tuple[float, float]] = {}
+    node_band: dict[str, tuple[float, float, float, float]] = {}
     for n in moved:
         models[model_of[n]].append(n)
     for model, members in models.items():
         if len(members) < s.min_nodes:
             continue
         med, band = _band([moved[n] for n in members], s, spread.setdefault(("nodes", model), []))
+        p_med, p_band = _band([moved_p.get(n, 0.0) for n in members], s,
+                              spread.setdefault(("nodes-power", model), []))
         for n in members:
-            if moved[n] - med > band and not any(k[0] == n for k in apart):
-                node_band[n] = (med, band)
+            by_util = moved[n] - med > band
+            by_power = moved_p.get(n, 0.0) - p_med > p_band and moved[n] - med >= -band and position[("pn", n)] > 1
+            if (by_util or by_power) and not any(k[0] == n for k in apart):
+                node_band[n] = (med, band, p_med, p_band)
                 whole[n] = {"signature": "silent_slow", "position": round(position[n], 3),
-                            "position_at_start": round(base[n], 3), "band": round(band, 3)}
+                            "position_at_start": round(base[n], 3), "band": round(band, 3),
+                            "power_position": round(position[("pn", n)], 3),
+                            "power_position_at_start": round(base[("pn", n)], 3), "power_band": round(p_band, 3)}
     # single GPUs: one GPU that stays busy while every other GPU of the job (its own node's included)
     # waits more; its power holds too (a GPU at work), where its peers' drops
     gpu_moved = {k: position[k] - base[k] for k in cells if k in base}
@@ -202,9 +216,14 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
         if len(members) < 4:
             continue
         med, band = _band([gpu_moved[k] for k in members], s, spread.setdefault(("gpus", model), []))
-        p_med = statistics.median(power_moved.get(k, 0.0) for k in members)
-        hot = [k for k in members if gpu_moved[k] - med > band and power_moved.get(k, 0.0) >= p_med
-               and not any(a[0] == k[0] for a in apart)]
+        p_med, p_band = _band([power_moved.get(k, 0.0) for k in members], s,
+                              spread.setdefault(("gpus-power", model), []))
+        # busy while its peers idle (their utilisation falls), or drawing power while its peers spin (their
+        # utilisation stays near 100 % in NCCL's kernels, their power falls): either way its power holds
+        hot = [k for k in members if not any(a[0] == k[0] for a in apart) and (
+            (gpu_moved[k] - med > band and power_moved.get(k, 0.0) >= p_med)
+            or (power_moved.get(k, 0.0) - p_med > p_band and gpu_moved[k] - med >= -band
+                and position[("p", *k)] > 1))]  # drawing more than its peers now: at work, not merely less idle
         per_node: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for k in hot:
             per_node[k[0]].append(k)
@@ -215,9 +234,12 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
             # (one busy GPU of 8 shifts its median a rank, past the band), and the node key would break
             # the GPU's streak; where the others moved too, the node is slow as a whole
             if n in whole:
-                rest = [gpu_moved[(n, g)] for g, _ in by_node[n] if (n, g) not in ks and (n, g) in gpu_moved]
-                med_n, band_n = node_band[n]
-                if not rest or statistics.median(rest) - med_n <= band_n:
+                others = [(n, g) for g, _ in by_node[n] if (n, g) not in ks and (n, g) in gpu_moved]
+                med_n, band_n, p_med_n, p_band_n = node_band[n]
+                rest_moved = bool(others) and (
+                    statistics.median(gpu_moved[k] for k in others) - med_n > band_n
+                    or statistics.median(power_moved.get(k, 0.0) for k in others) - p_med_n > p_band_n)
+                if not rest_moved:
                     del whole[n]
                 else:
                     continue

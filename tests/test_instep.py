@@ -8,6 +8,7 @@ import json
 import random
 import sys
 
+import pytest
 from support import REPO, run_cli
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -24,6 +25,31 @@ def test_both_signatures_are_flagged_and_name_the_slowed_node():
         assert flags[0].t_first >= onset - 60 and flags[0].t_first + 3 * 60 - onset <= 300  # within 5 minutes
         if kind == "throttled":
             assert flags[0].gpu is not None and flags[0].evidence["throttle"] == "0x20"
+
+
+@pytest.mark.parametrize("noise", [1.5, 3.0, 5.0])
+def test_a_silent_gpu_is_found_while_its_peers_spin_in_nccl_busy_to_nvml(noise):
+    """The NCCL case: the GPUs that wait for the slow one spin in NCCL's kernels, so NVML shows every GPU
+    near 97 % busy and only the power tells: the slow GPU computes, draws power, its peers' power falls."""
+    for seed in (11, 12, 13):
+        gpu: list[int] = []
+        samples, bad, onset = job_samples(random.Random(seed), "j", 20, "gpu_silent", nodes=8, bad_gpu_out=gpu,
+                                          style="nccl", noise=noise)
+        after = [x.sm_util for x in samples if x.t >= onset + 120 and (x.node, x.gpu) != (bad, gpu[0])]
+        assert abs(sum(after) / len(after) - 97.0) < 1.0  # the peers look as busy as before: no idle to see
+        flags = detect(samples)
+        assert [(f.node, f.gpu) for f in flags] == [(bad, gpu[0])], (seed, flags)
+        assert flags[0].t_flagged - onset <= 300 and "power_position" in flags[0].evidence
+    for seed, kind in ((5, "uniform"), (6, "healthy")):
+        samples, _, _ = job_samples(random.Random(seed), "j", 20, kind, nodes=8, style="nccl", noise=noise)
+        assert detect(samples) == [], kind
+
+
+def test_the_idle_style_is_still_found_through_utilisation():
+    samples, bad, onset = job_samples(random.Random(4), "j1", 20, "silent", nodes=12, style="idle")
+    flags = detect(samples)
+    assert [(f.node, f.signature) for f in flags] == [(bad, "silent_slow")]
+    assert flags[0].evidence["position"] - flags[0].evidence["position_at_start"] > flags[0].evidence["band"]
 
 
 def test_a_job_slow_everywhere_and_healthy_jobs_flag_nothing():
