@@ -314,6 +314,9 @@ class SlurmSettings:
     sweep_db: str | None = setting(None, _abs_path)
     # where the node's GPU summary goes: "extra", "comment" or "none"
     publish: str = setting("extra", _choice("extra", "comment", "none"))
+    # a quiet health-check run (its verdict and summary as the last run that read Slurm saw them, the node
+    # in service) asks slurmctld nothing for this long after that read (hooks/quiet.py); 0: every run reads
+    slurm_read_every_s: int = setting(600, _int(0))
     # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits
     read_timeout_s: float = setting(20.0, _timeout)
     # "commands" (scontrol/sinfo), "pyslurm", or "auto" (pyslurm when it imports and matches)

@@ -271,12 +271,26 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                     carrier.actuator.apply(Publish(info.name, fields))
                 except SlurmError as exc:
                     log.warning("could not publish the GPU summary and features: %s", exc)
+                    data = None  # Slurm does not show it: nothing to keep
+        _keep_view(setup, info, step, done, data, history)
     finally:
         carrier.close()
     if hook == "healthcheck":
         history.prune()
     history.close()
     return done.action.kind if done.ok else "error"
+
+
+def _keep_view(setup: Setup, info: NodeInfo, step, done, data: dict | None, history) -> None:
+    """What this run saw of the node in Slurm, for the quiet runs after it (hooks/quiet.py): kept only where
+    the node is plainly in service, nothing was done, and nothing of ours is open on it."""
+    from . import quiet
+
+    in_service = (done.ok and done.action.kind == "none" and not done.blocked and step.observed is None
+                  and step.final in ("ok", "warn") and not (info.drained or info.down or info.rebooting)
+                  and not info.reason and history.open_validation(setup.node) is None
+                  and history.open_suspect(setup.node) is None and not (data or {}).get("case"))
+    quiet.keep(setup.settings.state_dir, setup.node, step.final, data, in_service, setup.policy.path)
 
 
 def carrier_for(setup: Setup, history, backend, actuator, hook: str):

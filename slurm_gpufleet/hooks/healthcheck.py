@@ -67,6 +67,8 @@ def run(argv: list[str] | None = None) -> int:
         watchdog.cancel()
     from ..slurm import SlurmError
 
+    if acts and _quiet(setup, snap):
+        return 0
     backend = node_info = None
     if not judge_only:
         try:
@@ -92,6 +94,43 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     act(setup, report, "healthcheck", info=node_info, backend=backend)
     return 0
+
+
+def _quiet(setup: Setup, snap) -> bool:
+    """A quiet run (hooks/quiet.py): the node in service as the last Slurm read saw it, this run's verdict
+    and summary the same: the run is recorded, slurmctld is asked nothing.  False: read Slurm and act."""
+    from . import quiet
+
+    s = setup.settings
+    if s.publish == "none":
+        return False
+    view = quiet.fresh_view(s.state_dir, setup.node, s.slurm_read_every_s, setup.policy.path)
+    if view is None:
+        return False
+    running = quiet.job_running_here()
+    if running is None:
+        return False
+    from ..pipeline import evaluate
+    from .common import encode_summary
+
+    report = evaluate(snap, setup.policy, host=setup.node, expect_idle=(not running) or None)
+    if report.verdict != view["verdict"] or quiet.comparable(encode_summary(report, report.verdict)) != view["summary"]:
+        return False
+    from ..history import History, db_path
+    from ..snapshot import known
+    from .common import KeptHistory
+
+    history = KeptHistory(History, db_path(s.state_dir, setup.node))
+    try:
+        history.record_run(setup.node, "healthcheck", report.verdict, report.findings, duration_s=report.duration_s,
+                           driver=known(snap.driver_version), gpus=len(snap.gpus), performance=snap.performance,
+                           models={g.index: known(g.name) for g in snap.gpus})
+        history.prune()
+    finally:
+        history.close()
+    log.info("healthcheck verdict %s: quiet (as Slurm last showed it, %.0f s ago): slurmctld not asked",
+             report.verdict, time.time() - view["read_at"])
+    return True
 
 
 _RUN_LOCK: int | None = None  # held until this process exits (the watchdog's os._exit included)

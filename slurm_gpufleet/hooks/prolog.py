@@ -37,6 +37,9 @@ def run(argv: list[str] | None = None) -> int:
             return 0
         if _breaker_open_for_prolog(setup, reason):
             return 0
+        from . import quiet
+
+        quiet.forget(setup.settings.state_dir, setup.node)  # the node leaves service: the next check reads Slurm
         print(f"{reason}: {exc}"[:200])
         _async_reason(setup, reason)
         return 1

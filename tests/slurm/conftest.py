@@ -307,7 +307,8 @@ def _reset(c: Cluster) -> None:
     (c.dir / "log" / "upgrades.log").unlink(missing_ok=True)
     (c.dir / "log" / "upgrade-overlaps.log").unlink(missing_ok=True)
     for marker in [*c.gpus.glob("*.bad-driver"), *c.gpus.glob("*.imex-*"), *c.gpus.glob("*.fabricmanager"),
-                   *(c.dir / "state" / "gpufleet").glob("fabric-manager-*.json"), *(c.dir / "hooks").glob("*")]:
+                   *(c.dir / "state" / "gpufleet").glob("fabric-manager-*.json"),
+                   *(c.dir / "state" / "gpufleet").glob("slurm-view-*.json"), *(c.dir / "hooks").glob("*")]:
         marker.unlink()
     shutil.rmtree(c.dir / "hosts", ignore_errors=True)  # per-node host trees a test gave its nodes
     for line in c.run("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines():

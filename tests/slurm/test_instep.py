@@ -219,3 +219,49 @@ def test_an_epilog_on_a_broken_config_still_ends_its_job_s_sampler(mc):
         assert not any("DRAIN" in s for s in states.values()), states
     finally:
         config.write_text(original)
+
+
+def test_two_jobs_sharing_nodes_are_sampled_on_their_own_gpus_by_minor_number_and_keep_both_digests(mc):
+    """n1 and n2 number their GPUs the other way round (NVML index 0 is /dev/nvidia7): two 2-node jobs of 4
+    GPUs each share the two nodes.  Slurm gives the first job /dev/nvidia0-3 (SLURM_JOB_GPUS 0,1,2,3), which
+    are NVML indices 7-4: each sampler reads its own job's GPUs, and both jobs' digests stay on the node."""
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    config.write_text(re.sub(r"(?m)^\[slurm\]$", "[slurm]\ninstep_sample_s = 0.5\ninstep_window_s = 2\n"
+                             "instep_windows = 3", original))
+    try:
+        mc.wait_published()
+        for node in ("n1", "n2"):
+            for gpu in range(8):
+                gpustate.set_value(str(mc.gpu_file(node)), gpu, "minor_number", 7 - gpu)
+                for key, value in BUSY.items():
+                    gpustate.set_value(str(mc.gpu_file(node)), gpu, key, value)
+        jobs = [mc.sbatch("-N", "2", "-w", "n[1-2]", "--gres=gpu:4", "--time=3", "--wrap", "sleep 300")
+                for _ in range(2)]
+
+        def digests() -> dict:
+            return {n: json.loads(mc.node(n).get("Extra") or "{}").get("is", {}) for n in ("n1", "n2")}
+
+        mc.wait(lambda: all(set(d) == set(jobs) for d in digests().values()), 60,
+                lambda: f"both jobs' digests on both nodes: {digests()}")
+        for _ in range(5):  # window after window, neither sampler drops the other's
+            time.sleep(2)
+            shown = digests()
+            assert all(set(d) == set(jobs) for d in shown.values()), shown
+        gpus = {job: sorted(digests()["n1"][job]["g"]) for job in jobs}
+        # each job's four GPUs by NVML index, found through their minor numbers; together all eight, apart
+        assert sorted(gpus[jobs[0]] + gpus[jobs[1]]) == list(range(8)), gpus
+        for job in jobs:  # and the very ones Slurm gave the job: its minor numbers, as NVML indices
+            shown = mc.run("scontrol", "show", "job", "-d", job).stdout
+            idx = re.search(r"GRES=gpu[^ (]*\(IDX:([0-9,-]+)\)", shown)
+            assert idx, shown
+            minors = [m for part in idx.group(1).split(",")
+                      for m in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)]
+            assert gpus[job] == sorted(7 - m for m in minors), (job, minors, gpus[job])
+        for job in jobs:
+            mc.run("scancel", job)
+        mc.wait(lambda: not [p for p in samplers(mc) if any(f"-{j}-" in p for j in jobs)], 60, "the samplers gone")
+    finally:
+        config.write_text(original)
+        for node in ("n1", "n2"):
+            mc.heal(node)
