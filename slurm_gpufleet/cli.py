@@ -1812,15 +1812,21 @@ def _read_timings(path: str):
         _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
     except TimingsError as exc:
         _fail(f"{path}: not a timings file: {exc}", exitcodes.NO_STATE if str(exc) == "no rows" else exitcodes.USAGE)
-    for why in bad[:20]:
-        click.echo(f"{path}: {why}, skipped", err=True)
-    if len(bad) > 20:
-        click.echo(f"{path}: {len(bad) - 20} more lines skipped", err=True)
-    if not rows:
-        _fail(f"{path}: no rows" + (f" ({len(bad)} malformed line(s) skipped)" if bad else ""), exitcodes.NO_STATE)
+    _skipped(path, [f"{path}: {why}, skipped" for why in bad], "rows", bool(rows))
     result = judge(rows)
     result.skipped = bad
     return result, rows
+
+
+def _skipped(path: str, lines: list[str], what: str, any_read: bool) -> None:
+    """The malformed lines of an input file, the first 20 named and the rest counted; one line and exit 3
+    where none was read."""
+    for line in lines[:20]:
+        click.echo(line, err=True)
+    if len(lines) > 20:
+        click.echo(f"{path}: {len(lines) - 20} more lines skipped", err=True)
+    if not any_read:
+        _fail(f"{path}: no {what}" + (f" ({len(lines)} malformed line(s) skipped)" if lines else ""), exitcodes.NO_STATE)
 
 
 def _timings(path: str, as_json: bool) -> None:
@@ -1851,12 +1857,7 @@ def _instep_telemetry(path: str, policy) -> None:
             samples, bad = parse_telemetry(fh)
     except OSError as exc:
         _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
-    for number in bad[:20]:
-        click.echo(f"{path}:{number}: not a sample, skipped", err=True)
-    if len(bad) > 20:
-        click.echo(f"{path}: {len(bad) - 20} more lines skipped", err=True)
-    if not samples:
-        _fail(f"{path}: no samples" + (f" ({len(bad)} malformed line(s) skipped)" if bad else ""), exitcodes.NO_STATE)
+    _skipped(path, [f"{path}:{number}: not a sample, skipped" for number in bad], "samples", bool(samples))
     flags = detect(samples, Settings(window_s=policy.slurm.instep_window_s, windows=policy.slurm.instep_windows))
     click.echo(json.dumps({"flags": [f.to_dict() for f in flags], "samples": len(samples), "skipped": len(bad)},
                           indent=1))

@@ -5,6 +5,7 @@ single-node job starts none."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -13,6 +14,23 @@ import gpustate
 
 BUSY = {"clock_sm": 1980, "utilization": {"gpu": 96, "memory": 40}, "power_usage_mw": 610000,
         "clocks_event_reasons": 0}
+
+
+@contextlib.contextmanager
+def fast_samplers(mc, nodes: tuple[str, ...]):
+    """The cluster's config with a sample every 0.5 s and a window of 2 s, for the test's time; its nodes
+    healed after."""
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    config.write_text(re.sub(r"(?m)^\[slurm\]$", "[slurm]\ninstep_sample_s = 0.5\ninstep_window_s = 2\n"
+                             "instep_windows = 3", original))
+    try:
+        mc.wait_published()
+        yield
+    finally:
+        config.write_text(original)
+        for node in nodes:
+            mc.heal(node)
 
 
 def samplers(mc) -> list[str]:
@@ -25,12 +43,7 @@ def sampler_processes(mc) -> list[str]:
 
 
 def test_a_throttled_node_in_a_three_node_job_is_flagged_and_the_sampler_ends_with_the_job(mc):
-    config = mc.dir / "etc" / "gpufleet.toml"
-    original = config.read_text()
-    config.write_text(re.sub(r"(?m)^\[slurm\]$", "[slurm]\ninstep_sample_s = 0.5\ninstep_window_s = 2\n"
-                             "instep_windows = 3", original))
-    try:
-        mc.wait_published()
+    with fast_samplers(mc, ("n1", "n2", "n3")):
         for node in ("n1", "n2", "n3"):
             for gpu in range(8):
                 for key, value in BUSY.items():
@@ -71,10 +84,6 @@ def test_a_throttled_node_in_a_three_node_job_is_flagged_and_the_sampler_ends_wi
         # the digest leaves with the job: the epilog's summary carries none
         mc.wait(lambda: not any('"is":' in mc.node(n).get("Extra", "") for n in ("n1", "n2", "n3")), 30,
                 "the digests cleared")
-    finally:
-        config.write_text(original)
-        for node in ("n1", "n2", "n3"):
-            mc.heal(node)
 
 
 def test_a_node_slow_in_two_jobs_is_held_checked_when_it_frees_and_drained_only_on_confirmation(mc):
@@ -225,12 +234,7 @@ def test_two_jobs_sharing_nodes_are_sampled_on_their_own_gpus_by_minor_number_an
     """n1 and n2 number their GPUs the other way round (NVML index 0 is /dev/nvidia7): two 2-node jobs of 4
     GPUs each share the two nodes.  Slurm gives the first job /dev/nvidia0-3 (SLURM_JOB_GPUS 0,1,2,3), which
     are NVML indices 7-4: each sampler reads its own job's GPUs, and both jobs' digests stay on the node."""
-    config = mc.dir / "etc" / "gpufleet.toml"
-    original = config.read_text()
-    config.write_text(re.sub(r"(?m)^\[slurm\]$", "[slurm]\ninstep_sample_s = 0.5\ninstep_window_s = 2\n"
-                             "instep_windows = 3", original))
-    try:
-        mc.wait_published()
+    with fast_samplers(mc, ("n1", "n2")):
         for node in ("n1", "n2"):
             for gpu in range(8):
                 gpustate.set_value(str(mc.gpu_file(node)), gpu, "minor_number", 7 - gpu)
@@ -261,7 +265,3 @@ def test_two_jobs_sharing_nodes_are_sampled_on_their_own_gpus_by_minor_number_an
         for job in jobs:
             mc.run("scancel", job)
         mc.wait(lambda: not [p for p in samplers(mc) if any(f"-{j}-" in p for j in jobs)], 60, "the samplers gone")
-    finally:
-        config.write_text(original)
-        for node in ("n1", "n2"):
-            mc.heal(node)
