@@ -82,3 +82,20 @@ def test_a_sites_own_model_reaches_the_fabric_manager_question(h200):
     # a site's card with no NVLink: 0 is taken, and nothing NVLink is judged
     policy = parse_policy('[models."Acme P1"]\nmatch = "Acme P1"\nnvlink_links = 0\n')
     assert nvlink_and_fabric(board(h200, "Acme P1", active=None), policy) == []
+
+
+def test_every_model_with_nvlink_names_its_link_speed_and_a_slow_bridge_link_is_found(h200):
+    from slurm_gpufleet.catalog import gpu_models
+
+    for m in gpu_models():
+        if m.nvlink_links:
+            assert m.nvlink_gbps in (25, 26.562, 53.125), m.name
+        elif m.nvlink_links == 0:
+            assert m.nvlink_gbps is None, m.name
+    snap = board(h200, "NVIDIA H100 NVL", active=12)
+    for g in snap.gpus:
+        for link in g.nvlinks:
+            link.speed_gbps = 26.562
+    assert nvlink_and_fabric(snap) == []
+    snap.gpus[2].nvlinks[4].speed_gbps = 13.281  # a bridge link trained at half its speed
+    assert [(sev, gpu) for sev, _, gpu, _ in nvlink_and_fabric(snap)] == [("drain", 2)]
