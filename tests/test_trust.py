@@ -241,16 +241,24 @@ def test_imex_ctl_and_the_reset_program_are_judged_by_the_trust_rule(tmp_path):
     assert "writable by others" in refused[str(bin_dir / "reset")]
 
 
-def test_a_bare_program_is_found_on_roots_path_never_the_callers(tmp_path, monkeypatch):
-    from slurm_gpufleet.remediation import run_reset
-
+def test_a_bare_program_is_found_on_roots_path_never_the_callers(tmp_path):
     evil = tmp_path / "evil"
     evil.mkdir()
     marker = tmp_path / "ran"
     for name in ("true", "systemctl", "nvidia-smi"):
         (evil / name).write_text(f"#!/bin/sh\ntouch {marker}\n")
         (evil / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{evil}:{os.environ['PATH']}")
+    saved = os.environ["PATH"]
+    os.environ["PATH"] = f"{evil}:{saved}"  # the caller's PATH, its own programs first
+    try:
+        _bare_programs(marker)
+    finally:
+        os.environ["PATH"] = saved
+
+
+def _bare_programs(marker) -> None:
+    from slurm_gpufleet.remediation import run_reset
+
     assert trust.root_program("true") in ("/usr/bin/true", "/bin/true")
     assert trust.root_program("./true") is None and trust.root_program("/opt/x/reset") == "/opt/x/reset"
     result = run_reset("true {gpus}", "n1", [0, 1], 5)  # the caller's PATH has its own `true` first
