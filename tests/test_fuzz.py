@@ -76,7 +76,9 @@ def xid_lines_with_odd_fields(pci, number, rest):
 
 
 SNAPSHOT = read_report(XML).to_dict()
-HISTORY_DIR = tempfile.mkdtemp(prefix="gpufleet-fuzz-history-")
+# one history for every example, removed when the test process ends
+_HISTORY = tempfile.TemporaryDirectory(prefix="gpufleet-fuzz-history-")
+HISTORY_DIR = _HISTORY.name
 
 
 def snapshots_with_odd_values(path_choice, value):

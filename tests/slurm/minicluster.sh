@@ -297,6 +297,9 @@ imex_ctl = "$DIR/bin/nvidia-imex-ctl"
 systemctl = "$DIR/bin/fake-systemctl"
 reset_command = "$DIR/bin/fake-reset {node} {gpus}"
 reset_timeout_s = 10
+# quiet runs read Slurm at least this often: a tray its rack's escalation drained (from another tray's check)
+# sees it within 20 s here, within the 600 s default on a site
+slurm_read_every_s = 20
 validation_command = "$DIR/sbin/slurm-gpufleet-healthcheck --level deep --nhc"
 validation_timeout_minutes = 2
 
