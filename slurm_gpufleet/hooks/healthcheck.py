@@ -67,7 +67,8 @@ def run(argv: list[str] | None = None) -> int:
         watchdog.cancel()
     from ..slurm import SlurmError
 
-    if acts and _quiet(setup, snap):
+    quiet, early, running = _quiet(setup, snap) if acts else (False, None, None)
+    if quiet:
         return 0
     backend = node_info = None
     if not judge_only:
@@ -78,7 +79,9 @@ def run(argv: list[str] | None = None) -> int:
             log.error("cannot read node state from Slurm: %s", exc)
     # an idle node should have no GPU processes; a busy one is judged on everything else
     idle = bool(node_info and node_info.idle)
-    report = evaluate(snap, setup.policy, host=setup.node, expect_idle=idle or None)
+    # judged already for the quiet test, with the node's own idea of idle: used again where Slurm agrees
+    report = early if early is not None and (not running) == idle else \
+        evaluate(snap, setup.policy, host=setup.node, expect_idle=idle or None)
     if args.confirm:
         from ..lemon import confirming
 
@@ -96,26 +99,27 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _quiet(setup: Setup, snap) -> bool:
+def _quiet(setup: Setup, snap):
     """A quiet run (hooks/quiet.py): the node in service as the last Slurm read saw it, this run's verdict
-    and summary the same: the run is recorded, slurmctld is asked nothing.  False: read Slurm and act."""
+    and summary the same: the run is recorded, slurmctld is asked nothing.  Returns (quiet, the report it
+    judged or None, whether a job runs here): a run that is not quiet reads Slurm and acts."""
     from . import quiet
 
     s = setup.settings
     if s.publish == "none":
-        return False
+        return False, None, None
     view = quiet.fresh_view(s.state_dir, setup.node, s.slurm_read_every_s, setup.policy.path)
     if view is None:
-        return False
+        return False, None, None
     running = quiet.job_running_here()
     if running is None:
-        return False
+        return False, None, None
     from ..pipeline import evaluate
     from .common import encode_summary
 
     report = evaluate(snap, setup.policy, host=setup.node, expect_idle=(not running) or None)
     if report.verdict != view["verdict"] or quiet.comparable(encode_summary(report, report.verdict)) != view["summary"]:
-        return False
+        return False, report, running
     from ..history import History, db_path
     from ..snapshot import known
     from .common import KeptHistory
@@ -130,7 +134,7 @@ def _quiet(setup: Setup, snap) -> bool:
         history.close()
     log.info("healthcheck verdict %s: quiet (as Slurm last showed it, %.0f s ago): slurmctld not asked",
              report.verdict, time.time() - view["read_at"])
-    return True
+    return True, report, running
 
 
 _RUN_LOCK: int | None = None  # held until this process exits (the watchdog's os._exit included)
