@@ -39,3 +39,24 @@ def handles_of(nvml: Any, ids: frozenset[int] | None) -> list[tuple[int, Any]]:
         if minor in ids:
             out.append((index, handle))
     return out
+
+
+def slurmstepd_here(job: str | None = None, proc_root: str = "/proc") -> bool | None:
+    """A slurmstepd runs on this node (of `job`, where given: its command line reads `slurmstepd:
+    [JOB.step]`); None where /proc cannot be read."""
+    import os
+
+    try:
+        pids = [p for p in os.listdir(proc_root) if p.isdecimal()]
+    except OSError:
+        return None
+    mark = f"[{job}.".encode() if job is not None else b""
+    for pid in pids:
+        try:
+            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as fh:
+                line = fh.read(200)
+        except OSError:
+            continue
+        if line.startswith(b"slurmstepd") and mark in line:
+            return True
+    return False

@@ -250,22 +250,10 @@ RUNNING_STATES = ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"
 
 
 def stepd_running(job: str, proc_root: str = "/proc") -> bool | None:
-    """Whether a slurmstepd of the job runs on this node (its command line reads `slurmstepd: [JOB.step]`);
-    None where /proc cannot be read."""
-    try:
-        pids = [p for p in os.listdir(proc_root) if p.isdecimal()]
-    except OSError:
-        return None
-    mark = f"[{job}.".encode()
-    for pid in pids:
-        try:
-            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as fh:
-                line = fh.read(200)
-        except OSError:
-            continue
-        if line.startswith(b"slurmstepd") and mark in line:
-            return True
-    return False
+    """Whether a slurmstepd of the job runs on this node; None where /proc cannot be read."""
+    from .jobgpus import slurmstepd_here
+
+    return slurmstepd_here(job, proc_root)
 
 
 def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours: float = 240.0,

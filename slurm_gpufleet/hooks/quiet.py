@@ -101,15 +101,6 @@ def fresh_view(state_dir: str, node: str, every_s: float, config_path: str | Non
 def job_running_here(proc_root: str = "/proc") -> bool | None:
     """A slurmstepd runs on this node (a job's step, its batch script or its extern step); None where /proc
     cannot be read."""
-    try:
-        pids = [p for p in os.listdir(proc_root) if p.isdecimal()]
-    except OSError:
-        return None
-    for pid in pids:
-        try:
-            with open(os.path.join(proc_root, pid, "cmdline"), "rb") as fh:
-                if fh.read(16).startswith(b"slurmstepd"):
-                    return True
-        except OSError:
-            continue
-    return False
+    from ..jobgpus import slurmstepd_here
+
+    return slurmstepd_here(None, proc_root)
