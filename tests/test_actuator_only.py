@@ -22,6 +22,9 @@ ALLOWED = {"slurm/actuator.py", "slurm/commands.py", "slurm/pyslurm_backend.py",
 
 
 def test_no_module_but_the_actuator_calls_a_backend_write():
+    """By name, in the source: outside the backends, the in-memory Slurm and the actuator, no module calls
+    a backend's write on anything but an actuator (what the actuator's own typed methods share a name
+    with), and none takes the writer behind a read-only backend."""
     package = REPO / "slurm_gpufleet"
     found = []
     for path in sorted(package.rglob("*.py")):
@@ -30,8 +33,36 @@ def test_no_module_but_the_actuator_calls_a_backend_write():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BACKEND_WRITES:
-                found.append(f"{rel}:{node.lineno} .{node.func.attr}(")
+                target = ast.unparse(node.func.value)
+                if "actuator" not in target.lower() and not target.startswith("Actuator("):
+                    found.append(f"{rel}:{node.lineno} {target}.{node.func.attr}(")
+            if isinstance(node, ast.Name) and node.id == "writer_of" or \
+                    isinstance(node, ast.Attribute) and node.attr == "_ReadOnly__backend":
+                found.append(f"{rel}:{node.lineno} takes a writer")
     assert found == []
+
+
+def test_a_backend_is_handed_out_read_only_and_only_the_actuator_takes_its_writer(tmp_path):
+    """At run time: what `get_backend` gives every entry point reads, and refuses every write; asking for
+    the writer from anywhere but slurm/actuator.py is refused; the actuator made with it writes."""
+    from slurm_gpufleet.slurm import ReadOnly, get_backend
+    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.base import WRITES, writer_of
+    from slurm_gpufleet.slurm.ownership import MAINTAIN
+
+    backend = get_backend("commands", "/bin/false", cache_dir=str(tmp_path))
+    assert isinstance(backend, ReadOnly) and BACKEND_WRITES <= WRITES
+    for name in sorted(WRITES):
+        with pytest.raises(AttributeError, match="only the actuator writes"):
+            getattr(backend, name)
+    assert callable(backend.nodes) and callable(backend.reservations)
+    with pytest.raises(PermissionError, match="only slurm_gpufleet.slurm.actuator writes"):
+        writer_of(backend)
+    with pytest.raises(AttributeError):
+        backend.drain_nodes = print
+    recorder = Recorder()
+    Actuator(ReadOnly(recorder), MAINTAIN).delete_reservation("gpufleet_abc_s1")
+    assert recorder.calls == [("delete_reservation", "gpufleet_abc_s1")]
 
 
 class Recorder:
@@ -43,18 +74,19 @@ class Recorder:
 
 
 def test_reservations_are_changed_only_under_the_actors_own_prefix():
+    from slurm_gpufleet.slurm import effects as E
     from slurm_gpufleet.slurm.actuator import Actuator
     from slurm_gpufleet.slurm.ownership import MAINTAIN
 
     backend = Recorder()
     rollout = Actuator(backend, MAINTAIN)
-    rollout.reservation("delete_reservation", "gpufleet_abc_s1")
+    rollout.apply(E.Release("gpufleet_abc_s1"))
     with pytest.raises(SlurmError, match="may not delete reservation gpufleet-lemon-n1"):
-        rollout.reservation("delete_reservation", "gpufleet-lemon-n1")
+        rollout.apply(E.Release("gpufleet-lemon-n1"))
     with pytest.raises(SlurmError, match="may not update reservation site_maint"):
-        rollout.reservation("update_reservation", "site_maint", ["n1"])
-    with pytest.raises(ValueError):
-        rollout.reservation("drain_nodes", "gpufleet_abc_s1")
+        rollout.apply(E.Reshape("site_maint", ("n1",)))
+    with pytest.raises(SlurmError, match="may not postpone reservation site_maint"):
+        rollout.postpone_reservation("site_maint", 0.0)
     assert backend.calls == [("delete_reservation", "gpufleet_abc_s1")]
 
 
@@ -152,3 +184,44 @@ def test_at_run_time_every_write_to_the_in_memory_slurm_comes_from_the_actuator(
                  "delete_reservation", "submit_job", "set_weight_nodes"):
         assert seen.get(call), (call, seen)
     assert elsewhere == []
+
+
+def test_at_run_time_the_entry_points_write_to_slurms_commands_only_from_the_actuator(tmp_path):
+    """The programs Slurm runs, started as Slurm starts them, against a recording scontrol, with a profiler
+    on PYTHONPATH (tests/fake_slurm/write_audit) that logs each call into the command backend's writes and
+    the file it came from: the health check's drain, a confirming deep check's job comment, the prolog's
+    drain reason and the epilog's return.  Every write is seen, and each came from slurm/actuator.py."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from fake_slurm.node import fault, gpustate, setup
+
+    from slurm_gpufleet.slurm.base import WRITES
+
+    bin_dir, gpus, env = setup(tmp_path)
+    audit = tmp_path / "writes.jsonl"
+    env = {**env, "PYTHONPATH": f"{REPO / 'tests' / 'fake_slurm' / 'write_audit'}:{env['PYTHONPATH']}",
+           "GPUFLEET_WRITE_AUDIT": str(audit), "GPUFLEET_WRITE_NAMES": " ".join(sorted(WRITES))}
+    healthcheck = [sys.executable, str(REPO / "healthcheck" / "slurm-gpufleet-healthcheck")]
+
+    def run(argv, **extra):
+        r = subprocess.run(argv, env={**env, **extra}, capture_output=True, text=True, timeout=60)
+        assert "internal error" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+        return r
+
+    run(healthcheck)                                   # the first summary published
+    fault(gpus, 5, "row_remap_failure")
+    run(healthcheck)                                   # drained, the summary in the same write
+    for gpu in range(8):                               # a lemon's deep check confirms a slow node
+        gpustate.set_value(str(gpus / "n9.json"), gpu, "clock_sm", 1650)
+        gpustate.set_value(str(gpus / "n9.json"), gpu, "clocks_event_reasons", 0x20)
+    assert run(healthcheck + ["--level", "deep", "--confirm"], SLURM_JOB_ID="4242").returncode == 1
+    node = json.loads((bin_dir / "node.json").read_text())
+    assert node.get("drain"), node
+    writes = [json.loads(line) for line in audit.read_text().splitlines()]
+    made = {name for name, _, _ in writes}
+    assert {"set_fields", "drain_nodes", "set_job_comment"} <= made, writes
+    assert [w for w in writes if not w[1].endswith(os.path.join("slurm", "actuator.py"))] == []

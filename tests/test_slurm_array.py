@@ -17,8 +17,8 @@ class Slurm:
     def __init__(self, lost=()):
         self.lost, self.submitted = set(lost), []
 
-    def job(self, method, name, partition, tasks, command, output, chdir):
-        assert method == "submit_array" and command.endswith(" $SLURM_ARRAY_TASK_ID")
+    def submit_array(self, name, partition, tasks, command, output, chdir):
+        assert command.endswith(" $SLURM_ARRAY_TASK_ID")
         folder = command.split()[-2]
         self.submitted.append((name, partition, tasks, folder))
         for i in range(tasks):
@@ -58,7 +58,7 @@ def test_an_array_squeue_does_not_show_yet_is_waited_for(tmp_path):
     class Late(Slurm):
         polls = 0
 
-        def job(self, method, name, partition, tasks, command, output, chdir):
+        def submit_array(self, name, partition, tasks, command, output, chdir):
             self.submitted.append((name, partition, tasks, command.split()[-2]))
             return "42"
 

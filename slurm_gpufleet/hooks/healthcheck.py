@@ -185,8 +185,8 @@ def _confirm(setup, finding: str) -> int:
             from ..slurm.actuator import Actuator
             from ..slurm.ownership import STRAGGLER
 
-            Actuator(_backend(setup.settings), STRAGGLER, setup.settings).job(
-                "set_job_comment", job, f"{CONFIRMED_PREFIX} {finding}"[:JOB_COMMENT_MAX])
+            Actuator(_backend(setup.settings), STRAGGLER, setup.settings).set_job_comment(
+                job, f"{CONFIRMED_PREFIX} {finding}"[:JOB_COMMENT_MAX])
         except SlurmError as exc:
             log.error("cannot set job %s's comment: %s", job, exc)
     return 1

@@ -102,7 +102,7 @@ def in_slurm_array(calls: list[Callable[[], T]], partition: str, actuator, reade
     name = f"gpufleet-{os.path.basename(folder).removeprefix('.gpufleet-array-')}"
     command = f"{sys.executable} -m slurm_gpufleet.maintain.pool {folder} $SLURM_ARRAY_TASK_ID"
     try:
-        job = actuator.job("submit_array", name, partition, total, command, os.path.join(folder, "%a.log"), workdir)
+        job = actuator.submit_array(name, partition, total, command, os.path.join(folder, "%a.log"), workdir)
     except Exception as exc:  # SlurmError: sbatch refused (no such partition, ...)
         _remove(folder)
         raise ArrayError(f"the job array on {partition} was not submitted: {exc}") from None

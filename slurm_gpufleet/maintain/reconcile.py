@@ -431,9 +431,9 @@ class Engine:
         for node, reservation, partition in submit:
             minutes = -(-self.s.validation_job_timeout_s // 60)
             try:
-                job_id = Actuator(self.slurm, MAINTAIN).job(
-                    "submit_job", validation_job_name(rid), node, reservation, partition, self.s.validation_job,
-                    minutes, f"gpufleet validation of {node}")
+                job_id = Actuator(self.slurm, MAINTAIN).apply(E.Submit(
+                    validation_job_name(rid), node, reservation, partition, self.s.validation_job, minutes,
+                    f"gpufleet validation of {node}"))[0]
             except SlurmError as exc:
                 self.store.audit(rid, node, "validation job not submitted (retried next step)", str(exc), now)
                 continue
@@ -447,7 +447,7 @@ class Engine:
             counts[st] += 1
         failed = counts[S.FAILED]
         in_flight = sum(counts[s] for s in S.IN_FLIGHT) + len(self.running())
-        settled = in_flight == 0 and not writes.calls()  # and Slurm shows every node given back
+        settled = in_flight == 0 and not writes  # and Slurm shows every node given back
         if state == S.R_ROLLING_BACK:
             if settled and all(st in S.FINAL for st in v.state.values()):
                 self.final_cleanup(v.rid, v.world.now, v.world)

@@ -16,10 +16,11 @@ READS = frozenset({"nodes", "running_jobs", "reservations", "jobs_named", "node"
 
 
 class CountedReads:
-    """The backend, with its fleet reads counted (writes pass through untouched)."""
+    """The backend, with its fleet reads counted (the actuator writes to what it wraps)."""
 
     def __init__(self, backend: Any):
         self.backend = backend
+        self.__wrapped__ = backend
         self.reads = 0
 
     def __getattr__(self, name: str) -> Any:

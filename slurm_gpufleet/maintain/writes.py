@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..hostlist import fold
+from ..slurm import effects as E
 from ..slurm.base import NodeInfo, SlurmError
 
-JOB_CALLS = frozenset({"set_job_comment", "signal_job", "requeue_jobs", "cancel_jobs"})
 # never left to a later step: a job that starts on a waiting node before its slot's MAINT reservation
 # exists may run past the slot (days), and a deadline plan's job called a step late may cost the deadline.
-# A rollout makes its slot reservations once (at most schedule.MAX_RESERVATIONS of them).
-UNCAPPED = JOB_CALLS | {"create_reservation"}
-NODE_STATE_CALLS = {"drain_nodes": "drain", "resume_nodes": "resume", "set_reason_nodes": "set_reason",
-                    "reboot_asap_nodes": "reboot_asap"}
+# A rollout makes its slot reservations once (at most schedule.MAX_RESERVATIONS of them).  A node leaving
+# a reservation of ours (or the reservation going with its last node) is capacity given back, as a begun
+# slot let go is: a node done but still in a begun MAINT reservation is out of service and fills the
+# budget, so under the cap the window would wait on its own leftovers (one call per reservation, at most
+# schedule.MAX_RESERVATIONS).
+UNCAPPED = (E.JobComment, E.Signal, E.Requeue, E.Cancel, E.Reserve, E.Reshape, E.Release)
 
 
 @dataclass
@@ -44,71 +47,65 @@ class Writes:
     cancel: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
 
-    def calls(self) -> list[tuple[str, tuple[Any, ...]]]:
-        """(backend method, arguments), most urgent first: give capacity back, stop new jobs on nodes we
-        take, then the rest."""
-        out: list[tuple[str, tuple[Any, ...]]] = []
+    def effects(self, nodes: dict[str, NodeInfo]) -> list[E.Effect]:
+        """The step's writes as typed effects, most urgent first: give capacity back, stop new jobs on nodes
+        we take, then the rest.  Node-state effects carry the nodes as `nodes` (this step's read) shows
+        them; a node it does not show is left out."""
+        def infos(names: set[str]) -> tuple[NodeInfo, ...]:
+            return tuple(nodes[n] for n in sorted(names) if n in nodes)
+
+        out: list[E.Effect] = []
         if self.resume:  # capacity back first: a node done and one taken are never both out for long
-            out.append(("resume_nodes", (sorted(self.resume),)))
-        out += [("drain_nodes", (sorted(n), r)) for r, n in self.drain.items()]
-        out += [("reboot_asap_nodes", (sorted(n), r, "RESUME")) for r, n in self.reboot.items()]
-        out += [("update_reservation", (name, sorted(n))) for name, n in sorted(self.update.items())
-                if name not in self.shrunk]
-        out += [("update_reservation", (name, sorted(n))) for name, n in sorted(self.shrunk.items())
+            out.append(E.Resume(infos(self.resume)))
+        out += [E.Drain(infos(n), r) for r, n in self.drain.items()]
+        out += [E.Reboot(infos(n), r, "RESUME") for r, n in self.reboot.items()]
+        out += [E.Reshape(name, tuple(sorted(n))) for name, n in sorted(self.update.items()) if name not in self.shrunk]
+        out += [E.Reshape(name, tuple(sorted(n))) for name, n in sorted(self.shrunk.items())
                 if name not in self.given_up]
         # a slot about to begin for a domain that cannot go yet: before it holds nodes out of service
-        out += [("postpone_reservation", (name, start)) for name, start in sorted(self.postpone.items())]
-        out += [("delete_reservation", (name,)) for name in sorted(self.delete | self.given_up)]
-        out += [("set_reason_nodes", (sorted(n), r)) for r, n in self.reason.items()]
-        out += [("create_reservation", (name, sorted(n), start, minutes))
+        out += [E.Postpone(name, start) for name, start in sorted(self.postpone.items())]
+        out += [E.Release(name) for name in sorted(self.delete | self.given_up)]
+        out += [E.SetReason(infos(n), r) for r, n in self.reason.items()]
+        out += [E.Reserve(name, tuple(sorted(n)), start, minutes)
                 for name, (n, start, minutes) in sorted(self.create.items(), key=lambda kv: kv[1][1])]
-        out += [("set_weight_nodes", (sorted(n), w)) for w, n in self.weight.items()]
+        out += [E.Weight(tuple(sorted(n)), w) for w, n in self.weight.items()]
         # a deadline plan's jobs: the owner told first, then the checkpoint signal, then the stop
-        out += [("set_job_comment", (job, text)) for job, text in sorted(self.comments.items())]
-        out += [("signal_job", (job, sig, batch)) for job, (sig, batch) in sorted(self.signals.items())]
+        out += [E.JobComment(job, text) for job, text in sorted(self.comments.items())]
+        out += [E.Signal(job, sig, batch) for job, (sig, batch) in sorted(self.signals.items())]
         if self.requeue:
-            out.append(("requeue_jobs", (sorted(self.requeue),)))
+            out.append(E.Requeue(tuple(sorted(self.requeue))))
         if self.cancel:
-            out.append(("cancel_jobs", (sorted(self.cancel),)))
-        return out
+            out.append(E.Cancel(tuple(sorted(self.cancel))))
+        return [e for e in out if not isinstance(e, E.NODE_STATE) or e.nodes]
+
+    def __bool__(self) -> bool:
+        """Whether the step wants any write at all."""
+        return bool(self.resume or self.drain or self.reboot or self.update or self.shrunk or self.postpone
+                    or self.delete or self.given_up or self.reason or self.create or self.weight or self.comments
+                    or self.signals or self.requeue or self.cancel)
 
     def flush(self, slurm: Any, nodes: dict[str, NodeInfo] | None = None, cap: int | None = None) -> int:
-        """Node state changes go through the actuator (ownership: only what a rollout may touch), with the
-        nodes as this step's read showed them.  The cap bounds node changes and postponed slots; new
-        reservations, nodes leaving reservations (and reservations deleted) and a deadline plan's few job
-        calls always go (UNCAPPED and below)."""
-        from ..slurm.actuator import Actuator
+        """Every write goes through the actuator (ownership: only what a rollout may touch; its own
+        reservation prefix), node states with the nodes as this step's read showed them.  The cap bounds
+        node changes and postponed slots; new reservations, nodes leaving reservations (and reservations
+        deleted) and a deadline plan's few job calls always go (UNCAPPED)."""
+        from ..slurm.actuator import Actuator, Applied
         from ..slurm.ownership import MAINTAIN
 
         self.made: list[tuple[str, str]] = []
         actuator = Actuator(slurm, MAINTAIN)
-        calls = self.calls()
-        def free(call: tuple[str, tuple[Any, ...]]) -> bool:
-            # a node leaving a reservation of ours (or the reservation going with its last node) is capacity
-            # given back, as a begun slot let go is: a
-            # node done but still in a begun MAINT reservation is out of service and fills the budget,
-            # so under the cap the window would wait on its own leftovers (one call per reservation, at
-            # most schedule.MAX_RESERVATIONS)
-            return call[0] in UNCAPPED or call[0] in ("update_reservation", "delete_reservation")
-
-        uncapped = [c for c in calls if free(c)]
-        for method, args in [c for c in calls if not free(c)][:cap] + uncapped:
+        if nodes is None and (self.resume or self.drain or self.reboot or self.reason):
+            nodes = {n.name: n for n in slurm.nodes()}  # a caller without a read (cleanup): one, for ownership
+        effects = self.effects(nodes or {})
+        capped = [e for e in effects if not isinstance(e, UNCAPPED)]
+        for effect in capped[:cap] + [e for e in effects if isinstance(e, UNCAPPED)]:
             try:
-                if method in NODE_STATE_CALLS:
-                    if nodes is None:  # a caller without a read (cleanup): one bulk read, for ownership
-                        nodes = {n.name: n for n in slurm.nodes()}
-                    infos = [nodes[n] for n in args[0] if n in nodes]
-                    done = getattr(actuator, NODE_STATE_CALLS[method])(infos, *args[1:])
+                done = actuator.apply(effect)[0]
+                if isinstance(done, Applied):
                     self.errors += done.errors + [f"{n}: {why}" for n, why in done.left.items()]
-                elif method in JOB_CALLS:
-                    actuator.job(method, *args)
-                elif method == "set_weight_nodes":
-                    actuator.set_weight(*args)
-                else:
-                    actuator.reservation(method, *args)
             except SlurmError as exc:  # derived again next step; said in the audit log
-                self.errors.append(f"{method}: {exc}")
-            self.made.append((method, " ".join(fold(a) if isinstance(a, list) else str(a) for a in args)))
+                self.errors.append(f"{effect.label}: {exc}")
+            self.made.append((effect.label, _detail(effect)))
         return len(self.made)
 
     @property
@@ -120,3 +117,16 @@ class Writes:
     @property
     def reservations_made(self) -> int:
         return sum(1 for method, _ in getattr(self, "made", []) if method == "create_reservation")
+
+
+def _detail(effect: E.Effect) -> str:
+    """An effect's arguments as the audit log shows them: host lists folded."""
+    parts = []
+    for f in dataclasses.fields(effect):
+        value = getattr(effect, f.name)
+        if f.name == "nodes":
+            value = [getattr(n, "name", n) for n in value]
+        if value is None and f.name == "fields":
+            continue
+        parts.append(fold(value) if isinstance(value, (list, tuple)) else str(value))
+    return " ".join(parts)

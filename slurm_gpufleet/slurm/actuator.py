@@ -17,8 +17,11 @@ a rollout) calls this with the nodes as its one read of Slurm showed them.  It a
   (ownership.RESERVATION_PREFIXES), so a rollout never touches a lemon hold or a site's reservation.
 
 A node's published summary and features, a node's weight and job calls carry no ownership (they are the
-node's own facts, or a rollout's own jobs), but they go through here too: one place writes to Slurm,
-and tests/test_actuator_only.py holds every other module to it.
+node's own facts, or a rollout's own jobs), but they go through here too: one place writes to Slurm.
+Every other module holds a backend read-only (`slurm.get_backend` hands out `base.ReadOnly`); the actuator
+alone takes the writer behind it (`base.writer_of` refuses any other caller), and tests/test_actuator_only.py
+watches the programs Slurm runs write only from here.  What to write arrives as typed effects
+(slurm/effects.py) through `apply`, or through the typed call that carries each of them.
 
 Writes are batched: one Slurm call per distinct change over a host list.
 """
@@ -29,7 +32,8 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 
-from .base import NodeInfo, SlurmError
+from . import effects as E
+from .base import NodeInfo, SlurmError, writer_of
 from .ownership import MAINTAIN, RESERVATION_PREFIXES, left_alone, may_drain, owner, owns
 
 log = logging.getLogger("slurm-gpufleet")
@@ -58,7 +62,8 @@ class Actuator:
         fleet: a fleet read the caller already holds (the breaker then reads none)."""
         if actor in UNPLANNED and settings is None:
             raise TypeError(f"the {actor} actor needs the [slurm] settings: its drains go through the breaker")
-        self.backend = backend
+        self.backend = backend             # its reads (the breaker's fleet)
+        self._writer = writer_of(backend)   # its writes: held here and nowhere else
         self.actor = actor
         self.settings = settings
         self.fleet = fleet
@@ -68,34 +73,13 @@ class Actuator:
     def apply(self, *effects) -> list:
         """Carry out each effect, in order, with ownership, the breaker and the reservation prefixes as the
         calls below hold them.  Returns per effect what its call returns: an Applied for a node-state
-        change, a job id for a Submit, None for the rest."""
-        from . import effects as E
-
+        change, a job id for a Submit or SubmitArray, None for the rest."""
         out: list = []
         for e in effects:
-            if isinstance(e, E.Drain):
-                out.append(self.drain(list(e.nodes), e.reason, e.fields))
-            elif isinstance(e, E.SetReason):
-                out.append(self.set_reason(list(e.nodes), e.reason, e.fields))
-            elif isinstance(e, E.Resume):
-                out.append(self.resume(list(e.nodes), e.fields))
-            elif isinstance(e, E.Reboot):
-                out.append(self.reboot_asap(list(e.nodes), e.reason, e.next_state))
-            elif isinstance(e, E.Reserve):
-                out.append(self.reservation("create_reservation", e.name, list(e.nodes), e.start, e.minutes))
-            elif isinstance(e, E.Release):
-                out.append(self.reservation("delete_reservation", e.name))
-            elif isinstance(e, E.Submit):
-                out.append(self.job("submit_job", e.name, e.node, e.reservation, e.partition, e.command, e.minutes,
-                                    e.comment, e.output))
-            elif isinstance(e, E.Cancel):
-                out.append(self.job("cancel_jobs", list(e.job_ids)))
-            elif isinstance(e, E.Publish):
-                out.append(self.publish(e.node, e.fields))
-            elif isinstance(e, E.Weight):
-                out.append(self.set_weight(list(e.nodes), e.weight))
-            else:
+            carry = _CARRIERS.get(type(e))
+            if carry is None:
                 raise TypeError(f"not an effect: {e!r}")
+            out.append(carry(self, e))
         return out
 
     # -- node state -------------------------------------------------------------------------------
@@ -133,7 +117,7 @@ class Actuator:
             else:
                 fresh.append((info, reason))
         for reason, names in relabel.items():
-            if self._call(out, "set_reason_nodes", names, reason, *([fields] if fields else [])):
+            if self._call(out, self._writer.set_reason_nodes, names, reason, *([fields] if fields else [])):
                 out.reason_set += names
         return fresh
 
@@ -142,7 +126,7 @@ class Actuator:
         for info, reason in pairs:
             by_reason.setdefault(reason, []).append(info.name)
         for reason, names in by_reason.items():
-            if self._call(out, "drain_nodes", names, reason, *([fields] if fields else [])):
+            if self._call(out, self._writer.drain_nodes, names, reason, *([fields] if fields else [])):
                 out.done += names
 
     def drain_domain(self, domain: str, nodes: list[NodeInfo], reason: str, domains: int) -> Applied:
@@ -192,11 +176,11 @@ class Actuator:
         return out
 
     def set_reason(self, nodes: list[NodeInfo], reason: str, fields: dict[str, str] | None = None) -> Applied:
-        return self._owned(nodes, "set_reason_nodes", reason, *([fields] if fields else []),
+        return self._owned(nodes, self._writer.set_reason_nodes, reason, *([fields] if fields else []),
                            skip=lambda i: i.reason == reason)
 
     def resume(self, nodes: list[NodeInfo], fields: dict[str, str] | None = None) -> Applied:
-        return self._owned(nodes, "resume_nodes", *([fields] if fields else []))
+        return self._owned(nodes, self._writer.resume_nodes, *([fields] if fields else []))
 
     def reboot_asap(self, nodes: list[NodeInfo], reason: str, next_state: str = "RESUME") -> Applied:
         """`scontrol reboot ASAP`: Slurm drains the node and reboots it once it is empty.  An unplanned
@@ -216,7 +200,7 @@ class Actuator:
 
     def _reboots(self, nodes: list[NodeInfo], reason: str, next_state: str, out: Applied) -> None:
         names = [i.name for i in nodes]
-        if names and self._call(out, "reboot_asap_nodes", names, reason, next_state):
+        if names and self._call(out, self._writer.reboot_asap_nodes, names, reason, next_state):
             out.done = names
 
     # -- the rest of what we write ----------------------------------------------------------------
@@ -224,30 +208,55 @@ class Actuator:
         """The node's published summary and features (Extra or Comment, AvailableFeatures, ActiveFeatures),
         in one write.  A drain, reason or resume carries them in its own write instead (`fields`)."""
         if fields:
-            self.backend.set_fields(node, fields)
+            self._writer.set_fields(node, fields)
 
     def set_weight(self, names: list[str], weight: int) -> None:
-        self.backend.set_weight_nodes(names, weight)
+        self._writer.set_weight_nodes(names, weight)
 
-    def reservation(self, method: str, name: str, *args):
-        """create_reservation, update_reservation, postpone_reservation or delete_reservation, on a
-        reservation of this actor's own prefix only."""
+    def create_reservation(self, name: str, nodes: list[str], start: float | None, minutes: int) -> None:
+        self._ours(name, "create")
+        self._writer.create_reservation(name, nodes, start, minutes)
+
+    def update_reservation(self, name: str, nodes: list[str]) -> None:
+        self._ours(name, "update")
+        self._writer.update_reservation(name, nodes)
+
+    def postpone_reservation(self, name: str, start: float) -> None:
+        self._ours(name, "postpone")
+        self._writer.postpone_reservation(name, start)
+
+    def delete_reservation(self, name: str) -> None:
+        self._ours(name, "delete")
+        self._writer.delete_reservation(name)
+
+    def _ours(self, name: str, verb: str) -> None:
+        """An actor changes only the reservations of its own prefix."""
         prefix = RESERVATION_PREFIXES.get(self.actor)
-        if method not in _RESERVATION_CALLS:
-            raise ValueError(f"not a reservation call: {method}")
         if prefix is None or not name.startswith(prefix):
             mine = "* or ".join(prefix) if isinstance(prefix, tuple) else prefix or "its"
-            raise SlurmError(f"{self.actor} may not {method.split('_')[0]} reservation {name} (not {mine}*)")
-        return getattr(self.backend, method)(name, *args)
+            raise SlurmError(f"{self.actor} may not {verb} reservation {name} (not {mine}*)")
 
-    def job(self, method: str, *args):
-        """set_job_comment, signal_job, requeue_jobs, cancel_jobs, submit_job or submit_array (which
-        return the id)."""
-        if method not in _JOB_CALLS:
-            raise ValueError(f"not a job call: {method}")
-        return getattr(self.backend, method)(*args)
+    # jobs: a rollout's own (validation, upgrade arrays) and the jobs a deadline plan stops; no ownership
+    def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,
+                   comment: str, output: str = "/dev/null") -> str:
+        return self._writer.submit_job(name, node, reservation, partition, command, minutes, comment, output)
 
-    def _owned(self, nodes: list[NodeInfo], method: str, *args, skip=None) -> Applied:
+    def submit_array(self, name: str, partition: str, tasks: int, command: str, output: str, chdir: str) -> str:
+        return self._writer.submit_array(name, partition, tasks, command, output, chdir)
+
+    def set_job_comment(self, job_id: str, text: str) -> None:
+        self._writer.set_job_comment(job_id, text)
+
+    def signal_job(self, job_id: str, signal: str, batch: bool) -> None:
+        self._writer.signal_job(job_id, signal, batch)
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        self._writer.requeue_jobs(job_ids)
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        self._writer.cancel_jobs(job_ids)
+
+    def _owned(self, nodes: list[NodeInfo], write, *args, skip=None) -> Applied:
         out = Applied()
         mine = []
         for info in nodes:
@@ -256,16 +265,16 @@ class Actuator:
                 out.left[info.name] = left_alone(info)
             elif skip is None or not skip(info):
                 mine.append(info.name)
-        if mine and self._call(out, method, mine, *args):
+        if mine and self._call(out, write, mine, *args):
             out.done = mine
         return out
 
-    def _call(self, out: Applied, method: str, *args) -> bool:
+    def _call(self, out: Applied, write, *args) -> bool:
         try:
-            getattr(self.backend, method)(*args)
+            write(*args)
             return True
         except SlurmError as exc:
-            out.errors.append(f"{method}: {exc}")
+            out.errors.append(f"{write.__name__}: {exc}")
             if self.actor != MAINTAIN:  # a rollout derives its writes again next step; the others say so now
                 raise
             return False
@@ -312,9 +321,26 @@ class Actuator:
         return passed
 
 
-_RESERVATION_CALLS = frozenset({"create_reservation", "update_reservation", "postpone_reservation",
-                                "delete_reservation"})
-_JOB_CALLS = frozenset({"set_job_comment", "signal_job", "requeue_jobs", "cancel_jobs", "submit_job", "submit_array"})
+# each effect's carrier: the typed call above that holds its rule
+_CARRIERS = {
+    E.Drain: lambda a, e: a.drain(list(e.nodes), e.reason, e.fields),
+    E.SetReason: lambda a, e: a.set_reason(list(e.nodes), e.reason, e.fields),
+    E.Resume: lambda a, e: a.resume(list(e.nodes), e.fields),
+    E.Reboot: lambda a, e: a.reboot_asap(list(e.nodes), e.reason, e.next_state),
+    E.Reserve: lambda a, e: a.create_reservation(e.name, list(e.nodes), e.start, e.minutes),
+    E.Release: lambda a, e: a.delete_reservation(e.name),
+    E.Reshape: lambda a, e: a.update_reservation(e.name, list(e.nodes)),
+    E.Postpone: lambda a, e: a.postpone_reservation(e.name, e.start),
+    E.Submit: lambda a, e: a.submit_job(e.name, e.node, e.reservation, e.partition, e.command, e.minutes, e.comment,
+                                       e.output),
+    E.SubmitArray: lambda a, e: a.submit_array(e.name, e.partition, e.tasks, e.command, e.output, e.chdir),
+    E.JobComment: lambda a, e: a.set_job_comment(e.job_id, e.text),
+    E.Signal: lambda a, e: a.signal_job(e.job_id, e.signal, e.batch),
+    E.Requeue: lambda a, e: a.requeue_jobs(list(e.job_ids)),
+    E.Cancel: lambda a, e: a.cancel_jobs(list(e.job_ids)),
+    E.Publish: lambda a, e: a.publish(e.node, e.fields),
+    E.Weight: lambda a, e: a.set_weight(list(e.nodes), e.weight),
+}
 
 
 def reason_of(actor: str) -> str:

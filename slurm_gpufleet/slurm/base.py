@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class SlurmError(RuntimeError):
@@ -134,3 +135,49 @@ class SlurmBackend(Protocol):
     def set_weight_nodes(self, names: list[str], weight: int) -> None: ...
 
     def reboot_asap_nodes(self, names: list[str], reason: str, next_state: str = "RESUME") -> None: ...
+
+
+# Every write a backend makes.  Only slurm/actuator.py calls them: the backends are handed out read-only
+# (`ReadOnly`), and the actuator alone takes the writer behind one (`writer_of`).
+WRITES = frozenset({"drain", "resume", "set_reason", "reboot_asap", "set_field", "set_fields", "set_features",
+                    "drain_nodes", "resume_nodes", "set_reason_nodes", "reboot_asap_nodes", "set_weight_nodes",
+                    "create_reservation", "update_reservation", "postpone_reservation", "delete_reservation",
+                    "set_job_comment", "signal_job", "requeue_jobs", "cancel_jobs", "submit_job", "submit_array"})
+ACTUATOR = "slurm_gpufleet.slurm.actuator"
+
+
+class ReadOnly:
+    """A backend as every module of the product holds it (`slurm.get_backend`): its reads and its facts
+    (name, release); a write is an AttributeError.  The actuator takes the writer behind it."""
+
+    __slots__ = ("_ReadOnly__backend",)
+
+    def __init__(self, backend: Any) -> None:
+        object.__setattr__(self, "_ReadOnly__backend", backend)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in WRITES:
+            raise AttributeError(f"{name} is a Slurm write: only the actuator writes (slurm/actuator.py)")
+        return getattr(self.__backend, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a read-only Slurm backend cannot be changed ({name})")
+
+    def __repr__(self) -> str:
+        return f"ReadOnly({self.__backend!r})"
+
+
+def writer_of(backend: Any) -> Any:
+    """The writer behind a read-only backend, for the actuator alone (any other caller is refused).  An
+    object that is not a ReadOnly (the in-memory Slurm a simulator owns, a test's recorder) is its own
+    writer.  A wrapper that counts reads (maintain/world.CountedReads) names what it wraps `__wrapped__`."""
+    caller = sys._getframe(1).f_globals.get("__name__")
+    if caller != ACTUATOR:
+        raise PermissionError(f"{caller} asked for a Slurm writer: only {ACTUATOR} writes to Slurm")
+    while True:
+        if isinstance(backend, ReadOnly):
+            backend = backend._ReadOnly__backend
+        elif "__wrapped__" in getattr(backend, "__dict__", {}):
+            backend = backend.__dict__["__wrapped__"]
+        else:
+            return backend

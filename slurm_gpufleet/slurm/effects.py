@@ -11,6 +11,7 @@ The remedy carrier (remedy/carrier.py) writes only through these.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from .actions import one_line
 from .base import NodeInfo
@@ -30,6 +31,7 @@ class Drain(_Reasoned):
     """Drain the nodes with this reason (`fields`: the node's published summary and features, in the same
     write).  Nodes someone else holds are left; the actor's own get the new reason."""
 
+    label: ClassVar[str] = "drain_nodes"
     nodes: tuple[NodeInfo, ...]
     reason: str
     fields: dict[str, str] | None = None
@@ -39,6 +41,7 @@ class Drain(_Reasoned):
 class SetReason(_Reasoned):
     """A new reason on the actor's own held nodes."""
 
+    label: ClassVar[str] = "set_reason_nodes"
     nodes: tuple[NodeInfo, ...]
     reason: str
     fields: dict[str, str] | None = None
@@ -46,6 +49,7 @@ class SetReason(_Reasoned):
 
 @dataclass(frozen=True, eq=False)
 class Resume:
+    label: ClassVar[str] = "resume_nodes"
     nodes: tuple[NodeInfo, ...]
     fields: dict[str, str] | None = None
 
@@ -54,6 +58,7 @@ class Resume:
 class Reboot(_Reasoned):
     """`scontrol reboot ASAP`: drained at once, rebooted once empty, back `next_state` (RESUME or DOWN)."""
 
+    label: ClassVar[str] = "reboot_asap_nodes"
     nodes: tuple[NodeInfo, ...]
     reason: str
     next_state: str = "RESUME"
@@ -63,6 +68,7 @@ class Reboot(_Reasoned):
 class Reserve:
     """A MAINT reservation of the actor's own prefix on the nodes, from `start` (None: now)."""
 
+    label: ClassVar[str] = "create_reservation"
     name: str
     nodes: tuple[str, ...]
     start: float | None
@@ -73,6 +79,7 @@ class Reserve:
 class Release:
     """Delete a reservation of the actor's own prefix."""
 
+    label: ClassVar[str] = "delete_reservation"
     name: str
 
 
@@ -80,6 +87,7 @@ class Release:
 class Submit:
     """A job of ours on one node (`reservation`: in it; "": none), its output kept at `output`."""
 
+    label: ClassVar[str] = "submit_job"
     name: str
     node: str
     reservation: str
@@ -92,6 +100,7 @@ class Submit:
 
 @dataclass(frozen=True)
 class Cancel:
+    label: ClassVar[str] = "cancel_jobs"
     job_ids: tuple[str, ...]
 
 
@@ -99,14 +108,73 @@ class Cancel:
 class Publish:
     """The node's published summary and features (extra or comment, features), in one write."""
 
+    label: ClassVar[str] = "set_fields"
     node: str
     fields: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Weight:
+    label: ClassVar[str] = "set_weight_nodes"
     nodes: tuple[str, ...]
     weight: int
 
 
-Effect = Drain | SetReason | Resume | Reboot | Reserve | Release | Submit | Cancel | Publish | Weight
+@dataclass(frozen=True)
+class Reshape:
+    """A reservation of the actor's own prefix now holds these nodes (the others leave it)."""
+
+    label: ClassVar[str] = "update_reservation"
+    name: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Postpone:
+    """A reservation of the actor's own prefix, not yet begun, starts later."""
+
+    label: ClassVar[str] = "postpone_reservation"
+    name: str
+    start: float
+
+
+@dataclass(frozen=True)
+class SubmitArray:
+    """A job array of ours (`tasks` tasks), its output in `output`, run from `chdir`."""
+
+    label: ClassVar[str] = "submit_array"
+    name: str
+    partition: str
+    tasks: int
+    command: str
+    output: str
+    chdir: str
+
+
+@dataclass(frozen=True)
+class JobComment:
+    """The comment of a job a plan stops: its owner is told there first."""
+
+    label: ClassVar[str] = "set_job_comment"
+    job_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Signal:
+    label: ClassVar[str] = "signal_job"
+    job_id: str
+    signal: str
+    batch: bool
+
+
+@dataclass(frozen=True)
+class Requeue:
+    label: ClassVar[str] = "requeue_jobs"
+    job_ids: tuple[str, ...]
+
+
+Effect = (Drain | SetReason | Resume | Reboot | Reserve | Release | Reshape | Postpone | Submit | SubmitArray
+          | JobComment | Signal | Requeue | Cancel | Publish | Weight)
+NODE_STATE = (Drain, SetReason, Resume, Reboot)   # judged by ownership, node by node
+RESERVATIONS = (Reserve, Release, Reshape, Postpone)   # held to the actor's own prefix
