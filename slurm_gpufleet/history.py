@@ -49,6 +49,9 @@ _TABLES = {
     # the suspect rung (remedy/decide.py): one row per hold; state open, released, repair or ended
     "suspects": "[id] INTEGER PRIMARY KEY, [ts] REAL, [node] TEXT, [class] TEXT, [fault] TEXT, [reason] TEXT, "
                 "[state] TEXT, [passes] INTEGER, [last_pass] REAL, [ended] REAL",
+    # the NVLink domain the node's GPUs last registered in (clique, cluster UUID): a tray none of whose GPUs
+    # joins its fabric still counts for its rack when its published summary is gone
+    "domains": "[ts] REAL, [node] TEXT, [clq] INTEGER, [cuid] TEXT",
 }
 _INDEXES = {"idx_runs_hook_id": "runs (hook, id)", "idx_findings_run_id": "findings (run_id)"}
 
@@ -134,6 +137,17 @@ class History:
         with self.conn:
             self._insert("actions", {"ts": now, "time": _iso(now), "node": node, "hook": hook, "action": action,
                                      "reason": reason, "why": why, "ok": int(ok), "error": error})
+
+    def remember_domain(self, node: str, clique: int, cluster_uuid: str) -> None:
+        """A row only when the domain changed: a run that registered in the same domain writes nothing."""
+        if self.last_domain(node) != (clique, cluster_uuid):
+            with self.conn:
+                self._insert("domains", {"ts": self.clock(), "node": node, "clq": clique, "cuid": cluster_uuid})
+
+    def last_domain(self, node: str) -> tuple[int, str] | None:
+        row = self.conn.execute("select clq, cuid from domains where node = ? order by rowid desc limit 1",
+                                [node]).fetchone()
+        return (int(row[0]), str(row[1])) if row and row[0] is not None and row[1] else None
 
     def record_reboot(self, node: str, fault: str, boot: str | None) -> None:
         with self.conn:

@@ -208,3 +208,44 @@ def test_a_rack_whose_trays_registered_no_gpu_is_drained_once_as_a_rack(tmp_path
     setup = _setup("healthcheck", str(config), names[5])
     act(setup, evaluate(healthy, setup.policy, host=names[5]), "healthcheck", backend=slurm)
     assert "fdl" not in parse(slurm.node(names[5]).extra)
+
+
+def test_a_tray_whose_summary_was_cleared_keeps_the_domain_its_history_saw(tmp_path, monkeypatch):
+    """A tray registered in its rack's domain (its history remembers it); an admin then clears its Extra,
+    and at its next run none of its GPUs joins the fabric: it publishes the domain from its history, marked
+    `fdl`, so it still counts for its rack.  Only a change of domain adds a row to the history."""
+    from test_fabric import read, session
+
+    from slurm_gpufleet.history import History, db_path
+    from slurm_gpufleet.hooks.common import _setup, act
+    from slurm_gpufleet.maintain.simslurm import SimSlurm
+    from slurm_gpufleet.maintain.simulate import Simulator
+    from slurm_gpufleet.pipeline import evaluate
+    from slurm_gpufleet.summary import parse
+
+    config = tmp_path / "gpufleet.toml"
+    config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\nbreaker_threshold = "50%"\n')
+    sim = Simulator([], 2, 4)
+    sim.now = time.time()
+    slurm = SimSlurm(sim)
+    name = sim.nodes[0].name
+    monkeypatch.setenv("SLURMD_NODENAME", name)
+    healthy = read(session("gb200-tray"))
+    for _ in range(2):
+        setup = _setup("healthcheck", str(config), name)
+        act(setup, evaluate(healthy, setup.policy, host=name), "healthcheck", backend=slurm)
+    registered = parse(slurm.node(name).extra)
+    assert isinstance(registered["cuid"], str) and isinstance(registered["clq"], int) and "fdl" not in registered
+    history = History(db_path(f"{tmp_path}/state", name))
+    assert history.last_domain(name) == (registered["clq"], registered["cuid"])
+    assert history.db["domains"].count == 1
+    history.close()
+    slurm.set_fields(name, {"extra": ""})   # the admin's `scontrol update extra=`
+    broken = read(session("gb200-tray"))
+    for g in broken.gpus:
+        g.fabric.status, g.fabric.clique_id = "insufficient_resources", 0
+        g.fabric.cluster_uuid = "00000000-0000-0000-0000-000000000000"
+    setup = _setup("healthcheck", str(config), name)
+    act(setup, evaluate(broken, setup.policy, host=name), "healthcheck", backend=slurm)
+    published = parse(slurm.node(name).extra)
+    assert (published["clq"], published["cuid"], published["fdl"]) == (registered["clq"], registered["cuid"], 1)

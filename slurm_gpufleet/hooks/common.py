@@ -233,12 +233,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         if data is not None and setup.refused:
             data["cfg"] = "refused"
         shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
-        if data is not None and "cuid" not in data and isinstance(shown, dict) and isinstance(shown.get("cuid"), str) \
-                and isinstance(shown.get("clq"), int) and ("fab" in data or not [g for g in s.gpus if not g.lost]):
-            # GPUs in a fabric of which none joined it (a tray whose registrations all failed), or no GPU readable
-            # at all: the node keeps the NVLink domain it last published, marked so, and still counts for its
-            # rack (slurm/escalation.py).  GPUs that have no fabric (another board now) publish none.
-            data["clq"], data["cuid"], data["fdl"] = shown["clq"], shown["cuid"], 1
+        if data is not None:
+            _last_domain(node, data, shown, history, not [g for g in s.gpus if not g.lost])
         if data is not None and isinstance(shown, dict) and "is" in shown:
             # the in-job samplers' digests, each kept until its job's end (the epilog drops its own job's)
             kept = {j: d for j, d in live_digests(shown["is"], time.time()).items()
@@ -279,6 +275,24 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         history.prune()
     history.close()
     return done.action.kind if done.ok else "error"
+
+
+def _last_domain(node: str, data: dict, shown, history, none_readable: bool) -> None:
+    """GPUs in a fabric of which none joined it (a tray whose registrations all failed), or no GPU readable at
+    all: the node keeps the NVLink domain it last published, or, where its published summary is gone, the
+    one its history last saw, marked `fdl`, and still counts for its rack (slurm/escalation.py).  GPUs that
+    have no fabric (another board now) publish none.  A domain registered this run is remembered."""
+    if isinstance(data.get("cuid"), str) and isinstance(data.get("clq"), int):
+        history.remember_domain(node, data["clq"], data["cuid"])
+        return
+    if "cuid" in data or not ("fab" in data or none_readable):
+        return
+    if isinstance(shown, dict) and isinstance(shown.get("cuid"), str) and isinstance(shown.get("clq"), int):
+        data["clq"], data["cuid"], data["fdl"] = shown["clq"], shown["cuid"], 1
+        return
+    kept = history.last_domain(node)
+    if kept is not None:
+        data["clq"], data["cuid"], data["fdl"] = kept[0], kept[1], 1
 
 
 def _keep_view(setup: Setup, info: NodeInfo, step, done, data: dict | None, history) -> None:

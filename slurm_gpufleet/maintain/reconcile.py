@@ -195,28 +195,11 @@ class Engine:
 
     def _fold(self, v: StepView, info, effect, writes: Writes) -> None:
         """A unit's typed effect (slurm/effects.py) into the step's batched writes: one call per distinct
-        change over a host list, made by `Writes.calls` in order of urgency under the step's cap."""
-        if isinstance(effect, E.Drain):
-            if info.drained and not v.ours(info):
-                return  # someone else's drain (upgrade_held_nodes): keep their reason
-            if not info.drained:
-                writes.drain[effect.reason].add(info.name)
-            elif info.reason != effect.reason:
-                writes.reason[effect.reason].add(info.name)
-        elif isinstance(effect, E.SetReason):
-            writes.reason[effect.reason].add(info.name)
-        elif isinstance(effect, E.Resume):
-            writes.resume.add(info.name)
-        elif isinstance(effect, E.Reboot):
-            writes.reboot[effect.reason].add(info.name)
-        elif isinstance(effect, E.Weight):
-            writes.weight[effect.weight].add(info.name)
-        elif isinstance(effect, E.Reserve):
-            if v.holding(info.name) is None:
-                nodes, start, minutes = writes.create.get(effect.name, ([], effect.start, effect.minutes))
-                writes.create[effect.name] = (nodes + [info.name], start, minutes)
-        else:
+        change over a host list, made by `Writes.effects` in order of urgency under the step's cap."""
+        fold = _FOLDS.get(type(effect))
+        if fold is None:
             raise TypeError(f"not an effect a rollout unit makes: {effect!r}")
+        fold(v, info, effect, writes)
 
     def _slots(self, v: StepView, writes: Writes, m: _Moves) -> None:
         """Every waiting node's maintenance slot, a MAINT reservation: the plan's slot, as `maintain plan`
@@ -533,3 +516,29 @@ class Engine:
         self.store.apply(rid, [(row["node"], None, "", {"weight": None}) for row in rows], now)
         for error in writes.errors:
             self.store.audit(rid, None, "slurm call failed at cleanup", error, now)
+
+
+def _fold_drain(v: StepView, info, effect, writes: Writes) -> None:
+    if info.drained and not v.ours(info):
+        return  # someone else's drain (upgrade_held_nodes): keep their reason
+    if not info.drained:
+        writes.drain[effect.reason].add(info.name)
+    elif info.reason != effect.reason:
+        writes.reason[effect.reason].add(info.name)
+
+
+def _fold_reserve(v: StepView, info, effect, writes: Writes) -> None:
+    if v.holding(info.name) is None:  # a node already in a reservation of ours is held
+        nodes, start, minutes = writes.create.get(effect.name, ([], effect.start, effect.minutes))
+        writes.create[effect.name] = (nodes + [info.name], start, minutes)
+
+
+# how each effect a unit makes joins the step's writes
+_FOLDS = {
+    E.Drain: _fold_drain,
+    E.SetReason: lambda v, info, e, writes: writes.reason[e.reason].add(info.name),
+    E.Resume: lambda v, info, e, writes: writes.resume.add(info.name),
+    E.Reboot: lambda v, info, e, writes: writes.reboot[e.reason].add(info.name),
+    E.Weight: lambda v, info, e, writes: writes.weight[e.weight].add(info.name),
+    E.Reserve: _fold_reserve,
+}
