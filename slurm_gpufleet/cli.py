@@ -1343,6 +1343,12 @@ def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
     from .slurm.base import job_order
 
     published = {n.name: d for n in nodes if (d := summary.from_node(n)) and "is" in d}
+    if policy.slurm.instep_share_dir:  # the samplers wrote their digests there, not to Slurm
+        from .sampler import read_shared
+
+        for node, data in read_shared(policy.slurm.instep_share_dir).items():
+            mine = published.setdefault(node, {"gpus": data["gpus"], "is": {}})
+            mine["is"] = {**summary.digests(mine.get("is")), **data["is"]}
     samples, window_s = samples_from_digests(published)
     flags = detect(samples, Settings(window_s=window_s or policy.slurm.instep_window_s,
                                      windows=policy.slurm.instep_windows)) if samples else []

@@ -356,6 +356,9 @@ class SlurmSettings:
     instep_sample_s: float = setting(15.0, _positive)
     instep_window_s: float = setting(60.0, _positive)
     instep_windows: int = setting(3, _int(1))
+    # where the samplers write their digests instead of Slurm: a directory every node of a job and the host
+    # of `fleet stragglers --running` see (a shared file system); None: each node's summary in Slurm
+    instep_share_dir: str | None = setting(None, _abs_path)
     # lemons (lemon.py, `fleet lemons`): a node flagged in this many distinct jobs is held in a maintenance
     # reservation (lemon_hold_hours at most, its running job goes on) and the deep check (lemon_check, a
     # shell command run by sbatch --wrap; it exits 1 with its finding as the job's comment) runs there when

@@ -198,6 +198,71 @@ def publish(backend: Any, node: str, field: str, digest: dict[str, Any], setting
     Actuator(backend, HEALTH, settings).publish(node, {field: json.dumps(data, separators=(",", ":"))})
 
 
+def shared_path(share_dir: str, job: str, node: str) -> str:
+    """<share_dir>/<job>/<node>.json: one file per node of a job, written by that node's sampler alone."""
+    for part in (job, node):
+        if not part or "/" in part or part.startswith("."):
+            raise ValueError(f"not a job or node name: {part!r}")
+    return os.path.join(share_dir, job, f"{node}.json")
+
+
+def write_shared(share_dir: str, node: str, digest: dict[str, Any], model: str = "") -> None:
+    """The digest into the job's folder of the shared directory, replaced whole (a reader never sees half
+    of it).  Slurm is asked nothing: at 12,500 nodes, a write a window each would be 208 a second."""
+    path = shared_path(share_dir, str(digest["j"]), node)
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"gpufleet": 1, "gpus": model, "is": {str(digest["j"]): digest}}, fh, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def drop_shared(share_dir: str, job: str, node: str) -> None:
+    """From the epilog: this node's digest of the job goes, and the job's folder with its last one."""
+    try:
+        path = shared_path(share_dir, job, node)
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+    except (OSError, ValueError):
+        pass  # never written, or other nodes' digests still there
+
+
+def read_shared(share_dir: str, now: float | None = None, stale_s: float = 3600.0) -> dict[str, dict[str, Any]]:
+    """node -> {"gpus", "is": {job: digest}} from the shared directory, as `fleet stragglers --running`
+    reads the nodes' summaries; a file not written for `stale_s` (a node whose epilog never ran), or one
+    that is not a digest, is left out."""
+    from . import summary
+
+    now = time.time() if now is None else now
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        jobs = os.listdir(share_dir)
+    except OSError:
+        return out
+    for job in jobs:
+        try:
+            names = os.listdir(os.path.join(share_dir, job))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith(".json"):
+                continue
+            path = os.path.join(share_dir, job, name)
+            try:
+                if now - os.stat(path).st_mtime > stale_s:
+                    continue
+                with open(path) as fh:
+                    data = json.load(fh)
+            except (OSError, ValueError):
+                continue
+            kept = summary.digests(data.get("is")) if isinstance(data, dict) else {}
+            if job not in kept:
+                continue
+            node = out.setdefault(name[:-5], {"gpus": str(data.get("gpus") or ""), "is": {}})
+            node["is"][job] = kept[job]
+    return out
+
+
 @contextlib.contextmanager
 def publish_lock(state_dir: str, node: str, wait_s: float = 10.0):
     """One sampler at a time reads, merges and writes the node's summary: two jobs' samplers on one node
@@ -272,6 +337,7 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
         found = handles_of(nvml, None)  # none of them on this node's NVML: judge every GPU rather than none
     handles = [h for _, h in found]
     digest = digest_for(job, s, [i for i, _ in found] if gpus else None)
+    model = _model(nvml, handles)
     links = Links()
     deadline = time.monotonic() + max_hours * 3600
     while not stopping["now"] and time.monotonic() < deadline:
@@ -286,12 +352,27 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
             if job_gone(job, cgroup_root, backend):  # looked at once a window: a stat or two, rarely a squeue
                 break
             try:
-                with publish_lock(s.state_dir, node):
-                    publish(backend, node, s.publish if s.publish != "none" else "extra", digest.to_dict(), s)
-            except Exception as exc:  # Slurm unreachable this window: the next one tries again
+                if s.instep_share_dir:
+                    write_shared(s.instep_share_dir, node, digest.to_dict(), model)
+                else:
+                    with publish_lock(s.state_dir, node):
+                        publish(backend, node, s.publish if s.publish != "none" else "extra", digest.to_dict(), s)
+            except Exception as exc:  # Slurm unreachable, the share full: the next window tries again
                 print(f"slurm-gpufleet-sampler: could not publish: {exc}", file=sys.stderr)
         time.sleep(max(0.05, s.instep_sample_s - (time.time() - now)))
     return 0
+
+
+def _model(nvml: Any, handles: list[Any]) -> str:
+    """"8xNVIDIA H200", as the health check's summary names the node's GPUs (peers are compared by model)."""
+    names = []
+    for h in handles:
+        try:
+            name = nvml.nvmlDeviceGetName(h)
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+        except Exception:
+            continue
+    return f"{len(handles)}x{'/'.join(sorted(set(names)))}" if names else ""
 
 
 def start(state_dir: str, job: str, node: str) -> int | None:

@@ -167,7 +167,7 @@ def test_the_sampler_stops_when_its_job_s_cgroup_is_gone(tmp_path):
     state.mkdir()
     (state / "instep-42-n1.pid").write_text(str(os.getpid()))
     settings = SimpleNamespace(state_dir=str(state), instep_window_s=0.1, instep_windows=3, instep_sample_s=0.02,
-                               publish="extra")
+                               publish="extra", instep_share_dir=None)
     assert not sampler.job_gone("42", str(tmp_path / "cgroup")) and sampler.job_gone("43", str(tmp_path / "cgroup"))
     assert not sampler.job_gone("42", str(tmp_path / "no-cgroups"))  # nothing to tell by: not gone
     threading.Timer(0.5, lambda: (scope / "job_42").rmdir()).start()
@@ -453,3 +453,110 @@ def test_two_samplers_of_one_node_never_drop_each_others_window(tmp_path):
         t.join()
     final = json.loads(slurm.extra)["is"]
     assert final["1"]["w"] == [[29, []]] and final["2"]["w"] == [[29, []]] and lost == []
+
+
+def test_with_a_shared_directory_the_samplers_ask_slurm_nothing_and_stragglers_reads_their_digests(tmp_path):
+    """`instep_share_dir`: each node's sampler writes its job's digest to <dir>/<job>/<node>.json and makes
+    no Slurm call; `fleet stragglers --running` reads the folder beside the nodes' summaries and flags the
+    throttled node; the epilog drops a node's file, and the job's folder with its last one; a stale file (a
+    node whose epilog never ran) or one that is not a digest is not read."""
+    import os
+    import signal
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from slurm_gpufleet import sampler
+
+    share = tmp_path / "share"
+    state = tmp_path / "state"
+    state.mkdir()
+
+    class Nvml:
+        def nvmlInit(self):
+            pass
+
+        def nvmlDeviceGetCount(self):
+            return 2
+
+        def nvmlDeviceGetHandleByIndex(self, i):
+            return i
+
+        def nvmlDeviceGetName(self, h):
+            return "NVIDIA H200"
+
+        def nvmlDeviceGetClockInfo(self, h, kind):
+            return 1980
+
+        def nvmlDeviceGetPowerUsage(self, h):
+            return 600_000
+
+        def nvmlDeviceGetUtilizationRates(self, h):
+            return SimpleNamespace(gpu=99)
+
+        def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+            return 0
+
+    class NoSlurm:  # any call at all is a failure: the shared directory path asks Slurm nothing
+        calls: list = []
+
+        def __getattr__(self, name):
+            NoSlurm.calls.append(name)
+            raise AssertionError(f"Slurm asked: {name}")
+
+    settings = SimpleNamespace(state_dir=str(state), instep_window_s=0.1, instep_windows=3, instep_sample_s=0.02,
+                               publish="extra", instep_share_dir=str(share))
+    (state / "instep-42-n1.pid").write_text(str(os.getpid()))
+    threading.Timer(0.6, lambda: (state / "instep-42-n1.pid").unlink()).start()  # the epilog, in 0.6 s
+    handler = signal.getsignal(signal.SIGTERM)
+    scope = tmp_path / "cgroup" / "system.slice" / "slurmstepd.scope" / "job_42"
+    scope.mkdir(parents=True)
+    try:
+        assert sampler.loop(settings, NoSlurm(), Nvml(), "42", "n1", max_hours=0.01,
+                            cgroup_root=str(tmp_path / "cgroup")) == 0
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    assert NoSlurm.calls == []
+    written = json.loads((share / "42" / "n1.json").read_text())
+    assert written["gpus"] == "2xNVIDIA H200" and written["is"]["42"]["ws"] == 0.1 and written["is"]["42"]["w"]
+
+    # a 3-node job whose n2 is throttled from window 4 on, written as three samplers would
+    job_settings = SimpleNamespace(instep_window_s=2.0, instep_windows=3)
+    start = time.time() - 40
+    for node in ("n1", "n2", "n3"):
+        digest = sampler.digest_for("9", job_settings)
+        for tick in range(41):
+            t = start + tick * 0.5
+            slow = node == "n2" and tick >= 16
+            digest.add(t, [[1650.0 if slow else 1980.0, 600.0, 96.0, 0x20 if slow else 0]] * 8)
+        sampler.write_shared(str(share), node, digest.to_dict(), "8xNVIDIA H200")
+    (share / "9" / "n4.json").write_text("{not json")
+    (share / "9" / "n5.json").write_text(json.dumps({"is": {"9": {"ws": 2}}}))  # no windows: not judged
+    old = share / "9" / "n6.json"
+    old.write_text((share / "9" / "n1.json").read_text())
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    read = sampler.read_shared(str(share))
+    assert sorted(read) == ["n1", "n2", "n3", "n5"] and "9" in read["n2"]["is"]
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text("#!/bin/sh\ncase \"$1\" in --version) echo 'slurm 22.05.8';; "
+                        "*) echo 'NodeName=n1 State=ALLOCATED Partitions=gpu';; esac\n")
+    scontrol.chmod(0o755)
+    config = tmp_path / "gpufleet.toml"
+    config.write_text(f'[slurm]\nscontrol = "{scontrol}"\nstate_dir = "{state}"\ninstep_share_dir = "{share}"\n'
+                      "instep_window_s = 2\n")
+    r = run_cli("fleet", "--config", str(config), "stragglers", "--running", "--json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert [(f["job"], f["node"], f["signature"]) for f in out["flags"]] == [("9", "n2", "throttled")], out
+
+    for node in ("n1", "n2", "n3", "n5", "n6"):
+        sampler.drop_shared(str(share), "9", node)
+    assert (share / "9").exists()          # n4's unreadable file is still there
+    (share / "9" / "n4.json").unlink()
+    sampler.drop_shared(str(share), "42", "n1")
+    assert sorted(os.listdir(share)) == ["9"] and not (share / "42").exists()
+    with pytest.raises(ValueError):
+        sampler.shared_path(str(share), "../etc", "n1")

@@ -29,6 +29,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if job:
         sampler.stop(setup.settings.state_dir, job, setup.node)  # and its pid file
+        if setup.settings.instep_share_dir:
+            sampler.drop_shared(setup.settings.instep_share_dir, job, setup.node)
     from ..findings import verdict
     from ..pipeline import evaluate
     from ..readers import ReportError
