@@ -63,15 +63,55 @@ def _action(name: str, action: str, source: str) -> ActionInfo:
     return ActionInfo(name, action, actions[action]["severity"], actions[action]["text"], source)
 
 
-def nvlink5_action(xid: int, unit: str | None, fatal: bool) -> ActionInfo | None:
-    """An NVLink5 Xid line (144-150) by its unit and its Fatal/Nonfatal word (data/xid_catalog.toml
-    [[nvlink5]]); None for a unit the table does not list (the Xid's own row, or watch, then decides)."""
+def nvlink5_action(xid: int, unit: str | None, fatal: bool, intrinfo: int | None = None,
+                   error_status: int | None = None) -> ActionInfo | None:
+    """An NVLink5 Xid line (144-150): by NVIDIA's decode sheet where the line's unit, registers and error
+    status match one of its rules (data/nvlink5_decode.toml: a NETIR_LINK_EVT by its sub-code), else by
+    its unit and its Fatal/Nonfatal word (data/xid_catalog.toml [[nvlink5]]); None for a unit neither
+    lists (the Xid's own row, or watch, then decides)."""
     if not unit:
         return None
+    rule = nvlink5_rule(xid, unit, intrinfo, error_status)
+    if rule is not None:
+        action = _load("nvlink5_decode.toml")["resolutions"][rule["resolution"]]
+        return _action(rule["unit"], action, f"nvl5 decode: sub-code {rule['subcode']}, error status "
+                                             f"{rule['error_status']:#x}: {rule['severity']}, {rule['resolution']}")
     for row in _load("xid_catalog.toml").get("nvlink5", []):
         if row["xid"] == xid and (unit.startswith(row["unit"]) or row["unit"].startswith(unit)):
             return _action(row["unit"], row["fatal" if fatal else "nonfatal"], row["source"])
     return None
+
+
+def nvlink5_rule(xid: int, unit: str, intrinfo: int | None, error_status: int | None) -> dict[str, Any] | None:
+    """The decode sheet's rule for this line, or None (no registers, or no rule matches them)."""
+    if intrinfo is None or error_status is None:
+        return None
+    for rule in _nvlink5_rules().get(xid, ()):
+        parts = rule["unit"].split("/")
+        if not any(unit == p or unit.startswith(p) or p.startswith(unit) for p in parts):
+            continue
+        if rule["error_status"] == error_status and (_bits_match(rule["intrinfo_v2"], intrinfo)
+                                                      or _bits_match(rule["intrinfo_v1"], intrinfo)):
+            return rule
+    return None
+
+
+@functools.cache
+def _nvlink5_rules() -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for rule in _load("nvlink5_decode.toml")["rule"]:
+        out.setdefault(rule["xid"], []).append(rule)
+    return out
+
+
+def _bits_match(pattern: str, value: int) -> bool:
+    """A 32-character pattern, bit 31 first: '1' and '0' must match, '-' is any."""
+    if len(pattern) != 32:
+        return False
+    for i, ch in enumerate(pattern):
+        if ch != "-" and ((value >> (31 - i)) & 1) != (ch == "1"):
+            return False
+    return True
 
 
 @functools.cache

@@ -293,6 +293,10 @@ class XidEvent:
     subcode: int | None = None
     # NVLink5 Xids: the unit the line names first (NETIR_LINK_EVT, RLW_REMAP, ...)
     unit: str | None = None
+    # NVLink5 Xids: the line's first register (intrinfo) and second (the error status), which NVIDIA's
+    # decode sheet reads with the unit (catalog.nvlink5_action)
+    intrinfo: int | None = None
+    error_status: int | None = None
     # "... caused by previous Xid N": this line repeats an event already counted
     caused_by: int | None = None
     # the line is an Xid header the parser could read only in part (cut, or a form it does not know)

@@ -237,6 +237,36 @@ def test_nvlink5_xids_nonfatal_is_a_warning_and_fatal_follows_the_catalog():
     assert [(f.gpu, f.severity, f.message) for f in found] == [(0, "reboot", "Xid 149.33 NVLink5 NETIR error (Fatal)")]
 
 
+def test_nvlink5_fatal_lines_take_the_decode_sheets_rule_by_sub_code_and_error_status():
+    """NVIDIA's decode sheet keys Xid 149 NETIR_LINK_EVT by its sub-code (bits 20-25 of the first register)
+    and the error status (the second): sub-code 33 resolves RESET_GPU, sub-code 38 IGNORE (a warning, though
+    the line says Fatal).  Registers that match no rule fall back to the unit's row; the rule is named."""
+    from slurm_gpufleet.catalog import nvlink5_action
+
+    def line(intrinfo: int, status: int = 0, word: str = "Fatal") -> str:
+        return (f"[171167.7] NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT {word} XC0 i0 Link 01 "
+                f"(0x{intrinfo:08x} 0x{status:08x} 0x00000000 0x00000000 0x00000000 0x00000000)")
+
+    snap = read(session("gb200-tray"))
+    cases = [(0x021425c6, 0, "reboot", "reset_gpu", "Xid 149.33"),
+             ((38 << 20) | 0x1C6, 0, "warn", "watch", "Xid 149.38"),
+             ((40 << 20) | 0x1C6, 0, "warn", "watch", "Xid 149.40"),
+             ((38 << 20) | 0x1C6, 7, "reboot", "reset_gpu", "Xid 149.38")]   # no rule: the unit's Fatal row
+    for intrinfo, status, severity, action, label in cases:
+        snap.xid_events, snap.boots_seen = parse_kernel_log([line(intrinfo, status)])
+        found = noisy(evaluate(snap))
+        assert [(f.severity, f.action) for f in found] == [(severity, action)], (hex(intrinfo), found)
+        assert found[0].message.startswith(label), found[0].message
+    row = nvlink5_action(149, "NETIR_LINK_EVT", True, (38 << 20) | 0x1C6, 0)
+    assert row is not None and row.source == "nvl5 decode: sub-code 38, error status 0x0: Link Fatal, IGNORE"
+    # RLW_REMAP Nonfatal, error status 0x1: the sheet's XID_154_EVAL, still only a warning
+    rlw = ("NVRM: Xid (PCI:0008:01:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 01 (0x00000082 0x00000001 0x0 0x0)")
+    snap.xid_events, snap.boots_seen = parse_kernel_log([rlw])
+    found = noisy(evaluate(snap))
+    assert [(f.severity, f.action) for f in found] == [("warn", "follow_recovery_action")], found
+    assert snap.xid_events[0].intrinfo == 0x82 and snap.xid_events[0].error_status == 1
+
+
 def test_caused_by_previous_xid_counts_the_cause_once():
     from slurm_gpufleet.summary import event_counters
 

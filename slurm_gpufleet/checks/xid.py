@@ -62,7 +62,7 @@ def check(ctx: Context) -> list[Finding]:
         fatal = [e for e in evs if e.fatal is not False]
         if not fatal:  # NVLink5 "Nonfatal": the link recovered on its own; at most a warning
             codes = sorted({e.subcode for e in evs if e.subcode is not None})
-            row = nvlink5_action(number, first.unit, False)
+            row = nvlink5_action(number, first.unit, False, first.intrinfo, first.error_status)
             action = row.action if row is not None and RANK[row.severity] <= RANK["warn"] else "watch"
             units = sorted({e.unit for e in evs if e.unit})
             out.append(Finding(NAME, "warn", action, index, f"Xid {number} {info.name} (Nonfatal)",
@@ -72,7 +72,7 @@ def check(ctx: Context) -> list[Finding]:
             continue
         first = fatal[0]
         if number in NVLINK5_XIDS and first.fatal:
-            row = nvlink5_action(number, first.unit, True)
+            row = nvlink5_action(number, first.unit, True, first.intrinfo, first.error_status)
             if row is not None:  # the unit's own action (the decode sheet's resolution)
                 info = replace(info, action=row.action, severity=row.severity, action_text=row.action_text)
         label = f"{number}.{first.subcode}" if first.subcode is not None else f"{number}"

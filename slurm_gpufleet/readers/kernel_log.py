@@ -44,7 +44,7 @@ _PCI_ANY = re.compile(r"(?P<pci>(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]
 # The unit and the register may be missing ("150, Nonfatal (0x1)", "149, Nonfatal"): the word decides.
 _NVL5_UNIT = re.compile(r"^(?P<unit>[A-Z][A-Z0-9_]*[A-Z0-9])\b(?![,:])")
 _NVL5_SEV = re.compile(r"(?<![A-Za-z])(?P<sev>Fatal|Non[- ]?fatal)(?![A-Za-z])", re.I)
-_NVL5_REG = re.compile(r"\((?P<reg>0x[0-9A-Fa-f]+)")
+_NVL5_REG = re.compile(r"\((?P<reg>0x[0-9A-Fa-f]{1,8})(?:[\s,]+(?P<status>0x[0-9A-Fa-f]{1,8})\b)?")
 NVLINK5_XIDS = range(144, 151)
 # the largest Xid number the parser takes (NVIDIA's catalog ends below 200): a larger one is no Xid
 # (a corrupted or hostile line) and is counted as unparsed, never stored
@@ -250,7 +250,10 @@ def _xid(line: str, number: int) -> XidEvent | str | None:
             event.unit = unit.group("unit") if unit else None
             reg = _NVL5_REG.search(text, sev.end())
             if reg and event.unit:  # the first register of a unit's line carries the sub-code
-                event.subcode = (int(reg.group("reg"), 16) >> 20) & 0x3F
+                event.intrinfo = int(reg.group("reg"), 16)
+                event.subcode = (event.intrinfo >> 20) & 0x3F
+                if reg.group("status"):
+                    event.error_status = int(reg.group("status"), 16)
     caused = _CAUSED.search(rest)
     if caused and int(caused.group("xid")) != xid:
         event.caused_by = int(caused.group("xid"))

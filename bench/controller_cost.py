@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""What the checks cost slurmctld at fleet size (issue 46): a real slurmctld of the host's Slurm holding
+--records node records (no slurmd behind them, each with the summary a health check leaves) beside 2 real
+nodes, measured after its start-up settled (its first pings of the absent slurmd cost CPU).
+
+1. The controller's CPU per call, from /proc/<slurmctld>/stat around --calls calls of each kind made one
+   after the other, less its idle rate measured just before: a one-node read (`scontrol show node`, what a
+   health check and a Slurm-publishing sampler read), a one-node `Extra` write (what they write), a
+   one-job `squeue` (the sampler's job-gone question without cgroups or a slurmstepd), and a ping.
+2. Steady state at --nodes nodes, every node in a multi-node job, for three set-ups, from those costs and
+   the rates each set-up makes (node reads, node writes a second; controller CPU in cores):
+   * `before issue 46`: a health check reads its node every run (HealthCheckInterval --interval), a
+     sampler reads and writes its node every window (instep_window_s 60);
+   * `quiet checks, samplers through Slurm`: a quiet health check reads Slurm every slurm_read_every_s
+     (--read-every), a sampler as before;
+   * `quiet checks, shared directory`: samplers write to instep_share_dir and ask Slurm nothing.
+3. The last two replayed live at their own rate for --seconds (a sampler's read and write scaled down by
+   --sampler-scale, its CPU scaled back up), the controller's CPU measured the same way.
+
+Writes bench/results/controller_cost.json; prints the tables.  Starts its own cluster
+(tests/slurm/minicluster.sh, ports 5817/5901) and stops it.  Measures; asserts nothing.  Root.
+
+    python bench/controller_cost.py [--records 12500] [--calls 200] [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SLURM_TESTS = REPO / "tests" / "slurm"
+OUT = REPO / "bench" / "results" / "controller_cost.json"
+TICK = os.sysconf("SC_CLK_TCK")
+EXTRA = ('{"gpufleet":1,"v":"ok","drv":"580.159.04","cuda":"13.0","gpus":"8xNVIDIA H200","fw":"96.00.A5.00.1A",'
+         '"t":"2026-12-01T19:24:07Z"}')
+
+
+def cpu_s(pid: int) -> float:
+    """utime + stime of the process, in seconds."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def idle_rate(pid: int, seconds: float) -> float:
+    c0, t0 = cpu_s(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_s(pid) - c0) / (time.monotonic() - t0)
+
+
+def per_call_ms(pid: int, idle: float, calls: list[list[str]], env: dict[str, str]) -> float:
+    """The controller's CPU per call, less its idle rate over the same time."""
+    c0, t0 = cpu_s(pid), time.monotonic()
+    for argv in calls:
+        subprocess.run(argv, env=env, check=True, capture_output=True)
+    spent, wall = cpu_s(pid) - c0, time.monotonic() - t0
+    return max(0.0, spent - idle * wall) / len(calls) * 1000
+
+
+def replay(pid: int, idle: float, rates: dict[str, tuple[float, list[str]]], seconds: float,
+           env: dict[str, str]) -> dict[str, float]:
+    """Each kind of call at its rate (a second) for `seconds`, from one thread per kind, spread evenly;
+    the controller's CPU over the replay, less its idle rate, in cores, and the calls made per kind."""
+    made = {kind: 0 for kind in rates}
+    stop = time.monotonic() + seconds
+
+    def drive(kind: str, rate: float, argv: list[str]) -> None:
+        gap = 1.0 / rate
+        due = time.monotonic()
+        while due < stop:
+            subprocess.run(argv(made[kind]) if callable(argv) else argv, env=env, capture_output=True)
+            made[kind] += 1
+            due += gap
+            time.sleep(max(0.0, due - time.monotonic()))
+
+    c0, t0 = cpu_s(pid), time.monotonic()
+    threads = [threading.Thread(target=drive, args=(k, r, a)) for k, (r, a) in rates.items() if r > 0]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - t0
+    return {"cores": max(0.0, (cpu_s(pid) - c0) / wall - idle), "wall_s": round(wall, 1),
+            **{f"{k}_per_s": round(n / wall, 2) for k, n in made.items()}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=12500)
+    ap.add_argument("--nodes", type=int, default=12500, help="the fleet the steady state is computed for")
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--settle", type=float, default=90.0, help="seconds after start-up before measuring")
+    ap.add_argument("--interval", type=float, default=300.0, help="HealthCheckInterval")
+    ap.add_argument("--read-every", type=float, default=None,
+                    help="slurm_read_every_s (default: the product's default)")
+    ap.add_argument("--window", type=float, default=60.0, help="instep_window_s")
+    ap.add_argument("--sampler-scale", type=float, default=8.0,
+                    help="the live replay drives samplers' Slurm calls at 1/this of their rate")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("controller_cost: needs root (the mini-cluster)", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(REPO))
+    from slurm_gpufleet.policy import SlurmSettings
+
+    read_every = args.read_every or float(SlurmSettings().slurm_read_every_s)
+    base = Path(tempfile.mkdtemp(prefix="gpufleet-bench-ctld-", dir="/var/lib" if os.access("/var/lib", os.W_OK)
+                                 else None))
+    env = {**os.environ, "MINICLUSTER_DIR": str(base / "c"), "GPUFLEET_STATE_DIR": str(base / "c" / "gpus"),
+           "HC_INTERVAL": "3600", "PYTHON": sys.executable, "CTLD_PORT": "5817", "SLURMD_PORT_BASE": "5901",
+           "RECORD_NODES": str(args.records)}
+    up = subprocess.run(["bash", str(SLURM_TESTS / "minicluster.sh"), "up", "2"], capture_output=True, text=True,
+                        env=env, timeout=900)
+    if up.returncode:
+        print(f"controller_cost: the mini-cluster did not start: {up.stderr.strip().splitlines()[-1:]}",
+              file=sys.stderr)
+        return 2
+    values = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
+    env["SLURM_CONF"] = values["SLURM_CONF"]
+    try:
+        return measure(args, env, base / "c", read_every)
+    finally:
+        subprocess.run(["bash", str(SLURM_TESTS / "minicluster.sh"), "down"], env=env, capture_output=True,
+                       timeout=120)
+        subprocess.run(["rm", "-rf", str(base)])
+
+
+def measure(args, env: dict[str, str], cdir: Path, read_every: float) -> int:
+    pid = int((cdir / "run" / "slurmctld.pid").read_text())
+    release = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True).stdout.split()[1]
+    n = args.records
+    subprocess.run(["scontrol", "update", f"nodename=g[00001-{n:05d}]", f"extra={EXTRA}"], env=env, check=True)
+    job = subprocess.run(["sbatch", "--parsable", "-w", "n1", "-N", "1", "-t", "60", "--wrap", "sleep 3600"], env=env,
+                         check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
+    time.sleep(args.settle)
+    idle = idle_rate(pid, 20.0)
+    names = [f"g{1 + (i * 7919) % n:05d}" for i in range(args.calls)]
+    costs = {
+        "node_read": per_call_ms(pid, idle, [["scontrol", "show", "node", x] for x in names], env),
+        "node_write": per_call_ms(pid, idle, [["scontrol", "update", f"nodename={x}", f"extra={EXTRA}"]
+                                              for x in names], env),
+        "job_read": per_call_ms(pid, idle, [["squeue", "-h", "-j", job, "-o", "%T"]] * args.calls, env),
+        "ping": per_call_ms(pid, idle, [["scontrol", "ping"]] * args.calls, env),
+    }
+    nodes = args.nodes
+    setups = {
+        "before issue 46": {"reads": nodes / args.interval + nodes / args.window, "writes": nodes / args.window},
+        "quiet checks, samplers through Slurm": {"reads": nodes / read_every + nodes / args.window,
+                                                  "writes": nodes / args.window},
+        "quiet checks, shared directory": {"reads": nodes / read_every, "writes": 0.0},
+    }
+    for s in setups.values():
+        s["cores"] = (s["reads"] * costs["node_read"] + s["writes"] * costs["node_write"]) / 1000
+    print(f"Slurm {release}: slurmctld with {n} node records and 2 real nodes; idle {idle * 100:.1f} % of a core "
+          f"after {args.settle:g} s settling\n")
+    print("controller CPU per call (ms), median of nothing: the mean over", args.calls, "calls")
+    for kind, ms in costs.items():
+        print(f"  {kind:<11} {ms:7.2f}")
+    print(f"\nsteady state at {nodes} nodes, all in multi-node jobs (HealthCheckInterval {args.interval:g} s, "
+          f"slurm_read_every_s {read_every:g} s, instep_window_s {args.window:g} s)")
+    print(f"{'set-up':<40} {'reads/s':>8} {'writes/s':>9} {'cores':>7}")
+    for name, s in setups.items():
+        print(f"{name:<40} {s['reads']:>8.1f} {s['writes']:>9.1f} {s['cores']:>7.3f}")
+    scale = args.sampler_scale
+    live = {}
+    for name in ("quiet checks, samplers through Slurm", "quiet checks, shared directory"):
+        sampled = name.endswith("through Slurm")
+        rates = {"check_read": (nodes / read_every, ["scontrol", "show", "node", "g00042"])}
+        if sampled:
+            rates["sampler_read"] = (nodes / args.window / scale, ["scontrol", "show", "node", "g00043"])
+            rates["sampler_write"] = (nodes / args.window / scale,
+                                      ["scontrol", "update", "nodename=g00043", f"extra={EXTRA}"])
+        got = replay(pid, idle, rates, args.seconds, env)
+        if sampled:  # the samplers' share measured at 1/scale: scaled back, beside the checks' own
+            check_only = replay(pid, idle, {"check_read": rates["check_read"]}, args.seconds, env)
+            got["cores"] = check_only["cores"] + (got["cores"] - check_only["cores"]) * scale
+            got["sampler_scale"] = scale
+        got["cores"] = round(got["cores"], 3)
+        live[name] = got
+    print(f"\nreplayed live for {args.seconds:g} s each (samplers' calls at 1/{scale:g}, their CPU scaled back)")
+    for name, got in live.items():
+        print(f"  {name:<40} {got['cores']:.3f} cores  " + json.dumps({k: v for k, v in got.items() if k != 'cores'}))
+    result = {"release": release, "records": n, "idle_cores": round(idle, 4),
+              "per_call_ms": {k: round(v, 3) for k, v in costs.items()},
+              "steady_state": {"nodes": nodes, "interval_s": args.interval, "read_every_s": read_every,
+                               "window_s": args.window,
+                               "setups": {k: {m: round(v, 3) for m, v in s.items()} for k, s in setups.items()}},
+              "live": live}
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\nwrote {OUT.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
