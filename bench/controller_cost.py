@@ -11,9 +11,10 @@ nodes, measured after its start-up settled (its first pings of the absent slurmd
    the rates each set-up makes (node reads, node writes a second; controller CPU in cores):
    * `before issue 46`: a health check reads its node every run (HealthCheckInterval --interval), a
      sampler reads and writes its node every window (instep_window_s 60);
-   * `quiet checks, samplers through Slurm`: a quiet health check reads Slurm every slurm_read_every_s
-     (--read-every), a sampler as before;
-   * `quiet checks, shared directory`: samplers write to instep_share_dir and ask Slurm nothing.
+   * quiet checks every slurm_read_every_s (--read-every), samplers as before;
+   * quiet checks as the product spaces them at this fleet size (hooks/quiet.read_every: at most
+     slurm_reads_per_s reads a second from the whole fleet), samplers as before;
+   * the same, the samplers writing to instep_share_dir and asking Slurm nothing.
 3. The last two replayed live at their own rate for --seconds (a sampler's read and write scaled down by
    --sampler-scale, its CPU scaled back up), the controller's CPU measured the same way.
 
@@ -56,12 +57,15 @@ def idle_rate(pid: int, seconds: float) -> float:
     return (cpu_s(pid) - c0) / (time.monotonic() - t0)
 
 
-def per_call_ms(pid: int, idle: float, calls: list[list[str]], env: dict[str, str]) -> float:
-    """The controller's CPU per call, less its idle rate over the same time."""
+def per_call_ms(pid: int, calls: list[list[str]], env: dict[str, str]) -> float:
+    """The controller's CPU per call, less its idle rate over as long again just after (its pings of the
+    absent nodes come in bursts: an idle rate measured apart from the calls is too noisy for the cheap
+    ones)."""
     c0, t0 = cpu_s(pid), time.monotonic()
     for argv in calls:
         subprocess.run(argv, env=env, check=True, capture_output=True)
     spent, wall = cpu_s(pid) - c0, time.monotonic() - t0
+    idle = idle_rate(pid, wall)
     return max(0.0, spent - idle * wall) / len(calls) * 1000
 
 
@@ -113,6 +117,7 @@ def main() -> int:
     from slurm_gpufleet.policy import SlurmSettings
 
     read_every = args.read_every or float(SlurmSettings().slurm_read_every_s)
+    reads_per_s = float(SlurmSettings().slurm_reads_per_s)
     base = Path(tempfile.mkdtemp(prefix="gpufleet-bench-ctld-", dir="/var/lib" if os.access("/var/lib", os.W_OK)
                                  else None))
     env = {**os.environ, "MINICLUSTER_DIR": str(base / "c"), "GPUFLEET_STATE_DIR": str(base / "c" / "gpus"),
@@ -127,14 +132,14 @@ def main() -> int:
     values = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
     env["SLURM_CONF"] = values["SLURM_CONF"]
     try:
-        return measure(args, env, base / "c", read_every)
+        return measure(args, env, base / "c", read_every, reads_per_s)
     finally:
         subprocess.run(["bash", str(SLURM_TESTS / "minicluster.sh"), "down"], env=env, capture_output=True,
                        timeout=120)
         subprocess.run(["rm", "-rf", str(base)])
 
 
-def measure(args, env: dict[str, str], cdir: Path, read_every: float) -> int:
+def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_s: float) -> int:
     pid = int((cdir / "run" / "slurmctld.pid").read_text())
     release = subprocess.run(["slurmctld", "-V"], capture_output=True, text=True).stdout.split()[1]
     n = args.records
@@ -144,19 +149,22 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float) -> int:
     time.sleep(args.settle)
     idle = idle_rate(pid, 20.0)
     names = [f"g{1 + (i * 7919) % n:05d}" for i in range(args.calls)]
+    many = [f"g{1 + (i * 7919) % n:05d}" for i in range(5 * args.calls)]   # the cheap calls: more of them
     costs = {
-        "node_read": per_call_ms(pid, idle, [["scontrol", "show", "node", x] for x in names], env),
-        "node_write": per_call_ms(pid, idle, [["scontrol", "update", f"nodename={x}", f"extra={EXTRA}"]
-                                              for x in names], env),
-        "job_read": per_call_ms(pid, idle, [["squeue", "-h", "-j", job, "-o", "%T"]] * args.calls, env),
-        "ping": per_call_ms(pid, idle, [["scontrol", "ping"]] * args.calls, env),
+        "node_read": per_call_ms(pid, [["scontrol", "show", "node", x] for x in names], env),
+        "node_write": per_call_ms(pid, [["scontrol", "update", f"nodename={x}", f"extra={EXTRA}"] for x in many], env),
+        "job_read": per_call_ms(pid, [["squeue", "-h", "-j", job, "-o", "%T"]] * (5 * args.calls), env),
+        "ping": per_call_ms(pid, [["scontrol", "ping"]] * (5 * args.calls), env),
     }
     nodes = args.nodes
+    fleet_every = max(read_every, nodes / reads_per_s)   # hooks/quiet.read_every at this fleet size
     setups = {
         "before issue 46": {"reads": nodes / args.interval + nodes / args.window, "writes": nodes / args.window},
-        "quiet checks, samplers through Slurm": {"reads": nodes / read_every + nodes / args.window,
-                                                  "writes": nodes / args.window},
-        "quiet checks, shared directory": {"reads": nodes / read_every, "writes": 0.0},
+        f"quiet checks every {read_every:g} s, samplers through Slurm": {
+            "reads": nodes / read_every + nodes / args.window, "writes": nodes / args.window},
+        f"quiet checks every {fleet_every:g} s, samplers through Slurm": {
+            "reads": nodes / fleet_every + nodes / args.window, "writes": nodes / args.window},
+        f"quiet checks every {fleet_every:g} s, shared directory": {"reads": nodes / fleet_every, "writes": 0.0},
     }
     for s in setups.values():
         s["cores"] = (s["reads"] * costs["node_read"] + s["writes"] * costs["node_write"]) / 1000
@@ -166,15 +174,16 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float) -> int:
     for kind, ms in costs.items():
         print(f"  {kind:<11} {ms:7.2f}")
     print(f"\nsteady state at {nodes} nodes, all in multi-node jobs (HealthCheckInterval {args.interval:g} s, "
-          f"slurm_read_every_s {read_every:g} s, instep_window_s {args.window:g} s)")
-    print(f"{'set-up':<40} {'reads/s':>8} {'writes/s':>9} {'cores':>7}")
+          f"slurm_read_every_s {read_every:g} s, slurm_reads_per_s {reads_per_s:g}: a quiet node reads every "
+          f"{fleet_every:g} s; instep_window_s {args.window:g} s)")
+    print(f"{'set-up':<56} {'reads/s':>8} {'writes/s':>9} {'cores':>7}")
     for name, s in setups.items():
-        print(f"{name:<40} {s['reads']:>8.1f} {s['writes']:>9.1f} {s['cores']:>7.3f}")
+        print(f"{name:<56} {s['reads']:>8.1f} {s['writes']:>9.1f} {s['cores']:>7.3f}")
     scale = args.sampler_scale
     live = {}
-    for name in ("quiet checks, samplers through Slurm", "quiet checks, shared directory"):
+    for name in list(setups)[2:]:
         sampled = name.endswith("through Slurm")
-        rates = {"check_read": (nodes / read_every, ["scontrol", "show", "node", "g00042"])}
+        rates = {"check_read": (nodes / fleet_every, ["scontrol", "show", "node", "g00042"])}
         if sampled:
             rates["sampler_read"] = (nodes / args.window / scale, ["scontrol", "show", "node", "g00043"])
             rates["sampler_write"] = (nodes / args.window / scale,
@@ -188,10 +197,11 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float) -> int:
         live[name] = got
     print(f"\nreplayed live for {args.seconds:g} s each (samplers' calls at 1/{scale:g}, their CPU scaled back)")
     for name, got in live.items():
-        print(f"  {name:<40} {got['cores']:.3f} cores  " + json.dumps({k: v for k, v in got.items() if k != 'cores'}))
+        print(f"  {name:<56} {got['cores']:.3f} cores  " + json.dumps({k: v for k, v in got.items() if k != 'cores'}))
     result = {"release": release, "records": n, "idle_cores": round(idle, 4),
               "per_call_ms": {k: round(v, 3) for k, v in costs.items()},
               "steady_state": {"nodes": nodes, "interval_s": args.interval, "read_every_s": read_every,
+                               "reads_per_s": reads_per_s, "quiet_read_every_s": fleet_every,
                                "window_s": args.window,
                                "setups": {k: {m: round(v, 3) for m, v in s.items()} for k, s in setups.items()}},
               "live": live}

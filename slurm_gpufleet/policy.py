@@ -317,6 +317,10 @@ class SlurmSettings:
     # a quiet health-check run (its verdict and summary as the last run that read Slurm saw them, the node
     # in service) asks slurmctld nothing for this long after that read (hooks/quiet.py); 0: every run reads
     slurm_read_every_s: int = setting(600, _int(0))
+    # ... and never more often than the fleet's quiet runs together make this many reads a second: at
+    # 12,500 nodes (slurm.conf's count) a quiet node reads every 12,500 / 4 = 3,125 s (a node read costs
+    # slurmctld 10-24 ms of CPU at that size: bench/controller_cost.py)
+    slurm_reads_per_s: float = setting(4.0, _positive)
     # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits
     read_timeout_s: float = setting(20.0, _timeout)
     # "commands" (scontrol/sinfo), "pyslurm", or "auto" (pyslurm when it imports and matches)

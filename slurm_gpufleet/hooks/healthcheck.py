@@ -108,7 +108,7 @@ def _quiet(setup: Setup, snap):
     s = setup.settings
     if s.publish == "none":
         return False, None, None
-    view = quiet.fresh_view(s.state_dir, setup.node, s.slurm_read_every_s, setup.policy.path)
+    view = quiet.fresh_view(s.state_dir, setup.node, quiet.read_every(s), setup.policy.path)
     if view is None:
         return False, None, None
     running = quiet.job_running_here()

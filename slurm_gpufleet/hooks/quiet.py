@@ -78,6 +78,47 @@ def forget(state_dir: str, node: str) -> None:
         pass
 
 
+def read_every(settings: Any, slurm_conf: str | None = None) -> float:
+    """How long a quiet node goes without reading Slurm: `slurm_read_every_s`, stretched so that the whole
+    fleet's quiet runs make at most `slurm_reads_per_s` reads a second (the fleet: slurm.conf's nodes,
+    counted once per change of the file); 0 where every run reads."""
+    every = float(settings.slurm_read_every_s)
+    if every <= 0:
+        return 0.0
+    nodes = fleet_size(settings.state_dir, slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+    return max(every, (nodes or 0) / settings.slurm_reads_per_s)
+
+
+def fleet_size(state_dir: str, slurm_conf: str) -> int | None:
+    """The number of nodes slurm.conf defines, kept in the state directory beside the file's mtime (a
+    12,500-node host list is expanded once, not at every run); None where slurm.conf cannot be read."""
+    try:
+        mark = str(os.stat(slurm_conf).st_mtime_ns)
+    except OSError:
+        return None
+    kept = os.path.join(state_dir, "slurm-conf-nodes")
+    try:
+        with open(kept, encoding="utf-8") as fh:
+            seen, _, count = fh.read().partition(" ")
+        if seen == mark:
+            return int(count)
+    except (OSError, ValueError):
+        pass
+    from ..policy import slurm_conf_nodes
+
+    hosts = slurm_conf_nodes(slurm_conf)
+    if hosts is None:
+        return None
+    try:
+        tmp = f"{kept}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(f"{mark} {len(hosts)}")
+        os.replace(tmp, kept)
+    except OSError:
+        pass
+    return len(hosts)
+
+
 def fresh_view(state_dir: str, node: str, every_s: float, config_path: str | None,
                now: float | None = None) -> dict[str, Any] | None:
     """The kept view, where a run may rely on it instead of reading Slurm; None otherwise."""

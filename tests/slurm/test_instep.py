@@ -265,3 +265,95 @@ def test_two_jobs_sharing_nodes_are_sampled_on_their_own_gpus_by_minor_number_an
         for job in jobs:
             mc.run("scancel", job)
         mc.wait(lambda: not [p for p in samplers(mc) if any(f"-{j}-" in p for j in jobs)], 60, "the samplers gone")
+
+
+def test_with_a_shared_directory_the_samplers_write_nothing_to_slurm_and_the_throttled_node_is_flagged(mc):
+    """Issue 46: `instep_share_dir` names a directory the job's nodes share (here the cluster's own
+    folder).  A 3-node job's samplers write their digests there: no node's Extra carries one, and
+    `fleet stragglers --running` still flags the throttled node; the epilog removes the job's folder."""
+    share = mc.dir / "instep-share"
+    config = mc.dir / "etc" / "gpufleet.toml"
+    nodes = ("n1", "n2", "n3")
+    with fast_samplers(mc, nodes):
+        config.write_text(re.sub(r"(?m)^\[slurm\]$", f'[slurm]\ninstep_share_dir = "{share}"', config.read_text()))
+        for node in nodes:
+            for gpu in range(8):
+                for key, value in BUSY.items():
+                    gpustate.set_value(str(mc.gpu_file(node)), gpu, key, value)
+        job = mc.sbatch("-N", "3", "-w", "n[1-3]", "--gres=gpu:8", "--time=3", "--wrap", "sleep 300")
+        mc.wait(lambda: sorted(p.name for p in (share / job).glob("*.json")) == ["n1.json", "n2.json", "n3.json"]
+                if (share / job).is_dir() else False, 60, "a digest file from each of the 3 nodes")
+        time.sleep(3 * 2)
+        for gpu in range(8):
+            gpustate.set_value(str(mc.gpu_file("n2")), gpu, "clock_sm", 1650)
+            gpustate.set_value(str(mc.gpu_file("n2")), gpu, "clocks_event_reasons", 0x20)
+
+        def flagged():
+            r = mc.gpufleet("fleet", "stragglers", "--running", "--json")
+            return json.loads(r.stdout)["flags"] if r.returncode == 1 else None
+
+        flags = mc.wait(flagged, 60, lambda: "n2 flagged from the shared directory: "
+                        + mc.gpufleet("fleet", "stragglers", "--running", "--json").stdout[:1500])
+        assert {(f["node"], f["job"], f["signature"]) for f in flags} == {("n2", job, "throttled")}, flags
+        assert not any('"is":' in mc.node(n).get("Extra", "") for n in nodes), "a digest went to Slurm"
+        mc.run("scancel", job)
+        mc.wait(lambda: not (share / job).exists() and not sampler_processes(mc), 60,
+                "the job's digest folder and samplers gone with the job")
+
+
+def test_without_cgroups_a_sampler_whose_epilog_never_ran_ends_within_a_window_of_its_job(mc, tmp_path):
+    """Issue 46: this mini-cluster tracks jobs by process group (no cgroup plugin).  A sampler loop is run
+    here for a real job (no epilog will stop it), with no cgroup tree to look at: while the job's
+    slurmstepd runs it samples on; the job is cancelled, the slurmstepd goes, squeue no longer shows it
+    running, and the loop ends within a window or two, not at its max_hours."""
+    import os
+    import signal
+    import threading
+    from types import SimpleNamespace
+
+    from slurm_gpufleet import sampler
+    from slurm_gpufleet.slurm.commands import CommandBackend
+
+    class Nvml:
+        def nvmlInit(self):
+            pass
+
+        def nvmlDeviceGetCount(self):
+            return 1
+
+        def nvmlDeviceGetHandleByIndex(self, i):
+            return i
+
+        def __getattr__(self, name):  # every reading: a constant busy GPU
+            return lambda *a: SimpleNamespace(gpu=95) if "Utilization" in name else 1980
+
+    job = mc.start_job("n6", 1, 300)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / f"instep-{job}-n6.pid").write_text(str(os.getpid()))
+    settings = SimpleNamespace(state_dir=str(state), instep_window_s=1.0, instep_windows=3, instep_sample_s=0.2,
+                               publish="extra", instep_share_dir=str(tmp_path / "share"))
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = mc.env["SLURM_CONF"]
+    backend = CommandBackend(mc.run("which", "scontrol").stdout.strip())
+    seen: dict[str, object] = {}
+
+    def cancel() -> None:  # from a timer: the loop runs in this test's main thread, as it sets SIGTERM's handler
+        seen["sampling"] = (tmp_path / "share" / job / "n6.json").exists()
+        mc.run("scancel", job)
+        seen["cancelled"] = time.monotonic()
+
+    handler = signal.getsignal(signal.SIGTERM)
+    threading.Timer(4.0, cancel).start()
+    try:
+        sampler.loop(settings, backend, Nvml(), job, "n6", max_hours=0.05, cgroup_root=str(tmp_path / "no-cgroups"))
+        ended = time.monotonic()
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+    assert seen.get("sampling") is True, "the sampler was writing its digest while the job ran"
+    assert "cancelled" in seen, "the loop ended before the job was cancelled"
+    assert ended - seen["cancelled"] < 10, ended - seen["cancelled"]   # max_hours would be 180 s
