@@ -132,6 +132,12 @@ def sxid_action(sxid: int, fatal: bool | None) -> tuple[ActionInfo, str]:
 
 
 
+def ib_counters() -> list[dict[str, Any]]:
+    """The InfiniBand error counters judged by their growth, with the growth that makes a finding
+    (data/ib_counters.toml)."""
+    return _load("ib_counters.toml")["counter"]
+
+
 def failure_classes_data() -> dict[str, Any]:
     return _load("failure_classes.toml")
 

@@ -60,7 +60,7 @@ def cli() -> None:
 
 
 def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: float, live_kmsg: bool = True,
-                    host_root: str | None = None):
+                    host_root: str | None = None, ib_sysfs: str | None = None):
     """Read GPU state under the watchdog; one line and exit 3 (nothing readable) or 2 (no such file)."""
     from . import watchdog
     from .pipeline import Source, gather
@@ -69,7 +69,7 @@ def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: f
         kmsg = "/dev/kmsg"  # a live check of this node: its own kernel log too
     timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
     try:
-        return gather(Source(report=report, kernel_log=kmsg, level=level, host_root=host_root))
+        return gather(Source(report=report, kernel_log=kmsg, level=level, host_root=host_root, ib_sysfs=ib_sysfs))
     except ReportError as exc:
         named = report is None or report in str(exc) or bool(kmsg and kmsg in str(exc))
         _fail(str(exc) if named else f"{report}: {exc}", exitcodes.NO_STATE)
@@ -104,10 +104,13 @@ def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: f
 @click.option("--host-root", metavar="DIR", type=click.Path(file_okay=False, exists=True),
               help="Judge the kernels and NVIDIA modules under DIR (a mounted node image) instead of this host's; "
                    "a live check reads this host's.")
+@click.option("--ib-sysfs", metavar="DIR", type=click.Path(file_okay=False),
+              help="Judge the InfiniBand ports under DIR (a copy of /sys/class/infiniband) instead of this host's; "
+                   "a live check reads this host's ([slurm] ib_sysfs, else <host root>/sys/class/infiniband).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def check(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
           previous: str | None, expect_idle: bool, perf_baseline: str | None, level: str, timeout: float,
-          host_root: str | None, as_json: bool) -> None:
+          host_root: str | None, ib_sysfs: str | None, as_json: bool) -> None:
     """Judge a node's GPUs: live NVML, or a saved report.
 
     Exit codes: 0 ok or warn, 1 reboot or drain, 2 usage or config error, 3 no readable GPU state.
@@ -122,8 +125,9 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
         prev = _read_or_exit(previous)
     # a live check judges this host's kernels and modules; a saved report, those of --host-root only
     live = not (report or snapshot_file)
-    snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout,
-                           host_root=host_root or ("/" if live else None))
+    root = host_root or ("/" if live else None)
+    ib = ib_sysfs or (policy.slurm.ib_sysfs or os.path.join(root, "sys/class/infiniband") if root else None)
+    snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout, host_root=root, ib_sysfs=ib)
     if not snap.has_gpu_state():
         _fail("no readable GPU state in the input", exitcodes.NO_STATE)
     baseline = _perf_baseline(perf_baseline, policy) if perf_baseline else None
@@ -223,9 +227,13 @@ def reboot_check(driver: str, kernel: str | None, host_root: str, as_json: bool)
 @click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True), default="-",
               help="Where to write the JSON (default stdout).")
 @click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS")
-def snapshot(report: str | None, kmsg: str | None, level: str, output: str, timeout: float) -> None:
+@click.option("--ib-sysfs", metavar="DIR", type=click.Path(file_okay=False),
+              help="Add the InfiniBand ports under DIR (a live snapshot reads /sys/class/infiniband).")
+def snapshot(report: str | None, kmsg: str | None, level: str, output: str, timeout: float,
+             ib_sysfs: str | None) -> None:
     """Dump the node's GPU state as JSON (replay it with `check --snapshot`)."""
-    snap = _gather_or_exit(report, kmsg, level, timeout, live_kmsg=False)
+    snap = _gather_or_exit(report, kmsg, level, timeout, live_kmsg=False,
+                           ib_sysfs=ib_sysfs or (None if report else "/sys/class/infiniband"))
     text = snap.to_json()
     if output == "-":
         click.echo(text)

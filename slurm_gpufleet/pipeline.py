@@ -36,6 +36,9 @@ class Source:
     systemctl: str | None = None     # the systemctl the config names (else root's own, on a host read at /)
     # a node's own health check: (file, probe_s, window_s) keeping its fabric-manager probes across runs
     probe_memory: tuple[str, float, float] | None = None
+    # the node's InfiniBand devices (readers/ib.py), and where a node's own runs keep its port counters
+    ib_sysfs: str | None = None
+    ib_memory: str | None = None
 
 
 def kernel_log_path(kernel_log: str | None, host: str | None) -> str | None:
@@ -95,8 +98,13 @@ def gather(source: Source) -> NodeSnapshot:
 
                 path, probe_s, window_s = source.probe_memory
                 remember_fabric_manager(snap.host_facts.fabric_manager, path, time.time(), probe_s, window_s)
-    return snap
+    if source.ib_sysfs:
+        from .readers.ib import read_ib, remember
 
+        snap.ib = read_ib(source.ib_sysfs)
+        if source.ib_memory and snap.ib.ports:
+            remember(snap.ib, source.ib_memory)
+    return snap
 
 
 @dataclass

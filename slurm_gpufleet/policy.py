@@ -254,6 +254,13 @@ class NodePolicy:
     fabric_manager_probe_s: int = setting(30, _int(0))
     fabric_manager_flap_restarts: int = setting(3, _int(1))
     fabric_manager_flap_window_s: int = setting(600, _int(1))
+    # InfiniBand and RoCE (checks/infiniband.py): the ports expected ACTIVE and LinkUp (unset: not judged),
+    # the rate each must run at, what a slower one calls for, and devices left out (management and
+    # front-end NICs: globs such as "mlx5_bond_*")
+    ib_ports: int | None = setting(None, _int(0))
+    ib_rate_gbps: float | None = setting(None, _positive)
+    ib_degraded_action: str = setting("warn", _choice(*SEVERITY_CHOICES))
+    ib_exclude: list[str] = setting(check=_str_list, factory=list)
     # modes
     require_persistence: bool = setting(False, _bool)
     compute_mode: str | None = setting(None, _choice(*_COMPUTE_MODES))
@@ -321,6 +328,8 @@ class SlurmSettings:
     # 12,500 nodes (slurm.conf's count) a quiet node reads every 12,500 / 4 = 3,125 s (a node read costs
     # slurmctld 10-24 ms of CPU at that size: bench/controller_cost.py)
     slurm_reads_per_s: float = setting(4.0, _positive)
+    # where the node's InfiniBand devices are (readers/ib.py); "" is <host_root>/sys/class/infiniband
+    ib_sysfs: str = setting("", lambda v: "" if v == "" else _abs_path(v))
     # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits
     read_timeout_s: float = setting(20.0, _timeout)
     # "commands" (scontrol/sinfo), "pyslurm", or "auto" (pyslurm when it imports and matches)

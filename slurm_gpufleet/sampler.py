@@ -62,10 +62,14 @@ class Links:
             self.of[index] = None
             return None
         total, answered = 0, set()
-        for (_, link), v in zip(fields, values, strict=False):
-            if getattr(v, "nvmlReturn", 1) == 0:
-                total += int(getattr(v.value, "ullVal", 0) or getattr(v.value, "uiVal", 0))
-                answered.add(link)
+        try:
+            for (_, link), v in zip(fields, values, strict=False):
+                if getattr(v, "nvmlReturn", 1) == 0:
+                    total += int(getattr(v.value, "ullVal", 0) or getattr(v.value, "uiVal", 0))
+                    answered.add(link)
+        except (TypeError, ValueError, AttributeError):  # an answer that is not NVML's field values
+            self.of[index] = None
+            return None
         if index not in self.of:
             self.of[index] = sorted(answered) or None
         return float(total) if answered else None

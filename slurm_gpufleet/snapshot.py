@@ -380,6 +380,35 @@ class HostFacts:
 
 
 @dataclass
+class IbPort:
+    """One InfiniBand or RoCE port as sysfs shows it (readers/ib.py)."""
+
+    device: str = ""
+    port: int = 0
+    state: str = ""                  # ACTIVE, DOWN, INIT, ARMED
+    state_code: int | None = None    # 4: ACTIVE
+    phys_state: str = ""             # LinkUp, Polling, Disabled
+    phys_code: int | None = None     # 5: LinkUp
+    rate: str = ""                   # "400 Gb/sec (4X NDR)"
+    rate_gbps: float | None = None
+    link_layer: str = ""             # InfiniBand, Ethernet
+    counters: dict[str, int] = field(default_factory=dict)   # error counters since the driver loaded
+    grew: dict[str, int] = field(default_factory=dict)       # what grew since the previous run
+    since_s: float | None = None     # how long ago that run was (None: no previous run kept)
+
+
+@dataclass
+class IbState:
+    """The node's InfiniBand devices and ports, read from `root`."""
+
+    root: str = "/sys/class/infiniband"
+    present: bool = True             # False: no such directory (no HCA, or no driver)
+    devices: list[str] = field(default_factory=list)
+    ports: list[IbPort] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)
+
+
+@dataclass
 class NodeSnapshot:
     """Everything the checks judge on one node: its GPUs, driver, kernel log and host facts."""
 
@@ -418,6 +447,8 @@ class NodeSnapshot:
     # values of the input that could not be taken as they are (a null where an object belongs, a number
     # out of range): "where: what", each judged as a finding naming it, the rest of the input still read
     input_notes: list[str] = field(default_factory=list)
+    # InfiniBand and RoCE ports (readers/ib.py), when read
+    ib: IbState | None = None
 
     def gpu_by_pci(self, pci: str | None) -> Gpu | None:
         if not pci:

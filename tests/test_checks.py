@@ -9,6 +9,8 @@ from slurm_gpufleet.checks import CHECKS
 from slurm_gpufleet.policy import parse_policy
 from slurm_gpufleet.snapshot import (
     HostFacts,
+    IbPort,
+    IbState,
     KernelFacts,
     KernelModule,
     NvLink,
@@ -108,6 +110,9 @@ FAULTS = [
     ("sxid-nonfatal", with_sxids("nvidia-nvswitch4: SXid (PCI:0000:c6:00.0): 19084, Non-fatal, Link 29 AN1 Heartbeat "
                                  "Timeout Error (First)"), "", "sxid", "warn", "SXid 19084"),
     ("xid-unknown", with_xids(xid_event(9999)), "", "xid", "warn", "Xid 9999 (unknown)"),
+    ("ib-port-down", lambda s: setattr(s, "ib", IbState(ports=[IbPort("mlx5_0", 1, "DOWN", 1, "Disabled", 3,
+                                                                      "400 Gb/sec (4X NDR)", 400.0, "InfiniBand")])),
+     "[defaults]\nib_ports = 1", "infiniband", "drain", "InfiniBand mlx5_0 port 1 DOWN/Disabled"),
     ("xid-recurring", with_xids(xid_event(79, 0), xid_event(79, 1), xid_event(79, 2), boots=3), "", "xid", "drain",
      "Xid 79 after 2 reboots"),
     ("too-hot", set_("temperature.gpu_c", 86), "", "thermal", "warn", "near slowdown"),

@@ -121,8 +121,11 @@ def read_node(setup: Setup, level: str = "quick", host: bool = True) -> NodeSnap
 
     settings, node = setup.settings, setup.node
     pol = setup.policy.for_node(node)
+    root = settings.host_root.replace("%n", node)
     snap = gather(Source(level=level, kernel_log=settings.kernel_log, host=node,
-                         host_root=settings.host_root.replace("%n", node) if host else None, strict=False,
+                         host_root=root if host else None, strict=False,
+                         ib_sysfs=(settings.ib_sysfs or os.path.join(root, "sys/class/infiniband")) if host else None,
+                         ib_memory=os.path.join(settings.state_dir, f"ib-counters-{node}.json"),
                          models=setup.policy.models, systemctl=settings.systemctl or None,
                          probe_memory=(os.path.join(settings.state_dir, f"fabric-manager-{node}.json"),
                                        pol.fabric_manager_probe_s, pol.fabric_manager_flap_window_s)))

@@ -324,8 +324,20 @@ def test_without_cgroups_a_sampler_whose_epilog_never_ran_ends_within_a_window_o
         def nvmlDeviceGetHandleByIndex(self, i):
             return i
 
-        def __getattr__(self, name):  # every reading: a constant busy GPU
-            return lambda *a: SimpleNamespace(gpu=95) if "Utilization" in name else 1980
+        def nvmlDeviceGetClockInfo(self, h, kind):
+            return 1980
+
+        def nvmlDeviceGetPowerUsage(self, h):
+            return 600_000
+
+        def nvmlDeviceGetUtilizationRates(self, h):
+            return SimpleNamespace(gpu=95)
+
+        def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+            return 0
+
+        def nvmlDeviceGetFieldValues(self, h, fields):
+            return 1980  # not field values: the sampler reads no NVLink from it, and goes on
 
     job = mc.start_job("n6", 1, 300)
     state = tmp_path / "state"
@@ -342,6 +354,11 @@ def test_without_cgroups_a_sampler_whose_epilog_never_ran_ends_within_a_window_o
         seen["sampling"] = (tmp_path / "share" / job / "n6.json").exists()
         mc.run("scancel", job)
         seen["cancelled"] = time.monotonic()
+        time.sleep(8)  # what the loop sees by now, said if it has not ended
+        try:
+            seen["then"] = (sampler.stepd_running(job), backend.job_state(job))
+        except Exception as exc:  # noqa: BLE001 (said in the assertion)
+            seen["then"] = repr(exc)
 
     handler = signal.getsignal(signal.SIGTERM)
     threading.Timer(4.0, cancel).start()
@@ -356,4 +373,4 @@ def test_without_cgroups_a_sampler_whose_epilog_never_ran_ends_within_a_window_o
             os.environ["SLURM_CONF"] = saved
     assert seen.get("sampling") is True, "the sampler was writing its digest while the job ran"
     assert "cancelled" in seen, "the loop ended before the job was cancelled"
-    assert ended - seen["cancelled"] < 10, ended - seen["cancelled"]   # max_hours would be 180 s
+    assert ended - seen["cancelled"] < 10, (ended - seen["cancelled"], seen)   # max_hours would be 180 s

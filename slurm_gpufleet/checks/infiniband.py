@@ -1,0 +1,72 @@
+"""InfiniBand and RoCE links (readers/ib.py): the ports a node group expects ACTIVE and LinkUp at their rate,
+and error counters that grew since the previous run (data/ib_counters.toml).
+
+Only InfiniBand ports count towards `ib_ports` and the rate: an Ethernet (RoCE) port, a management NIC or a
+front-end bond is never taken for one, and `ib_exclude` leaves devices out by name (globs).  A missing HCA
+or a port down drains; a port below `ib_rate_gbps` is `ib_degraded_action` (warn).  With `ib_ports` unset
+the ports' state is not judged (a node without InfiniBand, a site that has not said), their counters are.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import TYPE_CHECKING
+
+from ..catalog import ib_counters
+from ..findings import Finding
+
+if TYPE_CHECKING:
+    from . import Context
+
+NAME = "infiniband"
+ORDER = 115
+
+
+def _where(port) -> str:
+    return f"{port.device} port {port.port}"
+
+
+def check(ctx: Context) -> list[Finding]:
+    ib = ctx.snapshot.ib
+    pol = ctx.policy
+    if ib is None:
+        return []
+    out = [Finding(NAME, "warn", "watch", None, "InfiniBand not readable", what) for what in ib.unread]
+    ports = [p for p in ib.ports if not any(fnmatch.fnmatchcase(p.device, g) for g in pol.ib_exclude)]
+    infiniband = [p for p in ports if p.link_layer.lower() == "infiniband"]
+    if pol.ib_ports is not None:
+        up = [p for p in infiniband if p.state.upper() == "ACTIVE" and p.phys_state.lower() == "linkup"]
+        for p in infiniband:
+            if p not in up:
+                out.append(Finding(NAME, "drain", "inspect_hardware", None, f"InfiniBand {_where(p)} "
+                                   f"{p.state or '?'}/{p.phys_state or '?'}",
+                                   f"expected ACTIVE and LinkUp ({len(up)} of {pol.ib_ports} port(s) up under "
+                                   f"{ib.root}): the cable, the transceiver, the HCA or the switch port"))
+        if len(infiniband) < pol.ib_ports:
+            seen = ", ".join(sorted({p.device for p in infiniband})) or "none"
+            out.append(Finding(NAME, "drain", "inspect_hardware", None,
+                               f"{len(infiniband)} InfiniBand port(s), {pol.ib_ports} expected",
+                               f"an HCA missing or its driver not loaded (devices: {seen}; under {ib.root})"))
+        if pol.ib_rate_gbps is not None:
+            for p in up:
+                if p.rate_gbps is not None and p.rate_gbps < pol.ib_rate_gbps:
+                    out.append(Finding(NAME, pol.ib_degraded_action, "watch" if pol.ib_degraded_action in
+                                       ("ok", "warn") else "inspect_hardware", None,
+                                       f"InfiniBand {_where(p)} at {p.rate_gbps:g} Gb/s of {pol.ib_rate_gbps:g}",
+                                       f"the link trained below its rate ({p.rate}): a cable, a transceiver "
+                                       f"or a lane gone"))
+    before = {(p.device, p.port): p for p in (ctx.previous.ib.ports if ctx.previous and ctx.previous.ib else [])}
+    for row in ib_counters():
+        for p in ports:
+            grew = p.grew.get(row["name"], 0)
+            was = before.get((p.device, p.port))
+            if p.since_s is None and was is not None:  # `check --previous SNAPSHOT`: against that one
+                now, then = p.counters.get(row["name"]), was.counters.get(row["name"])
+                grew = now - then if isinstance(now, int) and isinstance(then, int) and now > then else 0
+            if grew >= row["grew_min"]:
+                since = f" in {p.since_s:g} s" if p.since_s is not None else ""
+                out.append(Finding(NAME, row["severity"], "watch", None,
+                                   f"InfiniBand {_where(p)} {row['name']} +{grew}",
+                                   f"{row['what']}: {grew} more since the previous run{since} "
+                                   f"(now {p.counters.get(row['name'])}; source: {row['source']})"))
+    return out

@@ -1,0 +1,106 @@
+"""InfiniBand and RoCE ports from sysfs (`/sys/class/infiniband/<device>/ports/<n>/`): state, physical
+state, rate, link layer and the error counters, as the kernel's ib_core shows them (what `ibstat` prints).
+
+The error counters count since the driver loaded, so a count says nothing by itself: what moved since the
+previous run does.  `remember` keeps each port's counters in a small file of the node's own (the health
+check's state directory) and gives each port what grew since then; the check judges only that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+from ..snapshot import IbPort, IbState
+
+# the counters whose growth the check judges (data/ib_counters.toml says how much of each is too much)
+COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors", "link_error_recovery", "local_link_integrity_errors",
+            "excessive_buffer_overrun_errors")
+_RATE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
+_CODED = re.compile(r"^\s*(?P<code>\d+)\s*:\s*(?P<name>\S.*?)\s*$")
+
+
+def _text(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read(256).strip()
+    except OSError:
+        return None
+
+
+def _coded(text: str | None) -> tuple[int | None, str]:
+    """"4: ACTIVE" -> (4, "ACTIVE"); what does not read so -> (None, the text)."""
+    if text is None:
+        return None, ""
+    m = _CODED.match(text)
+    return (int(m.group("code")), m.group("name")) if m else (None, text)
+
+
+def read_ib(root: str = "/sys/class/infiniband") -> IbState:
+    """Every port of every device under `root`; a root that does not exist is an empty state (a node
+    without an HCA: the check then says whether it expected ports)."""
+    state = IbState(root=root)
+    try:
+        devices = sorted(os.listdir(root))
+    except FileNotFoundError:
+        state.present = False
+        return state
+    except OSError as exc:
+        state.unread.append(f"{root}: {exc.strerror or exc}")
+        return state
+    state.devices = devices
+    for device in devices:
+        ports_dir = os.path.join(root, device, "ports")
+        try:
+            ports = sorted(os.listdir(ports_dir), key=lambda p: (not p.isdigit(), int(p) if p.isdigit() else 0, p))
+        except OSError as exc:
+            state.unread.append(f"{device}: no ports ({exc.strerror or exc})")
+            continue
+        for name in ports:
+            if not name.isdigit():
+                continue
+            base = os.path.join(ports_dir, name)
+            code, st = _coded(_text(os.path.join(base, "state")))
+            phys_code, phys = _coded(_text(os.path.join(base, "phys_state")))
+            rate_text = _text(os.path.join(base, "rate")) or ""
+            m = _RATE.match(rate_text)
+            port = IbPort(device=device, port=int(name), state=st, state_code=code, phys_state=phys,
+                          phys_code=phys_code, rate=rate_text, rate_gbps=float(m.group("gbps")) if m else None,
+                          link_layer=_text(os.path.join(base, "link_layer")) or "")
+            for counter in COUNTERS:
+                value = _text(os.path.join(base, "counters", counter))
+                if value is not None and value.isdigit():
+                    port.counters[counter] = int(value)
+            state.ports.append(port)
+    return state
+
+
+def remember(state: IbState, path: str, now: float | None = None) -> None:
+    """Each port's counters against those the previous run kept in `path`: what grew goes into the port
+    (`grew`, over `since_s`); this run's counters are kept for the next.  A counter that went down (the
+    driver reloaded, the HCA reset) starts again from its new value: nothing grew."""
+    now = time.time() if now is None else now
+    try:
+        with open(path, encoding="utf-8") as fh:
+            kept = json.load(fh)
+        ports, then = kept.get("ports", {}), float(kept["at"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        ports, then = {}, None
+    for port in state.ports:
+        before = ports.get(f"{port.device}/{port.port}") if isinstance(ports, dict) else None
+        if not isinstance(before, dict) or then is None:
+            continue
+        port.since_s = round(now - then, 1)
+        for counter, value in port.counters.items():
+            old = before.get(counter)
+            if isinstance(old, int) and value > old:
+                port.grew[counter] = value - old
+    try:
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"at": now, "ports": {f"{p.device}/{p.port}": p.counters for p in state.ports}}, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # not kept: the next run judges no growth, never a false one
