@@ -138,6 +138,15 @@ def ib_counters() -> list[dict[str, Any]]:
     return _load("ib_counters.toml")["counter"]
 
 
+def mlx5_events() -> list[dict[str, Any]]:
+    """The mlx5 driver's kernel-log lines of failed cards and links (data/mlx5_events.toml)."""
+    return _load("mlx5_events.toml")["event"]
+
+
+def mlx5_event(name: str) -> dict[str, Any] | None:
+    return next((row for row in mlx5_events() if row["name"] == name), None)
+
+
 def failure_classes_data() -> dict[str, Any]:
     return _load("failure_classes.toml")
 

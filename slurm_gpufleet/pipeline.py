@@ -73,6 +73,7 @@ def gather(source: Source) -> NodeSnapshot:
             log = read_kernel_log_file(kernel_log)
             snap.xid_events, snap.boots_seen, snap.sxid_events = log.events, log.boots, log.sxids
             snap.xid_unparsed = log.unparsed
+            snap.nic_events = log.nics
         except (OSError, ValueError) as exc:  # unreadable, or binary (a ReportError)
             if source.strict:
                 raise

@@ -380,6 +380,19 @@ class HostFacts:
 
 
 @dataclass
+class NicEvent:
+    """A kernel-log line of the mlx5 driver that means an InfiniBand or RoCE card or its link failed
+    (data/mlx5_events.toml)."""
+
+    line: int
+    name: str                        # the event's name in the data file: health_compromised, module_error, ...
+    pci: str | None = None
+    what: str = ""                   # the line's own detail (High Temperature, 27W)
+    boot: int = 0
+    raw: str = ""
+
+
+@dataclass
 class IbPort:
     """One InfiniBand or RoCE port as sysfs shows it (readers/ib.py)."""
 
@@ -449,6 +462,8 @@ class NodeSnapshot:
     input_notes: list[str] = field(default_factory=list)
     # InfiniBand and RoCE ports (readers/ib.py), when read
     ib: IbState | None = None
+    # mlx5 driver lines of the same kernel log (cards and links that failed)
+    nic_events: list[NicEvent] = field(default_factory=list)
 
     def gpu_by_pci(self, pci: str | None) -> Gpu | None:
         if not pci:

@@ -193,3 +193,37 @@ def test_the_health_check_reads_the_hosts_ports_keeps_their_counters_and_drains_
     write(root / "mlx5_4" / "ports" / "1" / "phys_state", "3: Disabled\n")
     node = run()
     assert node.get("drain") and "InfiniBand mlx5_4 port 1 DOWN/Disabled" in node["reason"], node
+
+
+def test_mlx5_kernel_lines_of_a_failed_card_or_link_are_read_and_judged_in_the_current_boot():
+    """The mlx5 driver's own words (Linux health.c and events.c; the examples as gpud and kernel logs quote
+    them): a card whose firmware stopped answering drains, a hot transceiver or a short of power warns; a
+    line of an earlier boot is history; ACCESS_REG noise is none of them."""
+    from slurm_gpufleet.readers.kernel_log import read_kernel_log
+
+    lines = [
+        "[   17.982092] mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss count",
+        "[   17.982217] mlx5_core 0000:41:00.0: print_health_info:458:(pid 0): synd 0x8: unrecoverable hardware error",
+        "[   20.1] mlx5_core 0000:5c:00.0: mlx5_pcie_event:299:(pid 268269): Detected insufficient power on the PCIe "
+        "slot (27W).",
+        "[   21.5] mlx5_core 0000:5c:00.0: mlx5_port_module_event:1131:(pid 0): Port module event[error]: module 0, "
+        "Cable error, High Temperature",
+        "[   22.0] mlx5_core 0000:d2:00.0: mlx5_cmd_out_err:838:(pid 1441871): ACCESS_REG(0x805) op_mod(0x1) failed, "
+        "status bad resource(0x5), syndrome (0x305684), err(-22)",
+    ]
+    log = read_kernel_log(lines)
+    assert [(e.name, e.pci, e.what) for e in log.nics] == [
+        ("health_compromised", "0000:41:00", ""), ("unrecoverable", "0000:41:00", ""),
+        ("pci_power", "0000:5c:00", "27W"), ("module_error", "0000:5c:00", "High Temperature")]
+    snap = NodeSnapshot(host="n1", boots_seen=log.boots)
+    snap.nic_events = log.nics
+    report = evaluate(snap, parse_policy(""), host="n1")
+    found = sorted((f.severity, f.message) for f in report.findings if f.check == "infiniband")
+    assert found == [("drain", "mlx5 card's firmware stopped answering"),
+                     ("drain", "mlx5 card: unrecoverable hardware error"),
+                     ("warn", "mlx5 cable or transceiver error (High Temperature)"),
+                     ("warn", "mlx5 card: insufficient power on its PCIe slot (27W)")]
+    # the same lines, then a reboot: the new boot is clean
+    later = read_kernel_log(lines + ["[    0.000000] Linux version 6.1.0-28-amd64", "[    5.0] mlx5_core ok"])
+    snap.nic_events, snap.boots_seen = later.nics, later.boots
+    assert later.boots == 2 and [f for f in evaluate(snap, parse_policy(""), host="n1").findings if f.check == "infiniband"] == []

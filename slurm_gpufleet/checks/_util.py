@@ -32,3 +32,9 @@ def previous_gpu(prev: NodeSnapshot | None, gpu: Gpu) -> Gpu | None:
         if known(g.uuid) and g.uuid == gpu.uuid:
             return g
     return prev.gpu_by_pci(known(gpu.pci_bus_id))
+
+
+def current_boot(snap: NodeSnapshot, events) -> int:
+    """The boot a kernel log's events count in: the log's last (a boot with no event is clean), or, for a
+    snapshot that does not say how many boots its log spanned, the latest event's."""
+    return max(e.boot for e in events) if snap.boots_seen <= 1 else snap.boots_seen - 1

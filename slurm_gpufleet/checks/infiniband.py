@@ -12,8 +12,9 @@ from __future__ import annotations
 import fnmatch
 from typing import TYPE_CHECKING
 
-from ..catalog import ib_counters
+from ..catalog import ib_counters, mlx5_event
 from ..findings import Finding
+from ._util import current_boot
 
 if TYPE_CHECKING:
     from . import Context
@@ -22,16 +23,39 @@ NAME = "infiniband"
 ORDER = 115
 
 
+def _kernel_lines(snap) -> list[Finding]:
+    """The mlx5 driver's lines of failed cards and links in the current boot: one finding per kind and card."""
+    events = snap.nic_events
+    if not events:
+        return []
+    boot = current_boot(snap, events)
+    seen: dict[tuple[str, str | None], list] = {}
+    for e in events:
+        if e.boot == boot:
+            seen.setdefault((e.name, e.pci), []).append(e)
+    out = []
+    for (name, pci), evs in seen.items():
+        row = mlx5_event(name)
+        if row is None:
+            continue
+        what = f" ({evs[0].what})" if evs[0].what else ""
+        out.append(Finding(NAME, row["severity"], row["action"], None, f"{row['message']}{what}",
+                           f"{'PCI ' + pci if pci else 'a card'}, {len(evs)}x in the kernel log, first at line "
+                           f"{evs[0].line}: {evs[0].raw.strip()[:200]} (source: {row['source']})"))
+    return out
+
+
 def _where(port) -> str:
     return f"{port.device} port {port.port}"
 
 
 def check(ctx: Context) -> list[Finding]:
+    out = _kernel_lines(ctx.snapshot)
     ib = ctx.snapshot.ib
     pol = ctx.policy
     if ib is None:
-        return []
-    out = [Finding(NAME, "warn", "watch", None, "InfiniBand not readable", what) for what in ib.unread]
+        return out
+    out += [Finding(NAME, "warn", "watch", None, "InfiniBand not readable", what) for what in ib.unread]
     ports = [p for p in ib.ports if not any(fnmatch.fnmatchcase(p.device, g) for g in pol.ib_exclude)]
     infiniband = [p for p in ports if p.link_layer.lower() == "infiniband"]
     if pol.ib_ports is not None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..catalog import sxid_action
 from ..findings import Finding
+from ._util import current_boot
 
 if TYPE_CHECKING:
     from . import Context
@@ -22,10 +23,10 @@ def check(ctx: Context) -> list[Finding]:
     snap = ctx.snapshot
     if not snap.sxid_events:
         return []
-    current_boot = max(e.boot for e in snap.sxid_events) if snap.boots_seen <= 1 else snap.boots_seen - 1
+    boot = current_boot(snap, snap.sxid_events)
     groups: dict[tuple[int, bool | None], list] = defaultdict(list)
     for e in snap.sxid_events:
-        if e.boot == current_boot:
+        if e.boot == boot:
             groups[(e.sxid, e.fatal)].append(e)
     out: list[Finding] = []
     for (code, fatal), evs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] is not True)):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ..catalog import nvlink5_action, xid_info
 from ..findings import RANK, Finding
 from ..readers.kernel_log import NVLINK5_XIDS, XID_MAX
+from ._util import current_boot
 
 if TYPE_CHECKING:
     from . import Context
@@ -40,12 +41,12 @@ def check(ctx: Context) -> list[Finding]:
     # the cause is counted once: a follow-on line goes only where its cause is in the log for that GPU
     causes = {(e.xid, e.pci, e.boot) for e in events}
     events = [e for e in events if e.caused_by is None or (e.caused_by, e.pci, e.boot) not in causes]
-    current_boot = max(e.boot for e in events) if snap.boots_seen <= 1 else snap.boots_seen - 1
+    boot = current_boot(snap, events)
     boots_by_key: dict[tuple[int, str | None], set[int]] = defaultdict(set)
     current: dict[tuple[int, str | None], list] = defaultdict(list)
     for e in events:
         boots_by_key[(e.xid, e.pci)].add(e.boot)
-        if e.boot == current_boot and not e.cleared:
+        if e.boot == boot and not e.cleared:
             current[(e.xid, e.pci)].append(e)
     for (number, pci), evs in current.items():
         gpu = snap.gpu_by_pci(pci)

@@ -9,11 +9,12 @@ or SXid is counted as unparsed, with why (`KernelLog.unparsed`): never read as "
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..snapshot import SXidEvent, XidEvent, normalize_pci
+from ..snapshot import NicEvent, SXidEvent, XidEvent, normalize_pci
 
 # Header forms, as the open GPU kernel modules print them (src/nvidia/src/kernel/gpu/rc/kernel_rc.c,
 # krcReportXid: "NVRM: Xid (" attr "): %d, pid=%s, name=%s, %s%s" or "NVRM: Xid (" attr "): %d, %s%s",
@@ -89,6 +90,8 @@ class KernelLog:
     sxids: list[SXidEvent] = field(default_factory=list)
     # "line N: why: text" for each line that mentions an Xid or SXid and was not read as one
     unparsed: list[str] = field(default_factory=list)
+    # mlx5 lines of failed InfiniBand / RoCE cards and links (data/mlx5_events.toml)
+    nics: list[NicEvent] = field(default_factory=list)
 
 
 def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
@@ -136,6 +139,11 @@ def read_kernel_log(lines: Iterable[str]) -> KernelLog:
         gone = _THE_GPU.search(line)
         if gone:
             the_gpu = (normalize_pci(gone.group("pci")), number)
+        if "mlx5" in line:
+            nic = _nic(line, number, boot)
+            if nic is not None:
+                out.nics.append(nic)
+                continue
         sx = _SXID.search(line)
         if sx:
             why = _sxid(sx, line, number, boot, out.sxids)
@@ -159,6 +167,28 @@ def read_kernel_log(lines: Iterable[str]) -> KernelLog:
                                 f"{line.strip()[:160]}")
     out.boots = boot + 1 if seen_any else 0
     return out
+
+
+_MLX5_PCI = re.compile(r"mlx5_core\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
+
+
+@functools.cache
+def _nic_patterns() -> tuple[tuple[str, re.Pattern], ...]:
+    from ..catalog import mlx5_events
+
+    return tuple((row["name"], re.compile(row["pattern"])) for row in mlx5_events())
+
+
+def _nic(line: str, number: int, boot: int) -> NicEvent | None:
+    """An mlx5 line of data/mlx5_events.toml, or None."""
+    for name, pattern in _nic_patterns():
+        m = pattern.search(line)
+        if m:
+            pci = _MLX5_PCI.search(line)
+            what = (m.groupdict().get("what") or "").strip()[:120]
+            return NicEvent(line=number, name=name, pci=normalize_pci(pci.group("pci")) if pci else None,
+                            what=what, boot=boot, raw=line[:1000])
+    return None
 
 
 def _sxid(m: re.Match, line: str, number: int, boot: int, sxids: list[SXidEvent]) -> str | None:
