@@ -250,6 +250,9 @@ SlurmdTimeout=30
 ResumeTimeout=120
 KillWait=5
 MinJobAge=${MIN_JOB_AGE:-300}
+# job ids of their own per cluster: clusters side by side on one machine (CI's releases, a bench) would
+# otherwise each run a job 1, and a look at /proc for a job's slurmstepd would find another cluster's
+FirstJobId=$((CTLD_PORT * 1000))
 $(grep -v '^#' "$DIR/etc/slurm.conf.gpufleet")
 NodeName=n[1-$n] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$SLURMD_PORT_BASE-$((SLURMD_PORT_BASE + n - 1)) CPUs=16 RealMemory=64000 Gres=gpu:h200:$GPUS_PER_NODE State=UNKNOWN
 $(if [ "${RECORD_NODES:-0}" -gt 0 ]; then
@@ -665,6 +668,12 @@ print_env() {
 
 down() {
   local f
+  # the cluster's jobs end with it: a step's slurmstepd outlives its slurmd otherwise
+  if [ -f "$DIR/run/slurmctld.pid" ] && alive "$(cat "$DIR/run/slurmctld.pid")"; then
+    choose_release
+    SLURM_CONF="$CONF" SL scancel -u root >/dev/null 2>&1 || true
+    sleep 1
+  fi
   if [ -f "$DIR/run/reboot-agent.pid" ]; then  # first, or it could start a slurmd again
     f=$(cat "$DIR/run/reboot-agent.pid")
     rm -f "$DIR/run/reboot-agent.pid"
