@@ -243,6 +243,42 @@ def snapshot(report: str | None, kmsg: str | None, level: str, output: str, time
 
 
 @cli.command()
+@click.argument("job_id", metavar="JOBID")
+@click.option("--config", metavar="FILE", help="Policy file (its [slurm] programs).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: the job, where its record came from, the record.")
+def job(job_id: str, config: str | None, as_json: bool) -> None:
+    """What happened to a job's GPUs: the record its nodes kept in its AdminComment (Xids, memory errors,
+    what was done to a node, fault requeues), from `scontrol show job` while Slurm holds the job and from
+    `sacct` after.
+
+    Exit codes: 0 shown (or nothing to say), 2 no such job or Slurm unreadable.
+    """
+    from . import jobrecord
+    from .slurm import SlurmError
+
+    if not job_id.replace("_", "").replace("+", "").isdigit():
+        _fail(f"{job_id}: not a job id", exitcodes.USAGE)
+    backend = _backend(_load_policy(config))
+    try:
+        fields = backend.job_fields(job_id)
+        source = "slurmctld"
+        admin = fields.get("AdminComment", "") if fields is not None else None
+        if fields is None:
+            source = "accounting"
+            admin = backend.accounted_admin_comment(job_id)
+    except SlurmError as exc:
+        _fail(f"job {job_id}: {exc}", exitcodes.USAGE)
+    if admin is None:
+        _fail(f"job {job_id}: Slurm does not know it (and accounting has no record of it)", exitcodes.USAGE)
+    record = jobrecord.split("" if admin == "(null)" else admin)[1]
+    if as_json:
+        click.echo(json.dumps({"job": job_id, "source": source, "record": record}, indent=1))
+    else:
+        for line in jobrecord.lines(job_id, record):
+            click.echo(line)
+
+
+@cli.command()
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line: each GPU Xid event, each NVSwitch SXid event (\"sxid\": CODE), "

@@ -261,6 +261,9 @@ class NodePolicy:
     ib_rate_gbps: float | None = setting(None, _positive)
     ib_degraded_action: str = setting("warn", _choice(*SEVERITY_CHOICES))
     ib_exclude: list[str] = setting(check=_str_list, factory=list)
+    # a job that this many fault requeues sent back (a failed prolog on its node, each time) stays held
+    # with the nodes that failed it named in its record (unset: never held for it)
+    max_fault_requeues: int | None = setting(None, _int(1))
     # modes
     require_persistence: bool = setting(False, _bool)
     compute_mode: str | None = setting(None, _choice(*_COMPUTE_MODES))

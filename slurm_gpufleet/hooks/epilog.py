@@ -59,6 +59,8 @@ def run(argv: list[str] | None = None) -> int:
     for f in extra:
         log.warning("job %s: %s gpu %s: %s", job, f.check, f.gpu, f.detail or f.message)
     result = act(setup, report, "epilog", job=job, extra_findings=extra)
+    if job and result != "error":
+        _record(setup, job, extra, report, result)
     if job:
         try:
             os.unlink(_window_path(setup.settings, setup.node, job))
@@ -66,6 +68,31 @@ def run(argv: list[str] | None = None) -> int:
             pass
     # when Slurm cannot be told, let it drain the node itself ("Epilog error") rather than pass a bad node
     return 1 if result == "error" and verdict(report.findings + extra) in ("reboot", "drain") else 0
+
+
+def _record(setup, job: str, extra: list, report, result: str) -> None:
+    """What happened to the job's GPUs here, in the job's own record (jobrecord.py): nothing is written when
+    there is nothing to say, so a quiet job costs slurmctld nothing."""
+    from .. import jobrecord
+    from ..findings import verdict
+    from ..slurm import SlurmError
+    from ..slurm.actions import make_reason, worst
+    from ..slurm.actuator import Actuator
+    from ..slurm.ownership import HEALTH
+    from .common import _backend
+    from .jobs import record_part
+
+    findings = report.findings + extra
+    action = f"{result}: {make_reason(worst(findings))}" if verdict(findings) in ("reboot", "drain") else None
+    part = jobrecord.node_part(extra, action)
+    if not part:
+        return
+    try:
+        backend = _backend(setup.settings)
+        if not record_part(backend, Actuator(backend, HEALTH, setup.settings), job, setup.node, part):
+            log.warning("job %s: its record was not kept (the job is gone, or its nodes' writes kept crossing)", job)
+    except SlurmError as exc:
+        log.warning("job %s: its record not written: %s", job, exc)
 
 
 def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | None, window: dict) -> list[Finding]:

@@ -66,3 +66,27 @@ def _counters(g) -> dict[str, int | None]:
     return {"dram_uncorrected": n(g.ecc.volatile_dram_uncorrected), "sram_uncorrected": n(g.ecc.volatile_sram_uncorrected),
             "dram_corrected": n(g.ecc.volatile_dram_corrected), "remap_uncorrectable": n(g.remapped_rows.uncorrectable),
             "remap_correctable": n(g.remapped_rows.correctable), "retired_dbe": n(g.retired_pages.double_bit)}
+
+
+def record_part(backend, actuator, job: str, node: str, part: dict, tries: int = 6, sleep=time.sleep,
+                rand=None) -> bool:
+    """This node's part of the job's record (jobrecord.py) into its AdminComment, merged with what the job's
+    other nodes wrote: read, merge, write, read back; a write of another node that crossed ours is merged
+    again, up to `tries` times.  False where the job is gone or the part could not be kept."""
+    import random
+
+    from .. import jobrecord
+    from ..slurm.effects import AdminComment
+
+    rand = rand or random.random
+    for _ in range(tries):
+        fields = backend.job_fields(job)
+        if fields is None:
+            return False
+        current = fields.get("AdminComment", "")
+        current = "" if current == "(null)" else current
+        if jobrecord.has_part(current, node, part):
+            return True
+        actuator.apply(AdminComment(job, jobrecord.with_part(current, node, part)))
+        sleep(0.05 + 0.3 * rand())
+    return False

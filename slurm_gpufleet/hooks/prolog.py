@@ -41,7 +41,7 @@ def run(argv: list[str] | None = None) -> int:
 
         quiet.forget(setup.settings.state_dir, setup.node)  # the node leaves service: the next check reads Slurm
         print(f"{reason}: {exc}"[:200])
-        _async_reason(setup, reason)
+        _async_reason(setup, reason, job)
         return 1
     watchdog.cancel()
     gpus = _job_gpus()
@@ -78,7 +78,7 @@ def run(argv: list[str] | None = None) -> int:
             return 0
         log.error("prolog failed, job %s will be requeued: %s", job, reason)
         print(reason)  # slurmd logs it: "prolog failed: rc:1 output:<this>"
-        _async_reason(setup, reason)
+        _async_reason(setup, reason, job)
         return 1
     return 0
 
@@ -103,25 +103,27 @@ def _breaker_open_for_prolog(setup: Setup, reason: str) -> bool:
 
 def _prolog_timeout(setup: Setup) -> None:
     print(TIMEOUT_REASON, flush=True)  # the watchdog ends the process with os._exit: no flush at exit
-    _async_reason(setup, TIMEOUT_REASON)
+    _async_reason(setup, TIMEOUT_REASON, os.environ.get("SLURM_JOB_ID"))
 
 
-def _async_reason(setup: Setup, reason: str) -> None:
+def _async_reason(setup: Setup, reason: str, job: str | None = None) -> None:
     """Slurm's own reason for a failed prolog is just "Prolog error".  A detached helper waits for
-    slurmctld to drain the node, then puts our detailed reason in its place (prolog exit is not delayed)."""
+    slurmctld to drain the node, then puts our detailed reason in its place, and sends the job Slurm
+    requeued to run elsewhere (prolog exit is not delayed)."""
     code = ("import sys; from slurm_gpufleet.hooks.prolog import replace_hook_reason; "
-            "sys.exit(replace_hook_reason(sys.argv[1], sys.argv[2], sys.argv[3] or None))")
+            "sys.exit(replace_hook_reason(sys.argv[1], sys.argv[2], sys.argv[3] or None, job=sys.argv[4] or None))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root + (":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
     try:
-        subprocess.Popen([sys.executable, "-c", code, setup.node, reason, setup.policy.path or ""],
+        subprocess.Popen([sys.executable, "-c", code, setup.node, reason, setup.policy.path or "", job or ""],
                          start_new_session=True, env=env, stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError as exc:
         log.warning("could not start the reason update: %s", exc)
 
 
-def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: float = 20.0) -> int:
+def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: float = 20.0,
+                        job: str | None = None) -> int:
     setup = _setup("prolog", config, node)
     if setup is None:
         return 0
@@ -150,6 +152,10 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
                     said = escalate(backend, setup.settings, setup.policy.domains, node)
                     if said:
                         history.record_action(node, "prolog", "rack", "", said, True)
+                if job:
+                    said = requeue_away(backend, setup, job, node, reason, deadline)
+                    if said:
+                        history.record_action(node, "prolog", "requeue", reason, said, True)
                 history.close()
                 return 0
             if info.drained and info.reason and owner_of_reason(info.reason) != HEALTH:
@@ -158,3 +164,51 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
             log.warning("waiting for the prolog drain: %s", exc)
         time.sleep(0.5)
     return 0
+
+
+# job states in which Slurm holds a job its prolog failed, requeued (22.05: "launch_failed_requeued_held")
+_HELD_REASONS = ("launch_failed_requeued_held", "JobHeldAdmin", "JobHeldUser")
+
+
+def requeue_away(backend, setup: Setup, job: str, node: str, reason: str, deadline: float) -> str | None:
+    """The job this node's prolog failed, once Slurm has requeued it: the node excluded (requeue.decide),
+    the job released to run elsewhere, or held where its fault requeues passed `max_fault_requeues`; both
+    said in the job's record.  Returns what was done, for the node's history."""
+    from .. import jobrecord
+    from ..requeue import decide
+    from ..slurm import SlurmError
+    from ..slurm import effects as E
+    from ..slurm.actuator import Actuator
+    from ..slurm.ownership import HEALTH
+
+    try:
+        while True:
+            fields = backend.job_fields(job)
+            if fields is None:
+                return None  # gone (cancelled, purged): nothing to send anywhere
+            if fields.get("JobState") in ("PENDING", "REQUEUE_HOLD", "REQUEUED"):
+                break
+            if time.monotonic() > deadline:
+                return f"job {job} not requeued within the wait ({fields.get('JobState')}): left as it is"
+            time.sleep(0.5)
+        partitions = set((fields.get("Partition") or "").split(","))
+        members = [n.name for n in backend.nodes() if partitions & set(n.partitions)]
+        admin = fields.get("AdminComment", "")
+        admin = "" if admin == "(null)" else admin
+        policy = setup.policy.for_node(node)
+        away = decide(fields, node, members, policy.max_fault_requeues, jobrecord.fault_requeues(admin))
+        actuator = Actuator(backend, HEALTH, setup.settings)
+        effects: list = [E.AdminComment(job, jobrecord.with_requeue(admin, node, reason, away.note, away.held))]
+        if away.exclude is not None:
+            effects.append(E.Exclude(job, away.exclude))
+        held = fields.get("Reason") in _HELD_REASONS or fields.get("JobState") == "REQUEUE_HOLD"
+        if away.release and held:
+            effects.append(E.ReleaseJobs((job,)))
+        elif not away.release and not held:
+            effects.append(E.HoldJobs((job,)))
+        actuator.apply(*effects)
+    except SlurmError as exc:
+        log.warning("job %s not sent away from %s: %s", job, node, exc)
+        return None
+    done = f"job {job}: " + (f"held: {away.held}" if away.held else "released to run elsewhere")
+    return done + (f"; excluded {node}" if away.exclude is not None else f"; {away.note}")

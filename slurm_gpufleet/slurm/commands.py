@@ -237,6 +237,38 @@ class CommandBackend:
         out = self._run("-h", "-t", "all", "-j", job_id, "-o", "%T", exe=self.squeue).strip()
         return out.splitlines()[0].strip() if out else None
 
+    # -- a job's own record (jobrecord.py) and its requeue away from a node that failed it ------------
+    def job_fields(self, job_id: str) -> dict[str, str] | None:
+        """`scontrol show job` as fields (JobState, Reason, NumNodes, ReqNodeList, ExcNodeList, Partition,
+        Restarts, AdminComment, ...); None once Slurm no longer knows the job."""
+        try:
+            out = self._run("show", "job", job_id)
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):
+                return None
+            raise
+        return parse_job_text(out)
+
+    def accounted_admin_comment(self, job_id: str) -> str | None:
+        """The job's AdminComment as slurmdbd keeps it (sacct), once slurmctld has forgotten the job; None
+        where accounting does not know it."""
+        sacct = os.path.join(os.path.dirname(self.scontrol), "sacct")
+        out = self._run("-n", "-P", "-X", "-j", job_id, "-o", "AdminComment", exe=sacct)
+        lines = [line for line in out.splitlines() if line.strip()]
+        return lines[0] if lines else None
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        self._run("update", f"jobid={job_id}", f"admincomment={text}")
+
+    def set_excluded_nodes(self, job_id: str, nodes: list[str]) -> None:
+        self._run("update", f"jobid={job_id}", f"excnodelist={fold(nodes)}")
+
+    def release_jobs(self, job_ids: list[str]) -> None:
+        self._run("release", ",".join(job_ids))
+
+    def hold_jobs(self, job_ids: list[str]) -> None:
+        self._run("hold", ",".join(job_ids))
+
     def jobs_named(self, name: str) -> list[tuple[str, str, str]]:
         """(job id, state, comment) of every job with this name that squeue still shows, finished ones
         included (for MinJobAge after they end)."""
@@ -252,6 +284,27 @@ def _fields(fields: dict[str, str] | None) -> list[str]:
         if key not in NODE_FIELDS:
             raise ValueError(key)
     return [f"{k}={v}" for k, v in (fields or {}).items()]
+
+
+# fields of `scontrol show job` whose value is the rest of its line (free text, spaces and all)
+_JOB_TEXT_FIELDS = ("Comment=", "AdminComment=", "SystemComment=", "Command=", "WorkDir=", "StdErr=", "StdIn=",
+                    "StdOut=")
+
+
+def parse_job_text(text: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        for key in _JOB_TEXT_FIELDS:
+            if line.startswith(key):
+                values[key[:-1]] = line[len(key):]
+                break
+        else:
+            for tok in line.split():
+                k, sep, v = tok.partition("=")
+                if sep:
+                    values.setdefault(k, v)
+    return values
 
 
 def time_now() -> float:

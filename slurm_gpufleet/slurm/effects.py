@@ -174,7 +174,37 @@ class Requeue:
     job_ids: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class AdminComment:
+    """A job's AdminComment (jobrecord.py: the record of what happened to its GPUs, merged)."""
+
+    label: ClassVar[str] = "set_admin_comment"
+    job_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Exclude:
+    """A pending job's excluded nodes (ExcNodeList): it runs next elsewhere."""
+
+    label: ClassVar[str] = "set_excluded_nodes"
+    job_id: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReleaseJobs:
+    label: ClassVar[str] = "release_jobs"
+    job_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HoldJobs:
+    label: ClassVar[str] = "hold_jobs"
+    job_ids: tuple[str, ...]
+
+
 Effect = (Drain | SetReason | Resume | Reboot | Reserve | Release | Reshape | Postpone | Submit | SubmitArray
-          | JobComment | Signal | Requeue | Cancel | Publish | Weight)
+          | JobComment | Signal | Requeue | Cancel | Publish | Weight | AdminComment | Exclude | ReleaseJobs | HoldJobs)
 NODE_STATE = (Drain, SetReason, Resume, Reboot)   # judged by ownership, node by node
 RESERVATIONS = (Reserve, Release, Reshape, Postpone)   # held to the actor's own prefix

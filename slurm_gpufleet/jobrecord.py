@@ -1,0 +1,133 @@
+"""What happened to a job's GPUs, kept with the job in Slurm: its `AdminComment`, which slurmdbd stores with the
+job's accounting record (Princeton's jobstats keeps its per-job summary there too).
+
+The record is one segment of the AdminComment, `gpufleet={JSON}`; whatever else a site keeps there stays.
+Each node of the job writes its own part (`n`: node -> part) and a failed prolog its fault requeue (`rq`),
+merged into what Slurm shows, never one node's write replacing another's: a node writes, reads back, and
+writes again where another node's write crossed its own.
+
+A node's part, compact (AdminComment travels with every job record):
+  x   [[gpu, xid], ...]       Xids seen on the job's GPUs during the job (kernel log, inside the job's window)
+  s   [sxid, ...]             NVSwitch SXids during the job
+  m   {gpu: "dram_uncorrected +1, ..."}   memory errors that grew during the job
+  a   "reboot: gpufleet: memory gpu5 remap pending"   what the epilog did about the node, where it did anything
+  f   ["...", ...]            the other findings the epilog recorded against the job (IMEX, in-job flags)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+VERSION = 1
+MARK = "gpufleet="
+# a record a node writes is kept short: AdminComment is stored with every job
+MAX_PART_ITEMS = 16
+_SEGMENT = re.compile(r"(?:^|\s)gpufleet=(\{.*\})\s*$", re.S)
+
+
+def split(admin_comment: str) -> tuple[str, dict[str, Any]]:
+    """(the rest of the AdminComment, our record or an empty one).  A segment that does not parse is
+    dropped from the record (never raises) and left out of the rest."""
+    text = admin_comment or ""
+    m = _SEGMENT.search(text)
+    if not m:
+        return text.strip(), {}
+    rest = (text[:m.start()]).strip()
+    try:
+        record = json.loads(m.group(1))
+    except ValueError:
+        return rest, {}
+    return rest, record if isinstance(record, dict) and record.get("v") == VERSION else {}
+
+
+def join(rest: str, record: dict[str, Any]) -> str:
+    body = json.dumps(record, separators=(",", ":"), sort_keys=True)
+    return f"{rest} {MARK}{body}" if rest else f"{MARK}{body}"
+
+
+def node_part(findings: list, action: str | None = None) -> dict[str, Any]:
+    """A node's part from the epilog's job findings (hooks/epilog.job_findings: check "job") and the
+    action it took; empty where there is nothing to say."""
+    part: dict[str, Any] = {}
+    xids, memory, other = [], {}, []
+    for f in findings:
+        if f.xid is not None and f.check == "job":
+            xids.append([f.gpu, f.xid])
+        elif f.check == "job" and f.message.startswith("memory errors"):
+            memory[str(f.gpu)] = f.detail[:120]
+        elif f.check == "sxid_job":
+            part.setdefault("s", []).append(f.xid)
+        else:
+            other.append(f"{f.check}: {f.message}"[:120])
+    if xids:
+        part["x"] = sorted(map(list, {tuple(x) for x in xids}), key=lambda x: (x[0] is None, x))[:MAX_PART_ITEMS]
+    if memory:
+        part["m"] = memory
+    if other:
+        part["f"] = other[:MAX_PART_ITEMS]
+    if action:
+        part["a"] = action[:160]
+    return part
+
+
+def with_part(admin_comment: str, node: str, part: dict[str, Any]) -> str:
+    """The AdminComment with this node's part put in (its earlier part replaced, the others kept)."""
+    rest, record = split(admin_comment)
+    record = {"v": VERSION, **record}
+    record.setdefault("n", {})[node] = part
+    return join(rest, record)
+
+
+def with_requeue(admin_comment: str, node: str, reason: str, note: str = "", held: str | None = None) -> str:
+    """The AdminComment with one more fault requeue: the node that failed the job and why (and, where the
+    job stays held for its fault requeues, why)."""
+    rest, record = split(admin_comment)
+    record = {"v": VERSION, **record}
+    record.setdefault("rq", []).append([node, reason[:120]] + ([note[:160]] if note else []))
+    if held:
+        record["held"] = held[:200]
+    return join(rest, record)
+
+
+def fault_requeues(admin_comment: str) -> list[list[str]]:
+    return list(split(admin_comment)[1].get("rq", []))
+
+
+def has_part(admin_comment: str, node: str, part: dict[str, Any]) -> bool:
+    return split(admin_comment)[1].get("n", {}).get(node) == part
+
+
+def lines(job: str, record: dict[str, Any]) -> list[str]:
+    """What `slurm-gpufleet job JOBID` prints: one line when there is nothing to say."""
+    nodes = record.get("n", {}) if isinstance(record.get("n"), dict) else {}
+    requeues = record.get("rq", []) if isinstance(record.get("rq"), list) else []
+    if not nodes and not requeues:
+        return [f"job {job}: nothing happened to its GPUs that slurm-gpufleet saw"]
+    out = [f"job {job}:"]
+    for rq in requeues:
+        if isinstance(rq, list) and len(rq) >= 2:
+            out.append(f"  requeued: {rq[0]} failed it ({rq[1]})" + (f"; {rq[2]}" if len(rq) > 2 else ""))
+    if record.get("held"):
+        out.append(f"  held: {record['held']}")
+    for node in sorted(nodes):
+        part = nodes[node] if isinstance(nodes[node], dict) else {}
+        for gpu, xid in part.get("x", []):
+            out.append(f"  {node} gpu {gpu}: Xid {xid}{_xid_name(xid)}")
+        for sxid in part.get("s", []):
+            out.append(f"  {node}: NVSwitch SXid {sxid}")
+        for gpu, what in sorted(part.get("m", {}).items()):
+            out.append(f"  {node} gpu {gpu}: memory errors {what}")
+        for what in part.get("f", []):
+            out.append(f"  {node}: {what}")
+        if part.get("a"):
+            out.append(f"  {node}: then {part['a']}")
+    return out
+
+
+def _xid_name(xid: Any) -> str:
+    from .catalog import xid_info
+
+    info = xid_info(xid) if isinstance(xid, int) else None
+    return f" ({info.name})" if info else ""

@@ -1,0 +1,126 @@
+"""A record per job in its AdminComment (jobrecord.py), merged across the job's nodes, and a requeue away
+from the node that failed the job (requeue.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from support import run_cli
+
+from slurm_gpufleet import jobrecord
+from slurm_gpufleet.findings import Finding
+from slurm_gpufleet.requeue import decide
+
+
+def test_the_record_is_one_segment_of_the_admin_comment_and_leaves_the_rest_alone():
+    site = "JS1:H4sIAAAAAAAAA6tWKkotTi0pVbJSMDIwMNBRyC9KTgWrBACyLlM6HgAAAA=="   # a jobstats summary
+    text = jobrecord.with_part(site, "n1", {"x": [[5, 79]]})
+    assert text.startswith(site + " gpufleet={") and " " not in text[len(site) + 1:]
+    text = jobrecord.with_part(text, "n2", {"m": {"3": "dram_uncorrected +1"}})
+    rest, record = jobrecord.split(text)
+    assert rest == site and record == {"v": 1, "n": {"n1": {"x": [[5, 79]]}, "n2": {"m": {"3": "dram_uncorrected +1"}}}}
+    # a node writing again replaces its own part only
+    again = jobrecord.with_part(text, "n1", {"x": [[5, 79], [6, 79]]})
+    assert jobrecord.split(again)[1]["n"]["n2"] == {"m": {"3": "dram_uncorrected +1"}}
+    assert jobrecord.has_part(again, "n1", {"x": [[5, 79], [6, 79]]})
+    # not ours, or not a version we read: nothing of it is taken
+    assert jobrecord.split("gpufleet={not json")[1] == {} and jobrecord.split('gpufleet={"v":9}')[1] == {}
+    assert jobrecord.split("") == ("", {})
+
+
+def test_a_nodes_part_says_what_the_epilog_found_against_the_job():
+    findings = [Finding("job", "ok", "none", 5, "Xid 79 during job 42", "", xid=79),
+                Finding("job", "ok", "none", 5, "Xid 79 during job 42", "", xid=79),
+                Finding("job", "ok", "none", 3, "memory errors during job 42", "dram_uncorrected +2"),
+                Finding("imex", "warn", "watch", None, "IMEX domain degraded", "")]
+    part = jobrecord.node_part(findings, "reboot: gpufleet: inventory gpu5 fallen off the bus")
+    assert part == {"x": [[5, 79]], "m": {"3": "dram_uncorrected +2"}, "f": ["imex: IMEX domain degraded"],
+                    "a": "reboot: gpufleet: inventory gpu5 fallen off the bus"}
+    assert jobrecord.node_part([]) == {}
+    text = jobrecord.with_requeue(jobrecord.with_part("", "n2", part), "n1", "gpufleet: memory gpu5 remap failed")
+    out = jobrecord.lines("42", jobrecord.split(text)[1])
+    assert out[0] == "job 42:" and "  requeued: n1 failed it (gpufleet: memory gpu5 remap failed)" in out
+    assert "  n2 gpu 5: Xid 79 (GPU has fallen off the bus)" in out
+    assert "  n2: then reboot: gpufleet: inventory gpu5 fallen off the bus" in out
+    assert jobrecord.lines("7", {}) == ["job 7: nothing happened to its GPUs that slurm-gpufleet saw"]
+
+
+def test_two_nodes_writing_at_once_both_keep_their_part():
+    """Each node reads, merges and writes the whole AdminComment; a write that crosses another's is seen at
+    the read-back and merged again, so neither node's part is lost (Slurm keeps the last write)."""
+    from slurm_gpufleet.hooks.jobs import record_part
+
+    class Slurm:
+        admin = "site text"
+        lock = threading.Lock()
+
+        def job_fields(self, job):
+            with self.lock:
+                return {"JobState": "COMPLETING", "AdminComment": self.admin}
+
+    slurm = Slurm()
+
+    class Writer:
+        def apply(self, effect):
+            time.sleep(0.01)   # between the read and this write, the other node reads the same
+            with slurm.lock:
+                slurm.admin = effect.text
+
+    parts = {f"n{i}": {"x": [[i, 79]]} for i in range(4)}
+    done: dict[str, bool] = {}
+    threads = [threading.Thread(target=lambda n=n: done.update({n: record_part(
+        slurm, Writer(), "42", n, parts[n], tries=20, sleep=lambda s: time.sleep(s / 5))})) for n in parts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rest, record = jobrecord.split(slurm.admin)
+    assert rest == "site text" and record["n"] == parts and all(done.values()), (done, slurm.admin)
+
+
+def test_a_requeued_job_excludes_the_node_unless_it_could_not_run_then_and_is_held_past_its_limit():
+    job = {"JobState": "PENDING", "NumNodes": "2", "ReqNodeList": "(null)", "ExcNodeList": "n9"}
+    members = [f"n{i}" for i in range(1, 5)]
+    away = decide(job, "n1", members, None, [])
+    assert (away.exclude, away.release, away.held, away.note) == (("n1", "n9"), True, None, "")
+    # the job asked for n1 by name: excluding it would leave it unable to run
+    away = decide({**job, "ReqNodeList": "n[1-2]"}, "n1", members, None, [])
+    assert away.exclude is None and away.release and "asks for it" in away.note
+    # two of its partition's four nodes are excluded already and it needs three
+    away = decide({**job, "NumNodes": "3", "ExcNodeList": "n2"}, "n1", members, None, [])
+    assert away.exclude is None and "2 node(s) of its partition would be left, it needs 3" in away.note
+    # max_fault_requeues = 1: the first fault requeue runs again, the second stays held naming both nodes
+    assert decide(job, "n1", members, 1, []).release
+    held = decide(job, "n2", members, 1, [["n1", "gpufleet: memory gpu5 remap failed"]])
+    assert not held.release and held.held == "2 fault requeues (max_fault_requeues 1): n1, n2"
+
+
+def test_slurm_gpufleet_job_shows_the_record_from_slurm_and_after_it_from_accounting(tmp_path):
+    record = jobrecord.with_part("", "n3", {"x": [[5, 79]], "a": "reboot: gpufleet: inventory gpu5 fallen off the bus"})
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\ncase \"$3\" in\n"
+        f"  42) printf 'JobId=42 JobName=train\\n   JobState=COMPLETED Reason=None\\n   AdminComment=%s\\n' '{record}';;\n"
+        "  43) printf 'JobId=43 JobName=quiet\\n   JobState=COMPLETED Reason=None\\n';;\n"
+        "  *) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1;;\nesac\n")
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\n[ \"$5\" = 44 ] && echo '{record}'\nexit 0\n")
+    for exe in ("scontrol", "sacct"):
+        (bin_dir / exe).chmod(0o755)
+    config = tmp_path / "gpufleet.toml"
+    config.write_text(f'[slurm]\nscontrol = "{bin_dir / "scontrol"}"\nstate_dir = "{tmp_path}/state"\n')
+    r = run_cli("job", "42", "--config", str(config))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().splitlines() == ["job 42:", "  n3 gpu 5: Xid 79 (GPU has fallen off the bus)",
+                                              "  n3: then reboot: gpufleet: inventory gpu5 fallen off the bus"]
+    r = run_cli("job", "43", "--config", str(config))
+    assert r.returncode == 0 and r.stdout.decode().strip() == "job 43: nothing happened to its GPUs that slurm-gpufleet saw"
+    r = run_cli("job", "44", "--config", str(config), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["source"] == "accounting", r.stderr
+    assert json.loads(r.stdout)["record"]["n"]["n3"]["x"] == [[5, 79]]
+    r = run_cli("job", "45", "--config", str(config))
+    assert r.returncode == 2 and r.stderr.decode().strip().endswith("Slurm does not know it (and accounting has no record of it)")
+    r = run_cli("job", "4;2", "--config", str(config))
+    assert r.returncode == 2 and "not a job id" in r.stderr.decode()
