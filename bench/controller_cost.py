@@ -170,7 +170,7 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_
         s["cores"] = (s["reads"] * costs["node_read"] + s["writes"] * costs["node_write"]) / 1000
     print(f"Slurm {release}: slurmctld with {n} node records and 2 real nodes; idle {idle * 100:.1f} % of a core "
           f"after {args.settle:g} s settling\n")
-    print("controller CPU per call (ms), median of nothing: the mean over", args.calls, "calls")
+    print(f"controller CPU per call (ms): the mean over {args.calls} node reads, {5 * args.calls} of each other call")
     for kind, ms in costs.items():
         print(f"  {kind:<11} {ms:7.2f}")
     print(f"\nsteady state at {nodes} nodes, all in multi-node jobs (HealthCheckInterval {args.interval:g} s, "

@@ -328,9 +328,10 @@ class SlurmSettings:
     # in service) asks slurmctld nothing for this long after that read (hooks/quiet.py); 0: every run reads
     slurm_read_every_s: int = setting(600, _int(0))
     # ... and never more often than the fleet's quiet runs together make this many reads a second: at
-    # 12,500 nodes (slurm.conf's count) a quiet node reads every 12,500 / 4 = 3,125 s (a node read costs
-    # slurmctld 10-24 ms of CPU at that size: bench/controller_cost.py)
-    slurm_reads_per_s: float = setting(4.0, _positive)
+    # 12,500 nodes (slurm.conf's count) a quiet node reads every 12,500 / 3 = 4,167 s (a node read costs
+    # slurmctld 10-33 ms of CPU at that size, so 3 a second stay within a tenth of a core:
+    # bench/controller_cost.py)
+    slurm_reads_per_s: float = setting(3.0, _positive)
     # where the node's InfiniBand devices are (readers/ib.py); "" is <host_root>/sys/class/infiniband
     ib_sysfs: str = setting("", lambda v: "" if v == "" else _abs_path(v))
     # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits

@@ -49,6 +49,9 @@ Summary = TypedDict("Summary", {
     "cfg": str,                   # "refused": the node runs on the packaged defaults (trust.py)
     "brk": int,                   # 1: a drain was held by the open breaker
     "obs": str,                   # observe mode: what would have been done ("drain: <reason>")
+    # InfiniBand (checks/infiniband.network): ports down "d", slow "s", counters grew "c" ("mlx5_4/1"),
+    # ports missing "m"
+    "ib": dict[str, Any],
     # the remediation ladder's open cases (remediation.py): [class, attempts, first, last (epoch s), status]
     "case": list[list[Any]],
     # the in-job samplers' digests (sampler.py), one per job running here: job -> window length, first
@@ -151,6 +154,11 @@ def encode(report: Report, final: str) -> Summary:
     worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
     if worst:  # why, for a rollout's validation and for `fleet`
         data["f"] = max(worst, key=lambda f: RANK[f.severity]).message[:80]
+    from .checks.infiniband import network
+
+    ib = network(report.findings)
+    if ib:
+        data["ib"] = ib
     bw = [p.mem_bw_gbps for p in s.performance if p.mem_bw_gbps]
     if bw:  # the slowest GPU is what stalls a synchronous job: the fleet's straggler view reads this
         data["bw"] = round(min(bw))

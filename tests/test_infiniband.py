@@ -227,3 +227,30 @@ def test_mlx5_kernel_lines_of_a_failed_card_or_link_are_read_and_judged_in_the_c
     later = read_kernel_log(lines + ["[    0.000000] Linux version 6.1.0-28-amd64", "[    5.0] mlx5_core ok"])
     snap.nic_events, snap.boots_seen = later.nics, later.boots
     assert later.boots == 2 and [f for f in evaluate(snap, parse_policy(""), host="n1").findings if f.check == "infiniband"] == []
+
+
+def test_the_summary_carries_the_network_and_fleet_shows_it_per_group(tree, tmp_path):
+    """A node publishes its ports down, slow and whose counters grew (summary `ib`); `fleet` counts them per
+    group with their nodes."""
+    from slurm_gpufleet.maintain.fleet import FleetNode, FleetState
+    from slurm_gpufleet.maintain.inventory import inventory, inventory_text
+    from slurm_gpufleet.slurm.base import NodeInfo
+    from slurm_gpufleet.summary import encode
+
+    memory = tmp_path / "ib-counters-n1.json"
+    judge(tree, memory=memory)
+    write(tree / "mlx5_4" / "ports" / "1" / "state", "1: DOWN\n")
+    write(tree / "mlx5_6" / "ports" / "1" / "rate", "200 Gb/sec (4X HDR)\n")
+    counter = tree / "mlx5_7" / "ports" / "1" / "counters" / "link_downed"
+    write(counter, str(int(counter.read_text()) + 1))
+    _, report = judge(tree, memory=memory)
+    data = encode(report, report.verdict)
+    assert data["ib"] == {"d": ["mlx5_4/1"], "s": ["mlx5_6/1"], "c": ["mlx5_7/1"]}
+    nodes = {name: FleetNode.from_info(NodeInfo(name, "IDLE", extra=json.dumps({"gpufleet": 1, "v": "ok", **extra})))
+             for name, extra in (("g1", {"ib": data["ib"]}), ("g2", {"ib": {"c": ["mlx5_0/1"], "m": 1}}), ("g3", {}))}
+    inv = inventory(FleetState(nodes, [], []), parse_policy(""))
+    net = inv["groups"]["(defaults)"]["network"]
+    assert net == {"down": {"nodes": ["g1"], "ports": 1}, "slow": {"nodes": ["g1"], "ports": 1},
+                   "counters_grew": {"nodes": ["g1", "g2"], "ports": 2}, "missing": {"nodes": ["g2"], "ports": 1}}
+    assert "  network   down: 1 port(s) on 1 node(s) g1; slow: 1 port(s) on 1 node(s) g1; counters grew: 2 port(s) " \
+           "on 2 node(s) g[1-2]; missing: 1 port(s) on 1 node(s) g2" in inventory_text(inv).splitlines()

@@ -184,8 +184,8 @@ def test_a_quiet_run_reads_slurm_again_after_slurm_read_every_s_a_config_change_
 
 
 def test_a_large_fleets_quiet_nodes_read_slurm_less_often_so_that_the_fleet_makes_few_reads_a_second(tmp_path):
-    """`slurm_reads_per_s` (4): in a fleet of 12,500 nodes (slurm.conf's count, no call to slurmctld) a
-    quiet node reads Slurm every 12,500 / 4 = 3,125 s, not every 600 s; the count is kept until slurm.conf
+    """`slurm_reads_per_s` (3): in a fleet of 12,500 nodes (slurm.conf's count, no call to slurmctld) a
+    quiet node reads Slurm every 12,500 / 3 = 4,167 s, not every 600 s; the count is kept until slurm.conf
     changes; a small fleet keeps `slurm_read_every_s`."""
     import json as json_
     import os
@@ -196,9 +196,9 @@ def test_a_large_fleets_quiet_nodes_read_slurm_less_often_so_that_the_fleet_make
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=big\nNodeName=DEFAULT CPUs=112\nNodeName=gpu[00001-12000] Gres=gpu:8\n"
                     "NodeName=gpu[20001-20500] Gres=gpu:8\n")
-    settings = SimpleNamespace(slurm_read_every_s=600, slurm_reads_per_s=4.0, state_dir=str(tmp_path / "state"))
+    settings = SimpleNamespace(slurm_read_every_s=600, slurm_reads_per_s=3.0, state_dir=str(tmp_path / "state"))
     os.makedirs(settings.state_dir)
-    assert quiet.read_every(settings, str(conf)) == 3125.0
+    assert round(quiet.read_every(settings, str(conf))) == 4167
     assert (tmp_path / "state" / "slurm-conf-nodes").read_text().endswith(" 12500")
     (tmp_path / "state" / "slurm-conf-nodes").write_text(f"{os.stat(conf).st_mtime_ns} 40")  # kept: not parsed again
     assert quiet.read_every(settings, str(conf)) == 600.0
@@ -212,9 +212,9 @@ def test_a_large_fleets_quiet_nodes_read_slurm_less_often_so_that_the_fleet_make
     _healthcheck(bin_dir, env)
     view = tmp_path / "node" / "state" / "slurm-view-n9.json"
     kept = json_.loads(view.read_text())
-    kept["read_at"] -= 601  # past slurm_read_every_s, within 3,125 s: still quiet
+    kept["read_at"] -= 601  # past slurm_read_every_s, within 4,167 s: still quiet
     view.write_text(json_.dumps(kept))
     assert _healthcheck(bin_dir, env) == []
-    kept["read_at"] -= 2600  # 3,201 s old: read
+    kept["read_at"] -= 3600  # 4,201 s old: read
     view.write_text(json_.dumps(kept))
     assert [c[:2] for c in _healthcheck(bin_dir, env)] == [["show", "node"]]

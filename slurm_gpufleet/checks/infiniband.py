@@ -45,6 +45,25 @@ def _kernel_lines(snap) -> list[Finding]:
     return out
 
 
+def _key(port) -> str:
+    return f"{port.device}/{port.port}"
+
+
+def network(findings: list[Finding]) -> dict:
+    """What the node publishes of its network (summary `ib`, read by `fleet`): InfiniBand ports down (`d`),
+    below their rate (`s`), whose error counters grew this run (`c`), and ports missing (`m`)."""
+    out: dict = {}
+    for f in findings:
+        kind = f.extra.get("ib") if f.check == NAME and f.extra else None
+        if kind == "m":
+            out["m"] = f.extra["missing"]
+        elif kind in ("d", "s", "c"):
+            ports = out.setdefault(kind, [])
+            if f.extra["port"] not in ports:
+                ports.append(f.extra["port"])
+    return out
+
+
 def _where(port) -> str:
     return f"{port.device} port {port.port}"
 
@@ -65,12 +84,14 @@ def check(ctx: Context) -> list[Finding]:
                 out.append(Finding(NAME, "drain", "inspect_hardware", None, f"InfiniBand {_where(p)} "
                                    f"{p.state or '?'}/{p.phys_state or '?'}",
                                    f"expected ACTIVE and LinkUp ({len(up)} of {pol.ib_ports} port(s) up under "
-                                   f"{ib.root}): the cable, the transceiver, the HCA or the switch port"))
+                                   f"{ib.root}): the cable, the transceiver, the HCA or the switch port",
+                                   extra={"ib": "d", "port": _key(p)}))
         if len(infiniband) < pol.ib_ports:
             seen = ", ".join(sorted({p.device for p in infiniband})) or "none"
             out.append(Finding(NAME, "drain", "inspect_hardware", None,
                                f"{len(infiniband)} InfiniBand port(s), {pol.ib_ports} expected",
-                               f"an HCA missing or its driver not loaded (devices: {seen}; under {ib.root})"))
+                               f"an HCA missing or its driver not loaded (devices: {seen}; under {ib.root})",
+                               extra={"ib": "m", "missing": pol.ib_ports - len(infiniband)}))
         if pol.ib_rate_gbps is not None:
             for p in up:
                 if p.rate_gbps is not None and p.rate_gbps < pol.ib_rate_gbps:
@@ -78,7 +99,7 @@ def check(ctx: Context) -> list[Finding]:
                                        ("ok", "warn") else "inspect_hardware", None,
                                        f"InfiniBand {_where(p)} at {p.rate_gbps:g} Gb/s of {pol.ib_rate_gbps:g}",
                                        f"the link trained below its rate ({p.rate}): a cable, a transceiver "
-                                       f"or a lane gone"))
+                                       f"or a lane gone", extra={"ib": "s", "port": _key(p)}))
     before = {(p.device, p.port): p for p in (ctx.previous.ib.ports if ctx.previous and ctx.previous.ib else [])}
     for row in ib_counters():
         for p in ports:
@@ -92,5 +113,6 @@ def check(ctx: Context) -> list[Finding]:
                 out.append(Finding(NAME, row["severity"], "watch", None,
                                    f"InfiniBand {_where(p)} {row['name']} +{grew}",
                                    f"{row['what']}: {grew} more since the previous run{since} "
-                                   f"(now {p.counters.get(row['name'])}; source: {row['source']})"))
+                                   f"(now {p.counters.get(row['name'])}; source: {row['source']})",
+                                   extra={"ib": "c", "port": _key(p)}))
     return out

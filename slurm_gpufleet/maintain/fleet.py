@@ -77,6 +77,7 @@ class FleetNode:
     # the remediation ladder's open cases: [class, attempts, first, last, status] (remediation.py)
     cases: list[list[Any]] = field(default_factory=list)
     observed: str | None = None            # observe mode: what its health check would have done
+    network: dict[str, Any] | None = None  # its InfiniBand ports down, slow, counters grew (summary "ib")
 
     @property
     def model(self) -> str | None:
@@ -103,6 +104,7 @@ class FleetNode:
             node.config_refused = published.get("cfg") == "refused"
             node.cases = [list(c) for c in published.get("case") or [] if isinstance(c, list) and len(c) == 5]
             node.observed = published.get("obs")
+            node.network = published.get("ib") if isinstance(published.get("ib"), dict) else None
             from .domains import fabric_domain
 
             node.fabric_domain = fabric_domain(published)

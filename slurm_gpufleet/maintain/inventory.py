@@ -56,7 +56,23 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
             "exposed": _exposure(members),
             # observe mode: what each node's health check would have done (nothing was)
             "observed": [{"node": n.name, "would": n.observed} for n, _ in members if n.observed],
+            "network": _network(members),
         }
+    return out
+
+
+def _network(members) -> dict[str, Any]:
+    """The group's InfiniBand as its nodes published it: ports down, below their rate, error counters that
+    grew at the last check, HCAs missing; each kind with its nodes."""
+    out: dict[str, Any] = {}
+    names = {"d": "down", "s": "slow", "c": "counters_grew", "m": "missing"}
+    for node, _ in members:
+        for key, kind in names.items():
+            value = (node.network or {}).get(key)
+            if value:
+                entry = out.setdefault(kind, {"nodes": [], "ports": 0})
+                entry["nodes"].append(node.name)
+                entry["ports"] += value if isinstance(value, int) else len(value)
     return out
 
 
@@ -97,6 +113,11 @@ def inventory_text(inv: dict[str, Any]) -> str:
             fix = f"safe from {e['safe_version']}" if e["safe_version"] else "no fix on this branch: change branch"
             lines.append(f"  exposed   {e['driver']} on {len(e['nodes'])} {fold(e['nodes'])}: {len(e['cves'])} CVE(s), "
                          f"worst {e['worst']}; {fix}")
+        net = g.get("network") or {}
+        if net:
+            lines.append("  network   " + "; ".join(f"{kind.replace('_', ' ')}: {e['ports']} port(s) on "
+                                                    f"{len(e['nodes'])} node(s) {fold(e['nodes'])}"
+                                                    for kind, e in net.items()))
         if g.get("observed"):
             lines.append(f"  observed: {len(g['observed'])} node(s) where full mode would have acted")
             for would, count, nodes in grouped((o["node"], o["would"]) for o in g["observed"]):

@@ -223,8 +223,12 @@ def test_prolog_failure_requeues_the_job_and_drains_with_our_reason(mc):
     second = mc.sbatch("-w", "n1", "--gres=gpu:4", "--time=2", "--wrap", "true")
     mc.wait(lambda: mc.job(second).get("Restarts") == "1" and mc.job(second).get("JobState") == "PENDING", 60,
             "second job requeued")
-    assert mc.job(second)["Reason"] == "launch_failed_requeued_held"
     assert mc.job(first)["JobState"] == "RUNNING"
+    # it asked for n1 by name: not excluded (it could not run then), released to wait for n1; the record says so
+    mc.wait(lambda: "gpufleet=" in mc.job(second).get("AdminComment", ""), 30, "the requeue in the job's record")
+    assert mc.job(second).get("Reason") != "launch_failed_requeued_held" or \
+        mc.wait(lambda: mc.job(second).get("Reason") != "launch_failed_requeued_held", 30, "the job released")
+    assert "n1 not excluded: the job asks for it" in mc.gpufleet("job", second).stdout
     mc.wait(lambda: mc.node("n1").get("Reason", "").startswith("gpufleet: processes gpu4 1 leftover GPU process"),
             25, "our reason in place of 'Prolog error'")
     assert "DRAIN" in mc.state("n1")
@@ -246,6 +250,15 @@ def test_epilog_attributes_an_xid_to_the_job(mc):
     rows = mc.history("n2", "select gpu, message from findings where job_id = ? and [check] = 'job'", (job,))
     assert rows == [(3, f"Xid 79 during job {job}")]
     assert mc.history("n2", "select hook from runs where job_id = ?", (job,)) == [("epilog",)]
+    # and in the job's own record, where its user sees it (issue 47): its AdminComment, then `slurm-gpufleet job`
+    mc.wait(lambda: "gpufleet=" in mc.job(job).get("AdminComment", ""), 30,
+            lambda: f"the record in job {job}'s AdminComment: {mc.job(job)}")
+    shown = mc.gpufleet("job", job)
+    assert shown.returncode == 0, shown.stderr
+    assert "  n2 gpu 3: Xid 79 (GPU has fallen off the bus)" in shown.stdout.splitlines(), shown.stdout
+    quiet = mc.start_job("n4", 1, 1)
+    mc.wait(lambda: mc.job(quiet).get("JobState") == "COMPLETED", 30, f"job {quiet} completed")
+    assert mc.gpufleet("job", quiet).stdout.strip() == f"job {quiet}: nothing happened to its GPUs that slurm-gpufleet saw"
 
 
 def _replace(path, text: str) -> None:
