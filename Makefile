@@ -24,7 +24,7 @@ setup: $(VENV)/.installed
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; \
-	  for p in slurmctld slurmd slurm-client chromium debootstrap shellcheck; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  for p in slurmctld slurmd slurm-client slurmdbd mariadb-server chromium debootstrap shellcheck; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	  if [ -n "$$missing" ]; then echo "installing$$missing"; \
 	    (DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null && \
 	     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null) || \
@@ -87,8 +87,9 @@ OTHER_RELEASES ?= 24.11 26.05
 # what differs); the host's release runs them all
 RELEASE_TESTS  ?= -m "release and not image" tests/slurm
 # the host's tests that run in the other stream, after the other releases (a cluster of their own), so that
-# the two streams take about as long: test_deadline_jobs.py (about 5 min) there evens them
-HOST_LATER     ?= tests/slurm/test_deadline_jobs.py
+# the two streams take about as long: test_deadline_jobs.py (about 5 min) and test_accounting.py (a cluster
+# with slurmdbd and MariaDB of its own) there even them
+HOST_LATER     ?= tests/slurm/test_deadline_jobs.py tests/slurm/test_accounting.py
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider
 # each tier's wall time and the highest and mean 1-minute load average seen while it ran (sampled every 5 s)
 TIMED  = t=$$(date +%s); peak=$$(mktemp); (while :; do cut -d' ' -f1 /proc/loadavg >> $$peak; sleep 5; done) & \

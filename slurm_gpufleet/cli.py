@@ -258,23 +258,35 @@ def job(job_id: str, config: str | None, as_json: bool) -> None:
 
     if not job_id.replace("_", "").replace("+", "").isdigit():
         _fail(f"{job_id}: not a job id", exitcodes.USAGE)
+    from .hooks.jobs import LIVE_STATES
+
     backend = _backend(_load_policy(config))
     try:
         fields = backend.job_fields(job_id)
-        source = "slurmctld"
-        admin = fields.get("AdminComment", "") if fields is not None else None
-        if fields is None:
-            source = "accounting"
-            admin = backend.accounted_admin_comment(job_id)
     except SlurmError as exc:
         _fail(f"job {job_id}: {exc}", exitcodes.USAGE)
+    source, admin = "slurmctld", fields.get("AdminComment", "") if fields is not None else None
+    note = None
+    if fields is None or (fields.get("JobState") or "").split()[0] not in LIVE_STATES:
+        # ended: its nodes wrote their parts into slurmdbd's record (slurmctld's copy no longer moves)
+        try:
+            accounted = backend.accounted_admin_comment(job_id)
+        except SlurmError as exc:
+            if fields is None:
+                _fail(f"job {job_id}: Slurm no longer knows it and accounting cannot be read: {exc}", exitcodes.USAGE)
+            accounted = None
+            note = (f"job {job_id} has ended and this cluster keeps no accounting (slurmdbd) where its nodes could "
+                    f"write what happened: see `slurm-gpufleet history` on its nodes")
+        if accounted is not None:
+            source, admin = "accounting", accounted
     if admin is None:
         _fail(f"job {job_id}: Slurm does not know it (and accounting has no record of it)", exitcodes.USAGE)
     record = jobrecord.split("" if admin == "(null)" else admin)[1]
     if as_json:
-        click.echo(json.dumps({"job": job_id, "source": source, "record": record}, indent=1))
+        click.echo(json.dumps({"job": job_id, "source": source, "record": record, **({"note": note} if note else {})},
+                              indent=1))
     else:
-        for line in jobrecord.lines(job_id, record):
+        for line in ([note] if note and not record else jobrecord.lines(job_id, record)):
             click.echo(line)
 
 

@@ -1,7 +1,9 @@
 """What happened to a job's GPUs, kept with the job in Slurm: its `AdminComment`, which slurmdbd stores with the
 job's accounting record (Princeton's jobstats keeps its per-job summary there too).
 
-The record is one segment of the AdminComment, `gpufleet={JSON}`; whatever else a site keeps there stays.
+The record is one segment of the AdminComment, `gpufleet=<JSON, base64url>`: sacctmgr, which writes the
+record of a job that has ended into slurmdbd, turns quotes into backquotes, so the JSON travels encoded.
+Whatever else a site keeps there stays.
 Each node of the job writes its own part (`n`: node -> part) and a failed prolog its fault requeue (`rq`),
 merged into what Slurm shows, never one node's write replacing another's: a node writes, reads back, and
 writes again where another node's write crossed its own.
@@ -16,6 +18,7 @@ A node's part, compact (AdminComment travels with every job record):
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -24,7 +27,7 @@ VERSION = 1
 MARK = "gpufleet="
 # a record a node writes is kept short: AdminComment is stored with every job
 MAX_PART_ITEMS = 16
-_SEGMENT = re.compile(r"(?:^|\s)gpufleet=(\{.*\})\s*$", re.S)
+_SEGMENT = re.compile(r"(?:^|\s)gpufleet=([A-Za-z0-9_-]+={0,2})(?=\s|$)")
 
 
 def split(admin_comment: str) -> tuple[str, dict[str, Any]]:
@@ -34,16 +37,16 @@ def split(admin_comment: str) -> tuple[str, dict[str, Any]]:
     m = _SEGMENT.search(text)
     if not m:
         return text.strip(), {}
-    rest = (text[:m.start()]).strip()
+    rest = " ".join((text[:m.start()].strip(), text[m.end():].strip())).strip()
     try:
-        record = json.loads(m.group(1))
-    except ValueError:
+        record = json.loads(base64.urlsafe_b64decode(m.group(1)))
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         return rest, {}
     return rest, record if isinstance(record, dict) and record.get("v") == VERSION else {}
 
 
 def join(rest: str, record: dict[str, Any]) -> str:
-    body = json.dumps(record, separators=(",", ":"), sort_keys=True)
+    body = base64.urlsafe_b64encode(json.dumps(record, separators=(",", ":"), sort_keys=True).encode()).decode()
     return f"{rest} {MARK}{body}" if rest else f"{MARK}{body}"
 
 

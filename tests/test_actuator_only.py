@@ -15,8 +15,8 @@ from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
 BACKEND_WRITES = {"set_fields", "set_field", "set_features", "drain_nodes", "resume_nodes", "set_reason_nodes",
                   "reboot_asap_nodes", "set_weight_nodes", "create_reservation", "update_reservation",
                   "postpone_reservation", "delete_reservation", "set_job_comment", "signal_job", "requeue_jobs",
-                  "cancel_jobs", "submit_job", "submit_array", "set_admin_comment", "set_excluded_nodes",
-                  "release_jobs", "hold_jobs"}
+                  "cancel_jobs", "submit_job", "submit_array", "set_admin_comment", "set_accounted_admin_comment",
+                  "set_excluded_nodes", "release_jobs", "hold_jobs"}
 # the backends themselves, the in-memory Slurm of the simulator, and the actuator
 ALLOWED = {"slurm/actuator.py", "slurm/commands.py", "slurm/pyslurm_backend.py", "slurm/base.py",
            "maintain/simslurm.py"}

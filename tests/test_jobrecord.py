@@ -17,7 +17,7 @@ from slurm_gpufleet.requeue import decide
 def test_the_record_is_one_segment_of_the_admin_comment_and_leaves_the_rest_alone():
     site = "JS1:H4sIAAAAAAAAA6tWKkotTi0pVbJSMDIwMNBRyC9KTgWrBACyLlM6HgAAAA=="   # a jobstats summary
     text = jobrecord.with_part(site, "n1", {"x": [[5, 79]]})
-    assert text.startswith(site + " gpufleet={") and " " not in text[len(site) + 1:]
+    assert text.startswith(site + " gpufleet=") and " " not in text[len(site) + 1:] and '"' not in text
     text = jobrecord.with_part(text, "n2", {"m": {"3": "dram_uncorrected +1"}})
     rest, record = jobrecord.split(text)
     assert rest == site and record == {"v": 1, "n": {"n1": {"x": [[5, 79]]}, "n2": {"m": {"3": "dram_uncorrected +1"}}}}
@@ -26,7 +26,10 @@ def test_the_record_is_one_segment_of_the_admin_comment_and_leaves_the_rest_alon
     assert jobrecord.split(again)[1]["n"]["n2"] == {"m": {"3": "dram_uncorrected +1"}}
     assert jobrecord.has_part(again, "n1", {"x": [[5, 79], [6, 79]]})
     # not ours, or not a version we read: nothing of it is taken
-    assert jobrecord.split("gpufleet={not json")[1] == {} and jobrecord.split('gpufleet={"v":9}')[1] == {}
+    assert jobrecord.split("gpufleet=bm90IGpzb24=")[1] == {}   # "not json"
+    assert jobrecord.split("gpufleet=" + __import__("base64").urlsafe_b64encode(b'{"v":9}').decode())[1] == {}
+    # a segment in the middle: the text after it is kept too
+    assert jobrecord.split(jobrecord.join("before", {"v": 1}) + " after") == ("before after", {"v": 1})
     assert jobrecord.split("") == ("", {})
 
 
@@ -48,22 +51,27 @@ def test_a_nodes_part_says_what_the_epilog_found_against_the_job():
 
 
 def test_two_nodes_writing_at_once_both_keep_their_part():
-    """Each node reads, merges and writes the whole AdminComment; a write that crosses another's is seen at
-    the read-back and merged again, so neither node's part is lost (Slurm keeps the last write)."""
+    """Each node reads, merges and writes the whole AdminComment (of an ended job: slurmdbd's, through sacct
+    and sacctmgr); a write that crosses another's is seen at the read-back and merged again, so neither
+    node's part is lost (Slurm keeps the last write)."""
     from slurm_gpufleet.hooks.jobs import record_part
 
     class Slurm:
         admin = "site text"
         lock = threading.Lock()
 
-        def job_fields(self, job):
+        def job_fields(self, job):   # the epilog runs while its job completes: slurmctld's copy is frozen
+            return {"JobState": "COMPLETING", "AdminComment": "(null)"}
+
+        def accounted_admin_comment(self, job):   # slurmdbd's record takes the writes
             with self.lock:
-                return {"JobState": "COMPLETING", "AdminComment": self.admin}
+                return self.admin
 
     slurm = Slurm()
 
     class Writer:
         def apply(self, effect):
+            assert effect.accounted
             time.sleep(0.01)   # between the read and this write, the other node reads the same
             with slurm.lock:
                 slurm.admin = effect.text
@@ -106,7 +114,8 @@ def test_slurm_gpufleet_job_shows_the_record_from_slurm_and_after_it_from_accoun
         f"  42) printf 'JobId=42 JobName=train\\n   JobState=COMPLETED Reason=None\\n   AdminComment=%s\\n' '{record}';;\n"
         "  43) printf 'JobId=43 JobName=quiet\\n   JobState=COMPLETED Reason=None\\n';;\n"
         "  *) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1;;\nesac\n")
-    (bin_dir / "sacct").write_text(f"#!/bin/sh\n[ \"$5\" = 44 ] && echo '{record}'\nexit 0\n")
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\ncase \"$5\" in 44) echo '{record}';; 42|43) "
+                                   "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1;; esac\n")
     for exe in ("scontrol", "sacct"):
         (bin_dir / exe).chmod(0o755)
     config = tmp_path / "gpufleet.toml"
@@ -115,8 +124,9 @@ def test_slurm_gpufleet_job_shows_the_record_from_slurm_and_after_it_from_accoun
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode().splitlines() == ["job 42:", "  n3 gpu 5: Xid 79 (GPU has fallen off the bus)",
                                               "  n3: then reboot: gpufleet: inventory gpu5 fallen off the bus"]
-    r = run_cli("job", "43", "--config", str(config))
-    assert r.returncode == 0 and r.stdout.decode().strip() == "job 43: nothing happened to its GPUs that slurm-gpufleet saw"
+    r = run_cli("job", "43", "--config", str(config))   # ended, and no accounting to have kept its record
+    assert r.returncode == 0 and r.stdout.decode().strip().startswith(
+        "job 43 has ended and this cluster keeps no accounting (slurmdbd)"), r.stdout
     r = run_cli("job", "44", "--config", str(config), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["source"] == "accounting", r.stderr
     assert json.loads(r.stdout)["record"]["n"]["n3"]["x"] == [[5, 79]]

@@ -68,11 +68,19 @@ def _counters(g) -> dict[str, int | None]:
             "remap_correctable": n(g.remapped_rows.correctable), "retired_dbe": n(g.retired_pages.double_bit)}
 
 
+# a job in these states is alive in slurmctld, which takes updates of its AdminComment; any other (a
+# COMPLETING job, whose epilogs run) has ended: its record is slurmdbd's
+LIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+               "RESIZING", "SIGNALING", "STAGE_OUT")
+
+
 def record_part(backend, actuator, job: str, node: str, part: dict, tries: int = 6, sleep=time.sleep,
                 rand=None) -> bool:
     """This node's part of the job's record (jobrecord.py) into its AdminComment, merged with what the job's
     other nodes wrote: read, merge, write, read back; a write of another node that crossed ours is merged
-    again, up to `tries` times.  False where the job is gone or the part could not be kept."""
+    again, up to `tries` times.  A job that lives is written in slurmctld; one that has ended (the epilog
+    runs while its job completes) in slurmdbd, through sacct and sacctmgr.  False where the job is gone or
+    the part could not be kept; SlurmError where Slurm refuses (no accounting for an ended job)."""
     import random
 
     from .. import jobrecord
@@ -81,12 +89,16 @@ def record_part(backend, actuator, job: str, node: str, part: dict, tries: int =
     rand = rand or random.random
     for _ in range(tries):
         fields = backend.job_fields(job)
-        if fields is None:
-            return False
-        current = fields.get("AdminComment", "")
+        ended = fields is None or (fields.get("JobState") or "").split()[0] not in LIVE_STATES
+        if ended:
+            current = backend.accounted_admin_comment(job)
+            if current is None:
+                return False
+        else:
+            current = fields.get("AdminComment", "")
         current = "" if current == "(null)" else current
         if jobrecord.has_part(current, node, part):
             return True
-        actuator.apply(AdminComment(job, jobrecord.with_part(current, node, part)))
+        actuator.apply(AdminComment(job, jobrecord.with_part(current, node, part), accounted=ended))
         sleep(0.05 + 0.3 * rand())
     return False

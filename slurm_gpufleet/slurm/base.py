@@ -143,7 +143,8 @@ WRITES = frozenset({"drain", "resume", "set_reason", "reboot_asap", "set_field",
                     "drain_nodes", "resume_nodes", "set_reason_nodes", "reboot_asap_nodes", "set_weight_nodes",
                     "create_reservation", "update_reservation", "postpone_reservation", "delete_reservation",
                     "set_job_comment", "signal_job", "requeue_jobs", "cancel_jobs", "submit_job", "submit_array",
-                    "set_admin_comment", "set_excluded_nodes", "release_jobs", "hold_jobs"})
+                    "set_admin_comment", "set_accounted_admin_comment", "set_excluded_nodes", "release_jobs",
+                    "hold_jobs"})
 ACTUATOR = "slurm_gpufleet.slurm.actuator"
 
 

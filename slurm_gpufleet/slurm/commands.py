@@ -260,6 +260,12 @@ class CommandBackend:
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self._run("update", f"jobid={job_id}", f"admincomment={text}")
 
+    def set_accounted_admin_comment(self, job_id: str, text: str) -> None:
+        """A job that has ended: slurmctld refuses updates ("Job has already finished"); slurmdbd's record
+        takes it (as Princeton's jobstats stores its summary)."""
+        sacctmgr = os.path.join(os.path.dirname(self.scontrol), "sacctmgr")
+        self._run("-i", "update", "job", "where", f"jobid={job_id}", "set", f"AdminComment={text}", exe=sacctmgr)
+
     def set_excluded_nodes(self, job_id: str, nodes: list[str]) -> None:
         self._run("update", f"jobid={job_id}", f"excnodelist={fold(nodes)}")
 

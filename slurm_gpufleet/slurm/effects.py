@@ -176,11 +176,13 @@ class Requeue:
 
 @dataclass(frozen=True)
 class AdminComment:
-    """A job's AdminComment (jobrecord.py: the record of what happened to its GPUs, merged)."""
+    """A job's AdminComment (jobrecord.py: the record of what happened to its GPUs, merged): in slurmctld
+    while the job lives, in slurmdbd's record once it has ended (`accounted`)."""
 
     label: ClassVar[str] = "set_admin_comment"
     job_id: str
     text: str
+    accounted: bool = False
 
 
 @dataclass(frozen=True)

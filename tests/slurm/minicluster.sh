@@ -24,6 +24,9 @@
 #   CTLD_PORT / SLURMD_PORT_BASE   default 16817 / 17001
 #   PYTHON              interpreter with slurm_gpufleet importable (default: the repo's .venv)
 #   AUTH                none | munge (default: none on 22.05, munge on later releases)
+#   ACCOUNTING          1: slurmdbd with its own MariaDB (Debian's mariadb-server and slurmdbd, installed when
+#                       missing; data, socket and pids under MINICLUSTER_DIR, ports CTLD_PORT+2 and +3),
+#                       AccountingStorageType=accounting_storage/slurmdbd; the host's release only
 #   SLURM_RELEASE       22.05 | 24.11 | 26.05 (default: the host's own Slurm).  Another release runs in a
 #                       Debian root built once by debootstrap (bookworm, trixie, sid) and kept under
 #                       MINICLUSTER_ROOTS (default /var/tmp/gpufleet-slurm-roots): the daemons and every
@@ -174,6 +177,74 @@ alive() {  # a pid that exists and is not a zombie
   [ -n "$pid" ] && [ -d "/proc/$pid" ] && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null
 }
 
+DB_PORT=$((CTLD_PORT + 2))
+DBD_PORT=$((CTLD_PORT + 3))
+
+accounting_lines() {
+  if [ "${ACCOUNTING:-0}" = 1 ]; then
+    printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=localhost\nAccountingStoragePort=%s\n' "$DBD_PORT"
+  else
+    echo "AccountingStorageType=accounting_storage/none"
+  fi
+}
+
+start_accounting() {  # MariaDB of its own, then slurmdbd, then the cluster in its database
+  local auth=$1 db=$DIR/db i
+  [ -z "$ROOT" ] || die "ACCOUNTING=1 runs on the host's Slurm release only"
+  if ! command -v mariadbd >/dev/null || ! command -v slurmdbd >/dev/null; then
+    log "installing mariadb-server slurmdbd"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get $APT_WAIT update -qq >/dev/null
+    apt-get $APT_WAIT install -y -qq --no-install-recommends mariadb-server slurmdbd >/dev/null
+  fi
+  rm -rf "$db"  # a fresh database each time, as slurmctld's state is: job ids start again
+  mkdir -p "$db"
+  if [ ! -d "$db/data/mysql" ]; then
+    mariadb-install-db --user=root --datadir="$db/data" --auth-root-authentication-method=normal --skip-test-db \
+      > "$DIR/log/mariadb-install.log" 2>&1 || die "mariadb-install-db failed (see $DIR/log/mariadb-install.log)"
+  fi
+  rm -f "$db/db.sock"
+  setsid mariadbd --no-defaults --user=root --datadir="$db/data" --socket="$db/db.sock" --pid-file="$DIR/run/mariadb.pid" \
+    --port="$DB_PORT" --bind-address=127.0.0.1 --log-error="$DIR/log/mariadb.log" </dev/null >/dev/null 2>&1 &
+  for i in $(seq 1 120); do [ -S "$db/db.sock" ] && break; sleep 0.25; done
+  [ -S "$db/db.sock" ] || die "MariaDB did not start (see $DIR/log/mariadb.log)"
+  mariadb --no-defaults --socket="$db/db.sock" -u root -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'gpufleet';
+    CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'gpufleet'; GRANT ALL ON *.* TO 'slurm'@'localhost';
+    GRANT ALL ON *.* TO 'slurm'@'127.0.0.1';" || die "cannot create MariaDB's slurm user"
+  {
+    echo "# written by tests/slurm/minicluster.sh"
+    echo "AuthType=auth/$auth"
+    echo "DbdHost=localhost"
+    echo "DbdPort=$DBD_PORT"
+    echo "SlurmUser=root"
+    echo "StorageType=accounting_storage/mysql"
+    echo "StorageHost=127.0.0.1"
+    echo "StoragePort=$DB_PORT"
+    echo "StorageUser=slurm"
+    echo "StoragePass=gpufleet"
+    echo "StorageLoc=slurm_acct_db"
+    echo "LogFile=$DIR/log/slurmdbd.log"
+    echo "PidFile=$DIR/run/slurmdbd.pid"
+  } > "$DIR/etc/slurmdbd.conf"
+  chmod 600 "$DIR/etc/slurmdbd.conf"
+  SLURM_CONF=$CONF slurmdbd
+  for i in $(seq 1 120); do
+    SLURM_CONF=$CONF timeout 10 sacctmgr -n list cluster >/dev/null 2>&1 && break
+    sleep 0.25
+  done
+  SLURM_CONF=$CONF timeout 10 sacctmgr -i add cluster gpufleet >/dev/null 2>&1 || true
+  SLURM_CONF=$CONF timeout 10 sacctmgr -n list cluster format=cluster 2>/dev/null | grep -q gpufleet \
+    || die "slurmdbd did not come up with the cluster (see $DIR/log/slurmdbd.log)"
+}
+
+stop_accounting() {
+  local f
+  for f in slurmdbd mariadb; do
+    [ -f "$DIR/run/$f.pid" ] && stop_pid "$(cat "$DIR/run/$f.pid")"
+  done
+  return 0
+}
+
 stop_pid() {
   local pid=$1 i
   alive "$pid" || return 0
@@ -230,7 +301,7 @@ SlurmdParameters=config_overrides
 ProctrackType=proctrack/pgid
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(accounting_lines)
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,batch_sched_delay=0
@@ -619,6 +690,7 @@ EOF
   PYTHONPATH=$REPO "$py" "$HERE/gpustate.py" seed "$GPUDIR" "${nodes[@]}" --gpus "$GPUS_PER_NODE"
   for i in "${nodes[@]}"; do : > "$GPUDIR/$i.kmsg"; done
 
+  if [ "${ACCOUNTING:-0}" = 1 ]; then start_accounting "$auth"; fi
   SL slurmctld -f "$CONF" -i
   # what a slurmd prints before its log is open (a bind error, say) goes to slurmd-start.log
   for i in "${nodes[@]}"; do start_slurmd "$i"; done
@@ -683,6 +755,7 @@ down() {
     [ -f "$f" ] && stop_pid "$(cat "$f")"
   done
   [ -f "$DIR/run/slurmctld.pid" ] && stop_pid "$(cat "$DIR/run/slurmctld.pid")"
+  stop_accounting
   # a fake reboot may have restarted a slurmd after its pid file was read
   for f in "$DIR"/run/slurmd-*.pid; do
     [ -f "$f" ] && stop_pid "$(cat "$f")"

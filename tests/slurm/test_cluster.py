@@ -250,15 +250,10 @@ def test_epilog_attributes_an_xid_to_the_job(mc):
     rows = mc.history("n2", "select gpu, message from findings where job_id = ? and [check] = 'job'", (job,))
     assert rows == [(3, f"Xid 79 during job {job}")]
     assert mc.history("n2", "select hook from runs where job_id = ?", (job,)) == [("epilog",)]
-    # and in the job's own record, where its user sees it (issue 47): its AdminComment, then `slurm-gpufleet job`
-    mc.wait(lambda: "gpufleet=" in mc.job(job).get("AdminComment", ""), 30,
-            lambda: f"the record in job {job}'s AdminComment: {mc.job(job)}")
+    # no accounting on this cluster: `slurm-gpufleet job` says where the record is (tests/slurm/test_accounting.py
+    # has slurmdbd)
     shown = mc.gpufleet("job", job)
-    assert shown.returncode == 0, shown.stderr
-    assert "  n2 gpu 3: Xid 79 (GPU has fallen off the bus)" in shown.stdout.splitlines(), shown.stdout
-    quiet = mc.start_job("n4", 1, 1)
-    mc.wait(lambda: mc.job(quiet).get("JobState") == "COMPLETED", 30, f"job {quiet} completed")
-    assert mc.gpufleet("job", quiet).stdout.strip() == f"job {quiet}: nothing happened to its GPUs that slurm-gpufleet saw"
+    assert shown.returncode == 0 and "keeps no accounting (slurmdbd)" in shown.stdout, shown.stdout + shown.stderr
 
 
 def _replace(path, text: str) -> None:
