@@ -114,7 +114,7 @@ def test_slurm_gpufleet_job_shows_the_record_from_slurm_and_after_it_from_accoun
         f"  42) printf 'JobId=42 JobName=train\\n   JobState=COMPLETED Reason=None\\n   AdminComment=%s\\n' '{record}';;\n"
         "  43) printf 'JobId=43 JobName=quiet\\n   JobState=COMPLETED Reason=None\\n';;\n"
         "  *) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1;;\nesac\n")
-    (bin_dir / "sacct").write_text(f"#!/bin/sh\ncase \"$5\" in 44) echo '{record}';; 42|43) "
+    (bin_dir / "sacct").write_text(f"#!/bin/sh\ncase \"$5\" in 44) echo '44|{record}';; 46) echo '46|';; 42|43) "
                                    "echo 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1;; esac\n")
     for exe in ("scontrol", "sacct"):
         (bin_dir / exe).chmod(0o755)
@@ -130,6 +130,8 @@ def test_slurm_gpufleet_job_shows_the_record_from_slurm_and_after_it_from_accoun
     r = run_cli("job", "44", "--config", str(config), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["source"] == "accounting", r.stderr
     assert json.loads(r.stdout)["record"]["n"]["n3"]["x"] == [[5, 79]]
+    r = run_cli("job", "46", "--config", str(config))   # accounting knows it, with nothing in its record
+    assert r.returncode == 0 and r.stdout.decode().strip() == "job 46: nothing happened to its GPUs that slurm-gpufleet saw"
     r = run_cli("job", "45", "--config", str(config))
     assert r.returncode == 2 and r.stderr.decode().strip().endswith("Slurm does not know it (and accounting has no record of it)")
     r = run_cli("job", "4;2", "--config", str(config))

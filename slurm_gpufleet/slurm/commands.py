@@ -253,9 +253,12 @@ class CommandBackend:
         """The job's AdminComment as slurmdbd keeps it (sacct), once slurmctld has forgotten the job; None
         where accounting does not know it."""
         sacct = os.path.join(os.path.dirname(self.scontrol), "sacct")
-        out = self._run("-n", "-P", "-X", "-j", job_id, "-o", "AdminComment", exe=sacct)
-        lines = [line for line in out.splitlines() if line.strip()]
-        return lines[0] if lines else None
+        out = self._run("-n", "-P", "-X", "-j", job_id, "-o", "JobID,AdminComment", exe=sacct)
+        for line in out.splitlines():  # "ID|" is a job accounting knows with nothing in its AdminComment
+            jid, sep, comment = line.partition("|")
+            if sep and jid.strip() == job_id:
+                return comment.strip()
+        return None
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self._run("update", f"jobid={job_id}", f"admincomment={text}")
