@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 DATA   := slurm_gpufleet/data/captures
 
-.PHONY: setup bytecode system-deps demo test test-fast test-slurm lint bench clean
+.PHONY: setup bytecode system-deps demo docs test test-fast test-slurm lint bench clean
 
 # The editable install as a plain path (.pth), not setuptools' import hook: the hook's module imports
 # pathlib, re and urllib.parse in every Python process the venv starts, 25-35 ms of each health check,
@@ -106,6 +106,11 @@ TIMED  = t=$$(date +%s); peak=$$(mktemp); (while :; do cut -d' ' -f1 /proc/loada
 unexport PYTHONDONTWRITEBYTECODE
 bytecode: setup
 	@$(PY) -m compileall -q slurm_gpufleet > /dev/null
+
+# the reference pages (docs/reference/) generated from the code and data files, then checked: every command,
+# option, key and metric documented, every link leading somewhere
+docs: setup
+	@$(PY) scripts/gen_docs.py && $(PYTEST) tests/test_docs.py
 
 test-fast: setup bytecode
 	@$(call TIMED,$(VENV)/bin/ruff check slurm_gpufleet tests bench scripts healthcheck/slurm-gpufleet-healthcheck prolog_epilog && $(PYTEST) -n 2 -m "not slow and not image" --ignore=tests/slurm tests,fast)

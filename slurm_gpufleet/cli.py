@@ -53,6 +53,13 @@ def _load_policy(config: str | None, trusted: bool = False, read_only: bool = Fa
     return policy
 
 
+# options every command that has them spells the same way, with the same help
+JSON_HELP = "Print one JSON object (machine output; the text is for people)."
+CONFIG_HELP = "Config file (default $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet/gpufleet.toml, else safe defaults)."
+json_option = click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+config_option = click.option("--config", metavar="FILE", help=CONFIG_HELP)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="slurm-gpufleet")
 def cli() -> None:
@@ -180,7 +187,7 @@ def _read_or_exit(path: str):
 @click.option("--kernel", metavar="RELEASE", help="The kernel that must boot next (a rollout bundle's kernel).")
 @click.option("--host-root", metavar="DIR", type=click.Path(file_okay=False, exists=True), default="/",
               show_default=True, help="Where the node's /boot, /lib/modules, /etc and /proc are (a mounted image).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def reboot_check(driver: str, kernel: str | None, host_root: str, as_json: bool) -> None:
     """Will a reboot now bring the GPUs back on DRIVER?  The kernel that boots next must have an nvidia
     module of that version (and a signed one under Secure Boot).  For the upgrade template, between the
@@ -226,7 +233,8 @@ def reboot_check(driver: str, kernel: str | None, host_root: str, as_json: bool)
               help="`full` includes the InfoROM checksum and validation.")
 @click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True), default="-",
               help="Where to write the JSON (default stdout).")
-@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS")
+@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+              help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
 @click.option("--ib-sysfs", metavar="DIR", type=click.Path(file_okay=False),
               help="Add the InfiniBand ports under DIR (a live snapshot reads /sys/class/infiniband).")
 def snapshot(report: str | None, kmsg: str | None, level: str, output: str, timeout: float,
@@ -362,7 +370,7 @@ def xid(file: str, as_json: bool) -> None:
 @click.option("--arch", metavar="NAME", help="GPU architecture: Volta, Ampere, Hopper, Blackwell, ...")
 @click.option("--cc", metavar="X.Y", help="Compute capability instead of --arch.")
 @click.option("--cuda", metavar="X.Y", help="CUDA toolkit version that must run.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_json: bool) -> None:
     """Can DRIVER run this architecture and CUDA version?  Exit 0 yes, 1 no, 2 bad input."""
     from . import compat as compat_mod
@@ -472,8 +480,8 @@ def breaker() -> None:
 
 
 @breaker.command("status")
-@click.option("--config", metavar="FILE")
-@click.option("--json", "as_json", is_flag=True)
+@config_option
+@json_option
 def breaker_status(config: str | None, as_json: bool) -> None:
     """Exit 0 when closed, 1 when open (no node is drained by the health check until reset)."""
     from .slurm import breaker as brk
@@ -493,7 +501,7 @@ def breaker_status(config: str | None, as_json: bool) -> None:
 
 
 @breaker.command("reset")
-@click.option("--config", metavar="FILE")
+@config_option
 def breaker_reset(config: str | None) -> None:
     """Close the breaker: the health check may drain again."""
     from .slurm import breaker as brk
@@ -628,7 +636,7 @@ def _domains(policy, backend, nodes=None):
 @cli.group(invoke_without_command=True)
 @click.option("--config", metavar="FILE", help="Policy file (node groups, their pinned driver and firmware).")
 @click.option("--fleet", "fleet_file", metavar="FILE", help="A saved fleet (JSON) instead of asking Slurm.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_json: bool) -> None:
     """Per node group: drivers, GPU models, firmware, verdicts, and nodes off the group's standard.
@@ -680,14 +688,14 @@ def _maintain_policy(policy_file: str | None, config: str | None, read_only: boo
                    "(least work lost when time limits are tight) or at the last moment (loose time limits).")
 @click.option("--max-unavailable", default=None, metavar="N|P%",
               help="Budget: nodes out at once (default: the config's [maintain] max_unavailable), as for simulate.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def maintain_plan(target_driver: str | None, target_kernel: str | None, target_firmware: tuple[str, ...], nodeset: str, strategy: str, policy_file: str | None, config: str | None,
                   fleet_file: str | None, out: str | None, html_out: str | None, force: bool, deadline: str | None,
                   stop_jobs: str, max_unavailable: str | None, as_json: bool) -> None:
     """Plan a rollout: compatibility gate, canary, growing waves within the budget, placed between jobs.
 
     With --deadline, the jobs that would hold a node past its last possible slot are stopped early, the
-    ones that lose the least work first: checkpoint-and-requeue where the job says it can (README,
+    ones that lose the least work first: checkpoint-and-requeue where the job says it can (docs/rollouts.md,
     "Deadline rollouts"), else requeue, else cancel; every other job is waited for.
 
     A bundle (--target-driver, --target-kernel, --target-firmware, at least one) moves in one drain per
@@ -830,8 +838,8 @@ def _finish(state: str, as_json: bool, store, runner) -> None:
 
 @maintain.command("apply")
 @click.argument("plan_file", metavar="PLAN.json", type=click.Path(dir_okay=False, exists=True))
-@click.option("--config", metavar="FILE")
-@click.option("--json", "as_json", is_flag=True)
+@config_option
+@json_option
 def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
     """Run a plan in the foreground until the rollout ends; exit 0 only when every node is done."""
     from .maintain.planner import Plan, PlanError
@@ -894,7 +902,7 @@ def _check_soak(runner) -> None:
 @maintain.command("approve")
 @click.argument("rollout")
 @click.option("--why", required=True, metavar="TEXT", help="Why the next stage may start without a decision (logged).")
-@click.option("--config", metavar="FILE")
+@config_option
 def maintain_approve(rollout: str, why: str, config: str | None) -> None:
     """Let the stage an evidence gate holds start: at the soak's bound (gate_max_soak_h) a canary worse
     than the control at gate_confidence, short of the halt line, waits for this (gate_on_timeout =
@@ -921,8 +929,8 @@ def maintain_approve(rollout: str, why: str, config: str | None) -> None:
 
 
 @maintain.command("status")
-@click.option("--config", metavar="FILE")
-@click.option("--json", "as_json", is_flag=True)
+@config_option
+@json_option
 def maintain_status(config: str | None, as_json: bool) -> None:
     """The latest rollout: state, counts per node state, every node, the last events."""
     from .maintain.status import rollout_status, status_text
@@ -945,8 +953,8 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
                      ("abort", "Stop the rollout: release nodes not yet upgraded, delete its reservations."),
                      ("rollback", "Return every upgraded node to its previous driver through the same path.")):
     def _make(name: str):
-        @click.option("--config", metavar="FILE")
-        @click.option("--json", "as_json", is_flag=True)
+        @config_option
+        @json_option
         def command(config: str | None, as_json: bool) -> None:
             _require_rights(config)
             runner, store = _runner(config)
@@ -962,8 +970,9 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 @click.option("--sacct", "sacct_file", metavar="FILE",
               help="Job history: sacct --parsable2 -o JobIDRaw,User,Submit,Start,End,Elapsed,NNodes,AllocTRES,State[,Timelimit]"
                    " (plain or .gz).  Default: the bundled Helios trace (15,000 real jobs).")
-@click.option("--nodes", "node_count", type=click.IntRange(1, 100_000), default=150, show_default=True)
-@click.option("--gpus-per-node", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--nodes", "node_count", type=click.IntRange(1, 100_000), default=150, show_default=True,
+              help="Nodes in the simulated fleet.")
+@click.option("--gpus-per-node", type=click.IntRange(1, 64), default=8, show_default=True, help="GPUs per simulated node.")
 @click.option("--strategy", "strategies", multiple=True,
               type=click.Choice(SIMULATED),
               help="Repeat to compare; default: gpufleet, reboot-asap and drain-all side by side (with "
@@ -1005,7 +1014,7 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
               help="Stop every replay H hours after the rollout's start, whatever is left (a week of a "
                    "large fleet: 168); each strategy then says how many nodes it upgraded by then.")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: int, strategies: tuple[str, ...],
                       rollout_at: float, max_unavailable: str | None, policy_file: str | None,
                       time_limit_assumption: str, upgrade_minutes: int | None, deadline_text: str | None,
@@ -1171,14 +1180,17 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
 @cli.command()
 @click.option("--nvidia-smi-q", "report", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
               help="A saved report instead of live NVML.")
-@click.option("--snapshot", "snapshot_file", metavar="FILE", type=click.Path(dir_okay=False))
-@click.option("--kmsg", metavar="FILE", type=click.Path(dir_okay=False))
-@click.option("--config", metavar="FILE")
-@click.option("--node", metavar="NAME")
-@click.option("--level", type=click.Choice(["quick", "full", "deep"]), default="quick", show_default=True)
+@click.option("--snapshot", "snapshot_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="A JSON snapshot (`slurm-gpufleet snapshot`) instead of live NVML.")
+@click.option("--kmsg", metavar="FILE", type=click.Path(dir_okay=False), help="Kernel log to read Xid events from.")
+@config_option
+@click.option("--node", metavar="NAME", help="Node name for the labels and group matching (default: the snapshot's host).")
+@click.option("--level", type=click.Choice(["quick", "full", "deep"]), default="quick", show_default=True,
+              help="`full` adds the InfoROM checks; `deep` measures each GPU (as for check).")
 @click.option("--textfile", required=True, metavar="PATH",
               help="Where node_exporter's textfile collector reads, e.g. /var/lib/node_exporter/gpufleet.prom")
-@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS")
+@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+              help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
 def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
             level: str, textfile: str, timeout: float) -> None:
     """Write Prometheus metrics (verdicts, findings, ECC/remap counters, throttle reasons, performance)."""
@@ -1197,13 +1209,13 @@ def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, con
 
 
 @cli.command()
-@click.option("--config", metavar="FILE")
+@config_option
 @click.option("--node", metavar="NAME", help="Whose history (default: this host).")
 @click.option("--db", metavar="FILE", help="A history database instead of <state_dir>/<node>.db.")
 @click.option("--since", metavar="WHEN", help="ISO time, or an age like 2h, 3d.")
 @click.option("--gpu", type=int, metavar="N", help="Only findings and measurements of this GPU.")
-@click.option("--limit", type=int, default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", type=int, default=50, show_default=True, help="At most this many rows of each kind.")
+@json_option
 def history(config: str | None, node: str | None, db: str | None, since: str | None, gpu: int | None, limit: int,
             as_json: bool) -> None:
     """The node's own history: check runs, findings, Xids attributed to jobs, performance results, and the
@@ -1244,13 +1256,13 @@ def advise() -> None:
 
 
 @advise.command("checkpoint")
-@click.option("--job-gpus", type=click.IntRange(1), required=True, metavar="N")
-@click.option("--checkpoint-cost", type=click.FloatRange(min=0, min_open=True), required=True, metavar="SECONDS")
+@click.option("--job-gpus", type=click.IntRange(1), required=True, metavar="N", help="The GPUs the job runs on.")
+@click.option("--checkpoint-cost", type=click.FloatRange(min=0, min_open=True), required=True, metavar="SECONDS", help="How long one checkpoint takes to write.")
 @click.option("--gpu-mtbf-hours", type=click.FloatRange(min=0, min_open=True), metavar="H",
               help="Per-GPU MTBF; default: the failure rate seen in the history databases.")
 @click.option("--history-dir", metavar="DIR", help="Directory of node history databases (default: [slurm] state_dir).")
-@click.option("--config", metavar="FILE")
-@click.option("--json", "as_json", is_flag=True)
+@config_option
+@json_option
 def advise_checkpoint(job_gpus: int, checkpoint_cost: float, gpu_mtbf_hours: float | None, history_dir: str | None,
                       config: str | None, as_json: bool) -> None:
     """The job's MTBF and the checkpoint interval that minimises expected lost work (Young/Daly)."""
@@ -1418,7 +1430,7 @@ def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
 def fleet_save(ctx: click.Context, out: str) -> None:
     """Save the fleet as Slurm shows it now, for offline planning (`maintain plan --fleet FLEET.json`,
     `fleet --fleet FLEET.json`): every node with what its health check published, the running jobs and the
-    reservations, in one read of each (README, "Offline planning")."""
+    reservations, in one read of each (docs/rollouts.md, "Offline planning")."""
     from .maintain.fleet import FleetState
     from .slurm import SlurmError
 
@@ -1523,19 +1535,19 @@ def fleet_repaired(ctx: click.Context, nodeset: str) -> None:
 
 @fleet.command("sweep")
 @click.option("--dry-run", is_flag=True, help="Say which nodes are due; submit and cancel nothing.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def fleet_sweep(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     """One step of the idle sweeps (run it every few minutes, e.g. from a systemd timer): nodes of groups
     with `sweep_interval_h`, idle `sweep_idle_min` and not swept within the interval, get the deep check as
-    a job in `sweep_partition`, whose jobs any user job preempts (README, "Idle sweeps"); at most
+    a job in `sweep_partition`, whose jobs any user job preempts (docs/slurm.md, "Idle sweeps"); at most
     `sweep_max_nodes` at once.  One read of the nodes, one of the sweep jobs."""
     from .slurm import SlurmError
     from .sweep import run_step
 
     policy = _load_policy(ctx.obj["config"])
     if not policy.slurm.sweep_partition and not dry_run:
-        _fail("no sweep_partition in [slurm]: a sweep job must run where any user job preempts it (README, "
+        _fail("no sweep_partition in [slurm]: a sweep job must run where any user job preempts it (docs/slurm.md, "
               "\"Idle sweeps\")", exitcodes.USAGE)
     try:
         step = run_step(_backend(policy), policy, dry_run=dry_run)
@@ -1604,21 +1616,23 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
                    "NODE_FAIL alone; drain-on-any: NHC-like; two-tier: Meta's; gpufleet: this project's checks and "
                    "ladder; gpufleet-reboot-first: the same ladder without its reset rung; gpufleet-no-suspect: "
                    "without its suspect rung.")
-@click.option("--seed", type=int, default=0, show_default=True, metavar="S")
+@click.option("--seed", type=int, default=0, show_default=True, metavar="S",
+              help="The random seed of the failure draws (a run with the same seed gives the same figures).")
 @click.option("--seeds", type=click.IntRange(1, 1000), default=1, show_default=True, metavar="N",
               help="(fleet) Run seeds S..S+N-1 and give the mean of every figure.")
 @click.option("--sacct", "sacct_file", metavar="FILE", help="(fleet) A job history from sacct (default: the bundled "
                                                             "Helios trace).")
 @click.option("--nodes", "node_count", type=click.IntRange(1, 20_000), default=300, show_default=True,
               help="(fleet) Nodes in the simulated fleet (with --fault-log, at least the log's).")
-@click.option("--gpus-per-node", type=click.IntRange(1, 16), default=8, show_default=True)
+@click.option("--gpus-per-node", type=click.IntRange(1, 16), default=8, show_default=True, help="GPUs per simulated node.")
 @click.option("--rates", "rates_file", metavar="FILE", help="(fleet) Failure classes and rates in the form of "
               "slurm_gpufleet/data/failure_classes.toml (default: that file, Llama 3's rates).")
 @click.option("--health-check-interval", "hc_interval_s", type=click.FloatRange(min=1), default=300.0,
               show_default=True, metavar="SECONDS", help="(fleet) HealthCheckInterval (Meta: 5 min).")
 @click.option("--lemon-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="(fleet) The share of nodes that fail --lemon-factor times as often (a lemon tail).")
-@click.option("--lemon-factor", type=click.FloatRange(min=1, max=1000), default=1.0, show_default=True)
+@click.option("--lemon-factor", type=click.FloatRange(min=1, max=1000), default=1.0, show_default=True,
+              help="A lemon tail: this share of the nodes (--lemon-share) fails this many times as often.")
 @click.option("--big-job", "big_job_gpus", type=click.IntRange(0, 1_000_000), default=1024, show_default=True,
               metavar="GPUS", help="(fleet) A stream of training jobs of GPUS GPUs beside the history, one every "
                                    "--big-job-hours, each running that long (the ETTR of jobs of 1,024 GPUs or "
@@ -1638,7 +1652,7 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
                    "node,start,end,class,detail (hours since the log's start, or ISO 8601 times), or the output of "
                    "`sacctmgr -P show event format=NodeName,TimeStart,TimeEnd,State,Reason`.  --nodes adds nodes "
                    "that never faulted; the history repeats to cover the log's span.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | None, checkpoint_every_h: float | None,
                           restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
                           seeds: int, sacct_file: str | None, node_count: int, gpus_per_node: int, rates_file: str | None,
@@ -1928,7 +1942,7 @@ def _instep_telemetry(path: str, policy) -> None:
 
 @fleet.command("report")
 @click.option("--history-dir", required=True, metavar="DIR", help="Directory of node history databases.")
-@click.option("--out", required=True, metavar="FILE.html")
+@click.option("--out", required=True, metavar="FILE.html", help="Where to write the HTML report.")
 @click.pass_context
 def fleet_report(ctx: click.Context, history_dir: str, out: str) -> None:
     """An HTML report of the fleet's health over time and its performance outliers."""

@@ -1,4 +1,4 @@
-"""Exit codes every command shares (documented in README.md)."""
+"""Exit codes every command shares (docs/reference/exit-codes.md)."""
 
 OK = 0            # verdict ok or warn; command succeeded
 UNHEALTHY = 1     # verdict reboot or drain (check); incompatible (compat)

@@ -1,9 +1,10 @@
 """What happened to a job's GPUs, kept with the job in Slurm: its `AdminComment`, which slurmdbd stores with the
 job's accounting record (Princeton's jobstats keeps its per-job summary there too).
 
-The record is one segment of the AdminComment, `gpufleet=<JSON, base64url>`: sacctmgr, which writes the
-record of a job that has ended into slurmdbd, turns quotes into backquotes, so the JSON travels encoded.
-Whatever else a site keeps there stays.
+The record is one segment of the AdminComment, `gpufleet=<JSON in lower-case base32>`: sacctmgr, which
+writes the record of a job that has ended into slurmdbd, turns quotes into backquotes and (22.05) lower-cases
+the value, so the JSON travels in an encoding both leave alone.  Whatever else a site keeps there stays;
+`safe_for_accounting` says where a write through sacctmgr would alter it.
 Each node of the job writes its own part (`n`: node -> part) and a failed prolog its fault requeue (`rq`),
 merged into what Slurm shows, never one node's write replacing another's: a node writes, reads back, and
 writes again where another node's write crossed its own.
@@ -27,7 +28,7 @@ VERSION = 1
 MARK = "gpufleet="
 # a record a node writes is kept short: AdminComment is stored with every job
 MAX_PART_ITEMS = 16
-_SEGMENT = re.compile(r"(?:^|\s)gpufleet=([A-Za-z0-9_-]+={0,2})(?=\s|$)")
+_SEGMENT = re.compile(r"(?:^|\s)gpufleet=([A-Za-z2-7]+=*)(?=\s|$)")
 
 
 def split(admin_comment: str) -> tuple[str, dict[str, Any]]:
@@ -39,15 +40,24 @@ def split(admin_comment: str) -> tuple[str, dict[str, Any]]:
         return text.strip(), {}
     rest = " ".join((text[:m.start()].strip(), text[m.end():].strip())).strip()
     try:
-        record = json.loads(base64.urlsafe_b64decode(m.group(1)))
+        body = m.group(1).rstrip("=").upper()
+        record = json.loads(base64.b32decode(body + "=" * (-len(body) % 8)))
     except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         return rest, {}
     return rest, record if isinstance(record, dict) and record.get("v") == VERSION else {}
 
 
 def join(rest: str, record: dict[str, Any]) -> str:
-    body = base64.urlsafe_b64encode(json.dumps(record, separators=(",", ":"), sort_keys=True).encode()).decode()
+    raw = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+    body = base64.b32encode(raw).decode().rstrip("=").lower()
     return f"{rest} {MARK}{body}" if rest else f"{MARK}{body}"
+
+
+def safe_for_accounting(admin_comment: str) -> bool:
+    """Whether the AdminComment can go through sacctmgr unchanged: sacctmgr (22.05) lower-cases the value,
+    so another tool's text with capitals in it would be altered; then the record is kept on the nodes only."""
+    rest = split(admin_comment)[0]
+    return rest == rest.lower() and '"' not in rest
 
 
 def node_part(findings: list, action: str | None = None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ systemd timer, like `fleet lemons`).
 
 What gives way is Slurm's own preemption, not ours: the sweep's jobs go to `sweep_partition`, a
 partition over the same nodes with a lower PriorityTier and `PreemptMode=CANCEL`, under
-`PreemptType=preempt/partition_prio` (README, "Idle sweeps").  A user job that needs the node cancels
+`PreemptType=preempt/partition_prio` (docs/slurm.md, "Idle sweeps").  A user job that needs the node cancels
 the sweep within one scheduler cycle; no pending job ever waits for a sweep.
 
 A step, in one read of the nodes and one of the sweep jobs:

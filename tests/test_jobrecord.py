@@ -26,8 +26,11 @@ def test_the_record_is_one_segment_of_the_admin_comment_and_leaves_the_rest_alon
     assert jobrecord.split(again)[1]["n"]["n2"] == {"m": {"3": "dram_uncorrected +1"}}
     assert jobrecord.has_part(again, "n1", {"x": [[5, 79], [6, 79]]})
     # not ours, or not a version we read: nothing of it is taken
-    assert jobrecord.split("gpufleet=bm90IGpzb24=")[1] == {}   # "not json"
-    assert jobrecord.split("gpufleet=" + __import__("base64").urlsafe_b64encode(b'{"v":9}').decode())[1] == {}
+    assert jobrecord.split("gpufleet=nzxxiidkonxw4")[1] == {}   # base32 of "not json"
+    assert jobrecord.split("gpufleet=" + __import__("base64").b32encode(b'{"v":9}').decode().lower())[1] == {}
+    # what sacctmgr leaves of it (22.05 lower-cases the value): the same record
+    assert jobrecord.split(text.lower().replace(site.lower(), site))[1] == record
+    assert not jobrecord.safe_for_accounting(text) and jobrecord.safe_for_accounting(jobrecord.with_part("", "n1", {}))
     # a segment in the middle: the text after it is kept too
     assert jobrecord.split(jobrecord.join("before", {"v": 1}) + " after") == ("before after", {"v": 1})
     assert jobrecord.split("") == ("", {})

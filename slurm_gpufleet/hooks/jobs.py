@@ -99,6 +99,10 @@ def record_part(backend, actuator, job: str, node: str, part: dict, tries: int =
         current = "" if current == "(null)" else current
         if jobrecord.has_part(current, node, part):
             return True
+        if ended and not jobrecord.safe_for_accounting(current):
+            log.warning("job %s: its AdminComment holds another tool's text that sacctmgr would lower-case: "
+                        "the record is kept in %s's history only", job, node)
+            return False
         actuator.apply(AdminComment(job, jobrecord.with_part(current, node, part), accounted=ended))
         sleep(0.05 + 0.3 * rand())
     return False

@@ -11,7 +11,7 @@ time wait and the others stop: a job without a checkpoint at the start (the work
 it runs), a job that checkpoints at the last moment its node's place allows.
 
 The work a stopped job loses is its time since its last checkpoint, times its GPUs.  A job says how it
-checkpoints in its Slurm comment (the README, "Deadline rollouts"):
+checkpoints in its Slurm comment (docs/rollouts.md, "Deadline rollouts"):
 
     gpufleet:signal=B:USR1@30       it checkpoints on that signal (its sbatch --signal), then may be requeued
     gpufleet:checkpoint_every=1h    it writes a checkpoint that often

@@ -1,7 +1,7 @@
 """Optional backend through pyslurm, the Python binding of libslurm.
 
 pyslurm is built for one Slurm release: PyPI serves 25.11 only, and PySlurm's repository keeps a branch
-per release (`22.5.x`, `23.11.x`, `24.11.x`, ...; the README says how to install the one that matches).
+per release (`22.5.x`, `23.11.x`, `24.11.x`, ...; docs/slurm.md says how to install the one that matches).
 It is used when it imports and its release (pyslurm 22.5.3 -> 22.5) is the running Slurm's (scontrol
 22.05.8 -> 22.5), compared as numbers, or when `[slurm] backend = "pyslurm"` asks for it.
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env python3
+"""Write the documentation's generated reference pages (docs/reference/*.md) from the code and the data files
+(slurm_gpufleet/docgen.py).  tests/test_docs.py fails when a page differs from what this writes.
+
+    python scripts/gen_docs.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from slurm_gpufleet.docgen import pages  # noqa: E402
+
+
+def main() -> int:
+    out = ROOT / "docs" / "reference"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in pages().items():
+        (out / name).write_text(text)
+        print(f"wrote docs/reference/{name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

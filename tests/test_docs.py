@@ -1,0 +1,61 @@
+"""The documentation stays true: the generated reference pages are what the code and data give today
+(scripts/gen_docs.py writes them), every command, option, config key and metric is documented, the README
+is short and for users, and its links lead somewhere."""
+
+from __future__ import annotations
+
+import re
+
+from support import REPO
+
+from slurm_gpufleet import docgen
+
+
+def test_the_generated_reference_pages_are_current():
+    stale = [name for name, text in docgen.pages().items()
+             if not (REPO / "docs" / "reference" / name).exists()
+             or (REPO / "docs" / "reference" / name).read_text() != text]
+    assert stale == [], f"docs/reference/{stale} differ from the code: run `python scripts/gen_docs.py`"
+
+
+def test_every_command_option_key_and_metric_is_documented():
+    import click
+
+    from slurm_gpufleet.cli import cli
+
+    undocumented: list[str] = []
+
+    def walk(cmd: click.Command, path: list[str]) -> None:
+        if not (cmd.help or "").strip():
+            undocumented.append(" ".join(path))
+        for p in cmd.params:
+            if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip():
+                undocumented.append(f"{' '.join(path)} {p.opts[0]}")
+        if isinstance(cmd, click.Group):
+            for sub in cmd.commands:
+                walk(cmd.commands[sub], [*path, sub])
+
+    walk(cli, ["slurm-gpufleet"])
+    assert undocumented == []
+    commands = (REPO / "docs" / "reference" / "commands.md").read_text()
+    assert [n for n in docgen.command_names() if f"## `{n}`" not in commands] == []
+    settings = (REPO / "docs" / "reference" / "settings.md").read_text()
+    rows = {m.group(1): m.group(2).strip() for m in re.finditer(r"^\| `(\w+)` \|.*\| ([^|]*) \|$", settings, re.M)}
+    assert [k for k in docgen.setting_names() if not rows.get(k)] == []
+    metrics = (REPO / "docs" / "reference" / "metrics.md").read_text()
+    names = docgen.metric_names()
+    assert len(names) >= 10 and [m for m in names if f"`{m}`" not in metrics] == []
+
+
+def test_the_readme_is_for_users_and_its_links_lead_somewhere():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    # no work log: dates, run numbers, commit hashes
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b|\bCI run \d+|\brun \d+\b|\b[0-9a-f]{7,40}\b(?= )", readme)
+    for target in re.findall(r"\]\(([^)#]+)\)", readme):
+        if not target.startswith("http"):
+            assert (REPO / target).exists(), target
+    for page in (REPO / "docs").glob("*.md"):
+        for target in re.findall(r"\]\(([^)#]+)\)", page.read_text()):
+            if not target.startswith("http"):
+                assert (page.parent / target).exists(), (page.name, target)
