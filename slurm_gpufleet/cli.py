@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -58,6 +59,18 @@ JSON_HELP = "Print one JSON object (machine output; the text is for people)."
 CONFIG_HELP = "Config file (default $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet/gpufleet.toml, else safe defaults)."
 json_option = click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 config_option = click.option("--config", metavar="FILE", help=CONFIG_HELP)
+
+
+
+def _group_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """`fleet cases --config F` as `fleet --config F cases`: the group's commands read the group's config."""
+    if value is not None:
+        ctx.ensure_object(dict)["config"] = value
+
+
+# on a group's commands: the same --config, given after the command name
+group_config_option = click.option("--config", metavar="FILE", help=CONFIG_HELP, expose_value=False,
+                                   callback=_group_config)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -728,6 +741,9 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
     if not (target_driver or target_kernel or firmware or firmware_by_model):
         _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware, or a [bundle] in "
               "the config", exitcodes.USAGE)
+    if target_driver and not re.fullmatch(r"\d+\.\d+\.\d+", target_driver):
+        _fail(f"--target-driver {target_driver}: a driver version is branch.minor.patch as NVIDIA numbers it "
+              f"(580.172.01), never a part of one", exitcodes.USAGE)
     try:
         names = list(NodeSet(nodeset))
     except NodeSetException as exc:
@@ -1289,6 +1305,7 @@ def advise_checkpoint(job_gpus: int, checkpoint_cost: float, gpu_mtbf_hours: flo
 
 
 @fleet.command("stragglers")
+@group_config_option
 @click.option("--results", metavar="FILE", help="JSON lines {node, gpu, model, mem_bw_gbps} instead of Slurm.")
 @click.option("--history-dir", metavar="DIR", help="Latest measurements from node history databases.")
 @click.option("--drain", is_flag=True, help="Drain the slow nodes (needs [slurm] drain_stragglers = true).")
@@ -1425,6 +1442,7 @@ def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
 
 
 @fleet.command("save")
+@group_config_option
 @click.option("-o", "--out", "out", required=True, metavar="FLEET.json", help="Where to write the saved fleet.")
 @click.pass_context
 def fleet_save(ctx: click.Context, out: str) -> None:
@@ -1448,6 +1466,7 @@ def fleet_save(ctx: click.Context, out: str) -> None:
 
 
 @fleet.command("cases")
+@group_config_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json cases`).")
 @click.pass_context
 def fleet_cases(ctx: click.Context, as_json: bool) -> None:
@@ -1485,9 +1504,11 @@ def fleet_cases(ctx: click.Context, as_json: bool) -> None:
 
 
 @fleet.command("repaired")
+@group_config_option
 @click.argument("nodeset")
+@click.option("--dry-run", is_flag=True, help="Say what would be marked; write nothing.")
 @click.pass_context
-def fleet_repaired(ctx: click.Context, nodeset: str) -> None:
+def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
     """Hand nodes back after a repair: each node drained by the health check (for repair, or any fault of
     ours) gets the reason `gpufleet: validate after repair`, and its health check returns it to work only
     through a validation run in a maintenance reservation of its own (`validation_command`; where that is
@@ -1517,6 +1538,18 @@ def fleet_repaired(ctx: click.Context, nodeset: str) -> None:
         _fail(f"{len(unknown)} node(s) not in Slurm: {fold(unknown)}", exitcodes.USAGE)
     held = [nodes[n] for n in wanted if nodes[n].drained]
     free = [n for n in wanted if not nodes[n].drained]
+    if dry_run:
+        from .slurm.ownership import left_alone
+
+        ours = [i.name for i in held if Actuator(backend, HEALTH, policy.slurm).holds(i)]
+        if ours:
+            click.echo(f"{fold(ours)}: would be marked validate after repair")
+        for info in held:
+            if info.name not in ours:
+                click.echo(f"{info.name}: {left_alone(info)}", err=True)
+        if free:
+            click.echo(f"{fold(free)}: not drained, nothing to do", err=True)
+        return
     try:
         done = Actuator(backend, HEALTH, policy.slurm).set_reason(held, f"{VALIDATE_PREFIX}repair")
     except SlurmError as exc:
@@ -1534,6 +1567,7 @@ def fleet_repaired(ctx: click.Context, nodeset: str) -> None:
 
 
 @fleet.command("sweep")
+@group_config_option
 @click.option("--dry-run", is_flag=True, help="Say which nodes are due; submit and cancel nothing.")
 @json_option
 @click.pass_context
@@ -1571,6 +1605,7 @@ def fleet_sweep(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 
 
 @fleet.command("domains")
+@group_config_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json domains`).")
 @click.pass_context
 def fleet_domains(ctx: click.Context, as_json: bool) -> None:
@@ -1599,6 +1634,7 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
 
 
 @fleet.command("simulate-faults")
+@group_config_option
 @click.option("--one-job", "one_job_gpus", type=click.IntRange(1, 1_000_000), metavar="GPUS",
               help="One job of GPUS GPUs with exponential node failures (--node-mtbf-hours): the simulator core "
                    "against Daly's formula.  Without it: the fleet mode.")
@@ -1784,6 +1820,7 @@ def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every
 
 
 @fleet.command("lemons")
+@group_config_option
 @click.option("--dry-run", is_flag=True, help="Say what this step would reserve, submit, drain and release; "
                                               "record nothing, change nothing.")
 @click.option("--textfile", metavar="PATH", help="Also write Prometheus metrics (flags, lemon scores, cases) "
@@ -1941,6 +1978,7 @@ def _instep_telemetry(path: str, policy) -> None:
 
 
 @fleet.command("report")
+@group_config_option
 @click.option("--history-dir", required=True, metavar="DIR", help="Directory of node history databases.")
 @click.option("--out", required=True, metavar="FILE.html", help="Where to write the HTML report.")
 @click.pass_context

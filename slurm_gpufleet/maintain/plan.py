@@ -108,6 +108,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
+        if not isinstance(data, dict):
+            raise PlanError(f"not a slurm-gpufleet plan: a JSON object is expected, this is a {type(data).__name__}")
         if data.get("plan_version") != 1:
             raise PlanError("not a slurm-gpufleet plan (plan_version 1)")
         data = {k: v for k, v in data.items() if k not in ("plan_version", "nodes")}
@@ -115,6 +117,9 @@ class Plan:
             listed = data.pop("domains")
             data["domains"] = {d["name"]: d["nodes"] for d in listed}
             data["domain_states"] = {d["name"]: {"state": d["state"], "why": d["why"]} for d in listed}
-        waves = [Wave(**{**w, **{k: (INF if w[k] is None else w[k]) for k in ("reserve_at", "start", "end")}})
-                 for w in data.pop("waves")]
-        return cls(**data, waves=waves)
+        try:
+            waves = [Wave(**{**w, **{k: (INF if w[k] is None else w[k]) for k in ("reserve_at", "start", "end")}})
+                     for w in data.pop("waves")]
+            return cls(**data, waves=waves)
+        except (KeyError, TypeError, AttributeError) as exc:  # a plan of another shape: its first missing field
+            raise PlanError(f"not a slurm-gpufleet plan: {type(exc).__name__}: {exc}") from None

@@ -272,12 +272,16 @@ class Actuator:
     def hold_jobs(self, job_ids: list[str]) -> None:
         self._writer.hold_jobs(job_ids)
 
+    def holds(self, info: NodeInfo) -> bool:
+        """Whether this actor may change the node's reason or resume it: its own drain (the health actor
+        also Slurm's drain for a hook of ours that failed)."""
+        return owns(info, self.actor) or (self.actor == "health" and owner(info) == "hook")
+
     def _owned(self, nodes: list[NodeInfo], write, *args, skip=None) -> Applied:
         out = Applied()
         mine = []
         for info in nodes:
-            ours = owns(info, self.actor) or (self.actor == "health" and owner(info) == "hook")
-            if not ours:
+            if not self.holds(info):
                 out.left[info.name] = left_alone(info)
             elif skip is None or not skip(info):
                 mine.append(info.name)
