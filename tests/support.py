@@ -106,3 +106,37 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60, 
     full_env.pop("SLURM_GPUFLEET_CONFIG", None) if env is None or "SLURM_GPUFLEET_CONFIG" not in env else None
     return subprocess.run([sys.executable, "-m", "slurm_gpufleet.cli", *args], capture_output=True,
                           timeout=timeout, env=full_env, input=stdin, cwd=cwd)
+
+
+class BusyNvml:
+    """A pynvml stand-in with the calls the in-job sampler makes: `count` GPUs, every one busy at full clock
+    and power, no throttle; `name` where a caller reads the model."""
+
+    def __init__(self, count: int = 1, name: str = "NVIDIA H200") -> None:
+        self.count, self.name = count, name
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetName(self, h):
+        return self.name
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return 1980
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 600_000
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(gpu=99)
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return 0

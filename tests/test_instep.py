@@ -9,7 +9,7 @@ import random
 import sys
 
 import pytest
-from support import REPO, run_cli
+from support import REPO, BusyNvml, run_cli
 
 sys.path.insert(0, str(REPO / "bench"))
 from instep_stragglers import job_samples  # noqa: E402
@@ -135,28 +135,6 @@ def test_the_sampler_stops_when_its_job_s_cgroup_is_gone(tmp_path):
 
     from slurm_gpufleet import sampler
 
-    class Nvml:  # one GPU, the calls the sampler makes
-        def nvmlInit(self):
-            pass
-
-        def nvmlDeviceGetCount(self):
-            return 1
-
-        def nvmlDeviceGetHandleByIndex(self, i):
-            return i
-
-        def nvmlDeviceGetClockInfo(self, h, kind):
-            return 1980
-
-        def nvmlDeviceGetPowerUsage(self, h):
-            return 600_000
-
-        def nvmlDeviceGetUtilizationRates(self, h):
-            return SimpleNamespace(gpu=99)
-
-        def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-            return 0
-
     class Unreachable:  # Slurm away: publishing fails, sampling goes on
         def node(self, name):
             raise OSError("slurmctld unreachable")
@@ -176,7 +154,7 @@ def test_the_sampler_stops_when_its_job_s_cgroup_is_gone(tmp_path):
     handler = signal.getsignal(signal.SIGTERM)  # the loop sets its own: this test process keeps its
     t0 = time.monotonic()
     try:
-        assert sampler.loop(settings, Unreachable(), Nvml(), "42", "n1", max_hours=0.01,
+        assert sampler.loop(settings, Unreachable(), BusyNvml(), "42", "n1", max_hours=0.01,
                             cgroup_root=str(tmp_path / "cgroup")) == 0
     finally:
         signal.signal(signal.SIGTERM, handler)
@@ -472,31 +450,6 @@ def test_with_a_shared_directory_the_samplers_ask_slurm_nothing_and_stragglers_r
     state = tmp_path / "state"
     state.mkdir()
 
-    class Nvml:
-        def nvmlInit(self):
-            pass
-
-        def nvmlDeviceGetCount(self):
-            return 2
-
-        def nvmlDeviceGetHandleByIndex(self, i):
-            return i
-
-        def nvmlDeviceGetName(self, h):
-            return "NVIDIA H200"
-
-        def nvmlDeviceGetClockInfo(self, h, kind):
-            return 1980
-
-        def nvmlDeviceGetPowerUsage(self, h):
-            return 600_000
-
-        def nvmlDeviceGetUtilizationRates(self, h):
-            return SimpleNamespace(gpu=99)
-
-        def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-            return 0
-
     class NoSlurm:  # any call at all is a failure: the shared directory path asks Slurm nothing
         calls: list = []
 
@@ -512,7 +465,7 @@ def test_with_a_shared_directory_the_samplers_ask_slurm_nothing_and_stragglers_r
     scope = tmp_path / "cgroup" / "system.slice" / "slurmstepd.scope" / "job_42"
     scope.mkdir(parents=True)
     try:
-        assert sampler.loop(settings, NoSlurm(), Nvml(), "42", "n1", max_hours=0.01,
+        assert sampler.loop(settings, NoSlurm(), BusyNvml(2), "42", "n1", max_hours=0.01,
                             cgroup_root=str(tmp_path / "cgroup")) == 0
     finally:
         signal.signal(signal.SIGTERM, handler)

@@ -311,31 +311,12 @@ def test_without_cgroups_a_sampler_whose_epilog_never_ran_ends_within_a_window_o
     import threading
     from types import SimpleNamespace
 
+    from support import BusyNvml
+
     from slurm_gpufleet import sampler
     from slurm_gpufleet.slurm.commands import CommandBackend
 
-    class Nvml:
-        def nvmlInit(self):
-            pass
-
-        def nvmlDeviceGetCount(self):
-            return 1
-
-        def nvmlDeviceGetHandleByIndex(self, i):
-            return i
-
-        def nvmlDeviceGetClockInfo(self, h, kind):
-            return 1980
-
-        def nvmlDeviceGetPowerUsage(self, h):
-            return 600_000
-
-        def nvmlDeviceGetUtilizationRates(self, h):
-            return SimpleNamespace(gpu=95)
-
-        def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-            return 0
-
+    class Nvml(BusyNvml):
         def nvmlDeviceGetFieldValues(self, h, fields):
             return 1980  # not field values: the sampler reads no NVLink from it, and goes on
 
