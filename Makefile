@@ -31,19 +31,22 @@ system-deps:
 	    echo "system-deps: could not install$$missing; the tests that need them will say so"; fi; \
 	fi
 
+# a command whose exit status is a verdict: said as what it means (`make` would print "Error 1 (ignored)")
+SAID = ; rc=$$?; case $$rc in 0) echo "(exit 0: ok or warn)";; 1) echo "(exit 1: reboot or drain, or not compatible)";; *) echo "(exit $$rc)";; esac
+
 demo: setup system-deps
 	@echo "== healthy real H200 (nvidia-smi -q -x), default policy"
-	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/h200-real/nvidia-smi-q.xml
+	@$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/h200-real/nvidia-smi-q.xml $(SAID)
 	@echo; echo "== real A10 with a pending row remap"
-	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/public/nvidia-smi/remap_pending_a10_1.txt
+	@$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/public/nvidia-smi/remap_pending_a10_1.txt $(SAID)
 	@echo; echo "== real H100 x8 with HW power brake on one GPU, as JSON (first finding)"
-	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/public/nvidia-smi/hw_power_brake_one_gpu_h100x8_1.txt --json | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print(d["verdict"], json.dumps([f for f in d["findings"] if f["severity"]!="ok"][0]))'
+	@$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/public/nvidia-smi/hw_power_brake_one_gpu_h100x8_1.txt --json | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print(d["verdict"], json.dumps([f for f in d["findings"] if f["severity"]!="ok"][0]))'
 	@echo; echo "== the H200 against the sample site policy (node gpu001 of group h200)"
-	-$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/h200-real/nvidia-smi-q.xml --config etc/gpufleet.toml --node gpu001
+	@$(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $(DATA)/h200-real/nvidia-smi-q.xml --config etc/gpufleet.toml --node gpu001 $(SAID)
 	@echo; echo "== Xid events in real kernel log lines"
 	cut -f1 $(DATA)/public/kernel_log_lines.tsv | tail -n +2 | $(VENV)/bin/slurm-gpufleet xid -
 	@echo; echo "== can R590 run Volta?"
-	-$(VENV)/bin/slurm-gpufleet compat --driver 590.48.01 --arch Volta
+	@$(VENV)/bin/slurm-gpufleet compat --driver 590.48.01 --arch Volta $(SAID)
 	@echo; echo "== every real capture vendored in $(DATA), one verdict each"
 	@for f in $(DATA)/public/nvidia-smi/*.txt $(DATA)/public/nvidia-smi/*.xml; do \
 	  printf '%-42s ' $$(basename $$f); $(VENV)/bin/slurm-gpufleet check --nvidia-smi-q $$f --json | $(PY) -c 'import json,sys; d=json.load(sys.stdin); print(d["verdict"], "|", "; ".join(f["message"] for f in d["findings"] if f["severity"]!="ok")[:90])'; done

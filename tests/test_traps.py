@@ -47,3 +47,14 @@ def test_a_truncated_target_driver_is_refused(tmp_path):
     fleet = REPO / "etc" / "sample-fleet.json"
     r = run_cli("maintain", "plan", "--fleet", str(fleet), "--target-driver", "580.172", "--nodes", "gpu[001-004]")
     assert r.returncode == 2 and "--target-driver 580.172: a driver version is branch.minor.patch" in r.stderr.decode()
+
+
+def test_a_firmware_target_without_a_model_on_nodes_of_two_models_is_refused_naming_them():
+    from support import REPO
+
+    fleet = REPO / "etc" / "sample-fleet.json"
+    r = run_cli("maintain", "plan", "--fleet", str(fleet), "--target-firmware", "vbios=96.00.AF.00.01",
+                "--nodes", "gpu[001-032],a100-[01-08]")
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "--target-firmware vbios=96.00.AF.00.01 names no GPU model, and the nodes have 2:" in err
+    assert "NVIDIA A100-SXM4-80GB (x8)" in err and "NVIDIA H200 (x32)" in err, err

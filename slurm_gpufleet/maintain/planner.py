@@ -158,6 +158,12 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     if missing:
         raise PlanError(f"{len(missing)} node(s) not in the fleet: {fold_short(missing, 80)}")
     models_here = {fleet.nodes[n].model or "unknown" for n in names}
+    known = sorted(m for m in models_here if m != "unknown")
+    if bundle.firmware and len(known) > 1:  # one model's VBIOS flashed on another's GPUs: never by default
+        counts = ", ".join(f"{m} (x{sum(1 for n in names if fleet.nodes[n].model == m)})" for m in known)
+        first = next(iter(bundle.firmware))
+        raise PlanError(f"--target-firmware {first}={bundle.firmware[first]} names no GPU model, and the nodes have "
+                        f"{len(known)}: {counts}; give it per model, e.g. --target-firmware \"{known[0]}:{first}=...\"")
     for model in by_model:  # a target for no node here is a typo, or the wrong fleet: never silently nothing
         if not any(firmware_for(m, {model: {}}) is not None for m in models_here):
             raise PlanError(f"--target-firmware for {model!r} matches no node's GPU model "

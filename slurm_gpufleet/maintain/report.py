@@ -118,8 +118,10 @@ def text(plan: Plan, width: int = 100) -> str:
         for reason, count, nodes in grouped((s["node"], s["why"]) for s in plan.skipped):
             lines.append(f"  skipped {count}: {reason}: {nodes}")
     if plan.waves:
+        per_node = plan.assumptions.get("upgrade_minutes")
         lines.append(f"  {len(plan.waves)} wave(s); estimated end {_t(plan.waves[-1].end)} "
-                     f"(makespan {_dur(plan.makespan_s)})")
+                     f"(makespan {_dur(plan.makespan_s)}" + (f", at most {per_node:g} min an upgrade" if per_node else "")
+                     + ")")
     if plan.deadline:
         d = plan.deadline
         stop = [j for j in d["jobs"] if j["action"] != "wait"]
