@@ -841,15 +841,19 @@ def _require_rights(config: str | None) -> None:
         _fail(f"maintain needs the right to change Slurm: {why}", exitcodes.USAGE)
 
 
-def _finish(state: str, as_json: bool, store, runner) -> None:
-    r = store.rollout()
+def _finish(state: str, as_json: bool, store, runner, rollout_id: str | None = None, ok=("done", "rolled_back",
+                                                                                         "aborted"), note: str = "") -> None:
+    """The rollout's end, named by its own id (the latest one where the command has none); exit 0 only in
+    the states `ok` (apply: done alone), with no node failed."""
+    r = store.rollout(rollout_id) if rollout_id else store.rollout()
     counts = store.counts(r["id"]) if r else {}
     if as_json:
-        click.echo(json.dumps({"rollout": r["id"] if r else None, "state": state, "nodes": counts}))
+        click.echo(json.dumps({"rollout": r["id"] if r else None, "state": state, "nodes": counts,
+                               **({"note": note} if note else {})}))
     else:
-        click.echo(f"rollout {r['id'] if r else '-'}: {state} ({', '.join(f'{k} {v}' for k, v in counts.items())})")
-    sys.exit(exitcodes.OK if state in ("done", "rolled_back", "aborted") and not counts.get("failed") else
-             exitcodes.UNHEALTHY)
+        click.echo(f"rollout {r['id'] if r else '-'}: {state} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
+                   + (f"; {note}" if note else ""))
+    sys.exit(exitcodes.OK if state in ok and not counts.get("failed") else exitcodes.UNHEALTHY)
 
 
 @maintain.command("apply")
@@ -873,9 +877,13 @@ def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
     _preflight(plan_file, plan, config)
     runner, store = _runner(config)
     _check_soak(runner)
+    before = store.rollout(plan.id)
     with _rollout_errors(runner.s.db):
         state = runner.apply(plan.to_dict())
-    _finish(state, as_json, store, runner)
+    # a plan applied again after its rollout ended: that rollout, its state, and nothing done now
+    note = f"this plan's rollout had ended already ({before['state']}): nothing was done now" \
+        if before is not None and before["state"] in ("done", "rolled_back", "aborted") else ""
+    _finish(state, as_json, store, runner, rollout_id=plan.id, ok=("done",), note=note)
 
 
 def _preflight(plan_file: str, plan, config: str | None) -> None:

@@ -246,6 +246,12 @@ def test_abort_gives_everything_back(mc, tmp_path):
     assert {mc.node(n)["Weight"] for n in mc.nodes} == {"1"}
     states = {n["node"]: n["state"] for n in json.loads(mc.gpufleet("maintain", "status", "--json").stdout)["nodes"]}
     assert sorted(states.values()).count("done") == 2 and set(states.values()) <= {"done", "skipped"}
+    # the aborted plan applied again: its own rollout named, aborted, nothing done, and not exit 0 (apply's
+    # 0 is "every node done")
+    again = mc.gpufleet("maintain", "apply", "--json", str(plan_file))
+    said = json.loads(again.stdout)
+    assert again.returncode == 1 and said["rollout"] == p["id"] and said["state"] == "aborted", again.stdout
+    assert said["note"] == "this plan's rollout had ended already (aborted): nothing was done now"
     # a new rollout may start once this one is aborted
     plan_file2, _ = plan(mc, tmp_path, nodes="n[5-6]")
     assert mc.gpufleet("maintain", "apply", str(plan_file2)).returncode == 0
