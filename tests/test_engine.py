@@ -716,5 +716,9 @@ def test_a_halted_rollout_holds_nothing_but_its_failed_nodes(tmp_path):
     assert status["waiting"]["holds"] == 1 and status["waiting"]["in_progress"] == 0, status["waiting"]
     assert status["waiting"]["for"].startswith("an admin: halted")
     assert any("holding 1 node(s)" in line for line in status_text(status))
+    # the last events in words, never the Slurm call's name
+    events = status_text(status)[status_text(status).index("  last events:") + 1:]
+    assert events and not [line for line in events if " slurm " in line], events
+    assert any("reservation made" in line or "reservation deleted" in line for line in events), events
     fleet.advance(fleet.sim.now + 8 * 3600, executor)  # hours later: nothing of the rollout began meanwhile
     assert sum(1 for n in fleet.sim.nodes if n.out(fleet.sim.now)) == 1

@@ -32,6 +32,17 @@ def rollout_status(store: Store, settings: Any, events: int = 20) -> dict[str, A
             "waiting": json.loads(r["waiting"]) if r.get("waiting") and r["state"] not in ROLLOUT_FINAL else None}
 
 
+# the audit log names each Slurm write by the call it made (`slurm create_reservation`): said in words here
+EVENT_WORDS = {
+    "slurm create_reservation": "reservation made", "slurm update_reservation": "reservation changed",
+    "slurm postpone_reservation": "reservation moved later", "slurm delete_reservation": "reservation deleted",
+    "slurm drain_nodes": "drained", "slurm resume_nodes": "resumed", "slurm set_reason_nodes": "reason set",
+    "slurm reboot_asap_nodes": "reboot asked", "slurm set_weight_nodes": "weight set",
+    "slurm set_job_comment": "job told", "slurm signal_job": "job signalled", "slurm requeue_jobs": "jobs requeued",
+    "slurm cancel_jobs": "jobs cancelled", "slurm submit_job": "job submitted", "slurm submit_array": "array submitted",
+}
+
+
 def status_text(data: dict[str, Any]) -> list[str]:
     """The lines `maintain status` prints: nodes folded per wave, state and error; the gate's signals;
     the last ten events."""
@@ -64,5 +75,6 @@ def status_text(data: dict[str, Any]) -> list[str]:
         out.append("  last events:")
         for e in data["events"][:10]:
             at = time.strftime("%Y-%m-%d %H:%M:%S%z", time.localtime(e["ts"])) if e["ts"] else "-"
-            out.append(f"    {at}  {e['node'] or '-':<12} {e['event']:<16} {e['detail'] or ''}"[:160])
+            event = EVENT_WORDS.get(e["event"], e["event"])
+            out.append(f"    {at}  {e['node'] or '-':<12} {event:<20} {e['detail'] or ''}"[:160])
     return out
