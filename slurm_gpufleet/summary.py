@@ -44,6 +44,7 @@ Summary = TypedDict("Summary", {
     "ecc": int,                   # volatile ECC errors since the driver loaded
     "rr": int,                    # rows remapped, correctable and uncorrectable, all GPUs (kept across boots)
     "f": str,                     # the worst finding's message, when it is reboot or drain
+    "w": str,                     # the warnings' messages, when the verdict is warn (a rollout's validation)
     "bw": int,                    # the slowest GPU's memory bandwidth, GB/s (deep check)
     "bwgpu": int,                 # which GPU that is
     "cfg": str,                   # "refused": the node runs on the packaged defaults (trust.py)
@@ -154,6 +155,9 @@ def encode(report: Report, final: str) -> Summary:
     worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
     if worst:  # why, for a rollout's validation and for `fleet`
         data["f"] = max(worst, key=lambda f: RANK[f.severity]).message[:80]
+    elif final == "warn":  # a rollout fails a node whose warning names its own target (a failed DKMS build)
+        said = list(dict.fromkeys(f.message for f in report.findings if f.severity == "warn"))
+        data["w"] = "; ".join(said)[:120]
     from .checks.infiniband import network
 
     ib = network(report.findings)

@@ -722,3 +722,26 @@ def test_a_halted_rollout_holds_nothing_but_its_failed_nodes(tmp_path):
     assert any("reservation made" in line or "reservation deleted" in line for line in events), events
     fleet.advance(fleet.sim.now + 8 * 3600, executor)  # hours later: nothing of the rollout began meanwhile
     assert sum(1 for n in fleet.sim.nodes if n.out(fleet.sim.now)) == 1
+
+
+def test_a_warning_that_names_the_target_fails_validation_and_any_other_is_named(tmp_path):
+    """Issue 48: after its upgrade a node's health check warns "next boot kernel ... has nvidia OLD, not
+    TARGET" (the module was not built for the kernel that boots next): the node fails validation.  A
+    warning about something else lets the node finish, the warning named in its row."""
+    fleet = SimFleet(4)
+    names = [n.name for n in fleet.sim.nodes]
+
+    def fields(node):
+        if node == names[1]:
+            return {"v": "warn", "w": f"next boot kernel 6.1.0-31-amd64 has nvidia 580.95.05, not {TARGET}"}
+        if node == names[2]:
+            return {"v": "warn", "w": "gpu0 PCIe x8 of x16"}
+        return {}
+
+    engine, store, plan, executor = rollout(tmp_path, fleet, "max_failures = 5\n", fields=fields)
+    drive(fleet, engine, plan, executor)
+    rows = {r["node"]: r for r in store.nodes(plan["id"])}
+    assert rows[names[1]]["state"] == S.FAILED
+    assert rows[names[1]]["error"].startswith(f"validation failed: a warning names the target {TARGET}")
+    assert rows[names[2]]["state"] == S.DONE
+    assert any("gpu0 PCIe x8 of x16" in (e["detail"] or "") for e in store.log(plan["id"], 500) if e["node"] == names[2])

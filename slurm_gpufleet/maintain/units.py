@@ -453,13 +453,19 @@ class Validating(Unit):
                 return fail(f"validation failed: {differs}" + (f" ({data['f']})" if data.get("f") else ""))
             if data.get("v") not in ("ok", "warn"):
                 return fail(f"validation failed: verdict {data.get('v')}" + (f": {data['f']}" if data.get("f") else ""))
+            warned = data.get("w") if data.get("v") == "warn" and isinstance(data.get("w"), str) else ""
+            bundle = v.bundle(row)
+            named = [t for t in (bundle.driver, bundle.kernel) if t and t in warned]
+            if named:  # "next boot kernel ... has nvidia OLD, not TARGET": the upgrade is not what boots next
+                return fail(f"validation failed: a warning names the target {named[0]}: {warned}")
             seen = {k: data[k] for k in COMPARED if data.get(k) is not None}
             if not back:
                 differs = v.differs_from_canary(row["node"], seen)
                 if differs:
                     return fail(f"validation failed: {differs}")
             validated = json.dumps(seen, sort_keys=True)
-            checked_text = f"{v.bundle(row).named()}, verdict {data.get('v')} at {data.get('t')}"
+            checked_text = f"{v.bundle(row).named()}, verdict {data.get('v')} at {data.get('t')}" + (
+                f" ({warned})" if warned else "")
             if back:
                 return move(S.ROLLED_BACK, checked_text, validated=validated)
             if v.s.validation_job and not held_before(row):  # a node someone else held goes back to them untested
