@@ -315,13 +315,6 @@ def draw_faults(model: FaultModel, nodes: int, horizon_s: float, seed: int, lemo
     return faults, sorted(alarms)
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    v = sorted(values)
-    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
-
-
 def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_per_node: int, horizon_s: float,
                faults: list[Fault], alarms: list[tuple[float, int]], *, hc_interval_s: float, checkpoint_every_h: float,
                restart_min: float, seed: int, big_jobs: frozenset[str], settings=None,
@@ -883,6 +876,8 @@ class _Lab:
 
 
 def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:
+    from .maintain.trials import percentile
+
     def kept(job) -> float:
         """The job's work done by the end (seconds of its run, kept or still running)."""
         if job.id in sim.done_at and job.start is None and job.saved < job.run:
@@ -945,7 +940,7 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
             "remedies": round(ctl.out_by["remedies"] / 3600, 1),
             "false_drains": round(ctl.out_by["false_drains"] / 3600, 1)},
         "node_hours_out": round(node_h_out, 1),
-        "fault_to_drain_min": {"p50": _round(_percentile(latency_min, 0.5)), "p90": _round(_percentile(latency_min, 0.9)),
+        "fault_to_drain_min": {"p50": _round(percentile(latency_min, 0.5)), "p90": _round(percentile(latency_min, 0.9)),
                                "gpu_faults_found": len(latency_min)},
         "resolved": {k: round(v / resolved, 3) if resolved else 0.0 for k, v in ctl.resolved.items()},
         "faults": sum(f.hit for f in faults),

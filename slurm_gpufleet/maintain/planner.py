@@ -15,6 +15,7 @@ from collections import defaultdict, deque
 from typing import Any
 
 from .. import compat
+from ..amounts import count_of
 from ..catalog import find_model
 from ..checks.compatibility import branch_refused
 from ..hostlist import fold_short
@@ -26,12 +27,6 @@ from .fleet import FleetState
 from .plan import INF, Plan, PlanError, Wave
 from .schedule import plan_slots, soak_of, stage_soak_s, waves_as_stages, widening
 from .strategy import STRATEGIES
-
-
-def _amount(spec: int | str, total: int) -> int:
-    if isinstance(spec, int):
-        return spec
-    return max(1, math.ceil(float(spec.rstrip("%")) * total / 100))
 
 
 def _partition_caps(fleet: FleetState, pct: str) -> dict[str, int]:
@@ -222,7 +217,7 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     if whole and not s.upgrade_held_nodes:
         todo = _held_domains(plan, doms, todo, s.domain_member_held)
 
-    budget = min(_amount(s.max_unavailable, len(names)), max(1, len(todo)))
+    budget = min(count_of(s.max_unavailable, len(names), round_up=True), max(1, len(todo)))
     caps = _partition_caps(fleet, s.max_unavailable_per_partition)
     plan.budget = {"max_unavailable": budget, "per_partition": caps, "max_failures": s.max_failures}
 
@@ -368,7 +363,7 @@ def _node_waves(plan: Plan, fleet: FleetState, settings: MaintainSettings, todo:
     i = 0
     while rest:
         spec = specs[min(i, len(specs) - 1)]
-        size = min(_amount(spec, len(todo)), budget)
+        size = min(count_of(spec, len(todo), round_up=True), budget)
         waves_nodes.append(("wave", _fill(rest, size, caps, fleet)))
         i += 1
 
@@ -450,7 +445,7 @@ def _domain_waves(plan: Plan, fleet: FleetState, settings: MaintainSettings, dom
     specs = list(settings.waves)
     k = 0
     while rest:
-        size = min(_amount(specs[min(k, len(specs) - 1)], len(todo)), max(budget, 1))
+        size = min(count_of(specs[min(k, len(specs) - 1)], len(todo), round_up=True), max(budget, 1))
         taken: list[int] = [rest.popleft()]
         while rest and sum(len(units[i]) for i in taken) + len(units[rest[0]]) <= size:
             taken.append(rest.popleft())

@@ -810,9 +810,10 @@ def sim_jobs(trace: Trace, gpus_per_node: int, assumption: str) -> tuple[list[Si
 
 
 def budget_of(spec: int | str, nodes: int) -> int:
-    if isinstance(spec, int):
-        return spec
-    return max(1, math.ceil(float(spec.rstrip("%")) * nodes / 100))
+    """A rollout's budget over `nodes`: the planner's rule (amounts.count_of)."""
+    from ..amounts import count_of
+
+    return count_of(spec, nodes, round_up=True)
 
 
 def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[str, ...], rollout_at_h: float,

@@ -69,6 +69,8 @@ def trial(running: list[Any], nodes: int, gpus_per_node: int, policy: Policy, ra
 
 
 def percentile(values: list[float], q: float) -> float | None:
+    """The nearest-rank percentile (the value at rank floor(q * n) of the sorted values); None for none.
+    The one rule of the simulators' figures (maintain simulate's trials, simulate-faults' latencies)."""
     if not values:
         return None
     ordered = sorted(values)

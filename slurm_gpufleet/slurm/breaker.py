@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -43,9 +42,10 @@ class Trip:
 
 
 def limit_of(threshold: int | str, total: int) -> int:
-    if isinstance(threshold, int):
-        return threshold
-    return max(1, math.floor(float(threshold.rstrip("%")) * total / 100))
+    """The breaker's limit over `total`: a share rounds down, it guards (amounts.count_of)."""
+    from ..amounts import count_of
+
+    return count_of(threshold, total, round_up=False)
 
 
 def would_trip(fleet: list[NodeInfo], node: str, threshold: int | str, window_s: float,
