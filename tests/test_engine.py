@@ -745,3 +745,14 @@ def test_a_warning_that_names_the_target_fails_validation_and_any_other_is_named
     assert rows[names[1]]["error"].startswith(f"validation failed: a warning names the target {TARGET}")
     assert rows[names[2]]["state"] == S.DONE
     assert any("gpu0 PCIe x8 of x16" in (e["detail"] or "") for e in store.log(plan["id"], 500) if e["node"] == names[2])
+
+
+def test_apply_obeys_the_max_failures_its_plan_shows_not_a_config_changed_since(tmp_path):
+    """Issue 48: the plan says "halt after 1 failure" (max_failures 0); the config says 10 by the time it
+    runs.  The rollout halts at its first failure, as the plan said, and says max_failures 0."""
+    fleet = SimFleet(6)
+    engine, store, plan, executor = rollout(tmp_path, fleet, "max_failures = 0\n", ok={fleet.sim.nodes[1].name})
+    assert plan["budget"]["max_failures"] == 0
+    engine.s = replace(engine.s, max_failures=10)   # the config now
+    assert drive(fleet, engine, plan, executor) == S.R_HALTED
+    assert any("(max_failures 0)" in (e["detail"] or "") for e in store.log(plan["id"], 200))

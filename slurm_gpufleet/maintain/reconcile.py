@@ -40,6 +40,7 @@ from .schedule import (
     boundary,
     firmly_out,
     held,
+    max_failures,
     plan_slots,
     postpone_slots,
     slot_reservations,
@@ -303,8 +304,9 @@ class Engine:
             counts[st] += 1
         failed, pending = counts[S.FAILED], counts[S.PENDING]
         budget = v.plan.budget["max_unavailable"]
-        if failed > self.s.max_failures:
-            return f"{failed} node(s) failed (max_failures {self.s.max_failures})"
+        tolerated = max_failures(v.plan, self.s)
+        if failed > tolerated:
+            return f"{failed} node(s) failed (max_failures {tolerated})"
         if pending and failed >= budget:
             return (f"the budget of {budget} node(s) is filled by {failed} failed node(s); "
                     f"{pending} node(s) still pending")

@@ -223,7 +223,7 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
     for st in view.state.values():
         counts[st] += 1
     failed = counts[S.FAILED]
-    if failed > view.s.max_failures or failed >= budget["max_unavailable"]:
+    if failed > max_failures(view.plan, view.s) or failed >= budget["max_unavailable"]:
         return  # the rollout halts at the end of this step
     # out of service as Slurm shows it (held): every node this rollout holds, and every node of the
     # rollout out for another reason (down, drained by the health check or an admin).  A node drained by
@@ -515,3 +515,9 @@ def postpone_slots(view: Any, lookahead_s: float, push_s: float, upgrade_s: floa
     slots, _ = plan_slots(view.plan, view.world.free_at, now + push_s, upgrade_s, soak_s,
                           {n for nodes in late.values() for n in nodes})
     return {name: max(slots[n] for n in nodes) for name, nodes in late.items()}
+
+def max_failures(plan, settings) -> int:
+    """The failures a rollout tolerates before it halts: what its plan showed (the config's at planning
+    time), never a value the config took since; a plan from before the budget carried it, the config's."""
+    value = plan.budget.get("max_failures")
+    return value if isinstance(value, int) else settings.max_failures
