@@ -115,7 +115,8 @@ def _big_fleet(path, count: int) -> str:
     return grown(path, count)
 
 
-# what the test adds to a page to measure it: every SVG text inside its SVG, the result into the DOM
+# what the test adds to a page to measure it: every SVG text inside its SVG, every table cell inside the page,
+# the result into the DOM
 MEASURE = """<script>window.addEventListener('load', () => {
   const out = [];
   for (const svg of document.querySelectorAll('svg')) {
@@ -124,6 +125,11 @@ MEASURE = """<script>window.addEventListener('load', () => {
       const r = t.getBoundingClientRect();
       if (r.left < box.left - 0.5 || r.right > box.right + 0.5) out.push(t.textContent);
     }
+  }
+  // and every table cell within the page's width: a long host list wraps, never runs off the page
+  const width = document.documentElement.clientWidth;
+  for (const td of document.querySelectorAll('td')) {
+    if (td.getBoundingClientRect().right > width + 0.5) out.push('cell: ' + td.textContent.slice(0, 60));
   }
   document.body.setAttribute('data-clipped', JSON.stringify(out));
 });</script></body>"""
