@@ -59,3 +59,15 @@ def test_the_readme_is_for_users_and_its_links_lead_somewhere():
         for target in re.findall(r"\]\(([^)#]+)\)", page.read_text()):
             if not target.startswith("http"):
                 assert (page.parent / target).exists(), (page.name, target)
+
+
+def test_the_python_api_page_runs_as_it_is_written():
+    """Each ```python block of docs/api.md, in a fresh interpreter from the repository's root."""
+    import subprocess
+    import sys
+
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
+    assert len(blocks) >= 4
+    for block in blocks:
+        r = subprocess.run([sys.executable, "-c", block], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, block + r.stderr
