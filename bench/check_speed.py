@@ -72,8 +72,9 @@ def main() -> None:
         base = median_ms(baseline, args.repeat)
         print(f"{name:<28} {gpus:>4} {ours:>9.2f} {ours / gpus:>8.2f} {base:>14.2f} {ours / base:>6.1f}x")
         rows.append({"input": name, "gpus": gpus, "check_ms": round(ours, 3), "bare_parse_ms": round(base, 3)})
+    network = network_cost(args.repeat)
     out = REPO / "bench" / "results" / "check_speed.json"
-    out.write_text(json.dumps({"repeat": args.repeat, "checks": rows}, indent=1) + "\n")
+    out.write_text(json.dumps({"repeat": args.repeat, "checks": rows, "network": network}, indent=1) + "\n")
     print(f"(median of {args.repeat} runs; 'bare parse' is ElementTree / line split / json.loads of the same input;"
           " NVML replay's baseline is one replayed call)")
     kernel_facts(max(3, args.repeat // 10))
@@ -83,6 +84,45 @@ def main() -> None:
 
         print("\n== bench/backend_speed.py", flush=True)
         subprocess.run([sys.executable, str(REPO / "bench" / "backend_speed.py")], check=False)
+
+
+def network_cost(repeat: int) -> dict:
+    """What the InfiniBand check adds to a health check: reading a real H100 node's /sys/class/infiniband
+    (8 NDR ports and an Ethernet bond), keeping its counters between runs, and judging them, in CPU time,
+    beside the same check of the H200 without it."""
+    import tempfile
+
+    from slurm_gpufleet.readers.ib import read_ib, remember
+
+    tree = REPO / "slurm_gpufleet" / "data" / "captures" / "public" / "infiniband" / "h100-gpud"
+    snap = read_report((SHARED / "h200-real/nvidia-smi-q.xml").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        memory = str(Path(tmp) / "ib-counters-n1.json")
+
+        def with_ib():
+            snap.ib = read_ib(str(tree))
+            remember(snap.ib, memory)
+            return evaluate(snap)
+
+        def without():
+            snap.ib = None
+            return evaluate(snap)
+
+        with_ib()
+        base = cpu_ms(without, repeat)
+        ib = cpu_ms(with_ib, repeat)
+    print(f"\n{'InfiniBand, 9 ports (H100)':<28} {'check ms':>9} {'with IB ms':>11} {'added ms':>9}")
+    print(f"{'':<28} {base:>9.2f} {ib:>11.2f} {ib - base:>9.2f}   (CPU time, median of {repeat})")
+    return {"check_cpu_ms": round(base, 3), "with_ib_cpu_ms": round(ib, 3), "added_cpu_ms": round(ib - base, 3)}
+
+
+def cpu_ms(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.process_time()
+        fn()
+        times.append(time.process_time() - t)
+    return statistics.median(times) * 1000
 
 
 def kernel_facts(repeat: int) -> None:
