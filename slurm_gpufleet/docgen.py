@@ -257,9 +257,58 @@ def _cell(text: str) -> str:
     return " ".join(str(text).replace("|", "\\|").split())
 
 
+# ---------------------------------------------------------------- benchmark figures
+def benchmarks() -> str:
+    """The latest figures of the benchmarks that write JSON under bench/results/, as they wrote them."""
+    import json
+
+    results = Path(__file__).resolve().parent.parent / "bench" / "results"
+
+    def load(name: str) -> dict[str, Any] | None:
+        try:
+            return json.loads((results / name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    out = [HEADER, "# Benchmark figures\n", "Each table is the JSON its benchmark last wrote under `bench/results/` "
+           "(run it again to refresh them, then `python scripts/gen_docs.py`); "
+           "[performance.md](../performance.md) says what each measures.\n"]
+    ctld = load("controller_cost.json")
+    if ctld:
+        st = ctld["steady_state"]
+        out.append(f"## What the checks cost slurmctld (`bench/controller_cost.py`)\n\nSlurm {ctld['release']}, "
+                   f"{ctld['records']} node records; idle {ctld['idle_cores']:.3f} cores.  CPU per call, ms:\n")
+        out.append(_table(list(ctld["per_call_ms"]), [list(ctld["per_call_ms"].values())]))
+        out.append(f"Steady state at {st['nodes']} nodes (HealthCheckInterval {st['interval_s']:g} s, "
+                   f"instep_window_s {st['window_s']:g} s):\n")
+        out.append(_table(["set-up", "reads/s", "writes/s", "cores"],
+                          [[k, v["reads"], v["writes"], v["cores"]] for k, v in st["setups"].items()]))
+        out.append("Replayed live:\n")
+        out.append(_table(["set-up", "cores", "calls a second"],
+                          [[k, v["cores"], ", ".join(f"{c} {n}" for c, n in v.items()
+                                                      if c.endswith("_per_s"))] for k, v in ctld["live"].items()]))
+    speed = load("check_speed.json")
+    if speed:
+        out.append("## Check speed (`bench/check_speed.py`)\n")
+        out.append(_table(["input", "GPUs", "check ms", "bare parse ms"],
+                          [[r["input"], r["gpus"], r["check_ms"], r["bare_parse_ms"]] for r in speed["checks"]]))
+        net = speed.get("network")
+        if net:
+            out.append(f"The InfiniBand check (a real H100 node's 9 ports) adds {net['added_cpu_ms']} ms of CPU to a "
+                       f"check of {net['check_cpu_ms']} ms.\n")
+    instep = load("instep_stragglers.json")
+    if instep:
+        out.append(f"## In-job stragglers (`bench/instep_stragglers.py --matrix`)\n\n{instep['jobs']} jobs of "
+                   f"{instep['nodes_per_job']} nodes, {instep['minutes']:g} min each, seed {instep['seed']}:\n")
+        out.append(_table(["style", "noise", "precision", "recall", "slowest flag s", "flags on uniform jobs"],
+                          [[r["style"], r["noise"], r["precision"], r["recall"], r["worst_latency_s"],
+                            r["flags_on_uniformly_slow_jobs"]] for r in instep["runs"]]))
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- all of them
 PAGES = {"commands.md": commands, "settings.md": settings, "exit-codes.md": exit_codes,
-         "metrics.md": metrics_page, "catalogs.md": catalogs}
+         "metrics.md": metrics_page, "catalogs.md": catalogs, "benchmarks.md": benchmarks}
 
 
 def pages() -> dict[str, str]:
