@@ -58,3 +58,14 @@ def test_a_firmware_target_without_a_model_on_nodes_of_two_models_is_refused_nam
     err = r.stderr.decode()
     assert r.returncode == 2 and "--target-firmware vbios=96.00.AF.00.01 names no GPU model, and the nodes have 2:" in err
     assert "NVIDIA A100-SXM4-80GB (x8)" in err and "NVIDIA H200 (x32)" in err, err
+
+
+def test_a_per_model_firmware_plans_headline_counts_the_nodes_it_touches():
+    from support import REPO
+
+    r = run_cli("maintain", "plan", "--fleet", str(REPO / "etc" / "sample-fleet.json"), "--target-firmware",
+                "NVIDIA H200:vbios=96.00.AF.00.01", "--nodes", "gpu[001-032],a100-[01-08]")
+    head = r.stdout.decode().splitlines()[0]
+    assert r.returncode == 0 and ": firmware for NVIDIA H200 on " in head and "nothing" not in head, head
+    touched = int(head.split(" on ")[1].split()[0])
+    assert touched <= 32 and "of the 40 selected left out" in head, head

@@ -87,6 +87,15 @@ class Plan:
     def makespan_s(self) -> float:
         return (self.waves[-1].end - self.created) if self.waves else 0.0
 
+    def headline(self) -> str:
+        """What the plan rolls out and on how many nodes: those its waves touch (a per-model firmware plan
+        leaves the other models out), with the ones left out counted."""
+        what = self.target.named() if not self.target.empty else (
+            "firmware for " + ", ".join(sorted(self.firmware_by_model)) if self.firmware_by_model else "nothing")
+        touched = len({n for w in self.waves for n in w.nodes})
+        left = self.node_count - touched
+        return f"{what} on {touched} node(s)" + (f" ({left} of the {self.node_count} selected left out)" if left else "")
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for w in data["waves"]:

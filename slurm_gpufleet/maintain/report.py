@@ -65,7 +65,7 @@ def _dur(seconds: float) -> str:
 
 
 def text(plan: Plan, width: int = 100) -> str:
-    lines = [f"rollout {plan.id}: {plan.target.named()} on {plan.node_count} node(s), strategy {plan.strategy}"
+    lines = [f"rollout {plan.id}: {plan.headline()}, strategy {plan.strategy}"
              + (" (FORCED past the compatibility gate)" if plan.forced else "")]
     for model, fw in sorted(plan.firmware_by_model.items()):
         lines.append(f"  firmware for {model}: " + ", ".join(f"{c} {v}" for c, v in sorted(fw.items())))
