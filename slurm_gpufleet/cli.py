@@ -888,7 +888,8 @@ def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
 
 def _preflight(plan_file: str, plan, config: str | None) -> None:
     """What `apply` checks before it records anything: the plan file is one only root could have written
-    (it decides what root does to the fleet), and Slurm answers, within 5 s.  Exit 2, nothing recorded."""
+    (it decides what root does to the fleet), Slurm answers within 5 s, and it has every node of the plan.
+    Exit 2, nothing recorded."""
     from .slurm import SlurmError, get_backend
     from .trust import problem
 
@@ -897,14 +898,21 @@ def _preflight(plan_file: str, plan, config: str | None) -> None:
         _fail(f"refused: {refused.line()}; write the plan where only root can (maintain plan --out "
               "/var/lib/slurm-gpufleet/plan.json) and apply it from there", exitcodes.USAGE)
     policy = _load_policy(config, trusted=True)
-    first = next((row["node"] for row in plan.to_dict().get("nodes", [])), None)
+    wanted = [row["node"] for row in plan.to_dict().get("nodes", [])]
     try:
         backend = get_backend(policy.slurm.backend, policy.slurm.scontrol, timeout=5.0, cache_dir=_cache_dir(policy))
-        if first is not None:
-            backend.node(first)
+        here = {n.name for n in backend.nodes()} if wanted else set()
     except SlurmError as exc:
         _fail(f"Slurm does not answer ({exc}); nothing recorded: apply again once `scontrol ping` answers",
               exitcodes.USAGE)
+    missing = [n for n in wanted if n not in here]
+    if missing:
+        from .hostlist import fold_short
+
+        made = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan.created))
+        _fail(f"{plan_file}: {len(missing)} of its {len(wanted)} node(s) are not in this cluster: "
+              f"{fold_short(missing, 60)} (the plan was made {made}, from another cluster or a saved fleet?); "
+              "nothing recorded", exitcodes.USAGE)
 
 
 def _check_soak(runner) -> None:

@@ -158,6 +158,17 @@ def test_apply_checks_the_plan_file_and_slurm_before_it_records_anything(tmp_pat
     assert r.returncode == 2 and len(err.splitlines()) == 1 and "Slurm does not answer" in err, err
     assert err.endswith("not found); nothing recorded: apply again once `scontrol ping` answers"), err
     assert not (tmp_path / "maintain.db").exists()
+    # a Slurm that answers, without the plan's nodes (a plan made on another cluster): said, not "no answer"
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.write_text("#!/bin/sh\ncase \"$*\" in --version) echo 'slurm 22.05.8';; "
+                        "*) echo 'NodeName=other1 State=IDLE Partitions=gpu';; esac\n")
+    scontrol.chmod(0o755)
+    r = run_cli("maintain", "apply", str(plan), "--config", str(config))
+    err = r.stderr.decode().strip()
+    assert r.returncode == 2 and len(err.splitlines()) == 1 and "are not in this cluster" in err, err
+    assert "Slurm does not answer" not in err and not (tmp_path / "maintain.db").exists()
+    scontrol.unlink()
     # a plan file others could have written decides nothing
     os.chmod(plan, 0o666)
     r = run_cli("maintain", "apply", str(plan), "--config", str(config))
