@@ -13,6 +13,7 @@ A node's part, compact (AdminComment travels with every job record):
   x   [[gpu, xid], ...]       Xids seen on the job's GPUs during the job (kernel log, inside the job's window)
   s   [sxid, ...]             NVSwitch SXids during the job
   m   {gpu: "dram_uncorrected +1, ..."}   memory errors that grew during the job
+  t   {gpu: percent}          the share of the job's windows a GPU ran throttled (the in-job sampler's tally)
   a   "reboot: gpufleet: memory gpu5 remap pending"   what the epilog did about the node, where it did anything
   f   ["...", ...]            the other findings the epilog recorded against the job (IMEX, in-job flags)
 """
@@ -60,7 +61,7 @@ def safe_for_accounting(admin_comment: str) -> bool:
     return rest == rest.lower() and '"' not in rest
 
 
-def node_part(findings: list, action: str | None = None) -> dict[str, Any]:
+def node_part(findings: list, action: str | None = None, throttled: dict[str, int] | None = None) -> dict[str, Any]:
     """A node's part from the epilog's job findings (hooks/epilog.job_findings: check "job") and the
     action it took; empty where there is nothing to say."""
     part: dict[str, Any] = {}
@@ -80,6 +81,8 @@ def node_part(findings: list, action: str | None = None) -> dict[str, Any]:
         part["m"] = memory
     if other:
         part["f"] = other[:MAX_PART_ITEMS]
+    if throttled:
+        part["t"] = dict(sorted(throttled.items())[:MAX_PART_ITEMS])
     if action:
         part["a"] = action[:160]
     return part
@@ -132,6 +135,8 @@ def lines(job: str, record: dict[str, Any]) -> list[str]:
             out.append(f"  {node}: NVSwitch SXid {sxid}")
         for gpu, what in sorted(part.get("m", {}).items()):
             out.append(f"  {node} gpu {gpu}: memory errors {what}")
+        for gpu, pct in sorted(part.get("t", {}).items()):
+            out.append(f"  {node} gpu {gpu}: throttled in {pct}% of the job's windows")
         for what in part.get("f", []):
             out.append(f"  {node}: {what}")
         if part.get("a"):

@@ -121,6 +121,10 @@ class Digest:
         self.seen: list[list[float]] = []
         self.link: list[list[float]] = []
         self.prev: list[tuple[float, float] | None] = []
+        # the whole job's tally for its record (jobrecord.py): windows closed, and per GPU those with a
+        # slowdown reason (power cap, HW slowdown, thermal, power brake)
+        self.windows = 0
+        self.throttled: list[int] = []
 
     def _means(self) -> list[list[Any]]:
         out = []
@@ -141,6 +145,11 @@ class Digest:
         closed = self.current is not None and w != self.current and self.n > 0
         if closed:
             means = self._means()
+            from .instep import SLOWDOWN_MASK
+
+            self.windows += 1
+            self.throttled = [(self.throttled[g] if g < len(self.throttled) else 0) + bool(int(row[3]) & SLOWDOWN_MASK)
+                              for g, row in enumerate(means)]
             if len(self.first) < BASELINE_WINDOWS:
                 self.first.append((self.current, means))
             self.last = (self.last + [(self.current, means)])[-self.keep:]
@@ -200,6 +209,39 @@ def publish(backend: Any, node: str, field: str, digest: dict[str, Any], setting
     # one digest per job: two multi-node jobs sharing the node each keep theirs
     data["is"] = {**summary.digests(data.get("is")), str(digest["j"]): digest}
     Actuator(backend, HEALTH, settings).publish(node, {field: json.dumps(data, separators=(",", ":"))})
+
+
+def tally_path(state_dir: str, job: str, node: str) -> str:
+    """The job's throttling tally on this node (Digest.windows, .throttled), for the epilog's job record."""
+    return os.path.join(state_dir, f"instep-{job}-{node}.tally.json")
+
+
+def write_tally(state_dir: str, node: str, digest: Digest) -> None:
+    path = tally_path(state_dir, digest.job, node)
+    try:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"windows": digest.windows, "throttled": digest.throttled, "gpus": digest.gpus}, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the record goes without it
+
+
+def throttle_shares(state_dir: str, job: str, node: str, least: float = 0.1) -> dict[str, int]:
+    """Per GPU (NVML index), the percent of the job's windows it ran with a slowdown reason, where at least
+    `least` of them; the tally is removed once read (the epilog's)."""
+    path = tally_path(state_dir, job, node)
+    try:
+        with open(path) as fh:
+            tally = json.load(fh)
+        os.unlink(path)
+        windows, counts = int(tally["windows"]), list(tally["throttled"])
+        index = tally.get("gpus") or list(range(len(counts)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if windows <= 0:
+        return {}
+    return {str(i): round(100 * c / windows) for i, c in zip(index, counts, strict=False) if c / windows >= least}
 
 
 def shared_path(share_dir: str, job: str, node: str) -> str:
@@ -355,6 +397,7 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
         if digest.add(now, read_gpus(nvml, handles, links)):
             if job_gone(job, cgroup_root, backend):  # looked at once a window: a stat or two, rarely a squeue
                 break
+            write_tally(s.state_dir, node, digest)
             try:
                 if s.instep_share_dir:
                     write_shared(s.instep_share_dir, node, digest.to_dict(), model)

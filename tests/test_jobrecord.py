@@ -139,3 +139,25 @@ def test_slurm_gpufleet_job_shows_the_record_from_slurm_and_after_it_from_accoun
     assert r.returncode == 2 and r.stderr.decode().strip().endswith("Slurm does not know it (and accounting has no record of it)")
     r = run_cli("job", "4;2", "--config", str(config))
     assert r.returncode == 2 and "not a job id" in r.stderr.decode()
+
+
+def test_the_samplers_throttling_tally_reaches_the_nodes_part(tmp_path):
+    """The in-job sampler counts, over the whole job, the windows each GPU ran with a slowdown reason; the
+    epilog turns the tally into the share per GPU (where at least 10 %) in its node's part, and removes it."""
+    from types import SimpleNamespace
+
+    from slurm_gpufleet import sampler
+
+    digest = sampler.digest_for("42", SimpleNamespace(instep_window_s=1.0, instep_windows=3), gpus=[2, 5])
+    for tick in range(41):   # 10 windows of four samples; GPU 5 under SwThermalSlowdown in the last four
+        t = tick * 0.25
+        digest.add(t, [[1980.0, 600.0, 96.0, 0], [1650.0 if t >= 6 else 1980.0, 600.0, 96.0, 0x20 if t >= 6 else 0]])
+    assert digest.windows == 10 and digest.throttled == [0, 4]
+    sampler.write_tally(str(tmp_path), "n1", digest)
+    shares = sampler.throttle_shares(str(tmp_path), "42", "n1")
+    assert shares == {"5": 40}
+    assert not (tmp_path / "instep-42-n1.tally.json").exists()
+    part = jobrecord.node_part([], None, shares)
+    assert part == {"t": {"5": 40}}
+    assert jobrecord.lines("42", {"n": {"n1": part}}) == ["job 42:", "  n1 gpu 5: throttled in 40% of the job's windows"]
+    assert sampler.throttle_shares(str(tmp_path), "42", "n1") == {}   # read once

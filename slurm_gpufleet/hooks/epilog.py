@@ -84,7 +84,9 @@ def _record(setup, job: str, extra: list, report, result: str) -> None:
 
     findings = report.findings + extra
     action = f"{result}: {make_reason(worst(findings))}" if verdict(findings) in ("reboot", "drain") else None
-    part = jobrecord.node_part(extra, action)
+    from ..sampler import throttle_shares
+
+    part = jobrecord.node_part(extra, action, throttle_shares(setup.settings.state_dir, job, setup.node))
     if not part:
         return
     try:
