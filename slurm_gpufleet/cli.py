@@ -80,7 +80,7 @@ def cli() -> None:
 
 
 def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: float, live_kmsg: bool = True,
-                    host_root: str | None = None, ib_sysfs: str | None = None):
+                    host_root: str | None = None, ib_sysfs: str | None = None, ibstat: str | None = None):
     """Read GPU state under the watchdog; one line and exit 3 (nothing readable) or 2 (no such file)."""
     from . import watchdog
     from .pipeline import Source, gather
@@ -89,7 +89,8 @@ def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: f
         kmsg = "/dev/kmsg"  # a live check of this node: its own kernel log too
     timer = watchdog.start(timeout, "reading GPU state", exitcodes.NO_STATE)
     try:
-        return gather(Source(report=report, kernel_log=kmsg, level=level, host_root=host_root, ib_sysfs=ib_sysfs))
+        return gather(Source(report=report, kernel_log=kmsg, level=level, host_root=host_root, ib_sysfs=ib_sysfs,
+                             ibstat=ibstat))
     except ReportError as exc:
         named = report is None or report in str(exc) or bool(kmsg and kmsg in str(exc))
         _fail(str(exc) if named else f"{report}: {exc}", exitcodes.NO_STATE)
@@ -127,10 +128,12 @@ def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: f
 @click.option("--ib-sysfs", metavar="DIR", type=click.Path(file_okay=False),
               help="Judge the InfiniBand ports under DIR (a copy of /sys/class/infiniband) instead of this host's; "
                    "a live check reads this host's ([slurm] ib_sysfs, else <host root>/sys/class/infiniband).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--ibstat", metavar="FILE", type=click.Path(dir_okay=False, exists=True),
+              help="Judge the ports of a saved `ibstat` output (state, rate, link layer; no counters) instead.")
+@json_option
 def check(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
           previous: str | None, expect_idle: bool, perf_baseline: str | None, level: str, timeout: float,
-          host_root: str | None, ib_sysfs: str | None, as_json: bool) -> None:
+          host_root: str | None, ib_sysfs: str | None, ibstat: str | None, as_json: bool) -> None:
     """Judge a node's GPUs: live NVML, or a saved report.
 
     Exit codes: 0 ok or warn, 1 reboot or drain, 2 usage or config error, 3 no readable GPU state.
@@ -147,7 +150,10 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
     live = not (report or snapshot_file)
     root = host_root or ("/" if live else None)
     ib = ib_sysfs or (policy.slurm.ib_sysfs or os.path.join(root, "sys/class/infiniband") if root else None)
-    snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout, host_root=root, ib_sysfs=ib)
+    if ibstat and ib_sysfs:
+        _fail("give --ib-sysfs or --ibstat, not both", exitcodes.USAGE)
+    snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout, host_root=root,
+                           ib_sysfs=None if ibstat else ib, ibstat=ibstat)
     if not snap.has_gpu_state():
         _fail("no readable GPU state in the input", exitcodes.NO_STATE)
     baseline = _perf_baseline(perf_baseline, policy) if perf_baseline else None

@@ -39,6 +39,7 @@ class Source:
     # the node's InfiniBand devices (readers/ib.py), and where a node's own runs keep its port counters
     ib_sysfs: str | None = None
     ib_memory: str | None = None
+    ibstat: str | None = None        # a saved `ibstat` output instead of sysfs (no counters)
 
 
 def kernel_log_path(kernel_log: str | None, host: str | None) -> str | None:
@@ -99,7 +100,12 @@ def gather(source: Source) -> NodeSnapshot:
 
                 path, probe_s, window_s = source.probe_memory
                 remember_fabric_manager(snap.host_facts.fabric_manager, path, time.time(), probe_s, window_s)
-    if source.ib_sysfs:
+    if source.ibstat:
+        from .readers.ib import read_ibstat
+
+        with open(source.ibstat, encoding="utf-8", errors="replace") as fh:
+            snap.ib = read_ibstat(fh.read(), source.ibstat)
+    elif source.ib_sysfs:
         from .readers.ib import read_ib, remember
 
         snap.ib = read_ib(source.ib_sysfs)

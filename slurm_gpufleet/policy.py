@@ -261,6 +261,9 @@ class NodePolicy:
     ib_rate_gbps: float | None = setting(None, _positive)
     ib_degraded_action: str = setting("warn", _choice(*SEVERITY_CHOICES))
     ib_exclude: list[str] = setting(check=_str_list, factory=list)
+    # the link layer of the ports ib_ports counts: "InfiniBand", or "Ethernet" on a RoCE fabric (where the
+    # front-end bond is left out by ib_exclude)
+    ib_link_layer: str = setting("InfiniBand", _choice("InfiniBand", "Ethernet"))
     # a job that this many fault requeues sent back (a failed prolog on its node, each time) stays held
     # with the nodes that failed it named in its record (unset: never held for it)
     max_fault_requeues: int | None = setting(None, _int(1))

@@ -254,3 +254,32 @@ def test_the_summary_carries_the_network_and_fleet_shows_it_per_group(tree, tmp_
                    "counters_grew": {"nodes": ["g1", "g2"], "ports": 2}, "missing": {"nodes": ["g2"], "ports": 1}}
     assert "  network   down: 1 port(s) on 1 node(s) g1; slow: 1 port(s) on 1 node(s) g1; counters grew: 2 port(s) " \
            "on 2 node(s) g[1-2]; missing: 1 port(s) on 1 node(s) g2" in inventory_text(inv).splitlines()
+
+
+def test_saved_ibstat_outputs_read_as_the_same_ports_and_a_roce_fabric_is_judged_as_such(tmp_path):
+    """Real `ibstat` outputs (gpud's test data): an A100 node's 8 HDR InfiniBand ports, and an H100 node whose
+    12 ports are all Ethernet (RoCE).  `ib_link_layer = "Ethernet"` counts the RoCE ports; by default none
+    of them is taken for an InfiniBand port."""
+    from slurm_gpufleet.readers.ib import read_ibstat
+
+    ibstat = TREES / "ibstat"
+    a100 = read_ibstat((ibstat / "a100-8-cas.txt").read_text())
+    assert [(p.device, p.state, p.phys_state, p.rate_gbps, p.link_layer) for p in a100.ports][:2] == [
+        ("mlx5_0", "ACTIVE", "LinkUp", 200.0, "InfiniBand"), ("mlx5_1", "ACTIVE", "LinkUp", 200.0, "InfiniBand")]
+    h100 = read_ibstat((ibstat / "h100-12-cas.txt").read_text())
+    assert len(h100.ports) == 12 and {p.link_layer for p in h100.ports} == {"Ethernet"}
+    xml = REPO / "slurm_gpufleet" / "data" / "captures" / "h200-real" / "nvidia-smi-q.xml"
+    config = tmp_path / "gpufleet.toml"
+    config.write_text("[defaults]\nib_ports = 8\nib_rate_gbps = 200\n")
+    r = run_cli("check", "--config", str(config), "--nvidia-smi-q", str(xml), "--ibstat", str(ibstat / "a100-8-cas.txt"))
+    assert r.returncode == 0 and "InfiniBand" not in r.stdout.decode(), r.stdout
+    r = run_cli("check", "--config", str(config), "--nvidia-smi-q", str(xml), "--ibstat", str(ibstat / "h100-12-cas.txt"))
+    assert r.returncode == 1 and "0 InfiniBand port(s), 8 expected" in r.stdout.decode(), r.stdout
+    rates = sorted({p.rate_gbps for p in h100.ports})
+    config.write_text(f'[defaults]\nib_ports = 12\nib_link_layer = "Ethernet"\nib_rate_gbps = {min(rates):g}\n')
+    r = run_cli("check", "--config", str(config), "--nvidia-smi-q", str(xml), "--ibstat", str(ibstat / "h100-12-cas.txt"))
+    assert r.returncode == 0 and "RoCE" not in r.stdout.decode(), r.stdout
+    bad = tmp_path / "ibstat.txt"
+    bad.write_text((ibstat / "h100-12-cas.txt").read_text().replace("State: Active", "State: Down", 1))
+    r = run_cli("check", "--config", str(config), "--nvidia-smi-q", str(xml), "--ibstat", str(bad))
+    assert r.returncode == 1 and "RoCE mlx5_0 port 1 DOWN/LinkUp" in r.stdout.decode(), r.stdout

@@ -1,8 +1,9 @@
 """InfiniBand and RoCE links (readers/ib.py): the ports a node group expects ACTIVE and LinkUp at their rate,
 and error counters that grew since the previous run (data/ib_counters.toml).
 
-Only InfiniBand ports count towards `ib_ports` and the rate: an Ethernet (RoCE) port, a management NIC or a
-front-end bond is never taken for one, and `ib_exclude` leaves devices out by name (globs).  A missing HCA
+Only ports of the group's link layer (`ib_link_layer`: InfiniBand, or Ethernet on a RoCE fabric) count
+towards `ib_ports` and the rate: an Ethernet port is never taken for an InfiniBand one, and `ib_exclude`
+leaves devices out by name (globs: a management NIC, a front-end bond).  A missing HCA
 or a port down drains; a port below `ib_rate_gbps` is `ib_degraded_action` (warn).  With `ib_ports` unset
 the ports' state is not judged (a node without InfiniBand, a site that has not said), their counters are.
 """
@@ -76,12 +77,13 @@ def check(ctx: Context) -> list[Finding]:
         return out
     out += [Finding(NAME, "warn", "watch", None, "InfiniBand not readable", what) for what in ib.unread]
     ports = [p for p in ib.ports if not any(fnmatch.fnmatchcase(p.device, g) for g in pol.ib_exclude)]
-    infiniband = [p for p in ports if p.link_layer.lower() == "infiniband"]
+    infiniband = [p for p in ports if p.link_layer.lower() == pol.ib_link_layer.lower()]
+    fabric = "InfiniBand" if pol.ib_link_layer == "InfiniBand" else "RoCE"
     if pol.ib_ports is not None:
         up = [p for p in infiniband if p.state.upper() == "ACTIVE" and p.phys_state.lower() == "linkup"]
         for p in infiniband:
             if p not in up:
-                out.append(Finding(NAME, "drain", "inspect_hardware", None, f"InfiniBand {_where(p)} "
+                out.append(Finding(NAME, "drain", "inspect_hardware", None, f"{fabric} {_where(p)} "
                                    f"{p.state or '?'}/{p.phys_state or '?'}",
                                    f"expected ACTIVE and LinkUp ({len(up)} of {pol.ib_ports} port(s) up under "
                                    f"{ib.root}): the cable, the transceiver, the HCA or the switch port",
@@ -89,7 +91,7 @@ def check(ctx: Context) -> list[Finding]:
         if len(infiniband) < pol.ib_ports:
             seen = ", ".join(sorted({p.device for p in infiniband})) or "none"
             out.append(Finding(NAME, "drain", "inspect_hardware", None,
-                               f"{len(infiniband)} InfiniBand port(s), {pol.ib_ports} expected",
+                               f"{len(infiniband)} {fabric} port(s), {pol.ib_ports} expected",
                                f"an HCA missing or its driver not loaded (devices: {seen}; under {ib.root})",
                                extra={"ib": "m", "missing": pol.ib_ports - len(infiniband)}))
         if pol.ib_rate_gbps is not None:
@@ -97,7 +99,7 @@ def check(ctx: Context) -> list[Finding]:
                 if p.rate_gbps is not None and p.rate_gbps < pol.ib_rate_gbps:
                     out.append(Finding(NAME, pol.ib_degraded_action, "watch" if pol.ib_degraded_action in
                                        ("ok", "warn") else "inspect_hardware", None,
-                                       f"InfiniBand {_where(p)} at {p.rate_gbps:g} Gb/s of {pol.ib_rate_gbps:g}",
+                                       f"{fabric} {_where(p)} at {p.rate_gbps:g} Gb/s of {pol.ib_rate_gbps:g}",
                                        f"the link trained below its rate ({p.rate}): a cable, a transceiver "
                                        f"or a lane gone", extra={"ib": "s", "port": _key(p)}))
     before = {(p.device, p.port): p for p in (ctx.previous.ib.ports if ctx.previous and ctx.previous.ib else [])}

@@ -104,3 +104,40 @@ def remember(state: IbState, path: str, now: float | None = None) -> None:
         os.replace(tmp, path)
     except OSError:
         pass  # not kept: the next run judges no growth, never a false one
+
+
+_CA = re.compile(r"^CA '(?P<name>[^']+)'")
+_FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z0-9 ]*):\s*(?P<value>.*)$")
+
+
+def read_ibstat(text: str, source: str = "ibstat") -> IbState:
+    """`ibstat`'s output (infiniband-diags) as the same ports: state, physical state, rate and link layer;
+    no error counters (ibstat prints none)."""
+    state = IbState(root=source)
+    device, port = None, None
+    for line in text.splitlines():
+        m = _CA.match(line)
+        if m:
+            device, port = m.group("name"), None
+            state.devices.append(device)
+            continue
+        f = _FIELD.match(line)
+        if not f or device is None:
+            continue
+        key, value = f.group("key").strip(), f.group("value").strip()
+        if key.startswith("Port ") and key[5:].isdigit():
+            port = IbPort(device=device, port=int(key[5:]))
+            state.ports.append(port)
+        elif port is not None:
+            if key == "State":
+                port.state = value.upper()
+            elif key == "Physical state":
+                port.phys_state = value
+            elif key == "Rate":
+                port.rate = f"{value} Gb/sec"
+                port.rate_gbps = float(value) if re.fullmatch(r"\d+(\.\d+)?", value) else None
+            elif key == "Link layer":
+                port.link_layer = value
+    if not state.devices:
+        state.unread.append(f"{source}: no CA in it (not ibstat's output?)")
+    return state
