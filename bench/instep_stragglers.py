@@ -97,6 +97,8 @@ def main() -> int:
     ap.add_argument("--matrix", action="store_true",
                     help="both styles at 1.5, 3 and 5 points of noise; writes bench/results/instep_stragglers.json")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=None, help="with --matrix: where to write its JSON "
+                    "(default bench/results/instep_stragglers.json; a 64-node run: instep_stragglers_64.json)")
     args = ap.parse_args()
     if args.matrix:
         return matrix(args)
@@ -122,7 +124,7 @@ def matrix(args) -> int:
                   f"{str(r['worst_latency_s']):>9} {r['flags_on_uniformly_slow_jobs']:>13}  {cases}")
             out.append({"style": style, "noise": noise, **{k: r[k] for k in (
                 "precision", "recall", "worst_latency_s", "flags_on_uniformly_slow_jobs", "per_case")}})
-    path = Path(__file__).resolve().parent / "results" / "instep_stragglers.json"
+    path = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / "instep_stragglers.json"
     path.write_text(json.dumps({"jobs": args.jobs, "nodes_per_job": args.nodes, "minutes": args.minutes,
                                 "seed": args.seed, "runs": out}, indent=1) + "\n")
     return 0

@@ -296,10 +296,12 @@ def benchmarks() -> str:
         if net:
             out.append(f"The InfiniBand check (a real H100 node's 9 ports) adds {net['added_cpu_ms']} ms of CPU to a "
                        f"check of {net['check_cpu_ms']} ms.\n")
-    instep = load("instep_stragglers.json")
-    if instep:
-        out.append(f"## In-job stragglers (`bench/instep_stragglers.py --matrix`)\n\n{instep['jobs']} jobs of "
-                   f"{instep['nodes_per_job']} nodes, {instep['minutes']:g} min each, seed {instep['seed']}:\n")
+    for instep in (load("instep_stragglers.json"), load("instep_stragglers_64.json")):
+        if not instep:
+            continue
+        out.append(f"## In-job stragglers, {instep['nodes_per_job']}-node jobs (`bench/instep_stragglers.py "
+                   f"--matrix`)\n\n{instep['jobs']} jobs of {instep['nodes_per_job']} nodes (and 2-node jobs), "
+                   f"{instep['minutes']:g} min each, seed {instep['seed']}:\n")
         out.append(_table(["style", "noise", "precision", "recall", "slowest flag s", "flags on uniform jobs"],
                           [[r["style"], r["noise"], r["precision"], r["recall"], r["worst_latency_s"],
                             r["flags_on_uniformly_slow_jobs"]] for r in instep["runs"]]))
