@@ -25,7 +25,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,7 +34,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(SLURM_TESTS))
 
 import gpustate  # noqa: E402
-from check_speed import median_ms  # noqa: E402  (bench/, beside this script)
+from bench_cluster import start, stop  # noqa: E402  (bench/, beside this script)
+from check_speed import median_ms  # noqa: E402
 
 COUNTER = """#!/bin/sh
 echo "$*" >> {log}
@@ -60,25 +60,16 @@ def main() -> int:
     found = subprocess.run([str(SLURM_TESTS / "pyslurm_build.sh"), "path", major_minor], capture_output=True,
                            text=True)
     site = found.stdout.strip() if found.returncode == 0 else None
-    base = Path(tempfile.mkdtemp(prefix="gpufleet-bench-backends-", dir="/var/lib" if os.access("/var/lib", os.W_OK)
-                                 else None))
-    env = {**os.environ, "MINICLUSTER_DIR": str(base / "c"), "GPUFLEET_STATE_DIR": str(base / "c" / "gpus"),
-           "HC_INTERVAL": "300", "PYTHON": sys.executable, "CTLD_PORT": "4817", "SLURMD_PORT_BASE": "4901",
-           "RECORD_NODES": str(args.records)}
-    up = subprocess.run(["bash", str(SLURM_TESTS / "minicluster.sh"), "up", "2"], capture_output=True, text=True,
-                        env=env, timeout=600)
-    if up.returncode:
-        print(f"backend_speed: the mini-cluster did not start: {up.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+    started = start("backends", args.records, 4817, hc_interval=300)
+    if started is None:
         return 2
-    values = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
-    env["SLURM_CONF"] = values["SLURM_CONF"]
-    os.environ["SLURM_CONF"] = values["SLURM_CONF"]
-    cdir, gpus = base / "c", Path(values["GPUFLEET_STATE_DIR"])
+    base, env = started
+    os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+    cdir, gpus = base / "c", Path(env["GPUFLEET_STATE_DIR"])
     try:
         return measure(args.repeat, release, site, cdir, gpus, env, args.records, args.jobs)
     finally:
-        subprocess.run(["bash", str(SLURM_TESTS / "minicluster.sh"), "down"], env=env, capture_output=True, timeout=120)
-        subprocess.run(["rm", "-rf", str(base)])
+        stop(base, env)
 
 
 def measure(repeat: int, release: str, site: str | None, cdir: Path, gpus: Path, env: dict[str, str],

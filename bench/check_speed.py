@@ -32,12 +32,13 @@ from slurm_gpufleet.readers.nvml import NvmlReader  # noqa: E402
 from slurm_gpufleet.readers.nvml_replay import NvmlReplay  # noqa: E402
 
 
-def median_ms(fn, repeat: int) -> float:
+def median_ms(fn, repeat: int, clock=time.perf_counter) -> float:
+    """The median of `repeat` calls, in ms, by `clock` (wall time; time.process_time for CPU)."""
     times = []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = clock()
         fn()
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     return statistics.median(times) * 1000
 
 
@@ -109,20 +110,11 @@ def network_cost(repeat: int) -> dict:
             return evaluate(snap)
 
         with_ib()
-        base = cpu_ms(without, repeat)
-        ib = cpu_ms(with_ib, repeat)
+        base = median_ms(without, repeat, time.process_time)
+        ib = median_ms(with_ib, repeat, time.process_time)
     print(f"\n{'InfiniBand, 9 ports (H100)':<28} {'check ms':>9} {'with IB ms':>11} {'added ms':>9}")
     print(f"{'':<28} {base:>9.2f} {ib:>11.2f} {ib - base:>9.2f}   (CPU time, median of {repeat})")
     return {"check_cpu_ms": round(base, 3), "with_ib_cpu_ms": round(ib, 3), "added_cpu_ms": round(ib - base, 3)}
-
-
-def cpu_ms(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.process_time()
-        fn()
-        times.append(time.process_time() - t)
-    return statistics.median(times) * 1000
 
 
 def kernel_facts(repeat: int) -> None:

@@ -31,13 +31,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SLURM_TESTS = REPO / "tests" / "slurm"
 OUT = REPO / "bench" / "results" / "controller_cost.json"
 TICK = os.sysconf("SC_CLK_TCK")
 EXTRA = ('{"gpufleet":1,"v":"ok","drv":"580.159.04","cuda":"13.0","gpus":"8xNVIDIA H200","fw":"96.00.A5.00.1A",'
@@ -114,29 +112,20 @@ def main() -> int:
         print("controller_cost: needs root (the mini-cluster)", file=sys.stderr)
         return 2
     sys.path.insert(0, str(REPO))
+    from bench_cluster import start, stop
+
     from slurm_gpufleet.policy import SlurmSettings
 
     read_every = args.read_every or float(SlurmSettings().slurm_read_every_s)
     reads_per_s = float(SlurmSettings().slurm_reads_per_s)
-    base = Path(tempfile.mkdtemp(prefix="gpufleet-bench-ctld-", dir="/var/lib" if os.access("/var/lib", os.W_OK)
-                                 else None))
-    env = {**os.environ, "MINICLUSTER_DIR": str(base / "c"), "GPUFLEET_STATE_DIR": str(base / "c" / "gpus"),
-           "HC_INTERVAL": "3600", "PYTHON": sys.executable, "CTLD_PORT": "5817", "SLURMD_PORT_BASE": "5901",
-           "RECORD_NODES": str(args.records)}
-    up = subprocess.run(["bash", str(SLURM_TESTS / "minicluster.sh"), "up", "2"], capture_output=True, text=True,
-                        env=env, timeout=900)
-    if up.returncode:
-        print(f"controller_cost: the mini-cluster did not start: {up.stderr.strip().splitlines()[-1:]}",
-              file=sys.stderr)
+    started = start("controller_cost", args.records, 5817, hc_interval=3600)
+    if started is None:
         return 2
-    values = dict(line.split("=", 1) for line in up.stdout.splitlines() if "=" in line)
-    env["SLURM_CONF"] = values["SLURM_CONF"]
+    base, env = started
     try:
         return measure(args, env, base / "c", read_every, reads_per_s)
     finally:
-        subprocess.run(["bash", str(SLURM_TESTS / "minicluster.sh"), "down"], env=env, capture_output=True,
-                       timeout=120)
-        subprocess.run(["rm", "-rf", str(base)])
+        stop(base, env)
 
 
 def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_s: float) -> int:
