@@ -15,6 +15,8 @@ A node's part, compact (AdminComment travels with every job record):
   m   {gpu: "dram_uncorrected +1, ..."}   memory errors that grew during the job
   t   {gpu: percent}          the share of the job's windows a GPU ran throttled (the in-job sampler's tally)
   a   "reboot: gpufleet: memory gpu5 remap pending"   what the epilog did about the node, where it did anything
+and, for the whole job, `fl`: [[node, gpu, signature, t_first], ...], the in-job detector's flags
+(`fleet lemons` writes them while the job runs).
   f   ["...", ...]            the other findings the epilog recorded against the job (IMEX, in-job flags)
 """
 
@@ -72,7 +74,8 @@ def node_part(findings: list, action: str | None = None, throttled: dict[str, in
         elif f.check == "job" and f.message.startswith("memory errors"):
             memory[str(f.gpu)] = f.detail[:120]
         elif f.check == "sxid_job":
-            part.setdefault("s", []).append(f.xid)
+            if f.xid not in part.setdefault("s", []):
+                part["s"].append(f.xid)
         else:
             other.append(f"{f.check}: {f.message}"[:120])
     if xids:
@@ -107,6 +110,17 @@ def with_requeue(admin_comment: str, node: str, reason: str, note: str = "", hel
     return join(rest, record)
 
 
+def with_flag(admin_comment: str, node: str, gpu: int | None, signature: str, t_first: float) -> str | None:
+    """The AdminComment with one more in-job flag, or None where the record has it already."""
+    rest, record = split(admin_comment)
+    flag = [node, gpu, signature, int(t_first)]
+    flags = record.get("fl", []) if isinstance(record.get("fl"), list) else []
+    if any(isinstance(f, list) and f[:3] == flag[:3] for f in flags):
+        return None
+    record = {"v": VERSION, **record, "fl": [*flags, flag][-MAX_PART_ITEMS:]}
+    return join(rest, record)
+
+
 def fault_requeues(admin_comment: str) -> list[list[str]]:
     return list(split(admin_comment)[1].get("rq", []))
 
@@ -119,7 +133,7 @@ def lines(job: str, record: dict[str, Any]) -> list[str]:
     """What `slurm-gpufleet job JOBID` prints: one line when there is nothing to say."""
     nodes = record.get("n", {}) if isinstance(record.get("n"), dict) else {}
     requeues = record.get("rq", []) if isinstance(record.get("rq"), list) else []
-    if not nodes and not requeues:
+    if not nodes and not requeues and not record.get("fl"):
         return [f"job {job}: nothing happened to its GPUs that slurm-gpufleet saw"]
     out = [f"job {job}:"]
     for rq in requeues:
@@ -127,6 +141,10 @@ def lines(job: str, record: dict[str, Any]) -> list[str]:
             out.append(f"  requeued: {rq[0]} failed it ({rq[1]})" + (f"; {rq[2]}" if len(rq) > 2 else ""))
     if record.get("held"):
         out.append(f"  held: {record['held']}")
+    for flag in record.get("fl", []) if isinstance(record.get("fl"), list) else []:
+        if isinstance(flag, list) and len(flag) >= 3:
+            where = f"{flag[0]} gpu {flag[1]}" if flag[1] is not None else f"{flag[0]}"
+            out.append(f"  {where}: flagged {flag[2].replace('_', ' ')} while the job ran (in-job detector)")
     for node in sorted(nodes):
         part = nodes[node] if isinstance(nodes[node], dict) else {}
         for gpu, xid in part.get("x", []):

@@ -42,7 +42,8 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     from .slurm.actuator import Actuator
     from .slurm.ownership import STRAGGLER
 
-    new_flags = 0 if dry_run else store.record_flags(flags, now)
+    added: list[Flag] = []
+    new_flags = 0 if dry_run else store.record_flags(flags, now, added)
     suspects = store.suspects()
     if dry_run:  # what recording would add
         for f in flags:
@@ -110,5 +111,31 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
             actuator.apply(E.Cancel(tuple(d.cancel)))
         except SlurmError as exc:
             errors.append(f"cancel {','.join(d.cancel)}: {exc}")
+    _record_flags(backend, actuator, added, errors)
     store.save(list(d.cases.values()))
     return step
+
+
+def _record_flags(backend: Any, actuator: Any, flags: list[Flag], errors: list[str]) -> None:
+    """Each new flag into its job's record (jobrecord.py), while the job runs: one read of the job when a
+    flag of it first appears, a write only for a flag its record lacks."""
+    from . import jobrecord
+    from .slurm import SlurmError
+    from .slurm import effects as E
+
+    by_job: dict[str, list[Flag]] = {}
+    for f in flags:
+        by_job.setdefault(f.job, []).append(f)
+    for job, found in by_job.items():
+        try:
+            fields = backend.job_fields(job)
+            if fields is None or (fields.get("JobState") or "").split()[0] != "RUNNING":
+                continue
+            admin = "" if fields.get("AdminComment", "(null)") == "(null)" else fields.get("AdminComment", "")
+            changed = admin
+            for f in found:
+                changed = jobrecord.with_flag(changed, f.node, f.gpu, f.signature, f.t_first) or changed
+            if changed != admin:
+                actuator.apply(E.AdminComment(job, changed))
+        except SlurmError as exc:
+            errors.append(f"job {job}: its record not written: {exc}")

@@ -19,8 +19,9 @@ class LemonStore:
         self.path = path
         self.db = open_db(path, _schema)
 
-    def record_flags(self, flags: list[Flag], now: float | None = None) -> int:
-        """Each (node, job) once, its earliest window kept; returns how many were new."""
+    def record_flags(self, flags: list[Flag], now: float | None = None, added: list[Flag] | None = None) -> int:
+        """Each (node, job) once, its earliest window kept; returns how many were new (and appends them to
+        `added`)."""
         now = time.time() if now is None else now
         new = 0
         with self.db.conn:
@@ -32,6 +33,8 @@ class LemonStore:
                     [f.node, f.job, f.gpu, f.signature, f.t_first, now, now, json.dumps(f.evidence, sort_keys=True)])
                 if cur.rowcount:
                     new += 1
+                    if added is not None:
+                        added.append(f)
                 else:
                     self.db.execute("update flags set seen = ?, t_first = min(t_first, ?) where node = ? and job = ?",
                                     [now, f.t_first, f.node, f.job])

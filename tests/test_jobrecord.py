@@ -40,10 +40,11 @@ def test_a_nodes_part_says_what_the_epilog_found_against_the_job():
     findings = [Finding("job", "ok", "none", 5, "Xid 79 during job 42", "", xid=79),
                 Finding("job", "ok", "none", 5, "Xid 79 during job 42", "", xid=79),
                 Finding("job", "ok", "none", 3, "memory errors during job 42", "dram_uncorrected +2"),
-                Finding("imex", "warn", "watch", None, "IMEX domain degraded", "")]
+                Finding("imex", "warn", "watch", None, "IMEX domain degraded", ""),
+                Finding("sxid_job", "ok", "none", None, "SXid 20034 during job 42", "", xid=20034)]
     part = jobrecord.node_part(findings, "reboot: gpufleet: inventory gpu5 fallen off the bus")
     assert part == {"x": [[5, 79]], "m": {"3": "dram_uncorrected +2"}, "f": ["imex: IMEX domain degraded"],
-                    "a": "reboot: gpufleet: inventory gpu5 fallen off the bus"}
+                    "s": [20034], "a": "reboot: gpufleet: inventory gpu5 fallen off the bus"}
     assert jobrecord.node_part([]) == {}
     text = jobrecord.with_requeue(jobrecord.with_part("", "n2", part), "n1", "gpufleet: memory gpu5 remap failed")
     out = jobrecord.lines("42", jobrecord.split(text)[1])
@@ -161,3 +162,23 @@ def test_the_samplers_throttling_tally_reaches_the_nodes_part(tmp_path):
     assert part == {"t": {"5": 40}}
     assert jobrecord.lines("42", {"n": {"n1": part}}) == ["job 42:", "  n1 gpu 5: throttled in 40% of the job's windows"]
     assert sampler.throttle_shares(str(tmp_path), "42", "n1") == {}   # read once
+
+
+def test_the_epilog_attributes_an_nvswitch_sxid_inside_the_jobs_window_to_it():
+    import datetime as dt
+    import time as time_
+
+    from slurm_gpufleet.hooks.epilog import job_findings
+    from slurm_gpufleet.readers.kernel_log import read_kernel_log
+    from slurm_gpufleet.snapshot import NodeSnapshot
+
+    start = time_.time() - 60
+    inside = dt.datetime.fromtimestamp(start + 30).astimezone().isoformat()
+    before = dt.datetime.fromtimestamp(start - 3600).astimezone().isoformat()
+    log = read_kernel_log([f"{before} nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up",
+                           f"{inside} nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 19084, Non-fatal, Link 29 AN1 "
+                           "Heartbeat Timeout Error (First)"])
+    snap = NodeSnapshot(host="n1", sxid_events=log.sxids)
+    found = job_findings(snap, "42", None, {"start": start, "counters": {}})
+    assert [(f.check, f.xid) for f in found] == [("sxid_job", 19084)]
+    assert jobrecord.node_part(found) == {"s": [19084]}

@@ -151,6 +151,7 @@ class LemonSlurm:
         self.jobs: dict[str, tuple[str, str, str]] = {}   # id -> name, state, comment
         self.fail = fail
         self.calls: list[tuple] = []
+        self.admin_comments: dict[str, str] = {}   # running jobs whose record a step may write
 
     def _call(self, *call) -> None:
         from slurm_gpufleet.slurm import SlurmError
@@ -167,6 +168,15 @@ class LemonSlurm:
 
         self._call("reservations")
         return [Reservation(name, nodes, None, None, {"MAINT"}, "ACTIVE") for name, nodes in self.reservations_.items()]
+
+    def job_fields(self, job_id: str):
+        self._call("job_fields", job_id)
+        comment = self.admin_comments.get(job_id)
+        return None if comment is None else {"JobState": "RUNNING", "AdminComment": comment}
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        self._call("set_admin_comment", job_id)
+        self.admin_comments[job_id] = text
 
     def jobs_named(self, name: str):
         self._call("jobs_named", name)
@@ -209,10 +219,11 @@ def test_a_step_reserves_and_submits_then_a_confirmed_check_drains_and_releases(
     store = LemonStore(str(tmp_path / "lemons.db"))
     settings = lemon_settings(tmp_path)
     first = run_step(slurm, settings, store, slurm.nodes(), [flag("n1", "10")], NOW)
-    assert (first.new_flags, first.scores, first.reserved, slurm.calls) == (1, {"n1": 1}, [], [])  # a score only
+    # a score, and one read of the flagged job (gone: nothing written)
+    assert (first.new_flags, first.scores, first.reserved, slurm.calls) == (1, {"n1": 1}, [], [("job_fields", "10")])
     dry = run_step(slurm, settings, store, slurm.nodes(), [flag("n1", "11")], NOW + 60, dry_run=True)
     assert dry.reserved == ["n1"] and dry.submitted == {} and store.scores() == {"n1": 1}  # nothing written
-    assert all(c[0] in ("reservations", "jobs_named") for c in slurm.calls)
+    assert all(c[0] in ("reservations", "jobs_named", "job_fields") for c in slurm.calls)
     second = run_step(slurm, settings, store, slurm.nodes(), [flag("n1", "11")], NOW + 60)
     assert second.reserved == ["n1"] and second.submitted == {"n1": "500"}
     assert ("create_reservation", "gpufleet-lemon-n1", ("n1",), 1440) in slurm.calls
@@ -236,3 +247,22 @@ def test_a_reservation_slurm_refuses_is_named_and_no_check_is_submitted(tmp_path
     slurm.fail = set()  # the next step makes the reservation and submits the check
     again = run_step(slurm, lemon_settings(tmp_path), store, slurm.nodes(), [], NOW + 60)
     assert again.reserved == ["n1"] and again.submitted == {"n1": "500"} and not again.errors
+
+
+def test_a_new_flag_goes_into_its_running_jobs_record_once(tmp_path):
+    """Issue 47: what the in-job detector found goes into the job's own record while it runs, beside what
+    another tool keeps in its AdminComment; a flag seen again writes nothing."""
+    from slurm_gpufleet import jobrecord
+    from slurm_gpufleet.lemon_step import run_step
+
+    slurm = LemonSlurm([node("n1"), node("n2")])
+    slurm.admin_comments["10"] = "site note"
+    store = LemonStore(str(tmp_path / "lemons.db"))
+    run_step(slurm, lemon_settings(tmp_path), store, slurm.nodes(), [flag("n1", "10")], NOW)
+    rest, record = jobrecord.split(slurm.admin_comments["10"])
+    assert rest == "site note" and [f[:3] for f in record["fl"]] == [["n1", 3, "throttled"]], record
+    assert "  n1 gpu 3: flagged throttled while the job ran (in-job detector)" in jobrecord.lines("10", record)
+    writes = [c for c in slurm.calls if c[0] == "set_admin_comment"]
+    run_step(slurm, lemon_settings(tmp_path), store, slurm.nodes(), [flag("n1", "10")], NOW + 60)
+    assert [c for c in slurm.calls if c[0] == "set_admin_comment"] == writes   # seen again: nothing more
+

@@ -122,6 +122,13 @@ def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | Non
         out.append(Finding("job", "ok", "none", sid, f"Xid {e.xid} during job {job}",
                            f"{info.name if info else 'unknown Xid'} on PCI {e.pci} at line {e.line}, "
                            f"inside job {job}'s window", xid=e.xid, extra={"job_id": job}))
+    for e in snap.sxid_events:  # the NVSwitch's own faults: the job's, as every GPU of the board uses them
+        at = event_epoch(e, btime)
+        if start is None or at is None or not (start - 1 <= at <= now + 1):
+            continue
+        out.append(Finding("sxid_job", "ok", "none", None, f"SXid {e.sxid} during job {job}",
+                           f"nvswitch{e.switch if e.switch is not None else '?'} at line {e.line}: {e.message[:120]}",
+                           xid=e.sxid, extra={"job_id": job}))
     for sid, before in (window.get("counters") or {}).items():
         g = next((x for x in snap.gpus if str(x.minor_number if isinstance(x.minor_number, int) else x.index) == sid),
                  None)
