@@ -153,8 +153,9 @@ def test_html_plan_clips_no_label_and_shows_the_deadline(tmp_path, count, deadli
     measured = tmp_path / "measured.html"
     measured.write_text(page.replace("</body>", MEASURE))
     base = [browser, *CHROMIUM, f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*base, "--dump-dom", measured.as_uri()], capture_output=True, text=True,
-                         timeout=120).stdout
+    # measured at the width the README's screenshots are taken at (scripts/plan_screenshots.py)
+    dom = subprocess.run([*base, "--window-size=1200,1400", "--dump-dom", measured.as_uri()], capture_output=True,
+                         text=True, timeout=120).stdout
     clipped = re.search(r'data-clipped="([^"]*)"', dom)
     assert clipped, "the page did not load"
     assert json.loads(html_lib.unescape(clipped.group(1))) == []
