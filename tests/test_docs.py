@@ -71,3 +71,23 @@ def test_the_python_api_page_runs_as_it_is_written():
     for block in blocks:
         r = subprocess.run([sys.executable, "-c", block], cwd=REPO, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, block + r.stderr
+
+
+def test_the_changelog_keeps_the_keep_a_changelog_form():
+    """Releases are `[Unreleased]` or `[X.Y.Z] - YYYY-MM-DD`, newest first; a release's sections are Keep a
+    Changelog's six kinds in its order; every entry names the issue it came from."""
+    text = (REPO / "CHANGELOG.md").read_text()
+    assert "keepachangelog.com" in text
+    releases = re.findall(r"^## (.*)$", text, re.M)
+    assert releases and all(r == "[Unreleased]" or re.fullmatch(r"\[\d+\.\d+\.\d+\] - \d{4}-\d\d-\d\d", r)
+                            for r in releases), releases
+    assert releases.count("[Unreleased]") <= 1 and "[Unreleased]" in releases[:1]
+    dated = [r.split(" - ")[1] for r in releases if " - " in r]
+    assert dated == sorted(dated, reverse=True)
+    kinds = ["Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]
+    for body in re.split(r"^## .*$", text, flags=re.M)[1:]:
+        sections = re.findall(r"^### (.*)$", body, re.M)
+        assert sections and all(s in kinds for s in sections), sections
+        assert sections == sorted(sections, key=kinds.index)
+        entries = re.split(r"^- ", body, flags=re.M)[1:]
+        assert entries and [e[:60] for e in entries if not re.search(r"\(#\d+\)\s*$", e.split("\n### ")[0])] == []

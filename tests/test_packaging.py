@@ -1,10 +1,14 @@
 """The package as a site installs it (issue 48): the wheel built from the tree, installed into a fresh venv,
-runs `check` and `maintain simulate` on the data it ships, from a directory that is not the clone."""
+runs `check` and `maintain simulate` on the data it ships, from a directory that is not the clone; and the
+sdist builds a wheel with the same files, so a release's source archive is complete."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 
 import pytest
 from support import REPO
@@ -35,3 +39,42 @@ def test_the_wheel_installs_in_a_fresh_venv_and_runs_on_its_packaged_data(tmp_pa
     r = subprocess.run([exe, "maintain", "simulate", "--nodes", "20", "--strategy", "gpufleet", "--json"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert r.returncode == 0 and '"gpufleet"' in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.slow  # a venv with setuptools>=77 (PyPI, or pip's cache) and two builds
+def test_the_sdist_builds_a_wheel_with_the_same_files_as_the_tree(tmp_path):
+    tree = tmp_path / "tree"   # the build writes its egg-info beside the sources: a copy keeps the clone clean
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (REPO / name).is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, tree / name)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "setuptools>=77"], capture_output=True,
+                         text=True, timeout=600)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    dist = tmp_path / "dist"
+    sdist = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; from setuptools import build_meta; "
+                            "print(build_meta.build_sdist(sys.argv[1]))", str(dist)],
+                           cwd=tree, capture_output=True, text=True, timeout=600)
+    assert sdist.returncode == 0, sdist.stderr[-2000:]
+    archive = dist / sdist.stdout.strip().splitlines()[-1]
+    with tarfile.open(archive) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    for wanted in ("pyproject.toml", "README.md", "slurm_gpufleet/data/gpu_models.toml",
+                   "slurm_gpufleet/data/captures/h200-real/nvidia-smi-q.xml", "slurm_gpufleet/templates"):
+        assert any(n == wanted or n.startswith(wanted + "/") for n in names), wanted
+
+    def wheel_files(source, out):
+        build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
+                                str(source)], capture_output=True, text=True, timeout=600)
+        assert build.returncode == 0, build.stderr[-2000:]
+        (wheel,) = out.glob("slurm_gpufleet-*.whl")
+        with zipfile.ZipFile(wheel) as zf:
+            return {n for n in zf.namelist() if ".dist-info/" not in n}
+
+    from_sdist = wheel_files(archive, tmp_path / "from-sdist")
+    from_tree = wheel_files(tree, tmp_path / "from-tree")
+    assert from_sdist == from_tree, sorted(from_sdist ^ from_tree)[:20]
+    assert "slurm_gpufleet/data/sxid_catalog.toml" in from_sdist
