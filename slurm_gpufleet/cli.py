@@ -810,8 +810,9 @@ def _write_atomic(path: str, text: str) -> None:
 
 
 def _runner(config: str | None):
-    from .maintain.runner import Progress, Runner
+    from .maintain.runner import Runner
     from .maintain.store import Store
+    from .progress import Progress
 
     policy = _load_policy(config, trusted=True)
     with _rollout_errors(policy.maintain.db):
@@ -1062,9 +1063,10 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
                       as_json: bool) -> None:
     """Replay a job history on a simulated fleet and compare rollout strategies (same planner code).
     A run that takes more than a few seconds says how far it is on stderr."""
-    from .maintain.pool import Progress, default_jobs
+    from .maintain.pool import default_jobs
     from .maintain.sacct import SacctError, assume_limit, read_sacct
     from .maintain.simulate import simulate
+    from .progress import Progress
 
     jobs = jobs or default_jobs()
     progress = Progress()
@@ -1770,6 +1772,9 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
         _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
     except SacctError as exc:
         _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
+    from .progress import Progress
+
+    progress = Progress(quiet_s=2.0, every_s=1.0)  # a long simulation says how far it is, from 2 s on
     try:
         out = fleet_faults(trace, nodes=node_count, gpus_per_node=gpus_per_node, days=days,
                            strategies=strategies or STRATEGIES, model=model, hc_interval_s=hc_interval_s,
@@ -1779,9 +1784,13 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
                            big_job_hours=big_job_hours,
                            settings=_load_policy((ctx.obj or {}).get("config"), read_only=True).slurm, seeds=seeds,
                            domain_size=domain_size, switch_share=switch_share, fault_log=fault_log,
-                           progress=_progress_on_stderr())
+                           progress=lambda strategy, seed, now_s, horizon_s: progress(
+                               int(now_s // 86400), max(1, round(horizon_s / 86400)),
+                               f"simulate-faults: {strategy}, seed {seed}, days"))
     except ValueError as exc:
+        progress.close()
         _fail(str(exc), exitcodes.USAGE)
+    progress.close()
     out["assumptions"]["history"] = label
     if left_out:
         click.echo(left_out, err=True)
@@ -1805,19 +1814,6 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
 FLEET_ONLY = ("sacct_file", "node_count", "gpus_per_node", "rates_file", "hc_interval_s", "lemon_share",
               "lemon_factor", "big_job_gpus", "big_job_hours", "domain_size", "switch_share", "plot_file", "seeds",
               "fault_log_file")
-
-
-def _progress_on_stderr(after_s: float = 2.0):
-    """A long simulation says how far it is on stderr (at most once a second, from `after_s` on)."""
-    import time
-
-    start = time.monotonic()
-
-    def told(strategy: str, seed: int, now_s: float, horizon_s: float) -> None:
-        if time.monotonic() - start >= after_s:
-            click.echo(f"simulate-faults: {strategy}, seed {seed}: day {now_s / 86400:.0f} of {horizon_s / 86400:.0f}",
-                       err=True)
-    return told
 
 
 def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every_h: float | None,

@@ -234,7 +234,8 @@ def test_slots_follow_free_times_window_and_gates():
 
 
 def test_one_driver_per_rollout_and_overlapping_plans_are_refused(tmp_path):
-    from slurm_gpufleet.maintain.runner import Progress, RolloutError, Runner
+    from slurm_gpufleet.maintain.runner import RolloutError, Runner
+    from slurm_gpufleet.progress import Progress
 
     fleet = SimFleet(6)
     engine, store, plan, executor = rollout(tmp_path, fleet)
@@ -268,7 +269,8 @@ def test_a_dead_holder_does_not_block_resume(tmp_path):
 
 def test_apply_rides_out_a_slurm_outage(tmp_path):
     """slurmctld away for a few steps (a restart, a failover): apply waits and goes on; too long ends it."""
-    from slurm_gpufleet.maintain.runner import Progress, Runner
+    from slurm_gpufleet.maintain.runner import Runner
+    from slurm_gpufleet.progress import Progress
     from slurm_gpufleet.slurm.base import SlurmError
 
     fleet = SimFleet(4)
@@ -579,7 +581,8 @@ def test_a_failure_reason_with_a_quote_and_over_120_characters_settles(tmp_path)
 
 
 def test_abort_while_slurm_is_away_is_recorded_and_carried_out_when_it_answers(tmp_path):
-    from slurm_gpufleet.maintain.runner import Progress, Runner
+    from slurm_gpufleet.maintain.runner import Runner
+    from slurm_gpufleet.progress import Progress
     from slurm_gpufleet.slurm.base import SlurmError
 
     fleet = SimFleet(4)
@@ -605,7 +608,8 @@ def test_abort_while_slurm_is_away_is_recorded_and_carried_out_when_it_answers(t
 
 
 def test_a_quiet_apply_says_what_it_waits_for(tmp_path):
-    from slurm_gpufleet.maintain.runner import Progress, Runner
+    from slurm_gpufleet.maintain.runner import Runner
+    from slurm_gpufleet.progress import Progress
 
     fleet = SimFleet(3)
     fleet.add_job("long", 0, 8, T0 + 3 * 3600)

@@ -283,7 +283,7 @@ def test_event_driven_replays_skip_steps_and_keep_every_figure(monkeypatch):
 
 @pytest.mark.slow  # replays in subprocesses: the slow tier (make test-fast stays under 60 s)
 def test_strategies_in_processes_give_the_figures_of_one_process():
-    from slurm_gpufleet.maintain.pool import Progress
+    from slurm_gpufleet.progress import Progress
 
     with open_text(EXCERPT) as fh:
         trace = read_sacct(fh)

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..policy import Policy
+from ..progress import Progress
 from ..slurm.base import SlurmError
 from . import states as S
 from .executor import Executor, PoolExecutor
@@ -25,40 +24,6 @@ from .store import Store
 
 class RolloutError(RuntimeError):
     pass
-
-
-@dataclass
-class Progress:
-    """Counts per state on one rewritten line on a terminal, plain lines otherwise."""
-
-    stream: Any = sys.stderr
-
-    def __post_init__(self) -> None:
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.last = time.monotonic()  # when something was last said: a quiet apply says what it waits for
-
-    def say(self, text: str) -> None:
-        """A line of its own (a terminal's progress bar goes on below it)."""
-        self.stream.write(("\n" if self.tty else "") + f"{time.strftime('%H:%M:%S')} {text}\n")
-        self.stream.flush()
-        self.last = time.monotonic()
-
-    def event(self, rollout: str, node: str | None, text: str, counts: dict[str, int]) -> None:
-        self.last = time.monotonic()
-        total = sum(counts.values()) or 1
-        finished = sum(counts.get(s, 0) for s in S.FINAL)
-        summary = " ".join(f"{s}={counts[s]}" for s in S.NODE_STATES if counts.get(s))
-        if self.tty:
-            bar = "#" * int(30 * finished / total)
-            self.stream.write(f"\r[{bar:<30}] {finished}/{total} {summary} | {node or ''} {text}"[:160].ljust(160))
-            self.stream.flush()
-        else:
-            self.stream.write(f"{time.strftime('%H:%M:%S')} {rollout} {node or '-'}: {text} ({summary})\n")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
 
 
 class Runner:
@@ -71,9 +36,15 @@ class Runner:
         self.s = policy.maintain
         self.progress = progress or Progress()
         self.sleep = sleep
-        self.engine = Engine(store, backend, policy, executor, clock=clock, on_event=self.progress.event)
+        self.engine = Engine(store, backend, policy, executor, clock=clock, on_event=self._event)
 
     # -- entry points ----------------------------------------------------------------------------
+    def _event(self, rollout: str, node: str | None, text: str, counts: dict[str, int]) -> None:
+        finished = sum(counts.get(s, 0) for s in S.FINAL)
+        summary = " ".join(f"{s}={counts[s]}" for s in S.NODE_STATES if counts.get(s))
+        self.progress.event(finished, sum(counts.values()) or 1, summary, f"{node or ''} {text}",
+                            f"{rollout} {node or '-'}: {text}")
+
     def apply(self, plan: dict[str, Any]) -> str:
         existing = self.store.rollout(plan["id"])
         active = self.store.active()
