@@ -77,11 +77,11 @@ def rollout_budget_invariant(monkeypatch):
                         strategy_named(plan.strategy))
         ours, _ = held(view)
         canary, _ = waves_as_stages(plan.waves)
-        widest = max([len(canary), *(len(d) for d in plan.domains.values())]) if plan.budget.get("whole_domain") \
+        widest = max([len(canary), *(len(d) for d in plan.domains.values())]) if plan.budget.whole_domain \
             else len(canary)
-        bound = max(plan.budget["max_unavailable"], widest)
+        bound = max(plan.budget.max_unavailable, widest)
         assert len(ours) <= bound, (f"rollout {rid} ({rollout['state']}) holds {len(ours)} node(s), budget "
-                                    f"{plan.budget['max_unavailable']}: {sorted(ours)}")
+                                    f"{plan.budget.max_unavailable}: {sorted(ours)}")
         return state
 
     monkeypatch.setattr(Engine, "step", checked)

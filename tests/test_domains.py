@@ -141,9 +141,9 @@ def test_a_domain_wide_component_takes_whole_domains(tmp_path):
     domains = parse_topology(fleet.slurm.topology())
     names = list(state.nodes)
     plan = make_plan(state, None, names, policy, now=T0, firmware={"nvswitch": "2.1"}, domains=domains)
-    assert plan.budget["whole_domain"] is True and len(plan.waves[0].nodes) == 2
+    assert plan.budget.whole_domain is True and len(plan.waves[0].nodes) == 2
     plan = make_plan(state, None, names, policy, now=T0, firmware={"vbios": "96.00.AF.00.01"}, domains=domains)
-    assert plan.budget["whole_domain"] is False and len(plan.waves[0].nodes) == 1
+    assert plan.budget.whole_domain is False and len(plan.waves[0].nodes) == 1
 
 
 def test_a_node_not_back_in_its_block_fails_named(tmp_path):

@@ -57,6 +57,25 @@ def test_plan_takes_config_like_apply_and_the_old_policy_name(tmp_path):
         assert json.loads(r.stdout)["budget"]["max_unavailable"] == 3
 
 
+def test_the_plans_budget_is_typed_and_read_back_as_written(tmp_path):
+    from slurm_gpufleet.maintain.plan import Budget, Plan, PlanError
+
+    r = run_cli("maintain", "plan", "--target-driver", "580.159.04", "--nodes", NODES, "--fleet", FLEET,
+                "--config", POLICY, "--out", str(tmp_path / "plan.json"))
+    assert r.returncode == 0, r.stderr
+    data = json.loads((tmp_path / "plan.json").read_text())
+    plan = Plan.from_dict(data)
+    assert isinstance(plan.budget, Budget) and plan.budget.max_unavailable == data["budget"]["max_unavailable"] > 0
+    assert plan.budget.max_failures == data["budget"]["max_failures"] and not plan.budget.by_domain
+    assert plan.to_dict()["budget"] == data["budget"]
+    for budget in ({**data["budget"], "max_unavailble": 3}, [3], 3):   # a misspelt key, another shape
+        with pytest.raises(PlanError, match="not a slurm-gpufleet plan"):
+            Plan.from_dict({**data, "budget": budget})
+    (tmp_path / "bad.json").write_text(json.dumps({**data, "budget": {"max_unavailble": 3}}))
+    r = run_cli("maintain", "apply", str(tmp_path / "bad.json"), "--config", POLICY)
+    assert r.returncode == 2 and len(r.stderr.decode().strip().splitlines()) == 1, r.stderr
+
+
 def test_gate_refuses_volta_past_r580(tmp_path):
     fleet = json.loads(open(FLEET).read())
     for n in fleet["nodes"]:

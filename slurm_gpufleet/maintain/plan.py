@@ -29,13 +29,32 @@ class Wave:
 
 
 @dataclass
+class Budget:
+    """What a rollout may hold out of service at once, and the failures it tolerates: `maintain plan` shows
+    it and `apply` obeys it (maintain/schedule.py), whatever the config says since."""
+    max_unavailable: int = 0                 # nodes
+    per_partition: dict[str, int] = field(default_factory=dict)
+    # failed nodes before the rollout halts; None: a plan from before the budget carried it (the config's)
+    max_failures: int | None = None
+    whole_domain: bool = False               # a failure domain goes whole, in one slot
+    max_unavailable_domains: int = 0         # 0: no domain cap
+    keep_free_domains: int = 0
+    domains_at_once: int | None = None       # a plan of whole domains: how many at once (no partition cap)
+
+    @property
+    def by_domain(self) -> bool:
+        """Whether the window takes failure domains as units (whole, or under a domain budget)."""
+        return bool(self.whole_domain or self.max_unavailable_domains or self.keep_free_domains)
+
+
+@dataclass
 class Plan:
     id: str
     created: float
     target_driver: str | None   # None: the bundle leaves each node's driver as it is
     strategy: str
     node_count: int
-    budget: dict[str, Any]
+    budget: Budget
     gate: dict[str, dict[str, Any]]
     forced: bool
     refused: bool
@@ -129,6 +148,7 @@ class Plan:
         try:
             waves = [Wave(**{**w, **{k: (INF if w[k] is None else w[k]) for k in ("reserve_at", "start", "end")}})
                      for w in data.pop("waves")]
-            return cls(**data, waves=waves)
+            budget = Budget(**data.pop("budget"))
+            return cls(**data, budget=budget, waves=waves)
         except (KeyError, TypeError, AttributeError) as exc:  # a plan of another shape: its first missing field
             raise PlanError(f"not a slurm-gpufleet plan: {type(exc).__name__}: {exc}") from None

@@ -24,7 +24,7 @@ from ..slurm.ownership import ROLLOUT_RESERVATION_PREFIX
 from .bundle import Bundle, at_least, firmware_for, unpublished, wanted
 from .domains import Domains
 from .fleet import FleetState
-from .plan import INF, Plan, PlanError, Wave
+from .plan import INF, Budget, Plan, PlanError, Wave
 from .schedule import plan_slots, soak_of, stage_soak_s, waves_as_stages, widening
 from .strategy import STRATEGIES
 
@@ -180,7 +180,7 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     per_model = "|".join(f"{m}:{sorted(fw.items())}" for m, fw in sorted(by_model.items()))
     plan_id = hashlib.sha1(f"{bundle.label()}|{per_model}|{','.join(sorted(names))}|{now}".encode()).hexdigest()[:8]
     plan = Plan(id=plan_id, created=now, target_driver=target, strategy=strategy, node_count=len(names),
-                budget={}, gate=gate_result, forced=force and refused, refused=refused and not force,
+                budget=Budget(), gate=gate_result, forced=force and refused, refused=refused and not force,
                 groups=groups, previous_drivers={n: fleet.nodes[n].driver for n in names},
                 assumptions={"upgrade_minutes": s.upgrade_minutes,
                              "free_at": "running jobs' EndTime (start + time limit); no time limit = never free"},
@@ -219,12 +219,13 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
 
     budget = min(count_of(s.max_unavailable, len(names), round_up=True), max(1, len(todo)))
     caps = _partition_caps(fleet, s.max_unavailable_per_partition)
-    plan.budget = {"max_unavailable": budget, "per_partition": caps, "max_failures": s.max_failures}
+    plan.budget = Budget(max_unavailable=budget, per_partition=caps, max_failures=s.max_failures)
 
     less_p, less_f, crit_p = set(s.less_critical_partitions), set(s.less_critical_features), set(s.critical_partitions)
     if doms:
-        plan.budget.update({"whole_domain": whole, "max_unavailable_domains": s.max_unavailable_domains,
-                            "keep_free_domains": s.keep_free_domains})
+        plan.budget.whole_domain = whole
+        plan.budget.max_unavailable_domains = s.max_unavailable_domains
+        plan.budget.keep_free_domains = s.keep_free_domains
     # A deadline plan chooses the jobs that stop by rounds of `budget` nodes back from the deadline; the
     # slots are then made by the one slot function (plan_slots, as apply reserves them), which also
     # holds the canary alone, the stages apart and the gate's soak.  Where those make the last slot end
@@ -461,7 +462,7 @@ def _domain_waves(plan: Plan, fleet: FleetState, settings: MaintainSettings, dom
         raise PlanError(f"keep_free_domains {settings.keep_free_domains} leaves none of the "
                         f"{len(doms.members)} domain(s) free to upgrade")
     # what the window applies: domains at once, and no partition cap (a domain goes whole or not at all)
-    plan.budget.update({"domains_at_once": width, "per_partition": {}})
+    plan.budget.domains_at_once, plan.budget.per_partition = width, {}
     waves_nodes = [(kind, [n for i in members for n in units[i]]) for kind, members in waves_units]
     _record(plan, fleet, waves_nodes, free_at, now, settings)
 

@@ -303,7 +303,7 @@ class Engine:
         for st in v.state.values():
             counts[st] += 1
         failed, pending = counts[S.FAILED], counts[S.PENDING]
-        budget = v.plan.budget["max_unavailable"]
+        budget = v.plan.budget.max_unavailable
         tolerated = max_failures(v.plan, self.s)
         if failed > tolerated:
             return f"{failed} node(s) failed (max_failures {tolerated})"

@@ -78,11 +78,11 @@ def text(plan: Plan, width: int = 100) -> str:
         lines.append("REFUSED: the target fails the compatibility gate (--force overrides)")
         return "\n".join(lines)
     b = plan.budget
-    caps = ", ".join(f"{p} {n}" for p, n in sorted(b["per_partition"].items()))
-    per_domain = (f"; {b['domains_at_once']} domain(s) at once, no partition cap (a domain goes whole)"
-                  if b.get("domains_at_once") else f"; per partition {caps or '-'}")
-    lines.append(f"  budget: at most {b['max_unavailable']} node(s) out at once{per_domain}; "
-                 f"halt after {b['max_failures'] + 1} failure(s)")
+    caps = ", ".join(f"{p} {n}" for p, n in sorted(b.per_partition.items()))
+    per_domain = (f"; {b.domains_at_once} domain(s) at once, no partition cap (a domain goes whole)"
+                  if b.domains_at_once else f"; per partition {caps or '-'}")
+    lines.append(f"  budget: at most {b.max_unavailable} node(s) out at once{per_domain}; "
+                 f"halt after {(b.max_failures or 0) + 1} failure(s)")
     soak = plan.assumptions.get("gate_soak_s")
     stage_soaks = [s for s in plan.assumptions.get("gate_stage_soak_s") or [] if s]
     gate = gate_sentences(plan)
@@ -98,9 +98,9 @@ def text(plan: Plan, width: int = 100) -> str:
                      "it ends, at the earliest (gate_min_soak_s; it waits longer without a verdict)")
     if plan.domains:
         sizes = sorted({len(n) for n in plan.domains.values()})
-        rules = [r for r in (("whole domains" if b.get("whole_domain") else "nodes, not whole domains"),
-                             b.get("max_unavailable_domains") and f"at most {b['max_unavailable_domains']} domain(s) out",
-                             b.get("keep_free_domains") and f"{b['keep_free_domains']} kept whole") if r]
+        rules = [r for r in (("whole domains" if b.whole_domain else "nodes, not whole domains"),
+                             b.max_unavailable_domains and f"at most {b.max_unavailable_domains} domain(s) out",
+                             b.keep_free_domains and f"{b.keep_free_domains} kept whole") if r]
         lines.append(f"  domains: {len(plan.domains)} from {plan.domains_from} "
                      f"({'-'.join(map(str, sizes[::max(1, len(sizes) - 1)]))} nodes each); {', '.join(rules)}")
         for state, count, names in grouped((d, (st["state"], st["why"])) for d, st in plan.domain_states.items()

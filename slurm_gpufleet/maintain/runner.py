@@ -18,6 +18,7 @@ from ..progress import Progress
 from ..slurm.base import SlurmError
 from . import states as S
 from .executor import Executor, PoolExecutor
+from .plan import Plan
 from .reconcile import Engine
 from .store import Store
 
@@ -132,7 +133,7 @@ class Runner:
 
     def _steps(self, rid: str, holder: str) -> str:
         if self.engine.executor is None:
-            budget = json.loads(self.store.rollout(rid)["plan"])["budget"]["max_unavailable"]
+            budget = Plan.from_dict(json.loads(self.store.rollout(rid)["plan"])).budget.max_unavailable
             run_dir = os.path.join(os.path.dirname(os.path.abspath(self.s.db)), "upgrades-running")
             self.engine.executor = PoolExecutor(self.s.max_parallel_upgrades or budget, run_dir)
         outage_since: float | None = None

@@ -128,10 +128,9 @@ def unit_of(plan: Any) -> dict[str, str]:
     """node -> the unit its slot is shared with: its domain when the plan schedules domains (whole, or
     under a domain budget; canary nodes go alone unless whole)."""
     b = plan.budget
-    if not plan.domains or not any(b.get(k) for k in ("whole_domain", "max_unavailable_domains",
-                                                       "keep_free_domains")):
+    if not plan.domains or not b.by_domain:
         return {}
-    alone = set() if b.get("whole_domain") else set(waves_as_stages(plan.waves)[0])
+    alone = set() if b.whole_domain else set(waves_as_stages(plan.waves)[0])
     return {n: d for d, nodes in plan.domains.items() for n in nodes if n not in alone}
 
 
@@ -153,7 +152,7 @@ def plan_slots(plan: Any, free_at: dict[str, float], now: float, upgrade_s: floa
     for n in (*canary, *(n for st in stages for n in st)):
         order.setdefault(n, len(order))
     units = unit_of(plan)
-    width = int(plan.budget.get("domains_at_once") or 1) if units else int(plan.budget["max_unavailable"])
+    width = (plan.budget.domains_at_once or 1) if units else plan.budget.max_unavailable
     slots: dict[str, float] = {}
     for quantum in QUANTA_S:
         slots = slot_times(free_at, canary, stages, now, width, upgrade_s, soak_s, order, units, quantum, soaked,
@@ -223,7 +222,7 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
     for st in view.state.values():
         counts[st] += 1
     failed = counts[S.FAILED]
-    if failed > max_failures(view.plan, view.s) or failed >= budget["max_unavailable"]:
+    if failed > max_failures(view.plan, view.s) or failed >= budget.max_unavailable:
         return  # the rollout halts at the end of this step
     # out of service as Slurm shows it (held): every node this rollout holds, and every node of the
     # rollout out for another reason (down, drained by the health check or an admin).  A node drained by
@@ -233,7 +232,7 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
     firm = firmly_out(view, ours, others)
     already_out = others
     out = len(firm)
-    room = budget["max_unavailable"] - out
+    room = budget.max_unavailable - out
     canary = set(view.canary)
     if any(view.state.get(n) not in S.FINAL for n in canary):
         pool = [n for n in view.canary if view.state.get(n) == S.PENDING]
@@ -255,7 +254,7 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
     stage_room = min(width - under_way, width - started)
     if stage_room <= 0 or not pool:
         return
-    per_part = budget.get("per_partition", {})
+    per_part = budget.per_partition
     part_out: dict[str, int] = defaultdict(int)
     for n in ours | others:
         if n in view.world.nodes:
@@ -263,8 +262,7 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
                 part_out[p] += 1
     order = view.order
     takes_busy = view.strategy.takes_busy
-    if view.plan.domains and any(budget.get(k) for k in ("whole_domain", "max_unavailable_domains",
-                                                          "keep_free_domains")):
+    if view.plan.domains and budget.by_domain:
         _admit_domains(view, take, skip, pool, already_out, room, stage_room, under_way, len(ours))
         return  # (domains without rules of their own: nodes are taken as without domains)
 
@@ -298,7 +296,7 @@ def admit_back(view: Any, take: Callable[[str], bool]) -> None:
     bundle while the budget has room, as the rollout's window took them (the nodes held and those out
     for other reasons count), the latest upgraded first."""
     ours, others = held(view)
-    room = view.plan.budget["max_unavailable"] - len(ours | others)
+    room = view.plan.budget.max_unavailable - len(ours | others)
     waiting = [n for n, st in view.state.items() if st == S.BACK_PENDING]
     # whole domains go back whole (never a domain on two drivers in service): alone when wider than the room
     groups: dict[str, list[str]] = defaultdict(list)
@@ -365,7 +363,7 @@ def _admit_domains(view: Any, take: Callable[[str], bool], skip: Callable[[str, 
     than the budget's room is taken alone, when the rollout holds nothing else (`out`: the nodes it
     holds; nodes out for other reasons, such as an admin's drain of a member of a domain skipped whole,
     may be out beside it)."""
-    whole = bool(view.plan.budget.get("whole_domain"))
+    whole = view.plan.budget.whole_domain
     takes_busy = view.strategy.takes_busy
     domain_of = view.domain_of
     domains_out = out_domains(view)
@@ -451,10 +449,10 @@ def domain_room(view: Any, out: set[str]) -> int | float:
     `keep_free_domains` domains."""
     budget = view.plan.budget
     room: int | float = float("inf")
-    if budget.get("max_unavailable_domains"):
-        room = budget["max_unavailable_domains"] - len(out)
-    if budget.get("keep_free_domains"):
-        room = min(room, len(view.plan.domains) - len(out) - budget["keep_free_domains"])
+    if budget.max_unavailable_domains:
+        room = budget.max_unavailable_domains - len(out)
+    if budget.keep_free_domains:
+        room = min(room, len(view.plan.domains) - len(out) - budget.keep_free_domains)
     return room
 
 
@@ -480,7 +478,7 @@ def postpone_slots(view: Any, lookahead_s: float, push_s: float, upgrade_s: floa
     ours, others = held(view)
     # what is out for certain (not counting idle waiting nodes in begun slots: those are decided here)
     firm = firmly_out(view, ours, others)
-    budget = view.plan.budget["max_unavailable"]
+    budget = view.plan.budget.max_unavailable
     node_room = budget - len(firm)
     prefix = f"{ROLLOUT_RESERVATION_PREFIX}{view.rid}_s"
     late: dict[str, list[str]] = {}  # reservation -> its waiting nodes
@@ -519,5 +517,5 @@ def postpone_slots(view: Any, lookahead_s: float, push_s: float, upgrade_s: floa
 def max_failures(plan, settings) -> int:
     """The failures a rollout tolerates before it halts: what its plan showed (the config's at planning
     time), never a value the config took since; a plan from before the budget carried it, the config's."""
-    value = plan.budget.get("max_failures")
-    return value if isinstance(value, int) else settings.max_failures
+    value = plan.budget.max_failures
+    return value if value is not None else settings.max_failures

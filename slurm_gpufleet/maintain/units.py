@@ -114,7 +114,7 @@ class StepView:
         self.in_slot = {n for r in self.mine.values() if r.start is not None and r.start <= now for n in r.nodes}
         self.reason_prefix = f"{S.MAINT_REASON} {self.rid}"
         self.domain_of = {n: d for d, nodes in self.plan.domains.items() for n in nodes}
-        self.whole_domain = bool(self.plan.budget.get("whole_domain"))
+        self.whole_domain = self.plan.budget.whole_domain
 
     def mates(self, node: str) -> list[str]:
         """The other nodes of this rollout in the node's domain (none without domains)."""
