@@ -102,7 +102,7 @@ TIMED  = t=$$(date +%s); peak=$$(mktemp); (while :; do cut -d' ' -f1 /proc/loada
 
 # Bytecode is a build product here: where PYTHONDONTWRITEBYTECODE is set (this machine's environment, and
 # so CI's, sets it) no Python process wrote it, so each of the few hundred CLI and hook processes the tests
-# start compiled every module it imports from source (cli.py alone is 1,700 lines), and pytest rewrote
+# start compiled every module it imports from source (the CLI alone is 2,000 lines), and pytest rewrote
 # every test module's asserts in each worker on every run.  make's own processes write it (the fast tier:
 # 69-71 s with it forbidden, 63-65 s allowed, 2 cores); the package's is compiled up front, so that a fresh
 # clone's first tier does not compile it in every process at once (0.1 s when up to date).

@@ -1,0 +1,726 @@
+"""The `fleet` commands: the fleet's summary, stragglers, cases, repairs, the sweep, domains, the fault
+simulator, lemons and the report."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from .. import exitcodes
+from ..faultsim import ALL_STRATEGIES as FAULT_STRATEGIES
+from .common import (
+    _backend,
+    _domains,
+    _fail,
+    _fleet,
+    _load_policy,
+    _write_atomic,
+    cli,
+    group_config_option,
+    json_option,
+)
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--config", metavar="FILE", help="Policy file (node groups, their pinned driver and firmware).")
+@click.option("--fleet", "fleet_file", metavar="FILE", help="A saved fleet (JSON) instead of asking Slurm.")
+@json_option
+@click.pass_context
+def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_json: bool) -> None:
+    """Per node group: drivers, GPU models, firmware, verdicts, and nodes off the group's standard.
+
+    Read from what every node's health check publishes to Slurm (one `scontrol show nodes`).
+    """
+    ctx.ensure_object(dict)
+    ctx.obj.update(config=config, fleet_file=fleet_file, as_json=as_json)
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..maintain.inventory import inventory, inventory_text
+
+    policy = _load_policy(config, read_only=bool(fleet_file))
+    inv = inventory(_fleet(policy, fleet_file), policy)
+    click.echo(json.dumps(inv, indent=1) if as_json else inventory_text(inv))
+
+
+@fleet.command("stragglers")
+@group_config_option
+@click.option("--results", metavar="FILE", help="JSON lines {node, gpu, model, mem_bw_gbps} instead of Slurm.")
+@click.option("--history-dir", metavar="DIR", help="Latest measurements from node history databases.")
+@click.option("--drain", is_flag=True, help="Drain the slow nodes (needs [slurm] drain_stragglers = true).")
+@click.option("--telemetry", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="In-job detection over recorded samples: JSON lines {t, job, node, gpu, sm_clock_mhz, power_w, "
+                   "sm_util, throttle}; prints {\"flags\": [...]}.  Exit 0 no flag, 1 flags, 2 unreadable, 3 no "
+                   "sample.")
+@click.option("--running", is_flag=True, help="The nodes of each running multi-node job against the job's other "
+                                             "nodes, from what their in-job samplers published (one read).")
+@click.option("--timings", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="The job's own per-rank timings (CSV or JSON Lines: rank, dp, stage, step, op, start, duration, "
+                   "node, gpus): each worker against its data-parallel peers.  Exit 0 no flag, 1 flags, 2 "
+                   "unreadable, 3 no row.")
+@click.option("--json", "as_json", is_flag=True, help="JSON (as `fleet --json stragglers`).")
+@click.pass_context
+def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str | None, drain: bool,
+                     telemetry: str | None, running: bool, timings: str | None, as_json: bool) -> None:
+    """Slow GPUs per model: robust outliers (median/MAD) among at least N peers, never a fixed number.
+    With --running or --telemetry: the nodes of each running job compared with that job's other nodes
+    (instep.py); with --timings: each worker of a job against the workers doing the same work
+    (perf/timings.py).  These flags feed no drain here (`fleet lemons` takes them)."""
+    ctx.ensure_object(dict)
+    if as_json:
+        ctx.obj["as_json"] = True
+    if timings:
+        _timings(timings, bool(ctx.obj.get("as_json")))
+    if telemetry:
+        _instep_telemetry(telemetry, _load_policy((ctx.obj or {}).get("config")))
+    if running:
+        _instep_running(ctx.obj)
+    from ..perf.fleet import drains, from_history, from_published, from_results_file, stragglers
+
+    opts = ctx.obj or {}
+    policy = _load_policy(opts.get("config"))
+    backend = None
+    try:
+        if results:
+            samples = from_results_file(results)
+        elif history_dir:
+            samples = from_history(history_dir)
+        else:
+            backend = _backend(policy)
+            samples = from_published(backend)
+    except (OSError, ValueError, KeyError) as exc:
+        _fail(f"cannot read the results: {exc}", exitcodes.USAGE)
+    found, summary = stragglers(samples, policy.slurm)
+    drained: list[str] = []
+    breaker_blocked: list[str] = []
+    if drain:
+        if not policy.slurm.drain_stragglers:
+            _fail("--drain needs drain_stragglers = true in [slurm] (opt-in)", exitcodes.USAGE)
+        backend = backend or _backend(policy)
+        from ..hostlist import fold
+        from ..slurm import SlurmError
+        from ..slurm.actuator import Actuator
+        from ..slurm.ownership import STRAGGLER
+
+        try:  # one read of the fleet: each node's state, and the breaker's count
+            fleet = backend.nodes()
+        except SlurmError as exc:
+            _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
+        pairs, unknown = drains(found, {i.name: i for i in fleet})
+        for node in unknown:
+            click.echo(f"{node}: not in Slurm, not drained", err=True)
+        try:
+            done = Actuator(backend, STRAGGLER, policy.slurm, fleet=fleet).drain_each(pairs)
+        except SlurmError as exc:
+            _fail(f"could not drain: {exc}", exitcodes.USAGE)
+        drained = done.done
+        for node, why in done.left.items():
+            click.echo(f"{node}: {why}", err=True)
+        if done.blocked:
+            click.echo(f"not drained, the drain breaker is open ({done.breaker}): {fold(done.blocked)}", err=True)
+        breaker_blocked = done.blocked
+    out = {"models": summary, "stragglers": [o.__dict__ for o in found], "drained": drained,
+           "breaker_blocked": breaker_blocked}
+    if opts.get("as_json"):
+        click.echo(json.dumps(out, indent=1))
+    else:
+        for model, m in summary.items():
+            click.echo(f"{model}: {m['peers']} GPU(s)" + (f", median {m['median']:.0f} GB/s, MAD {m['mad']:.1f}"
+                                                          if m["judged"] else " (too few peers to judge)"))
+        for o in found:
+            click.echo(f"  SLOW {o.key:<20} {o.value:.0f} GB/s  -{o.drop_pct:.1f}%  z {o.z:.1f}")
+        if not found:
+            click.echo("  no stragglers")
+    sys.exit(exitcodes.UNHEALTHY if found else exitcodes.OK)
+
+
+def _instep_running(opts: dict) -> None:
+    """Exit 0 no flag, 1 flags, 2 Slurm unreadable."""
+    from ..slurm import SlurmError
+
+    policy = _load_policy(opts.get("config"))
+    try:
+        nodes = _backend(policy).nodes()
+    except SlurmError as exc:
+        _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
+    flags, jobs, published = _instep_flags(policy, nodes)
+    if opts.get("as_json"):
+        click.echo(json.dumps({"jobs": jobs, "nodes_sampled": len(published), "flags": [f.to_dict() for f in flags]},
+                              indent=1))
+    else:
+        click.echo(f"{len(jobs)} multi-node job(s) sampled on {len(published)} node(s)")
+        for f in flags:
+            gpu = f" gpu{f.gpu}" if f.gpu is not None else ""
+            click.echo(f"  SLOW job {f.job} {f.node}{gpu}: {f.signature} since "
+                       f"{time.strftime('%H:%M:%S', time.localtime(f.t_first))} "
+                       + ", ".join(f"{k} {v}" for k, v in f.evidence.items()))
+        if not flags:
+            click.echo("  no node apart from its job")
+    sys.exit(exitcodes.UNHEALTHY if flags else exitcodes.OK)
+
+
+def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
+    """The in-job detector over what the nodes' samplers published: (flags, the jobs sampled, node -> its
+    summary with a digest)."""
+    from .. import summary
+    from ..instep import Settings, detect, samples_from_digests
+    from ..slurm.base import job_order
+
+    published = {n.name: d for n in nodes if (d := summary.from_node(n)) and "is" in d}
+    if policy.slurm.instep_share_dir:  # the samplers wrote their digests there, not to Slurm
+        from ..sampler import read_shared
+
+        for node, data in read_shared(policy.slurm.instep_share_dir).items():
+            mine = published.setdefault(node, {"gpus": data["gpus"], "is": {}})
+            mine["is"] = {**summary.digests(mine.get("is")), **data["is"]}
+    samples, window_s = samples_from_digests(published)
+    flags = detect(samples, Settings(window_s=window_s or policy.slurm.instep_window_s,
+                                     windows=policy.slurm.instep_windows)) if samples else []
+    jobs = sorted({job for d in published.values() for job in summary.digests(d["is"])}, key=job_order)
+    return flags, jobs, published
+
+
+@fleet.command("save")
+@group_config_option
+@click.option("-o", "--out", "out", required=True, metavar="FLEET.json", help="Where to write the saved fleet.")
+@click.pass_context
+def fleet_save(ctx: click.Context, out: str) -> None:
+    """Save the fleet as Slurm shows it now, for offline planning (`maintain plan --fleet FLEET.json`,
+    `fleet --fleet FLEET.json`): every node with what its health check published, the running jobs and the
+    reservations, in one read of each (docs/rollouts.md, "Offline planning")."""
+    from ..maintain.fleet import FleetState
+    from ..slurm import SlurmError
+
+    policy = _load_policy(ctx.obj["config"])
+    try:
+        state = FleetState.from_backend(_backend(policy))
+    except SlurmError as exc:
+        _fail(f"cannot read the fleet from Slurm: {exc}", exitcodes.USAGE)
+    try:
+        _write_atomic(out, json.dumps(state.to_dict(), indent=1) + "\n")
+    except OSError as exc:
+        _fail(f"{out}: {exc.strerror or exc}", exitcodes.USAGE)
+    click.echo(f"saved {len(state.nodes)} node(s), {len(state.jobs)} running job(s), "
+               f"{len(state.reservations)} reservation(s) to {out}", err=True)
+
+
+@fleet.command("cases")
+@group_config_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json cases`).")
+@click.pass_context
+def fleet_cases(ctx: click.Context, as_json: bool) -> None:
+    """The remediation ladder's open cases: per node and failure class, the attempts within the window
+    (`max_attempts` in `attempt_window_s`), the first and last, the status and what it asks of you:
+    `validation_failed` (drained for repair after its validation run failed: its output is kept on the
+    node, `<state_dir>/validation-JOB.out`), `repair` (drained for repair: the cap, or a fault that
+    survived its reboots; `fleet repaired NODE` or a resume closes the case), `running` (a reset, reboot
+    or validation under way) or `watch` (remedied, still counted).  What needs you first, then the most
+    recent.  Read from what every node publishes (one read of the fleet)."""
+    from ..maintain.fleet import FleetNode
+    from ..remediation import CASE_FIELDS, fleet_cases
+    from ..slurm import SlurmError
+
+    policy = _load_policy(ctx.obj["config"], read_only=bool(ctx.obj["fleet_file"]))
+    if ctx.obj["fleet_file"]:
+        nodes = list(_fleet(policy, ctx.obj["fleet_file"]).nodes.values())
+    else:
+        try:  # the nodes alone: one read, no jobs or reservations
+            nodes = [FleetNode.from_info(i) for i in _backend(policy).nodes()]
+        except SlurmError as exc:
+            _fail(f"cannot read the nodes from Slurm: {exc}", exitcodes.USAGE)
+    rows = fleet_cases(nodes, policy.slurm.state_dir)
+    if as_json or ctx.obj["as_json"]:
+        click.echo(json.dumps({"fields": list(CASE_FIELDS), "cases": rows}, indent=1))
+        return
+    if not rows:
+        click.echo("no open cases")
+        return
+    click.echo(f"{'node':<12} {'class':<16} {'attempts':>8}  {'first':<25} {'last':<25} status")
+    for r in rows:
+        click.echo(f"{r['node']:<12} {r['class']:<16} {r['attempts']:>8}  {r['first']:<25} {r['last']:<25} "
+                   f"{r['status']}" + (f"  ({r['reason']})" if r["reason"] else ""))
+        click.echo(f"{'':<12} -> {r['todo']}")
+
+
+@fleet.command("repaired")
+@group_config_option
+@click.argument("nodeset")
+@click.option("--dry-run", is_flag=True, help="Say what would be marked; write nothing.")
+@click.pass_context
+def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
+    """Hand nodes back after a repair: each node drained by the health check (for repair, or any fault of
+    ours) gets the reason `gpufleet: validate after repair`, and its health check returns it to work only
+    through a validation run in a maintenance reservation of its own (`validation_command`; where that is
+    "", after its clean runs).  Nodes someone else drained are not touched.  Exit 1 when any was left."""
+    from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+    from ..hostlist import fold
+    from ..returning import VALIDATE_PREFIX
+    from ..slurm import SlurmError
+    from ..slurm.actuator import Actuator
+    from ..slurm.ownership import HEALTH
+
+    try:
+        wanted = list(NodeSet(nodeset))
+    except NodeSetException as exc:
+        _fail(f"{nodeset!r} is not a host list: {exc}", exitcodes.USAGE)
+    if not wanted:
+        _fail("no nodes given", exitcodes.USAGE)
+    policy = _load_policy(ctx.obj["config"])
+    backend = _backend(policy)
+    try:
+        nodes = {i.name: i for i in backend.nodes()}
+    except SlurmError as exc:
+        _fail(f"cannot read the nodes from Slurm: {exc}", exitcodes.USAGE)
+    unknown = [n for n in wanted if n not in nodes]
+    if unknown:
+        _fail(f"{len(unknown)} node(s) not in Slurm: {fold(unknown)}", exitcodes.USAGE)
+    held = [nodes[n] for n in wanted if nodes[n].drained]
+    free = [n for n in wanted if not nodes[n].drained]
+    if dry_run:
+        from ..slurm.ownership import left_alone
+
+        ours = [i.name for i in held if Actuator(backend, HEALTH, policy.slurm).holds(i)]
+        if ours:
+            click.echo(f"{fold(ours)}: would be marked validate after repair")
+        for info in held:
+            if info.name not in ours:
+                click.echo(f"{info.name}: {left_alone(info)}", err=True)
+        if free:
+            click.echo(f"{fold(free)}: not drained, nothing to do", err=True)
+        return
+    try:
+        done = Actuator(backend, HEALTH, policy.slurm).set_reason(held, f"{VALIDATE_PREFIX}repair")
+    except SlurmError as exc:
+        _fail(f"not marked: {exc}", exitcodes.USAGE)
+    if done.done:
+        click.echo(f"{fold(done.done)}: validate after repair" + (
+            " (a validation run, then back to work)" if policy.slurm.validation_command else
+            " (back to work after clean runs: validation_command is \"\")"))
+    for node, why in done.left.items():
+        click.echo(f"{node}: {why}", err=True)
+    if free:
+        click.echo(f"{fold(free)}: not drained, nothing to do", err=True)
+    if done.left:
+        sys.exit(1)
+
+
+@fleet.command("sweep")
+@group_config_option
+@click.option("--dry-run", is_flag=True, help="Say which nodes are due; submit and cancel nothing.")
+@json_option
+@click.pass_context
+def fleet_sweep(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """One step of the idle sweeps (run it every few minutes, e.g. from a systemd timer): nodes of groups
+    with `sweep_interval_h`, idle `sweep_idle_min` and not swept within the interval, get the deep check as
+    a job in `sweep_partition`, whose jobs any user job preempts (docs/slurm.md, "Idle sweeps"); at most
+    `sweep_max_nodes` at once.  One read of the nodes, one of the sweep jobs."""
+    from ..slurm import SlurmError
+    from ..sweep import run_step
+
+    policy = _load_policy(ctx.obj["config"])
+    if not policy.slurm.sweep_partition and not dry_run:
+        _fail("no sweep_partition in [slurm]: a sweep job must run where any user job preempts it (docs/slurm.md, "
+              "\"Idle sweeps\")", exitcodes.USAGE)
+    try:
+        step = run_step(_backend(policy), policy, dry_run=dry_run)
+    except SlurmError as exc:
+        _fail(f"cannot read the nodes or the sweep jobs from Slurm: {exc}", exitcodes.USAGE)
+    if as_json or ctx.obj["as_json"]:
+        from dataclasses import asdict
+
+        click.echo(json.dumps(asdict(step), indent=1))
+    else:
+        from ..hostlist import fold
+
+        click.echo(f"due: {fold(step.due) or 'none'}; sweeping: {fold(step.running) or 'none'}"
+                   + (f"; submitted: {', '.join(f'{n} (job {j})' for n, j in step.submitted.items())}"
+                      if step.submitted else "") + (f"; cancelled stale: {', '.join(step.cancelled)}"
+                                                    if step.cancelled else ""))
+        for e in step.errors:
+            click.echo(e, err=True)
+    if step.errors:
+        sys.exit(1)
+
+
+@fleet.command("domains")
+@group_config_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json domains`).")
+@click.pass_context
+def fleet_domains(ctx: click.Context, as_json: bool) -> None:
+    """The failure domains (NVLink racks, Slurm blocks) and where they come from: the config's [[domain]],
+    else Slurm's topology blocks, else the NVLink domain each node's GPUs registered in, as its health
+    check publishes it (cluster UUID and clique).  Per domain: its nodes, and those out of service."""
+    from ..hostlist import fold
+
+    policy = _load_policy(ctx.obj["config"])
+    fleet_file = ctx.obj["fleet_file"]
+    state = _fleet(policy, fleet_file)
+    domains = _domains(policy, None if fleet_file else _backend(policy),
+                       [(n.name, n.fabric_domain) for n in state.nodes.values()])
+    rows = [{"domain": d, "nodes": fold(members), "count": len(members),
+             "out": fold([n for n in members if n in state.nodes and state.nodes[n].held])}
+            for d, members in domains.members.items()]
+    if as_json or ctx.obj["as_json"]:
+        click.echo(json.dumps({"source": domains.source, "domains": rows}, indent=1))
+        return
+    if not rows:
+        click.echo("no failure domains: no [[domain]] in the config, no Slurm blocks, no NVLink domain published")
+        return
+    click.echo(f"{len(rows)} failure domain(s), from {domains.source}")
+    for r in rows:
+        click.echo(f"  {r['domain']:<24} {r['count']:>4} node(s) {r['nodes']}" + (f"  out: {r['out']}" if r["out"] else ""))
+
+
+@fleet.command("simulate-faults")
+@group_config_option
+@click.option("--one-job", "one_job_gpus", type=click.IntRange(1, 1_000_000), metavar="GPUS",
+              help="One job of GPUS GPUs with exponential node failures (--node-mtbf-hours): the simulator core "
+                   "against Daly's formula.  Without it: the fleet mode.")
+@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, min_open=True), metavar="M",
+              help="(--one-job) Each node fails at exponential times of this mean.")
+@click.option("--checkpoint-every", "checkpoint_every_h", type=click.FloatRange(min=0, min_open=True),
+              metavar="HOURS", help="Every job checkpoints this often (fleet mode: 1 h unless given).")
+@click.option("--restart-minutes", type=click.FloatRange(min=0), default=None, metavar="R",
+              help="A restarted run's time before it makes progress again (one job: 0, fleet: 10; Meta: 5-20).")
+@click.option("--days", type=click.FloatRange(min=0, max=3650, min_open=True), default=None, metavar="D",
+              help="How long (one job: 30; fleet: the history's span).")
+@click.option("--strategy", "strategies", multiple=True,
+              type=click.Choice(FAULT_STRATEGIES),
+              help="What to compare (fleet mode: the first four unless given; one job: none).  none: Slurm's "
+                   "NODE_FAIL alone; drain-on-any: NHC-like; two-tier: Meta's; gpufleet: this project's checks and "
+                   "ladder; gpufleet-reboot-first: the same ladder without its reset rung; gpufleet-no-suspect: "
+                   "without its suspect rung.")
+@click.option("--seed", type=int, default=0, show_default=True, metavar="S",
+              help="The random seed of the failure draws (a run with the same seed gives the same figures).")
+@click.option("--seeds", type=click.IntRange(1, 1000), default=1, show_default=True, metavar="N",
+              help="(fleet) Run seeds S..S+N-1 and give the mean of every figure.")
+@click.option("--sacct", "sacct_file", metavar="FILE", help="(fleet) A job history from sacct (default: the bundled "
+                                                            "Helios trace).")
+@click.option("--nodes", "node_count", type=click.IntRange(1, 20_000), default=300, show_default=True,
+              help="(fleet) Nodes in the simulated fleet (with --fault-log, at least the log's).")
+@click.option("--gpus-per-node", type=click.IntRange(1, 16), default=8, show_default=True, help="GPUs per simulated node.")
+@click.option("--rates", "rates_file", metavar="FILE", help="(fleet) Failure classes and rates in the form of "
+              "slurm_gpufleet/data/failure_classes.toml (default: that file, Llama 3's rates).")
+@click.option("--health-check-interval", "hc_interval_s", type=click.FloatRange(min=1), default=300.0,
+              show_default=True, metavar="SECONDS", help="(fleet) HealthCheckInterval (Meta: 5 min).")
+@click.option("--lemon-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="(fleet) The share of nodes that fail --lemon-factor times as often (a lemon tail).")
+@click.option("--lemon-factor", type=click.FloatRange(min=1, max=1000), default=1.0, show_default=True,
+              help="A lemon tail: this share of the nodes (--lemon-share) fails this many times as often.")
+@click.option("--big-job", "big_job_gpus", type=click.IntRange(0, 1_000_000), default=1024, show_default=True,
+              metavar="GPUS", help="(fleet) A stream of training jobs of GPUS GPUs beside the history, one every "
+                                   "--big-job-hours, each running that long (the ETTR of jobs of 1,024 GPUs or "
+                                   "more); 0: none.")
+@click.option("--big-job-hours", type=click.FloatRange(min=1, max=24 * 365), default=24.0, show_default=True,
+              metavar="H", help="(fleet) How long each job of the --big-job stream runs, and how often one comes.")
+@click.option("--domain-size", type=click.IntRange(0, 1024), default=0, show_default=True, metavar="N",
+              help="(fleet) NVLink domains of N consecutive nodes (18: an NVL72 rack): a share of faults is "
+                   "switch-side and takes its domain whole (rack-correlated events); 0: none.")
+@click.option("--switch-share", type=click.FloatRange(0, 1), default=None, metavar="S",
+              help="(fleet, --domain-size) The share of the domain classes' faults that are switch-side (default: "
+                   "the rates file's [domain] switch_share, 0.1, an assumption).")
+@click.option("--plot", "plot_file", metavar="FILE.html", help="(fleet) GPUs in service and ETTR over time, per "
+                                                               "strategy.")
+@click.option("--fault-log", "fault_log_file", metavar="FILE",
+              help="(fleet) Replay your own cluster's faults instead of drawing them: a CSV with the header "
+                   "node,start,end,class,detail (hours since the log's start, or ISO 8601 times), or the output of "
+                   "`sacctmgr -P show event format=NodeName,TimeStart,TimeEnd,State,Reason`.  --nodes adds nodes "
+                   "that never faulted; the history repeats to cover the log's span.")
+@json_option
+def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | None, checkpoint_every_h: float | None,
+                          restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
+                          seeds: int, sacct_file: str | None, node_count: int, gpus_per_node: int, rates_file: str | None,
+                          hc_interval_s: float, lemon_share: float, lemon_factor: float, big_job_gpus: int,
+                          big_job_hours: float,
+                          domain_size: int, switch_share: float | None, plot_file: str | None,
+                          fault_log_file: str | None, as_json: bool) -> None:
+    """What failures cost jobs, and what the health checks save, on the simulator core of `maintain
+    simulate`.  Fleet mode: a job history on a simulated fleet with failures drawn per class (Llama 3's
+    rates), found and handled by each strategy; per strategy the effective training time ratio (ETTR),
+    GPU-hours lost to failures, remedies and false drains, node-hours out of service, fault-to-drain time
+    and how faults were resolved.  --one-job: one job against Daly's formula."""
+    ctx = click.get_current_context()
+    if one_job_gpus is not None:
+        flag = {p.name: p.opts[0] for p in ctx.command.params}
+        fleet_only = [flag[p] for p in FLEET_ONLY
+                      if ctx.get_parameter_source(p) is not click.core.ParameterSource.DEFAULT]
+        if fleet_only:  # never accepted and ignored: a run that says what it did not do
+            _fail(f"{', '.join(fleet_only)}: for the fleet mode, not --one-job", exitcodes.USAGE)
+        _simulate_one_job(one_job_gpus, node_mtbf_hours, checkpoint_every_h, restart_minutes, days, strategies, seed,
+                          as_json)
+        return
+    if node_mtbf_hours is not None:
+        _fail("--node-mtbf-hours is for --one-job; the fleet mode draws failures per class (--rates FILE)",
+              exitcodes.USAGE)
+    if switch_share is not None and not domain_size:
+        _fail("--switch-share needs --domain-size N (the nodes a switch-side fault takes together)", exitcodes.USAGE)
+    from ..datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
+    from ..faultsim import STRATEGIES, RatesError, fleet_faults, load_model
+    from ..maintain.sacct import SacctError, read_sacct
+
+    try:
+        model = load_model(rates_file)
+    except RatesError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    fleet_nodes = node_count
+    fault_log = None
+    if fault_log_file:
+        from ..faultlog import FaultLogError, read
+
+        try:
+            fault_log = read(fault_log_file)
+        except FaultLogError as exc:
+            _fail(str(exc), exitcodes.USAGE)
+        fleet_nodes = max(node_count, len(fault_log.nodes))
+    left_out = None
+    if big_job_gpus > fleet_nodes * gpus_per_node and \
+            ctx.get_parameter_source("big_job_gpus") is click.core.ParameterSource.DEFAULT:
+        left_out = (f"note: no job of {big_job_gpus:,} GPUs fits {fleet_nodes} nodes of {gpus_per_node} GPUs: the "
+                    "--big-job stream is left out")
+        big_job_gpus = 0
+    label = sacct_file or HELIOS_LABEL
+    try:
+        with open_text(sacct_file or str(HELIOS_SACCT)) as fh:
+            trace = read_sacct(fh)
+    except OSError as exc:
+        _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
+    except SacctError as exc:
+        _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
+    from ..progress import Progress
+
+    progress = Progress(quiet_s=2.0, every_s=1.0)  # a long simulation says how far it is, from 2 s on
+    try:
+        out = fleet_faults(trace, nodes=node_count, gpus_per_node=gpus_per_node, days=days,
+                           strategies=strategies or STRATEGIES, model=model, hc_interval_s=hc_interval_s,
+                           checkpoint_every_h=checkpoint_every_h or 1.0,
+                           restart_min=10.0 if restart_minutes is None else restart_minutes, seed=seed,
+                           lemon_share=lemon_share, lemon_factor=lemon_factor, big_job_gpus=big_job_gpus,
+                           big_job_hours=big_job_hours,
+                           settings=_load_policy((ctx.obj or {}).get("config"), read_only=True).slurm, seeds=seeds,
+                           domain_size=domain_size, switch_share=switch_share, fault_log=fault_log,
+                           progress=lambda strategy, seed, now_s, horizon_s: progress(
+                               int(now_s // 86400), max(1, round(horizon_s / 86400)),
+                               f"simulate-faults: {strategy}, seed {seed}, days"))
+    except ValueError as exc:
+        progress.close()
+        _fail(str(exc), exitcodes.USAGE)
+    progress.close()
+    out["assumptions"]["history"] = label
+    if left_out:
+        click.echo(left_out, err=True)
+    series = out.pop("_series")
+    if plot_file:
+        from ..faultsim import fleet_html
+
+        try:
+            _write_atomic(plot_file, fleet_html(out, series))
+        except OSError as exc:
+            _fail(f"{plot_file}: {exc.strerror or exc}", exitcodes.USAGE)
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    from ..faultsim import fleet_text
+
+    click.echo(fleet_text(out))
+
+
+# simulate-faults' options of the fleet mode alone (parameter names): --one-job refuses them
+FLEET_ONLY = ("sacct_file", "node_count", "gpus_per_node", "rates_file", "hc_interval_s", "lemon_share",
+              "lemon_factor", "big_job_gpus", "big_job_hours", "domain_size", "switch_share", "plot_file", "seeds",
+              "fault_log_file")
+
+
+def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every_h: float | None,
+                      restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
+                      as_json: bool) -> None:
+    from ..faultsim import one_job
+
+    if node_mtbf_hours is None or checkpoint_every_h is None:
+        _fail("--one-job needs --node-mtbf-hours M and --checkpoint-every HOURS", exitcodes.USAGE)
+    if set(strategies) - {"none"}:
+        _fail("--one-job compares no strategies: its failures need no finding (--strategy none)", exitcodes.USAGE)
+    out = one_job(gpus, node_mtbf_hours, checkpoint_every_h, restart_minutes or 0.0, days or 30.0, seed)
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    a, m = out["assumptions"], out["strategies"]["none"]
+    click.echo(f"one job of {a['gpus']} GPUs on {a['nodes']} node(s), {a['days']:g} days; node MTBF "
+               f"{a['node_mtbf_h']:g} h (the job's {a['job_mtbf_h']:g} h), checkpoint every {a['checkpoint_every_h']:g} h, "
+               f"restart {a['restart_minutes']:g} min")
+    click.echo(f"strategy none: ETTR {m['ettr']:.4f} ({m['failures']} failures, {m['work_h']:g} h of work in "
+               f"{m['wall_h']:g} h); Daly {out['daly_ettr']:.4f}")
+
+
+@fleet.command("lemons")
+@group_config_option
+@click.option("--dry-run", is_flag=True, help="Say what this step would reserve, submit, drain and release; "
+                                              "record nothing, change nothing.")
+@click.option("--textfile", metavar="PATH", help="Also write Prometheus metrics (flags, lemon scores, cases) "
+                                                 "for node_exporter's textfile collector.")
+@click.option("--timings", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Also a job's own per-rank timings (as `fleet stragglers --timings`): its slow workers' nodes "
+                   "are flagged for that job, beside the samplers' flags.")
+@click.option("--job", "timings_job", metavar="JOBID", help="The job the --timings file is of.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json lemons`).")
+@click.pass_context
+def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, timings: str | None,
+                 timings_job: str | None, as_json: bool) -> None:
+    """One step of the lemon record (run it every minute or so, e.g. from a systemd timer): the in-job
+    detector over the running multi-node jobs (one read of the fleet); each flag recorded once per node and
+    job; a node flagged in `lemon_jobs` distinct jobs is held in a maintenance reservation and its deep
+    check queued there; a confirmed check drains it through the breaker, a clean one clears its score.
+
+    Exit codes: 0 no node confirmed this step, 1 a lemon confirmed (drained, or held by the breaker),
+    2 Slurm unreadable or a write failed, or a usage or config error.
+    """
+    import sqlite3
+
+    from ..hostlist import fold
+    from ..lemon_step import run_step
+    from ..lemon_store import LemonStore
+    from ..slurm import SlurmError
+
+    opts = ctx.obj or {}
+    as_json = as_json or bool(opts.get("as_json"))
+    policy = _load_policy(opts.get("config"), trusted=True)
+    s = policy.slurm
+    backend = _backend(policy)
+    try:
+        nodes = backend.nodes()
+    except SlurmError as exc:
+        _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
+    flags, jobs, published = _instep_flags(policy, nodes)
+    if timings:
+        if not timings_job:
+            _fail("--timings needs --job JOBID: the job the timings are of", exitcodes.USAGE)
+        from ..perf.timings import as_instep_flags
+
+        result, rows = _read_timings(timings)
+        flags += as_instep_flags(result, timings_job, max(r.start for r in rows))
+        jobs = sorted({*jobs, timings_job})
+    try:
+        store = LemonStore(s.lemon_path)
+    except (OSError, sqlite3.Error) as exc:
+        _fail(f"{s.lemon_path}: {exc}", exitcodes.USAGE)
+    try:
+        step = run_step(backend, s, store, nodes, flags, time.time(), dry_run)
+    except SlurmError as exc:
+        _fail(f"cannot read Slurm's reservations or jobs: {exc}", exitcodes.USAGE)
+    errors = step.errors
+    out = {"jobs": jobs, "nodes_sampled": len(published), "flags": [f.to_dict() for f in flags],
+           "new_flags": step.new_flags, "scores": step.scores, "lemon_jobs": s.lemon_jobs,
+           "cases": [_case_dict(c) for c in step.cases.values()], "reserved": step.reserved,
+           "submitted": step.submitted, "drained": step.drained, "breaker_blocked": step.breaker_blocked,
+           "released": step.released, "notes": step.notes, "errors": errors, "dry_run": dry_run}
+    if textfile:
+        from ..metrics import write_lemon_textfile
+
+        try:
+            write_lemon_textfile(textfile, flags, step.scores, list(step.cases.values()), s.lemon_jobs)
+        except OSError as exc:
+            errors.append(f"{textfile}: {exc.strerror or exc}")
+    store.close()
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+    else:
+        click.echo(f"{len(jobs)} multi-node job(s) sampled on {len(published)} node(s); {len(flags)} flag(s), "
+                   f"{step.new_flags} new" + (" (dry run)" if dry_run else ""))
+        for node, n in sorted(step.scores.items()):
+            click.echo(f"  {node}: flagged in {n} job(s) of {s.lemon_jobs}")
+        for c in step.cases.values():
+            click.echo(f"  case {c.node}: {c.state}" + (f", {c.detail}" if c.detail else ""))
+        if step.drained:
+            click.echo(f"drained: {fold(step.drained)}")
+        if step.breaker_blocked:
+            click.echo(f"not drained, the drain breaker is open: {fold(step.breaker_blocked)}", err=True)
+        for note in step.notes:
+            click.echo(f"  {note}")
+    for e in errors:
+        click.echo(f"slurm-gpufleet: {e}", err=True)
+    if errors:
+        sys.exit(exitcodes.USAGE)
+    sys.exit(exitcodes.UNHEALTHY if step.drained or step.breaker_blocked else exitcodes.OK)
+
+
+def _case_dict(c) -> dict:
+    return {"node": c.node, "state": c.state, "jobs": c.jobs, "opened": c.opened, "check_job": c.check_job,
+            "attempts": c.attempts, "detail": c.detail, "closed": c.closed}
+
+
+def _read_timings(path: str):
+    """The judged timings file, or one line and exit 2 (unreadable) or 3 (no row)."""
+    from ..perf.timings import TimingsError, judge, read_file
+
+    try:
+        rows, bad = read_file(path)
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
+    except TimingsError as exc:
+        _fail(f"{path}: not a timings file: {exc}", exitcodes.NO_STATE if str(exc) == "no rows" else exitcodes.USAGE)
+    _skipped(path, [f"{path}: {why}, skipped" for why in bad], "rows", bool(rows))
+    result = judge(rows)
+    result.skipped = bad
+    return result, rows
+
+
+def _skipped(path: str, lines: list[str], what: str, any_read: bool) -> None:
+    """The malformed lines of an input file, the first 20 named and the rest counted; one line and exit 3
+    where none was read."""
+    for line in lines[:20]:
+        click.echo(line, err=True)
+    if len(lines) > 20:
+        click.echo(f"{path}: {len(lines) - 20} more lines skipped", err=True)
+    if not any_read:
+        _fail(f"{path}: no {what}" + (f" ({len(lines)} malformed line(s) skipped)" if lines else ""), exitcodes.NO_STATE)
+
+
+def _timings(path: str, as_json: bool) -> None:
+    result, _ = _read_timings(path)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=1))
+    else:
+        click.echo(f"{result.rows} timed operation(s)")
+        for f in result.flags:
+            click.echo(f"  SLOW rank {f.rank} on {f.node} gpus {f.gpus}: stage {f.stage} {f.op} {f.times_slower:.2f}x "
+                       f"its peers, slower in {f.steps_slower} of {f.steps} steps")
+        for j in result.job_wide:
+            click.echo(f"  job-wide ({j['kind']}): stage {j['stage']} {j['op']}: {j['why']}")
+        for note in result.not_judged:
+            click.echo(f"  not judged: {note}")
+        if not result.flags:
+            click.echo("  no worker apart from its peers")
+    sys.exit(exitcodes.UNHEALTHY if result.flags else exitcodes.OK)
+
+
+def _instep_telemetry(path: str, policy) -> None:
+    """Exit 0 no flag, 1 flags, 2 unreadable file, 3 no sample in it.  The config's in-job settings
+    (`instep_window_s`, `instep_windows`) judge, as they judge the running jobs."""
+    from ..instep import Settings, detect, parse_telemetry
+
+    try:
+        with click.open_file(path, encoding="utf-8", errors="replace") as fh:
+            samples, bad = parse_telemetry(fh)
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
+    _skipped(path, [f"{path}:{number}: not a sample, skipped" for number in bad], "samples", bool(samples))
+    flags = detect(samples, Settings(window_s=policy.slurm.instep_window_s, windows=policy.slurm.instep_windows))
+    click.echo(json.dumps({"flags": [f.to_dict() for f in flags], "samples": len(samples), "skipped": len(bad)},
+                          indent=1))
+    sys.exit(exitcodes.UNHEALTHY if flags else exitcodes.OK)
+
+
+@fleet.command("report")
+@group_config_option
+@click.option("--history-dir", required=True, metavar="DIR", help="Directory of node history databases.")
+@click.option("--out", required=True, metavar="FILE.html", help="Where to write the HTML report.")
+@click.pass_context
+def fleet_report(ctx: click.Context, history_dir: str, out: str) -> None:
+    """An HTML report of the fleet's health over time and its performance outliers."""
+    from ..perf.report import fleet_html
+
+    policy = _load_policy((ctx.obj or {}).get("config"))
+    _write_atomic(out, fleet_html(history_dir, policy))
+    click.echo(out)
