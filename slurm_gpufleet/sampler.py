@@ -273,6 +273,26 @@ def drop_shared(share_dir: str, job: str, node: str) -> None:
         pass  # never written, or other nodes' digests still there
 
 
+def flags_of_published(nodes, slurm_settings) -> tuple[list, list[str], dict[str, dict]]:
+    """The detector over what the running jobs' samplers published, in the nodes' summaries (Slurm's node
+    records, `nodes`) and in `instep_share_dir` when the site set one: (flags, the jobs sampled, node -> its
+    summary with a digest).  What `fleet stragglers --running` and `fleet lemons` judge."""
+    from . import summary
+    from .instep import Settings, detect, samples_from_digests
+    from .slurm.base import job_order
+
+    published = {n.name: d for n in nodes if (d := summary.from_node(n)) and "is" in d}
+    if slurm_settings.instep_share_dir:  # the samplers wrote their digests there, not to Slurm
+        for node, data in read_shared(slurm_settings.instep_share_dir).items():
+            mine = published.setdefault(node, {"gpus": data["gpus"], "is": {}})
+            mine["is"] = {**summary.digests(mine.get("is")), **data["is"]}
+    samples, window_s = samples_from_digests(published)
+    flags = detect(samples, Settings(window_s=window_s or slurm_settings.instep_window_s,
+                                     windows=slurm_settings.instep_windows)) if samples else []
+    jobs = sorted({job for d in published.values() for job in summary.digests(d["is"])}, key=job_order)
+    return flags, jobs, published
+
+
 def read_shared(share_dir: str, now: float | None = None, stale_s: float = 3600.0) -> dict[str, dict[str, Any]]:
     """node -> {"gpus", "is": {job: digest}} from the shared directory, as `fleet stragglers --running`
     reads the nodes' summaries; a file not written for `stale_s` (a node whose epilog never ran), or one

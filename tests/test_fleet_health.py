@@ -192,6 +192,15 @@ def test_check_judges_against_a_fleet_baseline(tmp_path):
     assert run_cli("check", "--snapshot", str(path), "--perf-baseline", str(baseline)).returncode == 2
 
 
+
+def test_the_published_baseline_is_each_models_median_over_enough_peers():
+    from slurm_gpufleet.perf.fleet import baseline_by_model
+
+    samples = [(f"n{i}/gpu0", "H200", v) for i, v in enumerate((4000.0, 4100.0, 3000.0, 4200.0))]
+    samples += [("m1/gpu0", "A100", 1900.0), ("m2/gpu3", "A100", 1800.0)]
+    assert baseline_by_model(samples, min_peers=3) == {"H200": {"mem_bw_gbps": 4050.0}}
+    assert baseline_by_model(samples, min_peers=2)["A100"] == {"mem_bw_gbps": 1850.0}
+
 def test_history_on_a_fresh_node_survives_concurrent_hooks_and_prunes(tmp_path):
     """Six hooks open a fresh node's history at the same moment, three times over: no "database is
     locked", no run lost, and pruning works on a node where the deep check never ran."""

@@ -145,7 +145,9 @@ def _instep_running(opts: dict) -> None:
         nodes = _backend(policy).nodes()
     except SlurmError as exc:
         _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
-    flags, jobs, published = _instep_flags(policy, nodes)
+    from ..sampler import flags_of_published
+
+    flags, jobs, published = flags_of_published(nodes, policy.slurm)
     if opts.get("as_json"):
         click.echo(json.dumps({"jobs": jobs, "nodes_sampled": len(published), "flags": [f.to_dict() for f in flags]},
                               indent=1))
@@ -159,27 +161,6 @@ def _instep_running(opts: dict) -> None:
         if not flags:
             click.echo("  no node apart from its job")
     sys.exit(exitcodes.UNHEALTHY if flags else exitcodes.OK)
-
-
-def _instep_flags(policy, nodes) -> tuple[list, list[str], dict[str, dict]]:
-    """The in-job detector over what the nodes' samplers published: (flags, the jobs sampled, node -> its
-    summary with a digest)."""
-    from .. import summary
-    from ..instep import Settings, detect, samples_from_digests
-    from ..slurm.base import job_order
-
-    published = {n.name: d for n in nodes if (d := summary.from_node(n)) and "is" in d}
-    if policy.slurm.instep_share_dir:  # the samplers wrote their digests there, not to Slurm
-        from ..sampler import read_shared
-
-        for node, data in read_shared(policy.slurm.instep_share_dir).items():
-            mine = published.setdefault(node, {"gpus": data["gpus"], "is": {}})
-            mine["is"] = {**summary.digests(mine.get("is")), **data["is"]}
-    samples, window_s = samples_from_digests(published)
-    flags = detect(samples, Settings(window_s=window_s or policy.slurm.instep_window_s,
-                                     windows=policy.slurm.instep_windows)) if samples else []
-    jobs = sorted({job for d in published.values() for job in summary.digests(d["is"])}, key=job_order)
-    return flags, jobs, published
 
 
 @fleet.command("save")
@@ -592,7 +573,9 @@ def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, timing
         nodes = backend.nodes()
     except SlurmError as exc:
         _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
-    flags, jobs, published = _instep_flags(policy, nodes)
+    from ..sampler import flags_of_published
+
+    flags, jobs, published = flags_of_published(nodes, policy.slurm)
     if timings:
         if not timings_job:
             _fail("--timings needs --job JOBID: the job the timings are of", exitcodes.USAGE)

@@ -94,25 +94,18 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
 
 def _perf_baseline(source: str, policy) -> dict[str, dict[str, float]]:
     """{model: {"mem_bw_gbps": median}} from a JSON file, or from what the fleet publishes to Slurm."""
+    from ..perf.fleet import baseline_by_model, baseline_from_file, from_published
+
     if source == "slurm":
-        from ..perf.fleet import from_published
-        from ..perf.stats import median
         from ..slurm import SlurmError
 
         try:
-            samples = from_published(_backend(policy))
+            return baseline_by_model(from_published(_backend(policy)), policy.slurm.straggler_min_peers)
         except SlurmError as exc:
             _fail(f"--perf-baseline slurm: {exc}", exitcodes.USAGE)
-        by_model: dict[str, list[float]] = {}
-        for _key, model, value in samples:
-            by_model.setdefault(model, []).append(value)
-        return {m: {"mem_bw_gbps": median(v)} for m, v in by_model.items()
-                if len(v) >= policy.slurm.straggler_min_peers}
     try:
-        with open(source, encoding="utf-8") as fh:
-            data = json.load(fh)
-        return {str(m): {k: float(v) for k, v in d.items()} for m, d in data.items()}
-    except (OSError, ValueError, AttributeError, TypeError) as exc:
+        return baseline_from_file(source)
+    except (OSError, ValueError) as exc:
         _fail(f"--perf-baseline {source}: not a JSON object of models: {exc}", exitcodes.USAGE)
 
 

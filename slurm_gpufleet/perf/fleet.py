@@ -25,6 +25,27 @@ def from_published(backend) -> list[tuple[str, str, float]]:
     return out
 
 
+def baseline_by_model(samples: list[tuple[str, str, float]], min_peers: int) -> dict[str, dict[str, float]]:
+    """{model: {"mem_bw_gbps": median}} over the models with at least `min_peers` samples: what `check
+    --perf-baseline slurm` judges a node's GPUs against."""
+    from .stats import median
+
+    by_model: dict[str, list[float]] = {}
+    for _key, model, value in samples:
+        by_model.setdefault(model, []).append(value)
+    return {m: {"mem_bw_gbps": median(v)} for m, v in by_model.items() if len(v) >= min_peers}
+
+
+def baseline_from_file(path: str) -> dict[str, dict[str, float]]:
+    """{model: {figure: value}} from a JSON object of models; ValueError (or OSError) when it is not one."""
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    try:
+        return {str(m): {k: float(v) for k, v in d.items()} for m, d in data.items()}
+    except (AttributeError, TypeError) as exc:
+        raise ValueError(exc) from None
+
+
 def from_results_file(path: str) -> list[tuple[str, str, float]]:
     """JSON lines: {"node", "gpu", "model", "mem_bw_gbps"} (e.g. collected with pdsh from `check --level deep --json`)."""
     out = []
