@@ -311,6 +311,11 @@ def _reset(c: Cluster) -> None:
                    *(c.dir / "state" / "gpufleet").glob("slurm-view-*.json"), *(c.dir / "hooks").glob("*")]:
         marker.unlink()
     shutil.rmtree(c.dir / "hosts", ignore_errors=True)  # per-node host trees a test gave its nodes
+    # the shared host's module, as a rollout's "DKMS build" left it: back to the driver the nodes run
+    module = c.dir / "host" / "lib" / "modules" / "6.1.0-28-amd64" / "updates" / "dkms" / "nvidia.ko"
+    healthy_module = gpustate.nvidia_module("580.159.04")
+    if module.parent.is_dir() and (not module.exists() or module.read_bytes() != healthy_module):
+        module.write_bytes(healthy_module)
     for line in c.run("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines():
         if line.startswith("ReservationName="):
             c.run("scontrol", "delete", "reservation=" + line.split()[0].split("=", 1)[1], check=False)

@@ -510,6 +510,14 @@ else
   PYTHONPATH=$REPO $py $HERE/gpustate.py seed "$GPUDIR" "\$node" --gpus $GPUS_PER_NODE --driver "\$driver" \
     \${vbios:+--vbios "\$vbios"}
 fi
+# the package's DKMS build: the kernel that boots next gets the new driver's module, in the node's own
+# host tree where it has one, else in the tree the nodes share (where a node not yet upgraded then sees a
+# module newer than its driver, and warns, as a real node does between an install and its reboot)
+if [ -z "\$kernel" ]; then
+  h="$DIR/nodehosts/\$node"; [ -d "\$h" ] || h="$DIR/host"
+  PYTHONPATH=$REPO $py $HERE/gpustate.py module \
+    "\$h/lib/modules/\$(cat "\$h/proc/sys/kernel/osrelease")/updates/dkms/nvidia.ko" --version "\$driver"
+fi
 # a bundle's kernel: the node's own host tree (host_root = .../nodehosts/%n) boots it from now on
 if [ -n "\$kernel" ] && [ -d "$DIR/nodehosts/\$node" ]; then
   h="$DIR/nodehosts/\$node"
@@ -517,6 +525,11 @@ if [ -n "\$kernel" ] && [ -d "$DIR/nodehosts/\$node" ]; then
   echo kernel > "\$h/boot/vmlinuz-\$kernel"
   PYTHONPATH=$REPO $py $HERE/gpustate.py module "\$h/lib/modules/\$kernel/updates/dkms/nvidia.ko" --version "\$driver"
   echo "\$kernel" > "\$h/proc/sys/kernel/osrelease"
+  # the bootloader keeps it (grub-set-default): a rollback to an older kernel boots that one, not the newest
+  mkdir -p "\$h/boot/grub" "\$h/etc/default"
+  echo "GRUB_DEFAULT=saved" > "\$h/etc/default/grub"
+  printf '# GRUB Environment Block\nsaved_entry=Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux %s\n' \
+    "\$kernel" > "\$h/boot/grub/grubenv"
 fi
 "$DIR/bin/restart-slurmd" "\$node" 9>&-
 EOF
