@@ -162,6 +162,8 @@ class JobComment:
 
 @dataclass(frozen=True)
 class Signal:
+    """A signal to a job a plan stops (to its batch step alone when `batch`): its checkpoint warning."""
+
     label: ClassVar[str] = "signal_job"
     job_id: str
     signal: str
@@ -170,6 +172,8 @@ class Signal:
 
 @dataclass(frozen=True)
 class Requeue:
+    """Jobs a plan stops that go back to the queue instead of ending."""
+
     label: ClassVar[str] = "requeue_jobs"
     job_ids: tuple[str, ...]
 
