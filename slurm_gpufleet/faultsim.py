@@ -49,7 +49,7 @@ Not modelled: precursors (no class has a known share: all 0).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 STRATEGIES_ONE_JOB = ("none",)
@@ -561,7 +561,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             """The project's rack escalation (slurm/escalation.trigger) over the domain as Slurm would show
             it: the trays drained for a fabric or NVLink finding, with the time of each drain.  Fired: the
             domain is drained whole and goes for its repair."""
-            from .slurm.escalation import trigger
+            from .slurm.escalation import reason_for, trigger
 
             # our drains' reasons and times, as recorded when each was made (trigger reads which are fabric
             # or NVLink faults off the reasons, as it does on a real fleet)
@@ -570,11 +570,11 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             fired = trigger(str(f.domain), members, rack_nodes, rack_window_s, sim.now)
             if fired is None:
                 return False
+            rack_reason = reason_for(replace(fired, domain=f"rack{f.domain}"))
             if carried:  # the actuator's rack drain: the breaker counts the domain by its nodes
                 lab = self.lab
                 infos = [lab.slurm.node(sim.nodes[j].name) for j in self._domain_nodes(sim, f.domain)]
-                done = lab.actuator.drain_domain(f"rack{f.domain}", infos, f"gpufleet: rack rack{f.domain} {fired.why}",
-                                                 n_domains)
+                done = lab.actuator.drain_domain(f"rack{f.domain}", infos, rack_reason, n_domains)
                 if done.breaker:
                     self._tripped(sim)
                     return False
@@ -583,7 +583,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             self.escalated.add(f.domain)
             self.rack_escalations += 1
             for j in self._domain_nodes(sim, f.domain):
-                self.reasons[j] = (f"gpufleet: rack rack{f.domain} {fired.why}", sim.now)
+                self.reasons[j] = (rack_reason, sim.now)
                 self._take(sim, j, "failures")
                 self._crash_jobs(sim, j)
             self._rack_repair(sim, f.domain, sim.now + times["admin_hours"] * 3600)
@@ -869,10 +869,10 @@ class _Lab:
 
     def repaired(self, node) -> None:
         """`fleet repaired`: the node's reason asks for a validation run before it returns."""
-        from .returning import VALIDATE_PREFIX
+        from .returning import validate_reason
         from .slurm.effects import SetReason
 
-        self.actuator.apply(SetReason((self.slurm.node(node.name),), f"{VALIDATE_PREFIX}repair"))
+        self.actuator.apply(SetReason((self.slurm.node(node.name),), validate_reason("repair")))
 
 
 def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:

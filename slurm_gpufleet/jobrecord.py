@@ -14,7 +14,7 @@ A node's part, compact (AdminComment travels with every job record):
   s   [sxid, ...]             NVSwitch SXids during the job
   m   {gpu: "dram_uncorrected +1, ..."}   memory errors that grew during the job
   t   {gpu: percent}          the share of the job's windows a GPU ran throttled (the in-job sampler's tally)
-  a   "reboot: gpufleet: memory gpu5 remap pending"   what the epilog did about the node, where it did anything
+  a   "reboot: memory gpu5 remap pending [gpufleet]"   what the epilog did about the node, where it did anything
 and, for the whole job, `fl`: [[node, gpu, signature, t_first], ...], the in-job detector's flags
 (`fleet lemons` writes them while the job runs).
   f   ["...", ...]            the other findings the epilog recorded against the job (IMEX, in-job flags)

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 from .findings import RANK, Finding
 from .slurm.base import NodeInfo, job_order
-from .slurm.ownership import FREE, LEMON_RESERVATION_PREFIX, STRAGGLER_PREFIX, owner
+from .slurm.ownership import FREE, LEMON_RESERVATION_PREFIX, owner
+from .slurm.reasons import PERFORMANCE, ours
 
 JOB_NAME = "gpufleet-lemon-check"
 CONFIRMED_PREFIX = "gpufleet confirmed:"  # what `slurm-gpufleet-healthcheck --confirm` puts in its job comment
@@ -70,7 +71,7 @@ def reservation_name(node: str) -> str:
 
 def drain_reason(case: Case, finding: str) -> str:
     jobs = ",".join(case.jobs[:4]) + ("..." if len(case.jobs) > 4 else "")
-    return f"{STRAGGLER_PREFIX} lemon: slow in jobs {jobs}; deep check: {finding}"[:200]
+    return ours(f"{PERFORMANCE} lemon: slow in jobs {jobs}; deep check: {finding}")
 
 
 @dataclass

@@ -24,11 +24,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+# "repair <class> attempt N of M in Dd: ... [gpufleet]" never resumes by itself
+from .slurm.reasons import REPAIR as REPAIR_WORD
+from .slurm.reasons import ours, says
+
 if TYPE_CHECKING:
     from .findings import Finding
     from .snapshot import NodeSnapshot
 
-REPAIR_WORD = "repair"        # "gpufleet: repair <class> attempt N of M in Dd: ..." never resumes by itself
 OUTCOMES = ("pending", "succeeded", "transient", "permanent")
 MODES = ("observe", "quarantine", "full")
 
@@ -119,14 +122,14 @@ def run_reset(template: str, node: str, gpus: list[int], timeout_s: float) -> Re
     return ResetResult(True, last[0][:160], took)
 
 
-def repair_reason(prefix: str, cls: str, attempt: int, cap: int, window_s: float, what: str) -> str:
+def repair_reason(cls: str, attempt: int, cap: int, window_s: float, what: str) -> str:
     days = window_s / 86400
     window = f"{days:g}d" if days >= 1 else f"{window_s / 3600:g}h"
-    return f"{prefix} {REPAIR_WORD} {cls} attempt {attempt} of {cap} in {window}: {what}"
+    return ours(f"{REPAIR_WORD} {cls} attempt {attempt} of {cap} in {window}: {what}")
 
 
-def is_repair(reason: str, prefix: str) -> bool:
-    return reason.startswith(f"{prefix} {REPAIR_WORD} ")
+def is_repair(reason: str) -> bool:
+    return says(reason, REPAIR_WORD)
 
 
 def mark_reset(kernel_log: str | None, node: str, pcis: list[str]) -> str | None:

@@ -2,7 +2,7 @@
 repaired`), goes back to work only after a validation run passes.  (A reboot for it is asked for with
 nextstate=DOWN: Slurm keeps our reason across it and does not resume the node itself.)
 
-The node carries the request in its reason, `gpufleet: validate after <what>` (visible to every tool,
+The node carries the request in its reason, `validate after <what> [gpufleet]` (visible to every tool,
 kept across our own runs).  Once the node runs clean (`clean_runs_to_resume`), its health check:
 
 1. makes a maintenance reservation of its own, `gpufleet-validate-<node>` (MAINT, root only), resumes
@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# VALIDATE_PREFIX is named once, in ownership: a down node back from our reboot is ours by it
-from .slurm.ownership import VALIDATE_PREFIX
 from .slurm.ownership import VALIDATE_RESERVATION_PREFIX as RESERVATION_PREFIX
+from .slurm.reasons import VALIDATE_AFTER, after, ours, says
 
 JOB_NAME = "gpufleet-validate"
 PASSED = frozenset({"COMPLETED"})
@@ -36,7 +35,17 @@ def reservation_name(node: str) -> str:
 
 
 def is_validate(reason: str) -> bool:
-    return reason.startswith(VALIDATE_PREFIX)
+    return says(reason, VALIDATE_AFTER)
+
+
+def validate_reason(cause: str) -> str:
+    """The reason of a node that returns only through a validation run: "validate after <cause> [gpufleet]"."""
+    return ours(f"{VALIDATE_AFTER} {cause}")
+
+
+def cause_of(reason: str) -> str:
+    """What a validate reason says the node is validated after ("reboot: xid gpu2 ..."), "repair" when unsaid."""
+    return (after(reason, VALIDATE_AFTER) or "").split(" : reboot ")[0] or "repair"
 
 
 @dataclass

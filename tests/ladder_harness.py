@@ -91,7 +91,7 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
     from slurm_gpufleet.maintain.simslurm import SimSlurm
     from slurm_gpufleet.maintain.simulate import Simulator
     from slurm_gpufleet.pipeline import evaluate
-    from slurm_gpufleet.returning import VALIDATE_PREFIX
+    from slurm_gpufleet.returning import validate_reason
     from slurm_gpufleet.slurm.actuator import Actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
 
@@ -142,13 +142,13 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
             # an admin repairs it, and hands it back through its validation run
             gpustate.write_atomic(healthy, str(gpus / f"{NODE}.json"))
             kmsg.write_text("")
-            Actuator(slurm, HEALTH, setup.settings).set_reason([info], f"{VALIDATE_PREFIX}repair")
+            Actuator(slurm, HEALTH, setup.settings).set_reason([info], validate_reason("repair"))
             repaired = True
         done = not (info.drained or info.down or info.rebooting) and history.open_validation(NODE) is None \
             and history.open_suspect(NODE) is None
         if done and report.verdict in ("ok", "warn"):
             break
-        if validation_fails and info.drained and info.reason.startswith("gpufleet: repair validation failed"):
+        if validation_fails and info.drained and info.reason.startswith("repair validation failed"):
             break
     info = slurm.node(NODE)
     return {"statuses": statuses, "reservations": held, "rungs": [r["rung"] for r in history._query("select rung from remedies where node = ? order by id",

@@ -104,11 +104,11 @@ def test_an_unplanned_actor_without_settings_is_refused_and_its_reboots_meet_the
     breaker.open_(settings.breaker_path, "n9", "3 of 20 nodes (limit 2)")
     backend = Recorder()
     node = NodeInfo(name="n1", state="IDLE")
-    done = Actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "gpufleet: memory gpu1 remap pending")
+    done = Actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "memory gpu1 remap pending [gpufleet]")
     assert done.blocked == ["n1"] and done.done == [] and "3 of 20" in (done.breaker or "")
     assert backend.calls == []
     breaker.reset(settings.breaker_path)
-    done = Actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "gpufleet: memory gpu1 remap pending")
+    done = Actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "memory gpu1 remap pending [gpufleet]")
     assert done.done == ["n1"] and backend.calls[0][0] == "reboot_asap_nodes"
 
 
@@ -118,12 +118,12 @@ def test_typed_effects_clean_their_reasons_and_apply_keeps_ownership_and_prefixe
     from slurm_gpufleet.slurm.actuator import Actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
 
-    drain = E.Drain((NodeInfo("n1", "IDLE"),), 'gpufleet: xid gpu1 "quoted"\nsecond line' + "x" * 200)
+    drain = E.Drain((NodeInfo("n1", "IDLE"),), 'xid gpu1 "quoted"\nsecond line' + "x" * 200 + " [gpufleet]")
     assert "\n" not in drain.reason and '"' not in drain.reason and len(drain.reason) <= 120
     backend = Recorder()
     backend.nodes = lambda: [NodeInfo("n1", "IDLE"), NodeInfo("n2", "IDLE", {"DRAIN"}, "admin: PSU")]
     health = Actuator(backend, HEALTH, SlurmSettings(breaker_threshold=10, state_dir=str(tmp_path)))
-    done = health.apply(E.Drain((NodeInfo("n1", "IDLE"), NodeInfo("n2", "IDLE", {"DRAIN"}, "admin: PSU")), "gpufleet: x"),
+    done = health.apply(E.Drain((NodeInfo("n1", "IDLE"), NodeInfo("n2", "IDLE", {"DRAIN"}, "admin: PSU")), "x [gpufleet]"),
                         E.Reserve("gpufleet-suspect-n1", ("n1",), None, 60), E.Release("gpufleet-validate-n1"),
                         E.Weight(("n1",), 5))
     assert done[0].done == ["n1"] and "n2" in done[0].left   # an admin's node is left alone

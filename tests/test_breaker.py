@@ -12,7 +12,7 @@ from slurm_gpufleet.slurm.commands import parse_node_text
 NOW = 1_800_000_000.0
 
 
-def fleet(n=20, drained=(), reason="gpufleet: memory gpu1 row remapping failed", age=60.0, parts=None):
+def fleet(n=20, drained=(), reason="memory gpu1 row remapping failed [gpufleet]", age=60.0, parts=None):
     out = []
     for i in range(n):
         name = f"g{i:02d}"
@@ -31,7 +31,7 @@ def test_trips_past_the_fleet_threshold_counting_only_our_recent_drains():
     # drains older than the window, an admin's drains and a rollout's do not count
     assert breaker.would_trip(fleet(drained=("g01", "g02"), age=900), "g05", "10%", 300, NOW) is None
     assert breaker.would_trip(fleet(drained=("g01", "g02"), reason="admin: PSU"), "g05", "10%", 300, NOW) is None
-    assert breaker.would_trip(fleet(drained=("g01", "g02"), reason="gpufleet: maintain 0abc upgrading"),
+    assert breaker.would_trip(fleet(drained=("g01", "g02"), reason="maintain 0abc upgrading [gpufleet]"),
                               "g05", "10%", 300, NOW) is None
 
 
@@ -44,7 +44,7 @@ def test_trips_per_partition_and_by_count():
 
 def test_reason_time_comes_from_slurm(tmp_path):
     info = parse_node_text("NodeName=n2 Arch=x86_64\n   State=IDLE+DRAIN ThreadsPerCore=1\n"
-                           "   Reason=gpufleet: memory gpu5 row remapping failed [root@2026-11-30T10:04:11]\n")
+                           "   Reason=memory gpu5 row remapping failed [gpufleet] [root@2026-11-30T10:04:11]\n")
     assert info.reason_user == "root" and info.reason_time is not None
 
 

@@ -73,7 +73,7 @@ def test_one_drain_per_node_for_driver_kernel_and_firmware(tmp_path):
     # one drain per node for the whole bundle, with the bundle in its reason
     assert sorted(n for n, _ in drains) == [n.name for n in fleet.sim.nodes], drains
     assert {r for _, r in drains} == {
-        f"gpufleet: maintain {plan['id']} upgrading to driver 580.159.04 + kernel 6.1.0-31-amd64 + vbios 96.00.AF.00.01"}
+        f"maintain {plan['id']} upgrading to driver 580.159.04 + kernel 6.1.0-31-amd64 + vbios 96.00.AF.00.01 [gpufleet]"}
     assert store.rollout(plan["id"])["target"] == "driver 580.159.04 + kernel 6.1.0-31-amd64 + vbios 96.00.AF.00.01"
 
 

@@ -165,18 +165,18 @@ def test_fleet_warns_of_a_group_that_matches_no_node_and_shows_each_group_s_mode
                       + '\n[[group]]\nname = "watched"\nnodes = "gpu[001-002]"\nmode = "observe"\n')
     sample = _json.loads((REPO / "etc" / "sample-fleet.json").read_text())
     # gpu002's health check, in observe mode, would have drained it: it says so in its summary
-    next(n for n in sample["nodes"] if n["name"] == "gpu002")["observed"] = "drain: gpufleet: memory gpu1 row remap failure"
+    next(n for n in sample["nodes"] if n["name"] == "gpu002")["observed"] = "drain: memory gpu1 row remap failure [gpufleet]"
     fleet = str(tmp_path / "fleet.json")
     (tmp_path / "fleet.json").write_text(_json.dumps(sample))
     out = _json.loads(run_cli("fleet", "--fleet", fleet, "--config", str(config), "--json").stdout)
     assert out["groups"]["watched"]["observed"] == [{"node": "gpu002",
-                                                     "would": "drain: gpufleet: memory gpu1 row remap failure"}]
+                                                     "would": "drain: memory gpu1 row remap failure [gpufleet]"}]
     assert out["groups_matching_no_node"] == [{"group": "canary", "nodes": "gpu[101-104]"}]
     assert out["groups"]["watched"]["mode"] == "observe" and out["groups"]["h200"]["mode"] == "full"
     text = run_cli("fleet", "--fleet", fleet, "--config", str(config)).stdout.decode()
     assert 'warning: group canary (nodes = "gpu[101-104]") matches no node of the fleet' in text, text
     assert "watched: 2 node(s), mode observe;" in text, text
-    assert "gpu002: would drain: gpufleet: memory gpu1 row remap failure" in text, text
+    assert "gpu002: would drain: memory gpu1 row remap failure [gpufleet]" in text, text
 
 
 def test_slurm_conf_and_the_health_check_s_log_warn_of_a_group_that_matches_no_node(tmp_path):

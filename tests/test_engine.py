@@ -572,7 +572,7 @@ def test_a_failure_reason_with_a_quote_and_over_120_characters_settles(tmp_path)
     state = drive(fleet, engine, plan, executor, max_steps=200)
     assert state in S.ROLLOUT_FINAL, state
     failed = next(n for n in fleet.sim.nodes if n.drained)
-    assert failed.reason.startswith("gpufleet: maintain") and "'" not in failed.reason and '"' not in failed.reason
+    assert failed.reason.startswith("maintain") and "'" not in failed.reason and '"' not in failed.reason
     assert len(failed.reason) <= 120 and canary != failed.name
     # once failed, the node's reason is written once: the steps after it write nothing more
     steps_after = engine.step(plan["id"]), fleet.slurm.calls["write"]

@@ -24,33 +24,33 @@ def node(name, reason="", at=NOW - 60, drained=True, extra=""):
 
 
 def test_three_trays_with_fabric_or_nvlink_faults_in_the_window_trigger():
-    members = [node("t1", "gpufleet: fabric gpu0 fabric route unhealthy"),
-               node("t2", "gpufleet: nvlink gpu3 16 of 18 NVLinks present"),
-               node("t3", "gpufleet: fabric gpu1 fabric access timeout recovery"),
+    members = [node("t1", "fabric gpu0 fabric route unhealthy [gpufleet]"),
+               node("t2", "nvlink gpu3 16 of 18 NVLinks present [gpufleet]"),
+               node("t3", "fabric gpu1 fabric access timeout recovery [gpufleet]"),
                node("t4", drained=False)]
     t = trigger("rack1", members, 3, 600, NOW)
     assert t is not None and t.nodes == ["t1", "t2", "t3"]
-    assert reason_for(t) == "gpufleet: rack rack1 3 trays with fabric/NVLink faults in 600 s, first t1"
+    assert reason_for(t) == "rack rack1 3 trays with fabric/NVLink faults in 600 s, first t1 [gpufleet]"
     # two are not three; an old drain is out of the window; an admin's or a memory drain is not the rack's
     assert trigger("rack1", members[:2] + members[3:], 3, 600, NOW) is None
-    old = [*members[:2], node("t3", "gpufleet: fabric gpu1 fabric access timeout recovery", at=NOW - 700)]
+    old = [*members[:2], node("t3", "fabric gpu1 fabric access timeout recovery [gpufleet]", at=NOW - 700)]
     assert trigger("rack1", old, 3, 600, NOW) is None
-    other = [*members[:2], node("t3", "gpufleet: memory gpu1 row remapping failed")]
+    other = [*members[:2], node("t3", "memory gpu1 row remapping failed [gpufleet]")]
     assert trigger("rack1", other, 3, 600, NOW) is None
 
 
 def test_the_same_fabric_fault_on_two_trays_is_a_switch_side_signature():
-    members = [node("t1", "gpufleet: fabric gpu0 fabric route unhealthy"),
-               node("t2", "gpufleet: fabric gpu2 fabric route unhealthy"), node("t3", drained=False)]
+    members = [node("t1", "fabric gpu0 fabric route unhealthy [gpufleet]"),
+               node("t2", "fabric gpu2 fabric route unhealthy [gpufleet]"), node("t3", drained=False)]
     t = trigger("rack1", members, 3, 600, NOW)
     assert t is not None and t.why.startswith("switch-side: t1 and 1 more tray(s) fabric route unhealthy")
     # two different faults on two trays are not a signature
-    members[1] = node("t2", "gpufleet: fabric gpu2 fabric bandwidth degraded")
+    members[1] = node("t2", "fabric gpu2 fabric bandwidth degraded [gpufleet]")
     assert trigger("rack1", members, 3, 600, NOW) is None
 
 
 def test_the_breaker_counts_an_escalated_rack_by_its_nodes_and_as_one_domain():
-    rack = [node(f"t{i}", "gpufleet: rack rack1 3 trays ...") for i in range(1, 19)]
+    rack = [node(f"t{i}", "rack rack1 3 trays ... [gpufleet]") for i in range(1, 19)]
     free = [node(f"x{i}", drained=False) for i in range(1, 83)]
     fleet = rack + free
     # 18 nodes of one rack are 18 nodes out: one more drain passes a threshold of 18, and of 18% of 100
@@ -70,7 +70,7 @@ def test_the_breaker_counts_an_escalated_rack_by_its_nodes_and_as_one_domain():
 
 
 def test_a_rack_resumes_only_when_every_member_escalated_has_passed():
-    reason = "gpufleet: rack rack1 switch-side: t1 and 1 more tray(s) fabric route unhealthy"
+    reason = "rack rack1 switch-side: t1 and 1 more tray(s) fabric route unhealthy [gpufleet]"
     drained_at = NOW - 600
     ok = json.dumps({"gpufleet": 1, "v": "ok", "t": stamp(NOW - 10)})
     bad = json.dumps({"gpufleet": 1, "v": "drain", "t": stamp(NOW - 10)})

@@ -323,7 +323,7 @@ def test_a_fabric_finding_fits_a_slurm_reason():
     probe = session("gb200-tray")
     probe["devices"][2]["fabric"]["value"].update(FAULTS["route_unhealthy"]["fabric"])
     report = evaluate(read(copy.deepcopy(probe)))
-    assert make_reason(worst(report.findings)) == "gpufleet: fabric gpu2 fabric route unhealthy"
+    assert make_reason(worst(report.findings)) == "fabric gpu2 fabric route unhealthy [gpufleet]"
 
 
 def test_systemctl_show_is_read_into_the_fabric_manager_state():

@@ -32,7 +32,7 @@ TABLE = (PUBLIC / "nvidia-smi" / "fan_err_geforce_table_1.txt").read_text()
 SACCT = ("JobIDRaw|User|Submit|Start|End|Elapsed|NNodes|AllocTRES|State|Timelimit\n"
          "1|u|2020-09-01T00:00:00|2020-09-01T00:00:00|2020-09-01T01:00:00|01:00:00|1|gres/gpu=2|COMPLETED|02:00:00\n")
 NODE = ("NodeName=n2 Arch=x86_64 CoresPerSocket=1\n   State=IDLE+DRAIN ThreadsPerCore=1 Weight=1\n"
-        "   Reason=gpufleet: memory gpu5 row remapping failed [root@2026-11-30T10:04:11]\n"
+        "   Reason=memory gpu5 row remapping failed [gpufleet] [root@2026-11-30T10:04:11]\n"
         '   Extra={"gpufleet":1,"v":"ok","drv":"580.159.04","t":"2026-11-30T10:04:11Z"}\n')
 EXAMPLES = DirectoryBasedExampleDatabase(os.path.expanduser("~/.cache/slurm-gpufleet-hypothesis"))
 QUICK = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=EXAMPLES,

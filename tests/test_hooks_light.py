@@ -68,7 +68,7 @@ def test_prolog_fails_on_a_fault_in_the_jobs_gpus(tmp_path):
     gpustate.write_atomic(gpustate.healthy_state(8, "n9"), str(gpus / "n9.json"))
     gpustate.add_process(str(gpus / "n9.json"), 1, pid=99)
     r = _run_prolog(tmp_path, _config(tmp_path, gpus), job_gpus="0,1")
-    assert "gpufleet: processes gpu1 1 leftover GPU process" in r.stdout
+    assert "processes gpu1 1 leftover GPU process(es) [gpufleet]" in r.stdout
     assert json.loads(r.stdout.strip().splitlines()[-1])["rc"] == 1
     # a process on a GPU the job did not get is not the prolog's business
     r = _run_prolog(tmp_path, _config(tmp_path, gpus), job_gpus="2,3")
@@ -93,7 +93,7 @@ def test_nhc_mode_judges_only(tmp_path):
     assert subprocess.run(exe, env=env, capture_output=True, timeout=60).returncode == 0
     gpustate.fault(str(gpus / "n9.json"), 1, "row_remap_failure")
     r = subprocess.run(exe, env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and r.stdout.strip() == "gpufleet: memory gpu1 row remapping failed"
+    assert r.returncode == 1 and r.stdout.strip() == "memory gpu1 row remapping failed [gpufleet]"
     assert not os.path.exists(tmp_path / "state" / "n9.db")
 
 

@@ -42,15 +42,15 @@ def test_a_nodes_part_says_what_the_epilog_found_against_the_job():
                 Finding("job", "ok", "none", 3, "memory errors during job 42", "dram_uncorrected +2"),
                 Finding("imex", "warn", "watch", None, "IMEX domain degraded", ""),
                 Finding("sxid_job", "ok", "none", None, "SXid 20034 during job 42", "", xid=20034)]
-    part = jobrecord.node_part(findings, "reboot: gpufleet: inventory gpu5 fallen off the bus")
+    part = jobrecord.node_part(findings, "reboot: inventory gpu5 fallen off the bus [gpufleet]")
     assert part == {"x": [[5, 79]], "m": {"3": "dram_uncorrected +2"}, "f": ["imex: IMEX domain degraded"],
-                    "s": [20034], "a": "reboot: gpufleet: inventory gpu5 fallen off the bus"}
+                    "s": [20034], "a": "reboot: inventory gpu5 fallen off the bus [gpufleet]"}
     assert jobrecord.node_part([]) == {}
-    text = jobrecord.with_requeue(jobrecord.with_part("", "n2", part), "n1", "gpufleet: memory gpu5 remap failed")
+    text = jobrecord.with_requeue(jobrecord.with_part("", "n2", part), "n1", "memory gpu5 remap failed [gpufleet]")
     out = jobrecord.lines("42", jobrecord.split(text)[1])
-    assert out[0] == "job 42:" and "  requeued: n1 failed it (gpufleet: memory gpu5 remap failed)" in out
+    assert out[0] == "job 42:" and "  requeued: n1 failed it (memory gpu5 remap failed [gpufleet])" in out
     assert "  n2 gpu 5: Xid 79 (GPU has fallen off the bus)" in out
-    assert "  n2: then reboot: gpufleet: inventory gpu5 fallen off the bus" in out
+    assert "  n2: then reboot: inventory gpu5 fallen off the bus [gpufleet]" in out
     assert jobrecord.lines("7", {}) == ["job 7: nothing happened to its GPUs that slurm-gpufleet saw"]
 
 
@@ -105,12 +105,12 @@ def test_a_requeued_job_excludes_the_node_unless_it_could_not_run_then_and_is_he
     assert away.exclude is None and "2 node(s) of its partition would be left, it needs 3" in away.note
     # max_fault_requeues = 1: the first fault requeue runs again, the second stays held naming both nodes
     assert decide(job, "n1", members, 1, []).release
-    held = decide(job, "n2", members, 1, [["n1", "gpufleet: memory gpu5 remap failed"]])
+    held = decide(job, "n2", members, 1, [["n1", "memory gpu5 remap failed [gpufleet]"]])
     assert not held.release and held.held == "2 fault requeues (max_fault_requeues 1): n1, n2"
 
 
 def test_slurm_gpufleet_job_shows_the_record_from_slurm_and_after_it_from_accounting(tmp_path):
-    record = jobrecord.with_part("", "n3", {"x": [[5, 79]], "a": "reboot: gpufleet: inventory gpu5 fallen off the bus"})
+    record = jobrecord.with_part("", "n3", {"x": [[5, 79]], "a": "reboot: inventory gpu5 fallen off the bus [gpufleet]"})
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(
@@ -127,7 +127,7 @@ def test_slurm_gpufleet_job_shows_the_record_from_slurm_and_after_it_from_accoun
     r = run_cli("job", "42", "--config", str(config))
     assert r.returncode == 0, r.stderr
     assert r.stdout.decode().splitlines() == ["job 42:", "  n3 gpu 5: Xid 79 (GPU has fallen off the bus)",
-                                              "  n3: then reboot: gpufleet: inventory gpu5 fallen off the bus"]
+                                              "  n3: then reboot: inventory gpu5 fallen off the bus [gpufleet]"]
     r = run_cli("job", "43", "--config", str(config))   # ended, and no accounting to have kept its record
     assert r.returncode == 0 and r.stdout.decode().strip().startswith(
         "job 43 has ended and this cluster keeps no accounting (slurmdbd)"), r.stdout

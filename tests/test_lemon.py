@@ -40,7 +40,7 @@ def test_a_case_lists_its_jobs_in_slurm_s_order_not_as_text():
 @pytest.mark.parametrize("held", [
     node("n1", "IDLE", {"DRAIN"}, "bad cable, ticket 4711"),      # an admin's drain
     node("n1", "DOWN", set(), "Not responding"),
-    node("n1", "IDLE", {"DRAIN"}, "gpufleet: maintain 7b0c upgrading"),  # a rollout holds it
+    node("n1", "IDLE", {"DRAIN"}, "maintain 7b0c upgrading [gpufleet]"),  # a rollout holds it
 ])
 def test_a_suspect_someone_else_holds_is_left_alone_and_said_so(held):
     d = L.decide_cases(NOW, {"n1": ["10", "11"]}, {}, fleet(held), set(), {}, lemon_jobs=2)
@@ -62,8 +62,8 @@ def test_a_confirmed_check_drains_with_its_finding_and_releases_the_reservation(
     comment = "gpufleet confirmed: thermal gpu3: HW thermal slowdown active"
     d = L.decide_cases(NOW, {}, {"n1": checking()}, fleet(node("n1", "IDLE")), {"gpufleet-lemon-n1"},
                  {"77": ("FAILED", comment)}, 2)
-    assert d.drain == [("n1", "gpufleet: performance lemon: slow in jobs 10,11; deep check: thermal gpu3: "
-                               "HW thermal slowdown active")]
+    assert d.drain == [("n1", "performance lemon: slow in jobs 10,11; deep check: thermal gpu3: "
+                               "HW thermal slowdown active [gpufleet]")]
     assert d.release == ["gpufleet-lemon-n1"] and d.cases["n1"].state == L.CONFIRMED
 
 
@@ -232,7 +232,7 @@ def test_a_step_reserves_and_submits_then_a_confirmed_check_drains_and_releases(
     slurm.jobs["500"] = (L.JOB_NAME, "FAILED", "gpufleet confirmed: clocks gpu3: SM clock 1650 MHz")
     third = run_step(slurm, settings, store, slurm.nodes(), [], NOW + 3600)
     assert third.drained == ["n1"] and third.released == ["gpufleet-lemon-n1"] and not third.errors
-    assert slurm.nodes_["n1"].drained and slurm.nodes_["n1"].reason.startswith("gpufleet: performance lemon")
+    assert slurm.nodes_["n1"].drained and slurm.nodes_["n1"].reason.startswith("performance lemon")
     assert slurm.reservations_ == {} and third.cases["n1"].state == L.CONFIRMED and store.open_cases() == {}
 
 

@@ -14,7 +14,7 @@ from support import REPO
 FAKE = str(REPO / "tests" / "fake_pyslurm")
 BOOT = 1_764_000_000
 
-NODE = {"name": "n9", "state": "IDLE+DRAIN", "reason": "gpufleet: memory gpu5 row remapping failed",
+NODE = {"name": "n9", "state": "IDLE+DRAIN", "reason": "memory gpu5 row remapping failed [gpufleet]",
         "reason_user": "root", "reason_time": BOOT + 60, "comment": "rack 12", "extra": '{"gpufleet":1}',
         "boot_time": BOOT, "slurmd_start_time": BOOT + 30, "configured_gres": {"gpu:h200": 8},
         "partitions": ["batch", "gpu"], "available_features": ["h200", "gpufleet_drv580"],
@@ -83,7 +83,7 @@ def test_every_contract_field_is_mapped_from_pyslurms_types(fake_pyslurm):
         "NodeName=n9 Arch=x86_64\n   Gres=gpu:h200:8\n   AvailableFeatures=h200,gpufleet_drv580\n"
         "   ActiveFeatures=h200\n   State=IDLE+DRAIN ThreadsPerCore=1\n   Partitions=batch,gpu\n"
         "   Weight=10\n   Comment=rack 12\n   Extra={\"gpufleet\":1}\n"
-        "   Reason=gpufleet: memory gpu5 row remapping failed [root@2025-11-24T16:01:00]\n")
+        "   Reason=memory gpu5 row remapping failed [gpufleet] [root@2025-11-24T16:01:00]\n")
     for field in ("name", "state", "flags", "drained", "reason", "reason_user", "gres", "partitions", "features",
                   "active_features", "weight", "comment", "extra"):
         assert getattr(info, field) == getattr(text, field), (field, getattr(info, field), getattr(text, field))

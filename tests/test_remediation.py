@@ -65,7 +65,7 @@ def test_a_reset_fixable_fault_is_reset_on_the_idle_board_then_resumed_without_a
     calls, r = _run(bin_dir, env)
     updates = [c for c in calls if c[0] == "update"]
     # drained before the reset (no job may land during it), with the fault as its reason
-    assert "state=drain" in updates[0] and "reason=gpufleet: memory gpu1 row remap pending" in updates[0], updates
+    assert "state=drain" in updates[0] and "reason=memory gpu1 row remap pending [gpufleet]" in updates[0], updates
     # an H200 HGX board has NVSwitch: every GPU is reset together
     assert (tmp_path / "resets.log").read_text().split() == ["0,1,2,3,4,5,6,7", "n9"]
     assert not [c for c in calls if c[0] == "reboot"]
@@ -117,7 +117,7 @@ def test_the_capth_fault_of_a_class_is_drained_for_repair_and_closes_when_an_adm
     calls, _ = _run(bin_dir, env)
     assert (tmp_path / "resets.log").read_text().count("n9") == 1, "no second reset"
     reason = _shown(bin_dir)["reason"]
-    assert _shown(bin_dir)["drain"] and reason == "gpufleet: repair ecc attempt 2 of 2 in 7d: memory gpu4 row remap pending"
+    assert _shown(bin_dir)["drain"] and reason == "repair ecc attempt 2 of 2 in 7d: memory gpu4 row remap pending [gpufleet]"
     # the fault is fixed by hand, the node runs clean: still held, only an admin returns it
     gpustate.write_atomic(gpustate.healthy_state(8, "n9"), str(gpus / "n9.json"))
     for _ in range(3):
@@ -150,7 +150,7 @@ def test_observe_mode_decides_and_publishes_but_touches_nothing(tmp_path):
     assert not _shown(bin_dir).get("drain")
     assert not [c for c in calls if c[0] == "update" and any(a.startswith("state=") for a in c)]
     extra = json.loads(_shown(bin_dir)["extra"])
-    assert extra["v"] == "drain" and extra["obs"].startswith("drain: gpufleet: memory gpu5 row remapping failed")
+    assert extra["v"] == "drain" and extra["obs"].startswith("drain: memory gpu5 row remapping failed")
     assert "observe mode: would drain" in r.stderr
     # a reset-fixable fault is not reset either
     gpustate.write_atomic(gpustate.healthy_state(8, "n9"), str(gpus / "n9.json"))
@@ -282,7 +282,7 @@ def test_a_node_to_validate_returns_after_clean_runs_where_validation_is_off(tmp
     bin_dir, gpus, env = _node(tmp_path)   # validation_command = ""
     _run(bin_dir, env)
     state = _shown(bin_dir)
-    state.update(drain=True, reason="gpufleet: validate after repair")
+    state.update(drain=True, reason="validate after repair [gpufleet]")
     (bin_dir / "node.json").write_text(json.dumps(state))
     # (a node waiting for its validation was drained before, and a drained node keeps no view of Slurm for
     # quiet runs: the shortcut above skips that drain, so its view goes too)

@@ -66,7 +66,7 @@ def test_a_failed_validation_drains_for_repair_naming_its_remedy_and_job_and_the
     validations = seen["validations"]
     assert [v[1:2] + v[3:4] for v in validations] == [[1, "retried"], [2, "failed"]], validations
     job = validations[-1][2]
-    assert seen["reason"] == f"gpufleet: repair validation failed 2x after reset: job {job} FAILED", seen
+    assert seen["reason"] == f"repair validation failed 2x after reset: job {job} FAILED [gpufleet]", seen
     assert [v[0].split(":")[0] for v in validations] == ["reset", "reset"], "the retry keeps its cause"
     assert validations[-1][4].endswith(f"output {tmp_path}/node/state/validation-{job}.out")
     assert [c[0] for c in seen["cases"]] == ["ecc"] and seen["cases"][0][4] == "validation_failed", seen["cases"]
@@ -107,7 +107,7 @@ def test_a_suspect_is_held_in_its_own_reservation_then_released_or_drained_for_r
         assert seen["rungs"] == ["suspect"] and seen["statuses"] == ["suspect", "watch"]
     else:
         assert acts[:2] == ["suspect", "drain"], acts
-        assert seen["actions"][1][1] == "gpufleet: repair pcie suspect re-check failed: pcie gpu2 PCIe x4 < x16"
+        assert seen["actions"][1][1] == "repair pcie suspect re-check failed: pcie gpu2 PCIe x4 < x16 [gpufleet]"
         assert seen["reservations"][1] == "", "the hold's reservation deleted with the drain"
         assert seen["rungs"][:2] == ["suspect", "repair"] and seen["statuses"][0] == "repair"
 

@@ -18,23 +18,23 @@ REBOOT = [Finding("inventory", "reboot", "reboot_node", 2, "GPU lost")]
 DRAIN = [Finding("memory", "drain", "drain", 0, "row remap failure")]
 FABRIC = [Finding("fabric", "drain", "drain", 0, "fabric registration failed")]
 PCIE = [Finding("pcie", "drain", "inspect_hardware", 2, "PCIe x4 < x16")]
-SUSPECT = {"class": "pcie", "fault": "pcie:2:inspect_hardware", "reason": "gpufleet: pcie gpu2 PCIe x4 < x16",
+SUSPECT = {"class": "pcie", "fault": "pcie:2:inspect_hardware", "reason": "pcie gpu2 PCIe x4 < x16 [gpufleet]",
            "since": 1000.0, "passes": 0, "last_pass": None}
 
 NODES = {
     "idle": NodeInfo("n1", "IDLE", boot_time="B2"),
     "busy": NodeInfo("n1", "ALLOCATED", boot_time="B2"),
-    "drained": NodeInfo("n1", "IDLE", {"DRAIN"}, "gpufleet: memory gpu1 row remap pending", boot_time="B2"),
-    "drained busy": NodeInfo("n1", "MIXED", {"DRAIN"}, "gpufleet: memory gpu1 row remap pending", boot_time="B2"),
-    "returning": NodeInfo("n1", "DOWN", set(), "gpufleet: validate after reboot: memory gpu1 row remap pending : "
+    "drained": NodeInfo("n1", "IDLE", {"DRAIN"}, "memory gpu1 row remap pending [gpufleet]", boot_time="B2"),
+    "drained busy": NodeInfo("n1", "MIXED", {"DRAIN"}, "memory gpu1 row remap pending [gpufleet]", boot_time="B2"),
+    "returning": NodeInfo("n1", "DOWN", set(), "validate after reboot: memory gpu1 row remap pending [gpufleet] : "
                           "reboot issued : reboot complete", boot_time="B2"),
-    "returning drained": NodeInfo("n1", "IDLE", {"DRAIN"}, "gpufleet: validate after reset: memory gpu1 x",
+    "returning drained": NodeInfo("n1", "IDLE", {"DRAIN"}, "validate after reset: memory gpu1 x [gpufleet]",
                                   boot_time="B2"),
-    "repair": NodeInfo("n1", "IDLE", {"DRAIN"}, "gpufleet: repair ecc attempt 3 of 3 in 7d: memory gpu1 x",
+    "repair": NodeInfo("n1", "IDLE", {"DRAIN"}, "repair ecc attempt 3 of 3 in 7d: memory gpu1 x [gpufleet]",
                        boot_time="B2"),
-    "rack": NodeInfo("n1", "IDLE", {"DRAIN"}, "gpufleet: rack nvl1 switch-side: n2 and 2 more tray(s) fabric",
+    "rack": NodeInfo("n1", "IDLE", {"DRAIN"}, "rack nvl1 switch-side: n2 and 2 more tray(s) fabric [gpufleet]",
                      boot_time="B2"),
-    "rebooting": NodeInfo("n1", "IDLE", {"DRAIN", "REBOOT_REQUESTED"}, "gpufleet: memory gpu1 row remap pending",
+    "rebooting": NodeInfo("n1", "IDLE", {"DRAIN", "REBOOT_REQUESTED"}, "memory gpu1 row remap pending [gpufleet]",
                           boot_time="B2"),
     "hook": NodeInfo("n1", "IDLE", {"DRAIN"}, "Prolog error", boot_time="B2"),
     "admin": NodeInfo("n1", "IDLE", {"DRAIN"}, "admin: PSU swap", boot_time="B2"),

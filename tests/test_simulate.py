@@ -409,7 +409,7 @@ def test_the_simulated_slurm_s_node_read_is_a_fresh_one_after_any_change():
     for _ in range(200):
         for n in rng.sample(sim.nodes, 3):
             field, value = rng.choice([("free", rng.choice([0, 4, 8])), ("drained", rng.random() < 0.5),
-                                       ("reason", rng.choice(["", "gpufleet: x"])), ("weight", rng.choice([1, 5])),
+                                       ("reason", rng.choice(["", "x [gpufleet]"])), ("weight", rng.choice([1, 5])),
                                        ("reserved_from", rng.choice([float("inf"), sim.now + 50])),
                                        ("reboot_requested", rng.random() < 0.3), ("boot", rng.randrange(3)),
                                        ("extra", rng.choice(["", '{"v": "ok"}'])), ("slurmd_start", sim.now)])

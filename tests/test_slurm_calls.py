@@ -34,7 +34,7 @@ def test_a_quiet_health_check_asks_slurm_nothing_and_a_drain_starts_at_most_thre
     writes = [c for c in drain if c[0] == "update"]
     assert len(writes) == 1 and "state=drain" in writes[0], drain
     # the drain and the summary that says why: one write
-    assert any(a.startswith("reason=gpufleet: memory gpu5 row remapping failed") for a in writes[0])
+    assert any(a.startswith("reason=memory gpu5 row remapping failed") for a in writes[0])
     assert any(a.startswith("extra=") and '"v":"drain"' in a for a in writes[0]), writes[0]
     node = json.loads((bin_dir / "node.json").read_text())
     assert node["drain"] and '"v":"drain"' in node["extra"]

@@ -37,7 +37,7 @@ def test_parse_reboot_states():
 
 
 def test_parse_json_2311_shape():
-    text = json.dumps({"nodes": [{"name": "n2", "state": ["IDLE", "DRAIN"], "reason": "gpufleet: x",
+    text = json.dumps({"nodes": [{"name": "n2", "state": ["IDLE", "DRAIN"], "reason": "x [gpufleet]",
                                   "comment": "", "extra": "", "boot_time": {"set": True, "number": 1795979330}}]})
     info = parse_node_json(text, "n2")
     # the boot as `scontrol show node` prints it (local time): one form across releases and backends (the
@@ -51,7 +51,7 @@ def test_parse_json_2311_shape():
 def test_parse_json_2411_who_drained_and_partitions():
     # the keys of `scontrol --json show node` on a real Slurm 24.11.5 (the mini-cluster's trixie root)
     text = json.dumps({"nodes": [{
-        "name": "n1", "state": ["IDLE", "DRAIN"], "reason": "gpufleet: test reason", "reason_set_by_user": "root",
+        "name": "n1", "state": ["IDLE", "DRAIN"], "reason": "test reason [gpufleet]", "reason_set_by_user": "root",
         "reason_changed_at": {"set": True, "infinite": False, "number": 1796046218},
         "boot_time": {"set": True, "infinite": False, "number": 1796032479},
         "slurmd_start_time": {"set": True, "infinite": False, "number": 1796046217}, "comment": "", "extra": "",
@@ -99,7 +99,7 @@ SHOW_NODES_2411 = "\n".join([
     '   AllocTRES=',
     '   CurrentWatts=0 AveWatts=0',
     '   ',
-    '   Reason=gpufleet: memory gpu5 row remapping failed [root@2026-11-30T13:51:57]',
+    '   Reason=memory gpu5 row remapping failed [gpufleet] [root@2026-11-30T13:51:57]',
     '   Extra={"gpufleet":1,"v":"drain","drv":"580.159.04","cuda":"13.0","gpus":"8xNVIDIA H200","fw":"96.00.A5.00.1A","t":"2026-11-30T13:51:57Z","boot":"89315907","gsp":"580.159.04","kern":"6.1.0-28-amd64","modf":"open","cdmm":"default","f":"row remapping failed"}',
 ]) + "\n"
 
@@ -109,14 +109,14 @@ def test_show_nodes_2411_blank_line_inside_a_block_keeps_reason_and_extra():
     assert (n1.name, n1.drained, n1.reason) == ("n1", False, "")
     assert json.loads(n1.extra)["drv"] == "580.159.04"
     assert (n2.name, n2.drained, n2.reason, n2.reason_user) == (
-        "n2", True, "gpufleet: memory gpu5 row remapping failed", "root")
+        "n2", True, "memory gpu5 row remapping failed [gpufleet]", "root")
     assert n2.reason_time and json.loads(n2.extra)["v"] == "drain"
 
 
 def test_reason_is_one_safe_line():
     f = Finding("memory", "drain", "inspect_hardware", 3, "row 'remap'\nfailed \"now\"" + "x" * 300)
     reason = make_reason(f)
-    assert reason.startswith("gpufleet: memory gpu3 row remap failed now")
+    assert reason.startswith("memory gpu3 row remap failed now")
     assert len(reason) <= 120 and "\n" not in reason and "'" not in reason and '"' not in reason
     assert is_ours(reason) and not is_ours("admin: gpufleet: no")
 
@@ -135,13 +135,13 @@ REBOOT = [Finding("memory", "reboot", "reset_gpu", 1, "row remap pending")]
     (node(flags={"DRAIN"}, reason="admin: fan", reason_user="alice"), "drain", DRAIN, NodeHistory(), "none"),
     (node(flags={"DRAIN"}, reason="admin: fan"), "ok", [], NodeHistory(clean_runs=9), "none"),
     (node(state="DOWN", reason="Not responding"), "drain", DRAIN, NodeHistory(), "none"),
-    (node(flags={"DRAIN"}, reason="gpufleet: memory gpu1 row remapping failed"), "drain", DRAIN, NodeHistory(), "none"),
-    (node(flags={"DRAIN"}, reason="gpufleet: thermal gpu0 fan error"), "drain", DRAIN, NodeHistory(), "set_reason"),
-    (node(flags={"DRAIN"}, reason="gpufleet: x"), "ok", [], NodeHistory(clean_runs=1), "none"),
-    (node(flags={"DRAIN"}, reason="gpufleet: x"), "warn", [], NodeHistory(clean_runs=3), "resume"),
-    (node(flags={"DRAIN"}, reason="gpufleet: performance gpu3 memory bandwidth 3300 GB/s"), "ok", [],
+    (node(flags={"DRAIN"}, reason="memory gpu1 row remapping failed [gpufleet]"), "drain", DRAIN, NodeHistory(), "none"),
+    (node(flags={"DRAIN"}, reason="thermal gpu0 fan error [gpufleet]"), "drain", DRAIN, NodeHistory(), "set_reason"),
+    (node(flags={"DRAIN"}, reason="x [gpufleet]"), "ok", [], NodeHistory(clean_runs=1), "none"),
+    (node(flags={"DRAIN"}, reason="x [gpufleet]"), "warn", [], NodeHistory(clean_runs=3), "resume"),
+    (node(flags={"DRAIN"}, reason="performance gpu3 memory bandwidth 3300 GB/s [gpufleet]"), "ok", [],
      NodeHistory(clean_runs=9), "none"),
-    (node(flags={"DRAIN"}, reason="gpufleet: maintain ab12 upgrading to 580.95.05"), "ok", [],
+    (node(flags={"DRAIN"}, reason="maintain ab12 upgrading to 580.95.05 [gpufleet]"), "ok", [],
      NodeHistory(clean_runs=9), "none"),
     (node(flags={"DRAIN"}, reason="Prolog error"), "drain", DRAIN, NodeHistory(hook_failure=True), "set_reason"),
     (node(flags={"DRAIN"}, reason="Prolog error"), "drain", DRAIN, NodeHistory(hook_failure=False), "none"),
@@ -149,7 +149,7 @@ REBOOT = [Finding("memory", "reboot", "reset_gpu", 1, "row remap pending")]
     (node(boot_time="B1"), "reboot", REBOOT, NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1"]}), "none"),
     (node(boot_time="B2"), "reboot", REBOOT, NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1"]}), "reboot"),
     (node(boot_time="B3"), "reboot", REBOOT, NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1", "B2"]}), "drain"),
-    (node(flags={"REBOOT_REQUESTED", "DRAIN"}, reason="gpufleet: memory gpu1 row remap pending"), "reboot", REBOOT,
+    (node(flags={"REBOOT_REQUESTED", "DRAIN"}, reason="memory gpu1 row remap pending [gpufleet]"), "reboot", REBOOT,
      NodeHistory(), "none"),
     (node(flags={"REBOOT_REQUESTED"}, reason="admin: kernel update"), "drain", DRAIN, NodeHistory(), "none"),
 ])
@@ -163,19 +163,19 @@ KEY = "memory:1:reset_gpu"
 
 @pytest.mark.parametrize("info,history,kw,kind,rung,reason", [
     # the first rung: a reset of the idle GPUs, with the node idle in Slurm
-    (node(boot_time="B1"), NodeHistory(), {"gpus_idle": True}, "reset", "reset", "gpufleet: memory gpu1 row remap pending"),
+    (node(boot_time="B1"), NodeHistory(), {"gpus_idle": True}, "reset", "reset", "memory gpu1 row remap pending [gpufleet]"),
     # busy GPUs or a busy node: drained, so the reset can run when its jobs end; no remedy yet
-    (node(boot_time="B1"), NodeHistory(), {}, "drain", "", "gpufleet: memory gpu1 row remap pending"),
+    (node(boot_time="B1"), NodeHistory(), {}, "drain", "", "memory gpu1 row remap pending [gpufleet]"),
     (node(boot_time="B1", state="ALLOCATED"), NodeHistory(), {"gpus_idle": True}, "drain", "", None),
     # already drained by us for it: waits for the jobs, no rewrite
-    (node(boot_time="B1", state="ALLOCATED", flags={"DRAIN"}, reason="gpufleet: memory gpu1 row remap pending"),
+    (node(boot_time="B1", state="ALLOCATED", flags={"DRAIN"}, reason="memory gpu1 row remap pending [gpufleet]"),
      NodeHistory(), {"gpus_idle": True}, "none", "", None),
     # the reset was tried in this episode: the next rung
     (node(boot_time="B1"), NodeHistory(resets={KEY: ["B1"]}, attempts={"ecc": 1}, running={"ecc"}), {"gpus_idle": True},
      "reboot", "reboot", None),
     # the third fault of the class within the window: drained for repair, not remedied again
     (node(boot_time="B1"), NodeHistory(attempts={"ecc": 2}), {"gpus_idle": True}, "drain", "repair",
-     "gpufleet: repair ecc attempt 3 of 3 in 7d: memory gpu1 row remap pending"),
+     "repair ecc attempt 3 of 3 in 7d: memory gpu1 row remap pending [gpufleet]"),
     # ... but an attempt under way climbs its own ladder to the end
     (node(boot_time="B2"), NodeHistory(resets={KEY: ["B1"]}, reboot_boots={KEY: ["B1"]}, attempts={"ecc": 3},
                                       running={"ecc"}), {}, "reboot", "reboot", None),
@@ -188,7 +188,7 @@ KEY = "memory:1:reset_gpu"
     (node(boot_time="B1"), NodeHistory(), {"gpus_idle": True, "findings": [
         Finding("inventory", "reboot", "reboot_node", 2, "GPU lost")]}, "reboot", "reboot", None),
     # drained for repair: only an admin resumes it, however clean it runs
-    (node(flags={"DRAIN"}, reason="gpufleet: repair ecc attempt 3 of 3 in 7d: memory gpu1 row remap pending"),
+    (node(flags={"DRAIN"}, reason="repair ecc attempt 3 of 3 in 7d: memory gpu1 row remap pending [gpufleet]"),
      NodeHistory(clean_runs=9), {"verdict": "ok", "findings": []}, "none", "", None),
 ])
 def test_the_ladder_cheapest_first_capped_per_class(info, history, kw, kind, rung, reason):
@@ -202,7 +202,7 @@ def test_the_ladder_cheapest_first_capped_per_class(info, history, kw, kind, run
 def test_escalated_reason_says_why():
     action = decide(node(boot_time="B3"), "reboot", REBOOT,
                     NodeHistory(reboot_boots={"memory:1:reset_gpu": ["B1", "B2"]}), 3, 2)
-    assert action.reason == "gpufleet: memory gpu1 row remap pending after 2 reboots"
+    assert action.reason == "memory gpu1 row remap pending after 2 reboots [gpufleet]"
 
 
 def test_history_counts_clean_runs_and_reboots(tmp_path):
@@ -228,12 +228,12 @@ def test_history_counts_clean_runs_and_reboots(tmp_path):
 
 @pytest.mark.parametrize("flags,state,reason,owner", [
     (set(), "IDLE", "", "free"),
-    ({"DRAIN"}, "IDLE", "gpufleet: memory gpu3 row remap pending", "health"),
-    ({"DRAIN"}, "IDLE", "gpufleet: maintain 0abc upgrading to 580.95.05", "maintain"),
-    ({"DRAIN"}, "IDLE", "gpufleet: performance gpu1 memory bandwidth", "straggler"),
+    ({"DRAIN"}, "IDLE", "memory gpu3 row remap pending [gpufleet]", "health"),
+    ({"DRAIN"}, "IDLE", "maintain 0abc upgrading to 580.95.05 [gpufleet]", "maintain"),
+    ({"DRAIN"}, "IDLE", "performance gpu1 memory bandwidth [gpufleet]", "straggler"),
     ({"DRAIN"}, "IDLE", "Prolog error", "hook"),
     ({"DRAIN"}, "IDLE", "admin: PSU swap", "other"),
-    (set(), "DOWN", "gpufleet: NVML timeout", "other"),
+    (set(), "DOWN", "NVML timeout [gpufleet]", "other"),
 ])
 def test_one_answer_to_whose_node_it_is(flags, state, reason, owner):
     from slurm_gpufleet.slurm import ownership as O
@@ -257,8 +257,8 @@ def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(tmp_path):
 
     log = tmp_path / "updates.jsonl"
     exe = tmp_path / "scontrol"
-    for reason, drained in (("gpufleet: maintain 0abc upgrading to 580.95.05", False), ("admin: fan", False),
-                            ("gpufleet: memory gpu1 remap", True)):
+    for reason, drained in (("maintain 0abc upgrading to 580.95.05 [gpufleet]", False), ("admin: fan", False),
+                            ("memory gpu1 remap [gpufleet]", True)):
         exe.write_text("#!/usr/bin/env python3\nimport json, sys\na = sys.argv[1:]\n"
                        "if a == ['--version']: print('slurm 22.05.8')\n"
                        f"elif a[:1] == ['show']: print('NodeName=n1 Arch=x86_64\\n   State=IDLE+DRAIN Weight=1\\n"
@@ -270,7 +270,7 @@ def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(tmp_path):
         updates = [_json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         assert bool(updates) == drained, (reason, updates)
         if drained:  # our own drain: only its reason changes
-            assert updates == [["update", "nodename=n1", "reason=gpufleet: NVML timeout"]]
+            assert updates == [["update", "nodename=n1", "reason=NVML timeout [gpufleet]"]]
 
 
 def test_driver_features_are_ours_alone_to_change():
@@ -347,10 +347,10 @@ def test_a_down_node_is_ours_only_back_from_the_reboot_we_asked_for():
     from slurm_gpufleet.slurm.base import NodeInfo
     from slurm_gpufleet.slurm.ownership import HEALTH, OTHER, owner
 
-    back = "gpufleet: validate after reboot: memory gpu1 row remap pending : reboot issued : reboot complete"
+    back = "validate after reboot: memory gpu1 row remap pending [gpufleet] : reboot issued : reboot complete"
     assert owner(NodeInfo("n4", "DOWN", set(), back)) == HEALTH
     assert owner(NodeInfo("n4", "DOWN", {"NOT_RESPONDING"}, back)) == OTHER
     # under way, as 22.05 shows it: DOWN+DRAIN+REBOOT_ISSUED, our reason and ": reboot issued"
     assert owner(NodeInfo("n4", "DOWN", {"DRAIN", "REBOOT_ISSUED"}, back.split(" : reboot complete")[0])) == HEALTH
-    assert owner(NodeInfo("n4", "DOWN", set(), "gpufleet: memory gpu1 row remap pending")) == OTHER
-    assert owner(NodeInfo("n4", "DOWN", set(), "gpufleet: validate after reboot: x : reboot issued")) == OTHER
+    assert owner(NodeInfo("n4", "DOWN", set(), "memory gpu1 row remap pending [gpufleet]")) == OTHER
+    assert owner(NodeInfo("n4", "DOWN", set(), "validate after reboot: x [gpufleet] : reboot issued")) == OTHER

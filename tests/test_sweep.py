@@ -15,7 +15,7 @@ POLICY = parse_policy('[[group]]\nname = "swept"\nnodes = "n[1-6]"\nsweep_interv
 
 
 def node(name, state="IDLE", flags=(), idle_min=60.0):
-    return NodeInfo(name, state, set(flags), "gpufleet: x" if flags else "", last_busy=NOW - idle_min * 60)
+    return NodeInfo(name, state, set(flags), "x [gpufleet]" if flags else "", last_busy=NOW - idle_min * 60)
 
 
 @pytest.mark.parametrize("info,last,due", [

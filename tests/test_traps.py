@@ -28,7 +28,7 @@ def test_fleet_repaired_dry_run_writes_nothing_and_fleet_commands_take_config_af
 
     bin_dir, _, env = setup(tmp_path)
     (bin_dir / "node.json").write_text(json.dumps({"state": "IDLE", "drain": True, "extra": "",
-                                                   "reason": "gpufleet: repair ecc attempt 3 of 3 in 7d"}))
+                                                   "reason": "repair ecc attempt 3 of 3 in 7d [gpufleet]"}))
     config = env["SLURM_GPUFLEET_CONFIG"]
     env = {k: v for k, v in env.items() if k != "SLURM_GPUFLEET_CONFIG"}
     r = run_cli("fleet", "repaired", "n9", "--dry-run", "--config", config, env=env)
@@ -36,7 +36,7 @@ def test_fleet_repaired_dry_run_writes_nothing_and_fleet_commands_take_config_af
     assert r.stdout.decode().strip() == "n9: would be marked validate after repair"
     calls = [json.loads(line) for line in (bin_dir / "calls.jsonl").read_text().splitlines()]
     assert not [c for c in calls if c[0] == "update"], calls
-    assert json.loads((bin_dir / "node.json").read_text())["reason"].startswith("gpufleet: repair ecc")
+    assert json.loads((bin_dir / "node.json").read_text())["reason"].startswith("repair ecc")
     r = run_cli("fleet", "cases", "--config", config, "--json", env=env)
     assert r.returncode == 0, r.stderr
 

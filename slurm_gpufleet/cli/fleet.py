@@ -232,13 +232,13 @@ def fleet_cases(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
     """Hand nodes back after a repair: each node drained by the health check (for repair, or any fault of
-    ours) gets the reason `gpufleet: validate after repair`, and its health check returns it to work only
+    ours) gets the reason `validate after repair [gpufleet]`, and its health check returns it to work only
     through a validation run in a maintenance reservation of its own (`validation_command`; where that is
     "", after its clean runs).  Nodes someone else drained are not touched.  Exit 1 when any was left."""
     from ClusterShell.NodeSet import NodeSet, NodeSetException
 
     from ..hostlist import fold
-    from ..returning import VALIDATE_PREFIX
+    from ..returning import validate_reason
     from ..slurm import SlurmError
     from ..slurm.actuator import Actuator
     from ..slurm.ownership import HEALTH
@@ -273,7 +273,7 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
             click.echo(f"{fold(free)}: not drained, nothing to do", err=True)
         return
     try:
-        done = Actuator(backend, HEALTH, policy.slurm).set_reason(held, f"{VALIDATE_PREFIX}repair")
+        done = Actuator(backend, HEALTH, policy.slurm).set_reason(held, validate_reason("repair"))
     except SlurmError as exc:
         _fail(f"not marked: {exc}", exitcodes.USAGE)
     if done.done:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .. import watchdog
 from ..policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
+from ..slurm.reasons import ours
 from ..summary import encode as encode_summary
 from ..summary import live_digests, published_at
 from ..summary import parse as parse_summary
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 # one still going (the run lock) must cost a config parse, not the whole engine.
 
 log = logging.getLogger("slurm-gpufleet")
-TIMEOUT_REASON = "gpufleet: NVML timeout"
+TIMEOUT_REASON = ours("NVML timeout")
+INVENTORY_REASON = ours("inventory node no readable GPU state")
 _STARTED = time.monotonic()  # the hook's start, near enough: the health check's 60 s are counted from here
 SLURMD_HEALTH_CHECK_S = 60.0  # slurmd kills a health check after this (22.05, 24.11, 26.05)
 

@@ -9,7 +9,16 @@ import time
 from typing import TYPE_CHECKING
 
 from .. import watchdog
-from .common import TIMEOUT_REASON, _drain_if_free, _setup, _start_watchdog, act, log, read_node
+from .common import (
+    INVENTORY_REASON,
+    TIMEOUT_REASON,
+    _drain_if_free,
+    _setup,
+    _start_watchdog,
+    act,
+    log,
+    read_node,
+)
 from .jobs import _counters, _job_gpus, _window_path
 
 if TYPE_CHECKING:
@@ -41,7 +50,7 @@ def run(argv: list[str] | None = None) -> int:
     except (ReportError, OSError) as exc:
         watchdog.cancel()
         log.error("no readable GPU state: %s", exc)
-        _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state")
+        _drain_if_free(setup.settings, setup.node, INVENTORY_REASON)
         return 0
     watchdog.cancel()
     window = {}

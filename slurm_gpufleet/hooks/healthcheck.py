@@ -7,6 +7,7 @@ import time
 
 from .. import watchdog
 from .common import (
+    INVENTORY_REASON,
     TIMEOUT_REASON,
     Setup,
     _backend,
@@ -58,10 +59,12 @@ def run(argv: list[str] | None = None) -> int:
         if args.confirm:
             return _confirm(setup, f"no readable GPU state: {exc}")
         if args.nhc:
-            print(f"gpufleet: no readable GPU state: {exc}"[:200])
+            from ..slurm.reasons import ours
+
+            print(ours(f"inventory node no readable GPU state: {exc}"))
             return 1
         if acts:
-            _drain_if_free(setup.settings, setup.node, "gpufleet: inventory node no readable GPU state")
+            _drain_if_free(setup.settings, setup.node, INVENTORY_REASON)
         return 1
     finally:
         watchdog.cancel()

@@ -10,7 +10,17 @@ import sys
 import time
 
 from .. import watchdog
-from .common import TIMEOUT_REASON, KeptHistory, Setup, _backend, _setup, _start_watchdog, log, read_node
+from .common import (
+    INVENTORY_REASON,
+    TIMEOUT_REASON,
+    KeptHistory,
+    Setup,
+    _backend,
+    _setup,
+    _start_watchdog,
+    log,
+    read_node,
+)
 from .jobs import _job_gpus, _job_nodes, _write_window
 
 
@@ -31,7 +41,7 @@ def run(argv: list[str] | None = None) -> int:
         snap = read_node(setup, "quick", host=False)
     except (ReportError, OSError) as exc:
         watchdog.cancel()
-        reason = "gpufleet: inventory node no readable GPU state"
+        reason = INVENTORY_REASON
         if observe:
             log.warning("observe mode: the prolog would fail: %s: %s", reason, exc)
             return 0

@@ -27,6 +27,7 @@ from ..slurm import effects as E
 from ..slurm.actuator import Actuator
 from ..slurm.base import SlurmError
 from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX
+from ..slurm.reasons import same
 from . import states as S
 from .domains import FROM_SLURM
 from .executor import Executor
@@ -525,7 +526,7 @@ def _fold_drain(v: StepView, info, effect, writes: Writes) -> None:
         return  # someone else's drain (upgrade_held_nodes): keep their reason
     if not info.drained:
         writes.drain[effect.reason].add(info.name)
-    elif info.reason != effect.reason:
+    elif not same(info.reason, effect.reason):
         writes.reason[effect.reason].add(info.name)
 
 

@@ -127,6 +127,3 @@ JOB_FINAL = {J_STOPPED, J_ENDED}
 R_RUNNING, R_HALTED, R_DONE, R_ABORTED, R_ROLLING_BACK, R_ROLLED_BACK = RolloutState
 ROLLOUT_STATES = tuple(RolloutState)
 ROLLOUT_FINAL = {R_DONE, R_ABORTED, R_ROLLED_BACK}
-
-# prefix of every reason a rollout sets; the health check leaves these alone
-from ..slurm.ownership import MAINTAIN_PREFIX as MAINT_REASON  # noqa: E402,F401

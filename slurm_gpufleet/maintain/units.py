@@ -22,6 +22,8 @@ from .. import summary
 from ..slurm import effects as E
 from ..slurm.base import NodeInfo
 from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX, owns
+from ..slurm.reasons import MAINTAIN as MAINTAIN_WORDS
+from ..slurm.reasons import ours
 from . import states as S
 from .bundle import Bundle, first_difference, restricted
 from .plan import Plan
@@ -112,9 +114,12 @@ class StepView:
         self.members = {n for r in self.mine.values() for n in r.nodes}  # in a reservation of this rollout
         now = self.world.now
         self.in_slot = {n for r in self.mine.values() if r.start is not None and r.start <= now for n in r.nodes}
-        self.reason_prefix = f"{S.MAINT_REASON} {self.rid}"
         self.domain_of = {n: d for d, nodes in self.plan.domains.items() for n in nodes}
         self.whole_domain = self.plan.budget.whole_domain
+
+    def reason(self, words: str) -> str:
+        """A reason this rollout sets ("maintain <id> <words> [gpufleet]"): the health check leaves it alone."""
+        return ours(f"{MAINTAIN_WORDS} {self.rid} {words}")
 
     def mates(self, node: str) -> list[str]:
         """The other nodes of this rollout in the node's domain (none without domains)."""
@@ -271,7 +276,7 @@ class Unit:
 
 def _drain_reason(v: StepView, row: dict[str, Any], info: NodeInfo) -> E.Drain:
     verb = "rolling back to" if v.backward else "upgrading to"
-    return E.Drain((info,), f"{v.reason_prefix} {verb} {v.bundle(row).label()}")
+    return E.Drain((info,), v.reason(f"{verb} {v.bundle(row).label()}"))
 
 
 class Pending(Unit):
@@ -344,7 +349,7 @@ class Reserved(Unit):
         if not any(info.name in r.nodes for r in v.world.ours.values()):
             out.append(_hold(v, info))
         if not info.rebooting and not rebooted(info, row):
-            out.append(E.Reboot((info,), f"{v.reason_prefix} emptying for {v.bundle(row).label()}"))
+            out.append(E.Reboot((info,), v.reason(f"emptying for {v.bundle(row).label()}")))
         return out
 
 
@@ -535,11 +540,11 @@ class Final(Unit):
     def effects(self, v, row, info):
         out: list = []
         if self.state == S.FAILED:
-            out.append(E.Drain((info,), f"{v.reason_prefix} failed: {row['error'] or 'see maintain status'}"))
+            out.append(E.Drain((info,), v.reason(f"failed: {row['error'] or 'see maintain status'}")))
         elif self.state in (S.DONE, S.BACK_PENDING) and row["prior"] and v.ours(info) \
                 and not v.domain_settled(row["node"]):
             # its domain returns as one: held until every other node of it is through
-            return [E.Drain((info,), f"{v.reason_prefix} done, waiting for domain {v.domain_of[row['node']]}")]
+            return [E.Drain((info,), v.reason(f"done, waiting for domain {v.domain_of[row['node']]}"))]
         elif row["prior"] and v.ours(info):
             prior = json.loads(row["prior"] or "{}")
             if held_before(row):

@@ -86,7 +86,7 @@ def stragglers(samples: list[tuple[str, str, float]], settings) -> tuple[list[Ou
 def drains(found: list[Outlier], infos: dict[str, Any]) -> tuple[list[tuple[Any, str]], list[str]]:
     """What `fleet stragglers --drain` asks the actuator for: (node info, reason) once per node, naming its
     first outlier GPU, and the nodes Slurm does not know (not drained)."""
-    from ..slurm.ownership import STRAGGLER_PREFIX
+    from ..slurm.reasons import PERFORMANCE, ours
 
     pairs: list[tuple[Any, str]] = []
     unknown: list[str] = []
@@ -95,8 +95,8 @@ def drains(found: list[Outlier], infos: dict[str, Any]) -> tuple[list[tuple[Any,
         if node not in infos:
             unknown += [] if node in unknown else [node]
         elif all(p[0].name != node for p in pairs):
-            pairs.append((infos[node], f"{STRAGGLER_PREFIX} {gpu} memory bandwidth {o.value:.0f} GB/s, "
-                                       f"-{o.drop_pct:.0f}% vs {o.peers} peers"[:120]))
+            pairs.append((infos[node], ours(f"{PERFORMANCE} {gpu} memory bandwidth {o.value:.0f} GB/s, "
+                                            f"-{o.drop_pct:.0f}% vs {o.peers} peers")))
     return pairs, unknown
 
 

@@ -138,11 +138,10 @@ class Carrier:
                 action = self._decide(info, report, final, findings)
                 if final in ("ok", "warn") and self.settings.validation_command and action.kind == "none":
                     # fixed: back to work only through a validation run (returning.py)
-                    from ..returning import VALIDATE_PREFIX
-                    from ..slurm.actions import make_reason, one_line
+                    from ..returning import validate_reason
+                    from ..slurm.actions import fault_words
 
-                    action = Action("set_reason", reason=one_line(
-                        f"{VALIDATE_PREFIX}reset: {make_reason(reset_fault)[len('gpufleet: '):]}"),
+                    action = Action("set_reason", reason=validate_reason(f"reset: {fault_words(reset_fault)}"),
                         why="the reset fixed it: a validation run before it returns")
                 before = RESETTING
         if action.kind == "validate" and not self.settings.validation_command:  # turned off since it was asked
@@ -188,10 +187,10 @@ class Carrier:
     # -- carrying it out ------------------------------------------------------------------------------
     def carry(self, step: Step, hook: str, fields: dict[str, str] | None = None) -> Carried:
         """The node's one write: the action, with `fields` riding in it.  Returns what was done."""
-        from ..returning import VALIDATE_PREFIX
+        from ..returning import validate_reason
         from ..slurm import SlurmError
-        from ..slurm.actions import one_line
         from ..slurm.ownership import rack_of_reason
+        from ..slurm.reasons import words_of
 
         action, info, node, settings = step.action, step.info, self.node, self.settings
         out = Carried(action)
@@ -234,7 +233,7 @@ class Carrier:
                 if settings.validation_command:
                     # back to work only through a validation run (returning.py): the node comes back DOWN with
                     # this reason (Slurm adds ": reboot issued : reboot complete"), not resumed by Slurm
-                    action.reason = one_line(f"{VALIDATE_PREFIX}reboot: {action.reason[len('gpufleet: '):]}")
+                    action.reason = validate_reason(f"reboot: {words_of(action.reason) or action.reason}")
                     (done,) = self.actuator.apply(E.Reboot((info,), action.reason, "DOWN"))
                 else:
                     (done,) = self.actuator.apply(E.Reboot((info,), action.reason))
@@ -318,7 +317,7 @@ class Carrier:
         the validation run before it returns) or `watch` (remedied, still counted within the window).
         `step`: this run's, whose write the summary rides in: the cases as they stand after it."""
         from ..remediation import class_of, is_repair
-        from ..slurm.ownership import PREFIX
+        from ..slurm.reasons import says
 
         cases = self.history.cases(info.name, self.settings.attempt_window_s) or []
         if not cases:
@@ -333,13 +332,13 @@ class Carrier:
         for c in cases:
             pending = c["outcome"] == "pending" or c["class"] == repairing
             rung = "repair" if c["class"] == repairing else c["rung"]
-            if where == REPAIR and reason.startswith(f"{PREFIX} {VALIDATION_FAILED}"):
+            if where == REPAIR and says(reason, VALIDATION_FAILED):
                 status = "validation_failed"
             elif where == SUSPECT:
                 status = "suspect"   # held in its own reservation, re-checked
             elif where in (RETURNING, VALIDATING, RESETTING, REBOOTING):
                 status = "running"   # on its way back: a reboot, or the validation run before it returns
-            elif where in (DRAINED, REPAIR) and pending and (rung == "repair" or is_repair(reason, PREFIX)):
+            elif where in (DRAINED, REPAIR) and pending and (rung == "repair" or is_repair(reason)):
                 status = "repair"
             else:
                 status = "running" if c["running"] else "watch"
@@ -406,14 +405,14 @@ class Carrier:
         """The node runs clean after a reset or a repair: its own maintenance reservation, the node resumed
         into it (no user job can land), the validation job submitted there.  Returns the action done, or
         None where it could not start (said in the log; the next run tries again)."""
-        from ..returning import JOB_NAME, VALIDATE_PREFIX, reservation_name
+        from ..returning import JOB_NAME, cause_of, reservation_name
         from ..slurm import SlurmError
 
         settings, node, history = self.settings, self.node, self.history
         # Slurm appends to a reboot's reason what it did (": reboot issued : reboot complete"); a retry keeps
         # the first attempt's cause (the node is in service in its reservation then, with no reason)
         if cause is None:
-            cause = info.reason[len(VALIDATE_PREFIX):].split(" : reboot ")[0] if info.reason else "repair"
+            cause = cause_of(info.reason)
         name = reservation_name(node)
         minutes = settings.validation_timeout_minutes * (settings.validation_retries + 1) + 10
         try:
@@ -443,7 +442,7 @@ class Carrier:
         from ..returning import JOB_NAME, judge, reservation_name
         from ..slurm import SlurmError
         from ..slurm.actions import one_line
-        from ..slurm.ownership import PREFIX
+        from ..slurm.reasons import ours
 
         history, node, settings = self.history, self.node, self.settings
         opened = history.open_validation(info.name)
@@ -489,7 +488,7 @@ class Carrier:
         # names the remedy it followed (the cause's first word: reset, reboot, repair) and its job, whose
         # output the node keeps (validation_output)
         remedy = opened.cause.split(":")[0].strip() or "repair"
-        reason = one_line(f"{PREFIX} {VALIDATION_FAILED} {opened.attempt}x after {remedy}: {detail}")
+        reason = ours(f"{VALIDATION_FAILED} {opened.attempt}x after {remedy}: {detail}")
         self._move(VALIDATING, REPAIR, "drain")
         try:
             (done,) = self.actuator.apply(E.Drain((info,), reason))
@@ -500,7 +499,7 @@ class Carrier:
         return replace(info, flags=info.flags | {"DRAIN"}, reason=reason) if done.done else None
 
 
-VALIDATION_FAILED = "repair validation failed"   # after the prefix: a repair reason (remediation.is_repair)
+VALIDATION_FAILED = "repair validation failed"   # a reason's first words: a repair reason (remediation.is_repair)
 SUSPECT_HOLD_MINUTES = 7 * 24 * 60   # the suspect reservation's length: deleted when the hold ends
 VALIDATION_COMMENT = "gpufleet validation of"   # the validation job's comment, as submitted
 

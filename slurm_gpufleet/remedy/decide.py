@@ -25,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..findings import Finding
-from ..slurm.actions import fault_key, make_reason, one_line, worst
+from ..slurm import reasons
+from ..slurm.actions import fault_key, fault_words, make_reason, worst
 from ..slurm.base import NodeInfo
-from ..slurm.ownership import HEALTH, HOOK, PREFIX, RACK_PREFIX, left_alone, owner
+from ..slurm.ownership import HEALTH, HOOK, left_alone, owner, rack_of_reason
 
 
 @dataclass
@@ -111,7 +112,7 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
         return Action("none", why=left_alone(node))
     if node.rebooting:
         return Action("none", why="our reboot is pending")
-    if held and is_repair(node.reason, PREFIX):
+    if held and is_repair(node.reason):
         return Action("none", why="drained for repair: an admin resumes it")
     if history.suspect is not None and not held:
         held_as = _suspect(verdict, findings, history.suspect, ladder, now)
@@ -136,8 +137,7 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
         started = cls in history.running or key in history.resets or bool(boots)
         attempt = history.attempts.get(cls, 0) + (not started)
         if not started and attempt >= ladder.max_attempts:
-            reason = one_line(repair_reason(PREFIX, cls, attempt, ladder.max_attempts, ladder.attempt_window_s,
-                                            make_reason(f)[len(PREFIX) + 1:]))
+            reason = repair_reason(cls, attempt, ladder.max_attempts, ladder.attempt_window_s, fault_words(f))
             return replace(_drain(node, ours, reason, f"{cls}: attempt {attempt} of {ladder.max_attempts} within "
                                   f"the window: not remedied again, drained for repair", key), rung="repair", finding=f)
         survived = len({b for b in boots if b != node.boot_time})
@@ -162,7 +162,7 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
 
         problem = reboot_problem(host, driver) if host is not None else None
         if problem:
-            return _drain(node, ours, one_line(f"{PREFIX} {problem}"), f"not rebooted ({make_reason(f)}): {problem}", key)
+            return _drain(node, ours, reasons.ours(problem), f"not rebooted ({make_reason(f)}): {problem}", key)
         return Action("reboot", reason=make_reason(f), why=f"reset-fixable: {f.message}", fault=key, finding=f,
                       rung="reboot")
 
@@ -196,16 +196,16 @@ def _suspect(verdict: str, findings: list[Finding], held: dict, ladder: Ladder, 
     if not due:
         return Action("none", why=f"suspect: {f.message}; re-checked every {ladder.suspect_recheck_s / 60:g} min",
                       fault=held["fault"])
-    reason = one_line(f"{PREFIX} repair {held['class']} suspect re-check failed: {make_reason(f)[len(PREFIX) + 1:]}")
+    reason = reasons.ours(f"{reasons.REPAIR} {held['class']} suspect re-check failed: {fault_words(f)}")
     return Action("drain", reason=reason, why=f"suspect: {f.message} still there at its re-check: drained for repair",
                   fault=fault_key(f), finding=f, rung="repair")
 
 
 def _drain(node: NodeInfo, ours: bool, reason: str, why: str, key: str) -> Action:
     if node.drained and ours:
-        if node.reason.startswith(RACK_PREFIX):  # the rack's reason stands until the rack comes back whole
+        if rack_of_reason(node.reason) is not None:  # the rack's reason stands until the rack comes back whole
             return Action("none", why=f"held by its rack's escalation ({why})", fault=key)
-        if node.reason == reason:
+        if reasons.same(node.reason, reason):
             return Action("none", why="already drained by us for this", fault=key)
         return Action("set_reason", reason=reason, why=why, fault=key)
     return Action("drain", reason=reason, why=why, fault=key)

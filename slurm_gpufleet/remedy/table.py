@@ -35,7 +35,7 @@ class RemedyState(StrEnum):
     DRAINED = "drained"          # drained by our check: waiting for idle GPUs, quarantined, or a drain finding
     RESETTING = "resetting"      # its GPUs being reset (within one run: the reset, then a read)
     REBOOTING = "rebooting"      # `scontrol reboot ASAP` asked for: drained until it has rebooted
-    RETURNING = "returning"      # remedied, drained with `gpufleet: validate after ...`: a validation run next
+    RETURNING = "returning"      # remedied, drained with `validate after ... [gpufleet]`: a validation run next
     VALIDATING = "validating"    # resumed into its own maintenance reservation, its validation job running
     SUSPECT = "suspect"          # in service, held in a maintenance reservation of its own: its job finishes,
                                  # no new job lands; re-checked, then released or drained for repair
@@ -113,7 +113,7 @@ def state_of(node: NodeInfo, validating: bool = False, suspect: bool = False) ->
     validation job, a suspect hold open."""
     from ..remediation import is_repair
     from ..returning import is_validate
-    from ..slurm.ownership import HEALTH, HOOK, PREFIX, RACK_PREFIX, owner
+    from ..slurm.ownership import HEALTH, HOOK, owner, rack_of_reason
 
     held = node.drained or node.down or node.rebooting
     if not held:
@@ -122,9 +122,9 @@ def state_of(node: NodeInfo, validating: bool = False, suspect: bool = False) ->
         return OTHERS
     if node.rebooting:
         return REBOOTING
-    if node.reason.startswith(RACK_PREFIX):
+    if rack_of_reason(node.reason) is not None:
         return RACK
-    if is_repair(node.reason, PREFIX):
+    if is_repair(node.reason):
         return REPAIR
     if is_validate(node.reason):
         return RETURNING
@@ -137,10 +137,9 @@ def target_of(kind: str, reason: str, rung: str, before: RemedyState) -> RemedyS
     once an inspection leaves it running clean)."""
     from ..remediation import is_repair
     from ..returning import is_validate
-    from ..slurm.ownership import PREFIX
 
     if kind in ("drain", "set_reason"):
-        if is_repair(reason, PREFIX):
+        if is_repair(reason):
             return REPAIR
         return RETURNING if is_validate(reason) else DRAINED
     return {"reset": RESETTING, "reboot": REBOOTING, "validate": VALIDATING, "resume": IN_SERVICE,

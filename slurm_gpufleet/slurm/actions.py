@@ -11,30 +11,23 @@ from ..findings import RANK, Finding
 from .ownership import (  # noqa: F401  (re-exported: one place names them)
     HEALTH,
     HOOK,
-    MAINTAIN_PREFIX,
-    PREFIX,
-    RACK_PREFIX,
     SLURM_HOOK_REASONS,
-    STRAGGLER_PREFIX,
     left_alone,
     owner,
     owner_of_reason,
 )
+from .reasons import MAX_REASON, one_line, ours, words_of  # noqa: F401  (re-exported)
 
-MAX_REASON = 120  # scontrol has no real limit, but sinfo -R and dashboards cut long reasons
+
+def fault_words(finding: Finding, suffix: str = "") -> str:
+    """'<check> <gpu> <short message>': what a finding's reason says."""
+    gpu = f"gpu{finding.gpu}" if finding.gpu is not None else "node"
+    return f"{finding.check} {gpu} {finding.message}{suffix}"
 
 
 def make_reason(finding: Finding, suffix: str = "") -> str:
-    """'gpufleet: <check> <gpu> <short message>', one line, no quotes, at most MAX_REASON chars."""
-    gpu = f"gpu{finding.gpu}" if finding.gpu is not None else "node"
-    return one_line(f"{PREFIX} {finding.check} {gpu} {finding.message}{suffix}")
-
-
-def one_line(text: str) -> str:
-    """Any reason on its way to Slurm: one line, no control characters or quotes, at most MAX_REASON."""
-    text = re.sub(r"[\x00-\x1f\x7f\"'`\\]+", " ", text)
-    text = re.sub(r"\s+", " ", text).strip()
-    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3].rstrip() + "..."
+    """'<check> <gpu> <short message> [gpufleet]', one line, no quotes, at most MAX_REASON chars."""
+    return ours(fault_words(finding, suffix))
 
 
 # slurmctld refuses a job comment longer than this ("parameter too long"; sbatch refused 5,012 characters

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from . import effects as E
 from .base import NodeInfo, SlurmError, writer_of
 from .ownership import MAINTAIN, RESERVATION_PREFIXES, left_alone, may_drain, owner, owns
+from .reasons import same
 
 log = logging.getLogger("slurm-gpufleet")
 
@@ -112,7 +113,7 @@ class Actuator:
             if not may_drain(info, self.actor):
                 out.left[info.name] = left_alone(info)
             elif info.drained:
-                if info.reason != reason:
+                if not same(info.reason, reason):
                     relabel.setdefault(reason, []).append(info.name)  # our own drain: only the reason changes
             else:
                 fresh.append((info, reason))
@@ -177,7 +178,7 @@ class Actuator:
 
     def set_reason(self, nodes: list[NodeInfo], reason: str, fields: dict[str, str] | None = None) -> Applied:
         return self._owned(nodes, self._writer.set_reason_nodes, reason, *([fields] if fields else []),
-                           skip=lambda i: i.reason == reason)
+                           skip=lambda i: same(i.reason, reason))
 
     def resume(self, nodes: list[NodeInfo], fields: dict[str, str] | None = None) -> Applied:
         return self._owned(nodes, self._writer.resume_nodes, *([fields] if fields else []))
@@ -368,7 +369,7 @@ _CARRIERS = {
 
 
 def reason_of(actor: str) -> str:
-    """A stand-in reason with the actor's prefix, for counting a drain not yet in Slurm."""
-    from .ownership import PREFIX, STRAGGLER_PREFIX
+    """A stand-in reason of the actor's, for counting a drain not yet in Slurm."""
+    from .reasons import PERFORMANCE, ours
 
-    return STRAGGLER_PREFIX if actor == "straggler" else f"{PREFIX} pending"
+    return ours(PERFORMANCE if actor == "straggler" else "pending")

@@ -26,15 +26,15 @@ import time
 from dataclasses import dataclass
 
 from ..summary import from_node, published_at
-from .actions import one_line
 from .base import NodeInfo
-from .ownership import HEALTH, PREFIX, RACK_PREFIX, owner, rack_of_reason
+from .ownership import HEALTH, owner, rack_of_reason
+from .reasons import RACK, ours, words_of
 
 log = logging.getLogger("slurm-gpufleet")
 
 # the checks whose drains can be the rack's fault
 RACK_CHECKS = ("fabric", "nvlink")
-_FAULT = re.compile(rf"^{re.escape(PREFIX)} (?P<check>{'|'.join(RACK_CHECKS)}) (?:gpu\d+|node) (?P<what>.+)$")
+_FAULT = re.compile(rf"^(?P<check>{'|'.join(RACK_CHECKS)}) (?:gpu\d+|node) (?P<what>.+)$")
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Trigger:
 
 def fault_of(reason: str) -> tuple[str, str] | None:
     """(check, what) of one of our fabric/NVLink drains: the same fault on two trays reads the same."""
-    m = _FAULT.match(reason)
+    m = _FAULT.match(words_of(reason) or "")
     return (m.group("check"), m.group("what")) if m else None
 
 
@@ -71,7 +71,7 @@ def trigger(domain: str, members: list[NodeInfo], min_nodes: int, window_s: floa
 
 
 def reason_for(t: Trigger) -> str:
-    return one_line(f"{RACK_PREFIX}{t.domain} {t.why}")
+    return ours(f"{RACK} {t.domain} {t.why}")
 
 
 def escalate(backend, settings, policy_domains, node: str, clock=time.time) -> str | None:

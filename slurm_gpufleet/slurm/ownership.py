@@ -4,37 +4,36 @@ the prolog and epilog, the NVML-timeout watchdog, `fleet stragglers --drain` and
 A node's owner is read from its Slurm state and reason:
 
     free        not drained, down or rebooting
-    health      drained by our health check, prolog or epilog ("gpufleet: <check> ...")
-    maintain    drained by a rollout ("gpufleet: maintain <id> ...")
-    straggler   drained by `fleet stragglers --drain` ("gpufleet: performance ...")
+    health      drained by our health check, prolog or epilog ("<check> <gpu> ... [gpufleet]")
+    maintain    drained by a rollout ("maintain <id> ... [gpufleet]")
+    straggler   drained by `fleet stragglers --drain` ("performance ... [gpufleet]")
     hook        Slurm's own "Prolog error"/"Epilog error" drain (ours only when our hook failed)
     other       anyone else: an admin, another tool, a down node; never touched, reason never replaced
 
 One down node is ours: the one our health check rebooted for a validation (`scontrol reboot ASAP
 nextstate=DOWN`, so Slurm does not hand it back): it comes back DOWN with our reason and Slurm's own
-words after it ("gpufleet: validate after reboot: ... : reboot issued : reboot complete"), responding.
+words after it ("validate after reboot: ... [gpufleet] : reboot issued : reboot complete"), responding.
+How a reason is written and read back: reasons.py.
 
 Each actor may drain a free node, and may update or give back only what it owns itself.
 """
 
 from __future__ import annotations
 
+from . import reasons
 from .base import NodeInfo
+from .reasons import MAINTAIN as MAINTAIN_WORDS
+from .reasons import PERFORMANCE as STRAGGLER_WORDS
+from .reasons import RACK as RACK_WORDS
+from .reasons import VALIDATE_AFTER
 
-PREFIX = "gpufleet:"
-MAINTAIN_PREFIX = "gpufleet: maintain"   # a rollout's drains: the rollout gives them back, not the health check
-# a straggler drain: the quick health check measures no performance, so a clean run proves nothing about it
-STRAGGLER_PREFIX = "gpufleet: performance"
 SLURM_HOOK_REASONS = ("Prolog error", "Epilog error")
-# a whole failure domain drained by rack escalation (slurm/escalation.py): "gpufleet: rack <domain> ..."
-RACK_PREFIX = "gpufleet: rack "
 
 
 def rack_of_reason(reason: str) -> str | None:
-    """The domain a rack-escalation reason names, or None for any other reason."""
-    if not reason.startswith(RACK_PREFIX):
-        return None
-    return (reason[len(RACK_PREFIX):].split() or [None])[0]
+    """The domain a rack-escalation reason ("rack <domain> ... [gpufleet]") names, None for any other."""
+    rest = reasons.after(reason, RACK_WORDS)
+    return (rest.split() or [None])[0] if rest is not None else None
 
 FREE, HEALTH, MAINTAIN, STRAGGLER, HOOK, OTHER = "free", "health", "maintain", "straggler", "hook", "other"
 
@@ -50,28 +49,26 @@ RESERVATION_PREFIXES = {MAINTAIN: ROLLOUT_RESERVATION_PREFIX, STRAGGLER: LEMON_R
 
 
 def owner_of_reason(reason: str) -> str:
-    reason = reason.strip()
-    if reason.startswith(MAINTAIN_PREFIX):
+    # a rollout's drains: the rollout gives them back, not the health check; a straggler drain: the quick
+    # health check measures no performance, so a clean run proves nothing about it
+    if reasons.says(reason, MAINTAIN_WORDS):
         return MAINTAIN
-    if reason.startswith(STRAGGLER_PREFIX):
+    if reasons.says(reason, STRAGGLER_WORDS):
         return STRAGGLER
-    if reason.startswith(PREFIX):
+    if reasons.words_of(reason) is not None:
         return HEALTH
-    if reason in SLURM_HOOK_REASONS:
+    if reason.strip() in SLURM_HOOK_REASONS:
         return HOOK
     return OTHER
 
 
-# a node back to work only through a validation run (returning.py) carries this, then the cause
-VALIDATE_PREFIX = f"{PREFIX} validate after "
 # what Slurm appends to a reboot's reason once the node is back (22.05 to 26.05)
 REBOOT_COMPLETE = ": reboot complete"
-VALIDATE_AFTER_REBOOT = f"{VALIDATE_PREFIX}reboot"
 
 
 def back_from_our_reboot(info: NodeInfo) -> bool:
     """Down after the reboot our health check asked for, with nextstate=DOWN, and responding."""
-    return (info.down and info.reason.startswith(VALIDATE_AFTER_REBOOT) and REBOOT_COMPLETE in info.reason
+    return (info.down and reasons.says(info.reason, f"{VALIDATE_AFTER} reboot") and REBOOT_COMPLETE in info.reason
             and "NOT_RESPONDING" not in info.flags and not info.rebooting)
 
 

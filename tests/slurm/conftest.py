@@ -71,7 +71,7 @@ class Cluster:
         """A `sinfo -o %N|%T|%E` line of a node a rollout holds: drained with its reason, or in its MAINT
         reservation.  The reason alone does not say it: 24.11 keeps the last reason after a resume."""
         _, state, reason = (sinfo_line.split("|", 2) + ["", ""])[:3]
-        return ("drain" in state and reason.startswith("gpufleet: maintain")) or state.startswith("maint")
+        return ("drain" in state and reason.startswith("maintain")) or state.startswith("maint")
 
     def wait(self, predicate, timeout: float, what, step: float = 0.3):
         timeout *= WAIT_SLACK

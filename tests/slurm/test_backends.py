@@ -159,7 +159,7 @@ def test_backend_contract(backend, mc):
     mc.wait(lambda: mc.state("n1") == "IDLE", 10, "n1 idle")
     assert not backend.node("n1").drained
 
-    backend.reboot_asap("n2", "gpufleet: memory gpu0 row remap pending")
+    backend.reboot_asap("n2", "memory gpu0 row remap pending [gpufleet]")
     mc.wait(lambda: mc.state("n2") == "IDLE" and os.path.exists(mc.dir / "log" / "reboots.log"), 30, "n2 rebooted")
 
     with pytest.raises(SlurmError):
@@ -186,7 +186,7 @@ def test_what_differs_by_release_is_handled(mc, release_env):
     backend = CommandBackend(mc.run("which", "scontrol").stdout.strip())
     # `scontrol --json` from 23.02: one node is read from JSON there and from the text on 22.05, the same
     assert backend.has_json() == (release >= (23, 2))
-    mc.run("scontrol", "update", "nodename=n3", "state=drain", "reason=gpufleet: release check")
+    mc.run("scontrol", "update", "nodename=n3", "state=drain", "reason=release check [gpufleet]")
     try:
         from slurm_gpufleet.slurm.commands import parse_node_text
 
@@ -244,14 +244,15 @@ def test_the_in_memory_slurm_shows_what_real_slurm_shows(mc, release_env):
         for backend in (real, sim):
             getattr(backend, method)(*args)
 
-    quoted = ('gpufleet: maintain c0ffee01 failed: validation failed: "nvidia-smi" said \'GPU 3 has fallen off the '
-              'bus\' after 2 reboots; driver 595.71.05 + kernel 6.1.0-31-amd64 + vbios 96.00.AF.00.01 + inforom G525')
+    quoted = ('maintain c0ffee01 failed: validation failed: "nvidia-smi" said \'GPU 3 has fallen off the '
+              'bus\' after 2 reboots; driver 595.71.05 + kernel 6.1.0-31-amd64 + vbios 96.00.AF.00.01 + inforom G525'
+              ' [gpufleet]')
     try:
         both("drain_nodes", ["n3", "n4"], quoted)
         shown = nodes(real, {"n3", "n4"})
         assert shown == nodes(sim, {"n3", "n4"}) and all(d for d, _ in shown.values())
         assert '"' not in shown["n3"][1] and len(shown["n3"][1]) <= 120, shown
-        both("set_reason_nodes", ["n3"], "gpufleet: maintain c0ffee01 upgrading to 595.71.05")
+        both("set_reason_nodes", ["n3"], "maintain c0ffee01 upgrading to 595.71.05 [gpufleet]")
         assert nodes(real, {"n3", "n4"}) == nodes(sim, {"n3", "n4"})
         both("resume_nodes", ["n3", "n4"])
         mc.wait(lambda: not any(d for d, _ in nodes(real, {"n3", "n4"}).values()), 10, "n3, n4 resumed")
@@ -287,7 +288,7 @@ def test_the_in_memory_slurm_shows_what_real_slurm_shows(mc, release_env):
 
         # rebooted: slurmd registers again (a mini-cluster's "reboot" restarts it; the host keeps its boot time)
         boots = [{i.name: i.slurmd_start for i in b.nodes()}["n7"] for b in (real, sim)]
-        both("reboot_asap_nodes", ["n7"], "gpufleet: maintain c0ffee01 reboot", "RESUME")
+        both("reboot_asap_nodes", ["n7"], "maintain c0ffee01 reboot [gpufleet]", "RESUME")
         mc.wait(lambda: nodes(real, {"n7"}) == {"n7": (False, "")} and mc.state("n7") == "IDLE", 60, "n7 rebooted")
         assert nodes(real, {"n7"}) == nodes(sim, {"n7"}) == {"n7": (False, "")}
         for b, before in zip((real, sim), boots, strict=True):

@@ -259,7 +259,7 @@ def test_disk_full_under_the_nodes_history_never_stops_a_drain(mc, tmp_path):
         run = subprocess.run(check, capture_output=True, text=True, env=env, timeout=60)
         assert "internal error" not in run.stderr and "Traceback" not in run.stderr, run.stderr
         info = mc.node("n6")
-        assert "DRAIN" in info["State"] and info["Reason"].startswith("gpufleet: memory gpu1"), (info, run.stderr)
+        assert "DRAIN" in info["State"] and info["Reason"].startswith("memory gpu1"), (info, run.stderr)
         assert "history" in run.stderr and "unavailable" in run.stderr, run.stderr
         print(f"\nfull disk under the node's state: drained; said: {run.stderr.strip().splitlines()[-1]}")
     finally:

@@ -38,7 +38,7 @@ def test_fault_drains_within_one_interval_and_fix_resumes_after_hysteresis(mc):
     injected = time.monotonic()
     mc.wait(lambda: "DRAIN" in mc.state("n2"), mc.hc_interval + 3, "n2 drained")
     assert time.monotonic() - injected <= mc.hc_interval + 3
-    assert mc.node("n2")["Reason"].startswith("gpufleet: memory gpu5 row remapping failed [")
+    assert mc.node("n2")["Reason"].startswith("memory gpu5 row remapping failed [gpufleet]")
     assert mc.state("n1") == "IDLE"
 
     mc.heal("n2")
@@ -93,12 +93,12 @@ def test_row_remap_pending_is_reset_between_jobs_without_a_reboot(mc):
     mc.wait(lambda: "DRAIN" in mc.state("n5"), 2 * mc.hc_interval + 5, "n5 drained for its reset")
     assert mc.job(job)["JobState"] == "RUNNING", f"the running job must not be touched: {mc.job(job)}"
     assert _resets(mc, "n5") == 0, "no reset while the job runs"
-    assert mc.node("n5")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
+    assert mc.node("n5")["Reason"].startswith("memory gpu1 row remap pending")
     mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 90, "job completed")
     mc.wait(lambda: _resets(mc, "n5") == 1, 2 * mc.hc_interval + 10,
             lambda: "the reset once the node is idle" + mc.explain("n5"))
     # fixed: it returns only through a validation run, in a maintenance reservation of its own
-    mc.wait(lambda: mc.node("n5").get("Reason", "").startswith("gpufleet: validate after reset: memory gpu1"),
+    mc.wait(lambda: mc.node("n5").get("Reason", "").startswith("validate after reset: memory gpu1"),
             mc.hc_interval + 5, "n5 waiting for its validation")
     mc.wait(lambda: mc.history("n5", "select count(*) from validations where state = 'passed'") == [(1,)],
             4 * mc.hc_interval + 30, "the validation job passed")
@@ -131,7 +131,7 @@ def test_row_remap_pending_that_a_reset_does_not_fix_gets_one_reboot_between_job
     gpustate.write_atomic(gpustate.healthy_state(8, "n4"), str(mc.gpus / "n4.after-reboot.json"))
     mc.wait(lambda: "DRAIN" in mc.state("n4"), 2 * mc.hc_interval + 5, "n4 drained")
     assert mc.job(job)["JobState"] == "RUNNING", f"the running job must not be touched: {mc.job(job)}"
-    assert mc.node("n4")["Reason"].startswith("gpufleet: memory gpu1 row remap pending")
+    assert mc.node("n4")["Reason"].startswith("memory gpu1 row remap pending")
     mc.wait(lambda: mc.job(job).get("JobState") == "COMPLETED", 60, "job completed")
     mc.wait(lambda: _resets(mc, "n4") == 1, 2 * mc.hc_interval + 10,
             lambda: "the reset once the node is idle" + mc.explain("n4"))
@@ -143,7 +143,7 @@ def test_row_remap_pending_that_a_reset_does_not_fix_gets_one_reboot_between_job
     assert back["State"].startswith("DOWN") or mc.history(
         "n4", "select count(*) from validations") != [(0,)], back  # (a fast validation may be under way)
     reboot_reason = mc.history("n4", "select reason from actions where action = 'reboot'")[0][0]
-    assert reboot_reason.startswith("gpufleet: validate after reboot: memory gpu1 row remap pending"), reboot_reason
+    assert reboot_reason.startswith("validate after reboot: memory gpu1 row remap pending"), reboot_reason
     mc.wait(lambda: mc.history("n4", "select count(*) from validations where state = 'passed'") == [(1,)],
             5 * mc.hc_interval + 60, "the validation after the reboot passed")
     mc.wait(lambda: mc.state("n4") == "IDLE" and not _validate_reservations(mc), 2 * mc.hc_interval + 5,
@@ -172,7 +172,7 @@ def test_the_third_fault_of_a_class_within_the_window_is_drained_for_repair(mc):
                 f"n6 in service after reset {attempt}")
     mc.fault("n6", 3, "row_remap_pending")
     mc.wait(lambda: "DRAIN" in mc.state("n6"), 2 * mc.hc_interval + 5, "n6 drained")
-    assert mc.node("n6")["Reason"].startswith("gpufleet: repair ecc attempt 3 of 3 in 7d: memory gpu3 row remap pending")
+    assert mc.node("n6")["Reason"].startswith("repair ecc attempt 3 of 3 in 7d: memory gpu3 row remap pending")
     assert _resets(mc, "n6") == 2, "not reset a third time"
     mc.heal("n6")  # repaired by hand: clean runs do not return it
     time.sleep(2 * mc.hc_interval + 2)
@@ -184,7 +184,7 @@ def test_the_third_fault_of_a_class_within_the_window_is_drained_for_repair(mc):
     # the admin hands it back: a validation run, then back to work, and the case closes
     handed = mc.gpufleet("fleet", "repaired", "n6")
     assert handed.returncode == 0 and "validate after repair" in handed.stdout, handed.stderr
-    assert mc.node("n6")["Reason"].startswith("gpufleet: validate after repair")
+    assert mc.node("n6")["Reason"].startswith("validate after repair")
     mc.wait(lambda: mc.history("n6", "select count(*) from validations where state = 'passed' and cause = 'repair'")
             == [(1,)], 4 * mc.hc_interval + 30, "the validation after repair passed")
     mc.wait(lambda: mc.history("n6", "select count(*) from case_closes") == [(1,)], 2 * mc.hc_interval + 5,
@@ -207,7 +207,7 @@ def test_an_observe_only_group_publishes_and_drains_nothing(mc):
         time.sleep(mc.hc_interval + 1)
         info = mc.node("n7")
         assert info["State"] == "IDLE", info
-        assert json.loads(info["Extra"])["obs"].startswith("drain: gpufleet: memory gpu5 row remapping failed")
+        assert json.loads(info["Extra"])["obs"].startswith("drain: memory gpu5 row remapping failed")
         assert mc.history("n7", "select count(*) from actions where action in ('drain', 'reboot', 'reset')") == [(0,)]
         assert mc.history("n7", "select count(*) from actions where action = 'observe'")[0][0] >= 1
     finally:
@@ -229,7 +229,7 @@ def test_prolog_failure_requeues_the_job_and_drains_with_our_reason(mc):
     assert mc.job(second).get("Reason") != "launch_failed_requeued_held" or \
         mc.wait(lambda: mc.job(second).get("Reason") != "launch_failed_requeued_held", 30, "the job released")
     assert "n1 not excluded: the job asks for it" in mc.gpufleet("job", second).stdout
-    mc.wait(lambda: mc.node("n1").get("Reason", "").startswith("gpufleet: processes gpu4 1 leftover GPU process"),
+    mc.wait(lambda: mc.node("n1").get("Reason", "").startswith("processes gpu4 1 leftover GPU process"),
             25, "our reason in place of 'Prolog error'")
     assert "DRAIN" in mc.state("n1")
     assert mc.history("n1", "select hook, verdict, job_id from runs where hook='prolog'") == [("prolog", "drain", second)]
@@ -289,13 +289,13 @@ def test_stuck_reader_returns_within_timeout_and_drains(mc):
     assert elapsed < 4 + 6, elapsed  # read_timeout_s = 4, plus the drain
     assert run.returncode == 1 and "timed out after 4 s" in run.stderr
     info = mc.node("n3")
-    assert "DRAIN" in info["State"] and info["Reason"].startswith("gpufleet: NVML timeout")
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("NVML timeout")
     mc.heal("n3")
 
 
 @pytest.mark.release("reason ownership as each release shows it")
 def test_nvml_timeout_leaves_a_rollouts_drain_and_reason_alone(mc):
-    rollout_reason = "gpufleet: maintain 0abc1234 upgrading to 580.95.05"
+    rollout_reason = "maintain 0abc1234 upgrading to 580.95.05 [gpufleet]"
     mc.run("scontrol", "update", "nodename=n4", "state=drain", f"reason={rollout_reason}")
     path = mc.gpu_file("n4")
     os.unlink(path)
@@ -315,7 +315,7 @@ def test_fault_that_survives_reboots_becomes_a_drain(mc):
     reboots = mc.dir / "log" / "reboots.log"
     mc.wait(lambda: reboots.exists() and reboots.read_text().split().count("n3") >= 2, 6 * mc.hc_interval + 30,
             "two reboots of n3")
-    mc.wait(lambda: mc.node("n3").get("Reason", "").startswith("gpufleet: memory gpu6 row remap pending after 2 reboots"),
+    mc.wait(lambda: mc.node("n3").get("Reason", "").startswith("memory gpu6 row remap pending after 2 reboots"),
             3 * mc.hc_interval + 10, "drain after 2 reboots")
     assert "DRAIN" in mc.state("n3")
     time.sleep(mc.hc_interval + 1)
@@ -364,7 +364,7 @@ def test_a_reboot_into_a_kernel_without_the_module_becomes_a_drain(mc):
     host = mc.dir / "host"
     (host / "boot" / "vmlinuz-6.1.0-31-amd64").write_text("kernel")
     (host / "lib" / "modules" / "6.1.0-31-amd64" / "kernel").mkdir(parents=True, exist_ok=True)
-    kernel_reason = "gpufleet: next boot kernel 6.1.0-31-amd64 has no nvidia 580.159.04 module"
+    kernel_reason = "next boot kernel 6.1.0-31-amd64 has no nvidia 580.159.04 module [gpufleet]"
     try:
         mc.fault("n3", 2, "row_remap_pending")  # reset-fixable: a reset, then a reboot normally
         # the reset's own drain shows first (CI stop 38 caught it: a wait on DRAIN alone read that reason)
@@ -373,7 +373,7 @@ def test_a_reboot_into_a_kernel_without_the_module_becomes_a_drain(mc):
                         f"{mc.history('n3', 'select action, reason from actions order by ts')}")
         assert "DRAIN" in mc.state("n3")
         actions = mc.history("n3", "select action, reason from actions order by ts")
-        assert actions[0] == ("reset", "gpufleet: memory gpu2 row remap pending"), actions
+        assert actions[0] == ("reset", "memory gpu2 row remap pending [gpufleet]"), actions
         assert mc.history("n3", "select rung from remedies") == [("reset",)]
         time.sleep(mc.hc_interval)
         reboots = mc.dir / "log" / "reboots.log"
@@ -418,7 +418,7 @@ def test_a_broken_history_never_stops_a_drain(mc):
     try:
         mc.fault("n6", 1, "row_remap_failure")
         mc.wait(lambda: "DRAIN" in mc.state("n6"), 4 * mc.hc_interval, "n6 drained without its history")
-        assert mc.node("n6")["Reason"].startswith("gpufleet: memory gpu1")
+        assert mc.node("n6")["Reason"].startswith("memory gpu1")
         run = mc.healthcheck("n6")
         assert run.returncode == 0 and "history" in run.stderr and "unavailable" in run.stderr, run.stderr
     finally:
@@ -445,7 +445,7 @@ def test_straggler_drains_go_through_the_breaker(mc, tmp_path):
     assert sorted(o["key"] for o in out["stragglers"]) == ["n2/gpu3", "n3/gpu3", "n4/gpu3"]
     assert out["drained"] == ["n2"] and out["breaker_blocked"] == ["n3", "n4"]
     assert "drain breaker is open" in r.stderr and "n[3-4]" in r.stderr
-    assert "DRAIN" in mc.state("n2") and mc.node("n2")["Reason"].startswith("gpufleet: performance gpu3 memory")
+    assert "DRAIN" in mc.state("n2") and mc.node("n2")["Reason"].startswith("performance gpu3 memory")
     for node in ("n3", "n4"):
         assert "DRAIN" not in mc.state(node)
     breaker_file = mc.dir / "state" / "gpufleet" / "breaker.json"
@@ -537,7 +537,7 @@ def test_a_suspect_whose_recheck_still_finds_its_fault_is_drained_for_repair(mc)
         mc.wait(lambda: _suspect_reservations(mc) == ["gpufleet-suspect-n3"], 2 * mc.hc_interval + 10,
                 "n3 held in its suspect reservation")
         mc.wait(lambda: "DRAIN" in mc.state("n3"), 4 * mc.hc_interval + 20, "n3 drained at its re-check")
-        assert mc.node("n3")["Reason"].startswith("gpufleet: repair pcie suspect re-check failed: pcie gpu5 PCIe x8")
+        assert mc.node("n3")["Reason"].startswith("repair pcie suspect re-check failed: pcie gpu5 PCIe x8")
         assert _suspect_reservations(mc) == [], "its reservation deleted with the drain"
         assert mc.history("n3", "select state from suspects") == [("repair",)]
         mc.wait(lambda: [(r["node"], r["status"]) for r in json.loads(

@@ -213,7 +213,7 @@ def test_a_bundle_rollout_with_max_failures_2_settles_a_long_quoted_failure_reas
     assert ended - failed_at[0] < 180, ended - failed_at[0]
     reason = re.sub(r" \[[^]@]*@[^]]*\]$", "", bc.node(victim)["Reason"])  # Slurm's [user@time] after it
     # what the engine built, as Slurm keeps it: one line, no quotes, at most 120 characters
-    assert reason.startswith("gpufleet: maintain ") and " failed: " in reason and len(reason) <= 120, reason
+    assert reason.startswith("maintain ") and " failed: " in reason and len(reason) <= 120, reason
     assert not set("'\"`") & set(reason) and "E: Version 595.71.05-1 for nvidia-kernel-dkms" in reason, reason
     after = [t for t in _reason_writes(bc, victim) if t >= failed_at[0] - 1]
     assert len(after) <= 1, (after, failed_at, reason)

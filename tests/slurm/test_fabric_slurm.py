@@ -40,7 +40,7 @@ def test_route_unhealthy_on_one_gpu_drains_its_tray_naming_the_gpu(mc, tmp_path)
         assert offline == live
     mc.fabric_fault("n6", 2, "route_unhealthy")
     mc.wait(lambda: "DRAIN" in mc.state("n6"), 3 * mc.hc_interval, "n6 drained")
-    assert mc.node("n6")["Reason"].startswith("gpufleet: fabric gpu2 fabric route unhealthy [")
+    assert mc.node("n6")["Reason"].startswith("fabric gpu2 fabric route unhealthy [gpufleet]")
     time.sleep(mc.hc_interval + 1)
     assert [mc.state(n) for n in ("n5", "n7", "n8")] == ["IDLE"] * 3  # one tray is not the rack
 
@@ -54,7 +54,7 @@ def test_three_trays_drain_the_rack_once_and_it_returns_whole(mc):
     reasons = {n: mc.node(n)["Reason"].rsplit(" [", 1)[0] for n in RACK}
     assert len(set(reasons.values())) == 1, reasons  # one reason, on every member, n8 included
     reason = reasons["n8"]
-    assert reason.startswith(f"gpufleet: rack {domain} 3 trays with fabric/NVLink faults"), reason
+    assert reason.startswith(f"rack {domain} 3 trays with fabric/NVLink faults"), reason
     escalations = [row for n in RACK for row in mc.history(n, "select why from actions where action = 'rack'")]
     assert escalations and all(w.startswith(f"rack {domain} drained") for (w,) in escalations), escalations
     # the breaker counts the rack by its 4 nodes: under a threshold of 4 nodes a fifth drain is held, and
@@ -93,7 +93,7 @@ def test_a_job_that_asks_for_imex_fails_its_prolog_while_imex_is_not_ready(mc):
         (mc.gpus / "n6.imex-q").write_text("WAITING_FOR_PEERS\n")
         job = mc.sbatch("-w", "n6", "--constraint=imex", "--time=2", "--wrap", "true")
         mc.wait(lambda: mc.job(job).get("Restarts") == "1", 60, "the job requeued")
-        mc.wait(lambda: mc.node("n6").get("Reason", "").startswith("gpufleet: imex node IMEX daemon WAITING_FOR_PEERS"),
+        mc.wait(lambda: mc.node("n6").get("Reason", "").startswith("imex node IMEX daemon WAITING_FOR_PEERS"),
                 25, "our reason in place of 'Prolog error'")
         assert "DRAIN" in mc.state("n6")
         rows = mc.history("n6", "select hook, verdict, job_id from runs where hook='prolog'")

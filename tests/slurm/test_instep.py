@@ -143,7 +143,7 @@ def test_a_node_slow_in_two_jobs_is_held_checked_when_it_frees_and_drained_only_
         out = json.loads(r.stdout)
         assert out["drained"] == ["n2"] and out["released"] == ["gpufleet-lemon-n2"], out
         reason = mc.node("n2")["Reason"]
-        assert reason.startswith(f"gpufleet: performance lemon: slow in jobs {jobs[0]},{jobs[1]}; deep check: "
+        assert reason.startswith(f"performance lemon: slow in jobs {jobs[0]},{jobs[1]}; deep check: "
                                  "thermal"), reason
         assert "gpufleet-lemon-n2" not in mc.run("scontrol", "show", "reservation").stdout
         # the next step finds nothing to do; the case stays closed

@@ -152,7 +152,7 @@ def test_bad_driver_fails_validation_halts_and_rollback_restores(mc, tmp_path):
     assert states[victim] == "failed" and states[p["waves"][0]["nodes"][0]] == "done"
     assert sum(s == "pending" for s in states.values()) == 2  # halted before the rest
     info = mc.node(victim)
-    assert "DRAIN" in info["State"] and info["Reason"].startswith("gpufleet: maintain")
+    assert "DRAIN" in info["State"] and info["Reason"].startswith("maintain")
     assert "validation failed" in info["Reason"]
 
     r = mc.gpufleet("maintain", "rollback")

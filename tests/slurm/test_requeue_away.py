@@ -40,7 +40,7 @@ def test_a_job_its_prolog_failed_runs_next_on_another_node(mc):
     assert ran_on != "n1", ran_on
     shown = mc.gpufleet("job", job, "--json")
     record = json.loads(shown.stdout)["record"]
-    assert [rq[0] for rq in record["rq"]] == ["n1"] and record["rq"][0][1].startswith("gpufleet: processes gpu4")
+    assert [rq[0] for rq in record["rq"]] == ["n1"] and record["rq"][0][1].startswith("processes gpu4")
     assert "held" not in record
 
 

@@ -27,7 +27,7 @@ def test_an_h200_nvl_server_without_the_fabric_manager_stays_in_service_an_hgx_b
         (mc.gpus / f"{node}.fabricmanager").write_text(NOT_FOUND)
     start = {n: mc.history(n, "select coalesce(max(id), 0) from runs")[0][0] for n in ("n3", "n4")}
     mc.wait(lambda: "DRAIN" in mc.state("n4"), 8 * mc.hc_interval + 15, "n4 (an HGX H200 board) drained")
-    assert mc.node("n4")["Reason"].startswith("gpufleet: fabric node nvidia-fabricmanager not installed")
+    assert mc.node("n4")["Reason"].startswith("fabric node nvidia-fabricmanager not installed")
     # confirmed first: three failed probes, 5 s apart (fabric_manager_probe_s), the first ones warnings
     verdicts = [v for (v,) in mc.history("n4", "select verdict from runs where hook = 'healthcheck' and id > ? "
                                                 "order by id", (start["n4"],))]
@@ -55,7 +55,7 @@ def test_a_rack_none_of_whose_trays_registered_is_drained_once_as_a_rack(mc):
     reasons = {n: mc.node(n)["Reason"].rsplit(" [", 1)[0] for n in RACK}
     assert len(set(reasons.values())) == 1, reasons
     domain = "b2" if mc.release >= (23, 11) else "nvl-9a8b7c6d-32766"
-    assert reasons["n8"].startswith(f"gpufleet: rack {domain} switch-side: "), reasons
+    assert reasons["n8"].startswith(f"rack {domain} switch-side: "), reasons
     # each tray's own next check still names the domain it last published, marked as such (a tray the rack's
     # drain took before its own check saw the fault publishes at that check)
     def marked(n: str) -> bool:
@@ -83,4 +83,4 @@ def test_an_xid_line_with_a_20_digit_number_blinds_no_health_check(mc):
     # and the check still judges the rest: a row-remap failure drains the node
     mc.fault("n2", 3, "row_remap_failure")
     mc.wait(lambda: "DRAIN" in mc.state("n2"), 3 * mc.hc_interval, "n2 drained for its row-remap failure")
-    assert mc.node("n2")["Reason"].startswith("gpufleet: memory gpu3 row remapping failed")
+    assert mc.node("n2")["Reason"].startswith("memory gpu3 row remapping failed")
