@@ -9,13 +9,16 @@ DATA   := slurm_gpufleet/data/captures
 # The editable install as a plain path (.pth), not setuptools' import hook: the hook's module imports
 # pathlib, re and urllib.parse in every Python process the venv starts, 25-35 ms of each health check,
 # prolog and CLI call the tests run (site: 43 ms with it, 8 ms without).  setuptools calls the mode
-# transitional; where it is gone, the second line installs the default way.
+# transitional (and prints a notice saying so, kept in the log); where it is gone, the second line installs
+# the default way.  pip's output goes to $(VENV)/install.log, shown whole when the install fails.
+PIP_LOGGED = > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' --config-settings editable_mode=compat \
-	  || $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
-	touch $@
+	@echo "setting up $(VENV) (the package and its test and docs tools)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip $(PIP_LOGGED)
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,docs]' --config-settings editable_mode=compat \
+	  > $(VENV)/install.log 2>&1 || $(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,docs]' $(PIP_LOGGED)
+	@touch $@
 
 setup: $(VENV)/.installed
 
@@ -110,15 +113,16 @@ unexport PYTHONDONTWRITEBYTECODE
 bytecode: setup
 	@$(PY) -m compileall -q slurm_gpufleet > /dev/null
 
-# the reference pages (docs/reference/) generated from the code and data files, then checked: every command,
-# option, key and metric documented, every link leading somewhere
+# the documentation site (out/site) with MkDocs, any warning an error: a page left out of the navigation,
+# a link or anchor leading nowhere; first, the reference pages (docs/reference/) must be what the code and
+# data files give (`python scripts/gen_docs.py` writes them)
 docs: setup
-	@$(PY) scripts/gen_docs.py && $(PYTEST) tests/test_docs.py
+	@$(PY) scripts/gen_docs.py --check && $(VENV)/bin/mkdocs build --strict --quiet && echo "docs: out/site/index.html"
 
 test-fast: setup bytecode
 	@$(call TIMED,$(VENV)/bin/ruff check slurm_gpufleet tests bench scripts healthcheck/slurm-gpufleet-healthcheck prolog_epilog && $(PYTEST) -n 2 -m "not slow and not image" --ignore=tests/slurm tests,fast)
 
-test: setup system-deps test-fast
+test: setup system-deps docs test-fast
 	@$(call TIMED,$(PYTEST) -n 2 -m slow --ignore=tests/slurm tests,slow)
 	@$(call TIMED,$(MAKE) --no-print-directory test-slurm,slurm)
 

@@ -2,7 +2,8 @@
 """Write the documentation's generated reference pages (docs/reference/*.md) from the code and the data files
 (slurm_gpufleet/docgen.py).  tests/test_docs.py fails when a page differs from what this writes.
 
-    python scripts/gen_docs.py
+    python scripts/gen_docs.py           # write them
+    python scripts/gen_docs.py --check   # exit 1 naming the pages that differ, writing nothing
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ from slurm_gpufleet.docgen import pages  # noqa: E402
 
 def main() -> int:
     out = ROOT / "docs" / "reference"
+    if "--check" in sys.argv[1:]:
+        stale = [name for name, text in pages().items()
+                 if not (out / name).exists() or (out / name).read_text() != text]
+        if stale:
+            print(f"docs/reference/{', '.join(stale)} differ from the code: run `python scripts/gen_docs.py`",
+                  file=sys.stderr)
+            return 1
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     for name, text in pages().items():
         (out / name).write_text(text)

@@ -91,3 +91,18 @@ def test_the_changelog_keeps_the_keep_a_changelog_form():
         assert sections == sorted(sections, key=kinds.index)
         entries = re.split(r"^- ", body, flags=re.M)[1:]
         assert entries and [e[:60] for e in entries if not re.search(r"\(#\d+\)\s*$", e.split("\n### ")[0])] == []
+
+
+def test_the_site_builds_with_no_warning_and_every_page_in_its_navigation(tmp_path):
+    """`make docs`: MkDocs in strict mode, where a page left out of the navigation, a link or an anchor that
+    leads nowhere is an error (mkdocs.yml's `validation`)."""
+    import subprocess
+    import sys
+
+    nav = (REPO / "mkdocs.yml").read_text()
+    pages = sorted(p.relative_to(REPO / "docs").as_posix() for p in (REPO / "docs").rglob("*.md"))
+    assert [p for p in pages if f": {p}" not in nav] == []
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(REPO / "mkdocs.yml"),
+                        "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "site" / "remedies" / "index.html").exists()
