@@ -1076,54 +1076,6 @@ def logged_faults(log, model: FaultModel, horizon_s: float, seed: int) -> list[F
             for f in log.faults if f.start_s < horizon_s]
 
 
-def fleet_text(out: dict[str, Any]) -> str:
-    a = out["assumptions"]
-    drawn = ", ".join(f"{k} {v}" for k, v in sorted(a["faults_drawn"].items(), key=lambda kv: -kv[1])) or "none"
-    lines = [f"{a['nodes']} nodes x {a['gpus_per_node']} GPUs, {a['days']:g} days, {a['jobs']} jobs ({a.get('history', '')})",
-             (f"faults replayed from the fault log ({a['fault_log']['form']}: {a['fault_log']['faults']} faults on "
-              f"{a['fault_log']['nodes_in_log']} nodes over {a['fault_log']['span_days']:g} days; classes by the "
-              f"keywords of {a['rates']}" if a.get("fault_log") else f"failures drawn ({a['rates']}")
-             + f", seed {a['seed']}" + (f", {a['seeds']} seeds, figures are means" if a.get('seeds', 1) > 1 else "")
-             + f"): {drawn}; false alarms {a['false_alarms_drawn']}",
-             f"health check every {a['health_check_interval_s']:g} s, checkpoint every {a['checkpoint_every_h']:g} h, "
-             f"restart {a['restart_minutes']:g} min; not modelled: {a['not_modelled']}"]
-    if a.get("domain_size"):
-        lines.append(f"domains of {a['domain_size']} nodes: {a['switch_share']:g} of the domain classes' faults "
-                     f"switch-side, {a['switch_events_drawn']} switch event(s) drawn, each taking its domain whole")
-    lines.append("")
-    head = f"{'strategy':<22} {'ETTR':>6} {'ETTR>=1024':>10} {'goodput':>7} {'avail':>6} {'lost GPU-h: failures':>20} " \
-           f"{'remedies':>9} {'false drains':>12} {'node-h out':>10} {'peak out':>8} {'to drain p50/p90 min':>21} " \
-           f"{'reset/reboot/suspect/repair':>27}" \
-           + (f" {'rack':>5} {'escalations':>11} {'breaker trips':>13}" if a.get("domain_size") else "")
-    lines.append(head)
-    for name, m in out["strategies"].items():
-        lat = m["fault_to_drain_min"]
-        r = m["resolved"]
-        e1024 = "-" if m["ettr_1024"] is None else f"{m['ettr_1024']:.4f}"
-        p50 = "-" if lat["p50"] is None else f"{lat['p50']:.1f}"
-        p90 = "-" if lat["p90"] is None else f"{lat['p90']:.1f}"
-        lines.append(f"{name:<22} {m['ettr']:>6.4f} {e1024:>10} {m['goodput']:>7.4f} {m['availability']:>6.4f} "
-                     f"{m['gpu_hours_lost']['failures']:>20.1f} "
-                     f"{m['gpu_hours_lost']['remedies']:>9.1f} {m['gpu_hours_lost']['false_drains']:>12.1f} "
-                     f"{m['node_hours_out']:>10.1f} {m['peak_nodes_out']:>8g} {p50 + ' / ' + p90:>21} "
-                     f"{r['reset']:.2f}/{r['reboot']:.2f}/{r.get('suspect', 0):.2f}/{r['repair']:.2f}"
-                     + (f" {r.get('rack', 0):>5.2f} {m.get('rack_escalations', 0):>11g} {m.get('breaker_trips', 0):>13g}"
-                        if a.get("domain_size") else ""))
-    waits = {name: m["waiting_1024_h"] for name, m in out["strategies"].items() if m.get("waiting_1024_h") is not None}
-    if waits:
-        lines.append("")
-        lines.append("ETTR counts from submit: a job waits in the queue, and again after each failure until enough "
-                     "nodes are in service for it.")
-        lines.append("jobs of 1,024 GPUs or more waited (h): " + ", ".join(f"{k} {v:g}" for k, v in waits.items()))
-    lost = {name: m["jobs_lost"] for name, m in out["strategies"].items() if m.get("jobs_lost")}
-    if lost:
-        lines.append("jobs ended unfinished, held after more than 5 requeues (MaxBatchRequeue): "
-                     + ", ".join(f"{k} {v:g}" for k, v in lost.items())
-                     + "; ETTR stops counting a job at that end, so compare goodput, the work the fleet kept.")
-    lines.append("goodput: the work kept over the fleet's GPU-hours; avail: node-hours in service over node-hours.")
-    return "\n".join(lines)
-
-
 def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Every number the mean over the runs (None where no run has one); one run is itself."""
     if len(runs) == 1:
@@ -1148,6 +1100,7 @@ def fleet_html(out: dict[str, Any], series: dict[str, dict[str, list]]) -> str:
     import html as html_lib
 
     from .maintain.plots import series_svg
+    from .output import fleet_text
 
     t_max = max([t for sr in series.values() for t, _ in sr["capacity"][-1:] + sr["ettr"][-1:]]
                 + [out["assumptions"]["days"] * 24]) or 1.0

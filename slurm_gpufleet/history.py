@@ -345,32 +345,6 @@ def read_recent(path: str, since: float = 0.0, gpu: int | None = None, limit: in
             "validations": validations}
 
 
-def ladder_text(seen: dict[str, list[dict]], limit: int = 30) -> list[str]:
-    """The ladder's steps as `history` prints them, oldest first: what was done and why, what each remedy
-    came to, each validation run."""
-    lines = []
-    steps = list(reversed(seen.get("actions", [])[:limit]))
-    if steps:
-        lines.append("ladder:")
-    for a in steps:
-        what = "would " + a["why"].split("would ", 1)[1] if a["action"] == "observe" and "would " in a["why"] else a["why"]
-        lines.append(f"  {a['time']}  {a['hook']:<11} {a['action']:<10} "
-                     + (f"'{a['reason']}': " if a["reason"] and a["action"] != "observe" else "") + what
-                     + ("" if a["ok"] else f"  FAILED: {a['error']}"))
-    remedies = list(reversed(seen.get("remedies", [])[:limit]))
-    if remedies:
-        lines.append("remedies:")
-    for r in remedies:
-        lines.append(f"  {r['time']}  {r['class']:<14} {r['rung']:<7} {r['outcome']:<10} {r['detail'] or ''}".rstrip())
-    checks = list(reversed(seen.get("validations", [])[:limit]))
-    if checks:
-        lines.append("validation runs:")
-    for v in checks:
-        lines.append(f"  {v['time']}  job {v['job']} attempt {v['attempt']} after {v['cause']}: {v['state']}"
-                     + (f" ({v['detail']})" if v["detail"] else ""))
-    return lines
-
-
 def _schema(conn: sqlite3.Connection) -> None:
     # "performance" is always there, so that pruning and the fleet view never meet "no such table"
     for table, columns in _TABLES.items():

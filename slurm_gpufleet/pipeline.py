@@ -161,15 +161,3 @@ def evaluate(snap: NodeSnapshot, policy: Policy | None = None, *, host: str | No
     return Report(verdict(findings), findings, snap, node_policy.groups, time.perf_counter() - started)
 
 
-def format_text(report: Report) -> str:
-    s = report.snapshot
-    head = (f"{report.verdict.upper()}  {s.host or '-'}  driver {known(s.driver_version) or '?'}  "
-            f"CUDA {known(s.cuda_driver_version) or '?'}  {len(s.gpus)} GPU(s)  [{s.source}]")
-    lines = [head]
-    if not report.findings:
-        lines.append("  no findings")
-    for f in report.findings:
-        lines.append("  " + f.line())
-        if f.detail:
-            lines.append("      " + f.detail)
-    return "\n".join(lines)

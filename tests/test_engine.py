@@ -707,7 +707,8 @@ def test_a_halted_rollout_holds_nothing_but_its_failed_nodes(tmp_path):
     """Halted (the canary failed validation), the rollout waits for an admin: no slot of a waiting node
     stays (their MAINT reservations would begin and hold nodes idle until someone comes), and
     `maintain status` says what it waits for, since when, and that it holds only the failed node."""
-    from slurm_gpufleet.maintain.status import rollout_status, status_text
+    from slurm_gpufleet.maintain.status import rollout_status
+    from slurm_gpufleet.output import status_text
 
     fleet = SimFleet(8)
     for i in range(1, 8):

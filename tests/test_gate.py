@@ -132,7 +132,8 @@ def test_a_canary_worse_at_confidence_waits_for_approval_holding_nothing(tmp_pat
     """At the soak's bound a canary worse than the control at gate_confidence, but short of the sequential
     test's halt line, waits for `maintain approve`: every waiting node stays in service (no slot of the
     rollout holds it), `maintain status` says what it waits for, since when, and that it holds 0 nodes."""
-    from slurm_gpufleet.maintain.status import rollout_status, status_text
+    from slurm_gpufleet.maintain.status import rollout_status
+    from slurm_gpufleet.output import status_text
 
     fleet = SimFleet(12)
     publish_old(fleet)

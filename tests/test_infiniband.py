@@ -233,7 +233,8 @@ def test_the_summary_carries_the_network_and_fleet_shows_it_per_group(tree, tmp_
     """A node publishes its ports down, slow and whose counters grew (summary `ib`); `fleet` counts them per
     group with their nodes."""
     from slurm_gpufleet.maintain.fleet import FleetNode, FleetState
-    from slurm_gpufleet.maintain.inventory import inventory, inventory_text
+    from slurm_gpufleet.maintain.inventory import inventory
+    from slurm_gpufleet.output import inventory_text
     from slurm_gpufleet.slurm.base import NodeInfo
     from slurm_gpufleet.summary import encode
 

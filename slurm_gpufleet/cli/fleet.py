@@ -38,7 +38,8 @@ def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_jso
     ctx.obj.update(config=config, fleet_file=fleet_file, as_json=as_json)
     if ctx.invoked_subcommand is not None:
         return
-    from ..maintain.inventory import inventory, inventory_text
+    from ..maintain.inventory import inventory
+    from ..output import inventory_text
 
     policy = _load_policy(config, read_only=bool(fleet_file))
     inv = inventory(_fleet(policy, fleet_file), policy)
@@ -215,14 +216,9 @@ def fleet_cases(ctx: click.Context, as_json: bool) -> None:
     if as_json or ctx.obj["as_json"]:
         click.echo(json.dumps({"fields": list(CASE_FIELDS), "cases": rows}, indent=1))
         return
-    if not rows:
-        click.echo("no open cases")
-        return
-    click.echo(f"{'node':<12} {'class':<16} {'attempts':>8}  {'first':<25} {'last':<25} status")
-    for r in rows:
-        click.echo(f"{r['node']:<12} {r['class']:<16} {r['attempts']:>8}  {r['first']:<25} {r['last']:<25} "
-                   f"{r['status']}" + (f"  ({r['reason']})" if r["reason"] else ""))
-        click.echo(f"{'':<12} -> {r['todo']}")
+    from ..output import cases_text
+
+    click.echo("\n".join(cases_text(rows)))
 
 
 @fleet.command("repaired")
@@ -347,12 +343,9 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
     if as_json or ctx.obj["as_json"]:
         click.echo(json.dumps({"source": domains.source, "domains": rows}, indent=1))
         return
-    if not rows:
-        click.echo("no failure domains: no [[domain]] in the config, no Slurm blocks, no NVLink domain published")
-        return
-    click.echo(f"{len(rows)} failure domain(s), from {domains.source}")
-    for r in rows:
-        click.echo(f"  {r['domain']:<24} {r['count']:>4} node(s) {r['nodes']}" + (f"  out: {r['out']}" if r["out"] else ""))
+    from ..output import domains_text
+
+    click.echo("\n".join(domains_text(domains.source, rows)))
 
 
 @fleet.command("simulate-faults")
@@ -503,7 +496,7 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    from ..faultsim import fleet_text
+    from ..output import fleet_text
 
     click.echo(fleet_text(out))
 
@@ -527,12 +520,9 @@ def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    a, m = out["assumptions"], out["strategies"]["none"]
-    click.echo(f"one job of {a['gpus']} GPUs on {a['nodes']} node(s), {a['days']:g} days; node MTBF "
-               f"{a['node_mtbf_h']:g} h (the job's {a['job_mtbf_h']:g} h), checkpoint every {a['checkpoint_every_h']:g} h, "
-               f"restart {a['restart_minutes']:g} min")
-    click.echo(f"strategy none: ETTR {m['ettr']:.4f} ({m['failures']} failures, {m['work_h']:g} h of work in "
-               f"{m['wall_h']:g} h); Daly {out['daly_ettr']:.4f}")
+    from ..output import one_job_text
+
+    click.echo("\n".join(one_job_text(out)))
 
 
 @fleet.command("lemons")

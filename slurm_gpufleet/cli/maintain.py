@@ -319,8 +319,9 @@ def maintain_approve(rollout: str, why: str, config: str | None) -> None:
 @json_option
 def maintain_status(config: str | None, as_json: bool) -> None:
     """The latest rollout: state, counts per node state, every node, the last events."""
-    from ..maintain.status import rollout_status, status_text
+    from ..maintain.status import rollout_status
     from ..maintain.store import Store
+    from ..output import status_text
 
     policy = _load_policy(config, trusted=True)
     if not os.path.exists(policy.maintain.db):
@@ -434,7 +435,6 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
         _fail(f"--time-limit-assumption {time_limit_assumption!r}: use runtime-ceil-hour, factor:X or partition:LIMIT",
               exitcodes.USAGE)
     from ..datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
-    from ..hostlist import fold
 
     history_label = sacct_file or HELIOS_LABEL
     sacct_file = sacct_file or str(HELIOS_SACCT)
@@ -505,60 +505,6 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     if as_json:
         click.echo(json.dumps(result, indent=1))
         return
-    a = result["assumptions"]
-    click.echo(f"job history: {a['job_history']}")
-    click.echo(f"{a['fleet']}, rollout at {a['rollout_at_h']:g} h, at most {a['max_unavailable_nodes']} node(s) out, "
-               f"{a['upgrade_minutes']:g} min per node; time limits {a['time_limits']}")
-    if result["strategies"]:
-        click.echo(f"{'strategy':<12} {'makespan h':>10} {'GPU-h lost':>11} {'killed':>6} {'wait+ mean h':>12} "
-                   f"{'wait+ p95 h':>11} {'peak out':>8}")
-    for name, m in result["strategies"].items():
-        makespan = "not done" if m["makespan_h"] is None else f"{m['makespan_h']:.2f}"
-        click.echo(f"{name:<12} {makespan:>10} {m['gpu_hours_lost']:>11.1f} {m['jobs_killed']:>6} "
-                   f"{m['wait_added_mean_h']:>12.3f} {m['wait_added_p95_h']:>11.3f} {m['peak_nodes_out']:>8}")
-    if hours and result["strategies"]:
-        click.echo(f"stopped {hours:g} h after the rollout's start: "
-                   + ", ".join(f"{name} {m['nodes_upgraded']} of {node_count} nodes upgraded"
-                               + ("" if m["done"] else " (not done)") for name, m in result["strategies"].items()))
-    waiting = [(name, m) for name, m in result["strategies"].items() if not hours and m["makespan_h"] is None]
-    if waiting:  # nothing left to happen, and not done: the rollout waits on an admin (an unjudged gate)
-        click.echo("not done when nothing was left to happen (see `maintain status` on a real rollout): "
-                   + ", ".join(f"{name} {m['nodes_upgraded']} of {node_count} nodes upgraded" for name, m in waiting))
-    if domain_size and result["strategies"]:
-        click.echo(f"{'strategy':<12} {'domains':>7} {'mixed-driver domains max':>24} {'domains in service min':>22}")
-        for name, m in result["strategies"].items():
-            click.echo(f"{name:<12} {m['domains']:>7} {m['mixed_driver_domains_max']:>24} "
-                       f"{m['domains_in_service_min']:>22}")
-    if deadline_h:
-        click.echo(f"deadline {deadline_h:g} h; work the jobs that must stop early hold at the rollout (lower bound): "
-                   f"{result['work_lost_lower_bound_gpu_h']:.1f} GPU-h")
-        for name, m in result["strategies"].items():
-            click.echo(f"{name:<14} done by deadline: {'yes' if m['done_by_deadline'] else 'NO':<3}  work lost "
-                       f"{m['work_lost_gpu_h']:>8.1f} GPU-h  jobs preempted {m['jobs_preempted']:>4}  of them "
-                       f"would have ended in time {m['jobs_preempted_that_would_end_in_time']}")
-    if replay_rates and result["strategies"]:
-        f = a["failures"]
-        click.echo(f"failures from the rollout's start to the replay's end: {f['failure_per_1000_node_days']:g} per "
-                   f"1,000 node-days, "
-                   f"{f['soft_per_node_day']:g} soft per node-day, x{f['driver_effect']:g} on upgraded nodes "
-                   f"(seed {f['seed']}, gate {f['gate']})")
-        for name, m in result["strategies"].items():
-            x = m["failures"]
-            click.echo(f"{name:<14} node failures {x['node_failures']:>4} ({x['node_failures_in_rollout']} in the "
-                       f"rollout)  jobs failed {x['jobs_failed']:>4} ({x['jobs_failed_in_rollout']})  work lost "
-                       f"{x['work_lost_gpu_h']:>9.1f} GPU-h  soft events {x['soft_events']:>5}"
-                       + (f"  rollout {x['rollout']}" if x.get("rollout") else ""))
-    if seeds:
-        g = result["gate"]
-        u = g["upgraded_at_halt"]
-        o, x = g["outcomes"], g["makespan_p50_vs_ungated"]
-        click.echo(f"evidence gate over {g['seeds']} seed(s): finished {o['finished']:.0%}, halted {o['halted']:.0%}, "
-                   f"waiting for an admin {o['waiting']:.0%}, unfinished {o['unfinished']:.0%} (ungated halted "
-                   f"{g['halted_ungated']:.0%}); upgraded at halt p50 "
-                   f"{u['p50'] if u['p50'] is None else format(u['p50'], '.1%')}, p90 "
-                   f"{u['p90'] if u['p90'] is None else format(u['p90'], '.1%')}; makespan p50 x ungated "
-                   f"{x['finished']} (finished), {x['all']} (all); {g['cpu_s_per_seed']} s CPU per seed")
-    for j in result["gating_jobs"][:3]:
-        click.echo(f"gating job {j['job_id']} on {fold(j['nodes'])}: runs until +{j['end_h']} h")
-    click.echo(f"jobs used {a['jobs_used']}; lines skipped {a['lines_skipped'] or 'none'}; "
-               f"dropped {a['jobs_dropped'] or 'none'}")
+    from ..output import simulation_text
+
+    click.echo("\n".join(simulation_text(result, node_count)))

@@ -64,7 +64,8 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
 
     Exit codes: 0 ok or warn, 1 reboot or drain, 2 usage or config error, 3 no readable GPU state.
     """
-    from ..pipeline import evaluate, format_text
+    from ..output import check_text
+    from ..pipeline import evaluate
 
     if report and snapshot_file:
         _fail("give --nvidia-smi-q or --snapshot, not both", exitcodes.USAGE)
@@ -88,7 +89,7 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1))
     else:
-        click.echo(format_text(result))
+        click.echo(check_text(result))
     sys.exit(exitcodes.UNHEALTHY if result.verdict in ("reboot", "drain") else exitcodes.OK)
 
 
@@ -234,6 +235,7 @@ def xid(file: str, as_json: bool) -> None:
     """List the GPU Xid and NVSwitch SXid events in a kernel log (FILE or - for stdin), with the catalog's
     action."""
     from ..catalog import nvlink5_action, sxid_action, xid_info
+    from ..output import sxid_text, xid_text
     from ..readers.kernel_log import kernel_log_text, read_kernel_log
 
     try:
@@ -262,26 +264,13 @@ def xid(file: str, as_json: bool) -> None:
         # NVLink5 marks, a repeat of an earlier Xid, a line read only in part: said where they apply
         row.update({k: v for k, v in (("fatal", e.fatal), ("unit", e.unit), ("subcode", e.subcode),
                                        ("caused_by", e.caused_by), ("partial", e.partial or None)) if v is not None})
-        if as_json:
-            click.echo(json.dumps(row))
-        else:
-            label = f"{e.xid}.{e.subcode}" if e.subcode is not None else str(e.xid)
-            marks = "".join(f" ({m})" for m in ((("Fatal" if e.fatal else "Nonfatal") if e.fatal is not None else ""),
-                                                 (f"caused by Xid {e.caused_by}" if e.caused_by else ""),
-                                                 ("partial line" if e.partial else "")) if m)
-            click.echo(f"{e.line:>6}  Xid {label:<6} {e.pci or '-':<12} {row['severity']:<6} {row['action']:<16} "
-                       f"{row['name']}{marks}")
+        click.echo(json.dumps(row) if as_json else xid_text(row))
     for sx in log.sxids:
         act, name = sxid_action(sx.sxid, sx.fatal)
         row = {"line": sx.line, "sxid": sx.sxid, "fatal": sx.fatal if sx.fatal is not None else act.severity != "warn",
                "switch": sx.switch, "pci": sx.pci, "link": sx.link, "name": name, "action": act.action,
                "severity": act.severity, "timestamp": sx.timestamp, "boot": sx.boot, "message": sx.message}
-        if as_json:
-            click.echo(json.dumps(row))
-        else:
-            word = "Fatal" if row["fatal"] else "Non-fatal"
-            click.echo(f"{sx.line:>6}  SXid {sx.sxid:<5} nvswitch{sx.switch if sx.switch is not None else '?':<4} "
-                       f"{act.severity:<6} {act.action:<16} {name} ({word})")
+        click.echo(json.dumps(row) if as_json else sxid_text(row))
     for why in log.unparsed:
         if as_json:
             number, _, rest = why.partition(": ")
@@ -555,22 +544,12 @@ def history(config: str | None, node: str | None, db: str | None, since: str | N
         seen = read_recent(path, parse_since(since, time.time()) if since else 0.0, gpu, limit)
     except HistoryError as exc:
         _fail(str(exc), exitcodes.USAGE)
-    runs, finds, perf = seen["runs"], seen["findings"], seen["performance"]
     if as_json:
         click.echo(json.dumps({"node": node, **seen}, indent=1))
         return
-    from ..history import ladder_text
+    from ..output import history_text
 
-    click.echo(f"{node}: {len(runs)} run(s), {len(finds)} finding(s), {len(perf)} measurement(s), "
-               f"{len(seen['actions'])} action(s) of the remediation ladder")
-    for r in runs[:20]:
-        click.echo(f"  {r['time']}  {r['hook']:<11} {r['verdict']:<6} job {r['job_id'] or '-':<8} driver {r['driver']}")
-    for f in finds[:20]:
-        where = "node" if f["gpu"] is None else f"gpu{f['gpu']}"
-        click.echo(f"  run {f['run_id']:<5} {f['severity']:<6} {f['check']:<12} {where:<5} {f['message']}"
-                   + (f"  (job {f['job_id']})" if f["job_id"] else ""))
-    for line in ladder_text(seen):
-        click.echo(line)
+    click.echo("\n".join(history_text(node, seen)))
 
 
 @cli.group()

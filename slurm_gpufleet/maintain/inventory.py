@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..hostlist import fold, grouped
 from ..policy import Policy
 from .fleet import FleetState
 
@@ -99,31 +98,3 @@ def _exposure(members) -> list[dict[str, Any]]:
     return out
 
 
-def inventory_text(inv: dict[str, Any]) -> str:
-    lines = [f"{inv['nodes']} node(s)"]
-    for u in inv.get("groups_matching_no_node", []):
-        lines.append(f"warning: group {u['group']} (nodes = \"{u['nodes']}\") matches no node of the fleet: its "
-                     "settings apply nowhere (a typo in its host list?)")
-    for group, g in inv["groups"].items():
-        lines.append(f"{group}: {g['nodes']} node(s), mode {g['mode']}; standard driver {g['standard_driver']}"
-                     f"{' (pinned)' if g['pinned'] else ' (most common)'}")
-        for label in ("drivers", "models", "firmware", "verdicts", "states"):
-            lines.append(f"  {label:<9} " + ", ".join(f"{k} x{v}" for k, v in g[label].items()))
-        for e in g.get("exposed", []):
-            fix = f"safe from {e['safe_version']}" if e["safe_version"] else "no fix on this branch: change branch"
-            lines.append(f"  exposed   {e['driver']} on {len(e['nodes'])} {fold(e['nodes'])}: {len(e['cves'])} CVE(s), "
-                         f"worst {e['worst']}; {fix}")
-        net = g.get("network") or {}
-        if net:
-            lines.append("  network   " + "; ".join(f"{kind.replace('_', ' ')}: {e['ports']} port(s) on "
-                                                    f"{len(e['nodes'])} node(s) {fold(e['nodes'])}"
-                                                    for kind, e in net.items()))
-        if g.get("observed"):
-            lines.append(f"  observed: {len(g['observed'])} node(s) where full mode would have acted")
-            for would, count, nodes in grouped((o["node"], o["would"]) for o in g["observed"]):
-                lines.append(f"    {count:>5} {nodes}: would {would}")
-        if g["off_standard"]:
-            lines.append(f"  off standard: {len(g['off_standard'])}")
-            for why, count, nodes in grouped((o["node"], o["why"]) for o in g["off_standard"]):
-                lines.append(f"    {count:>5} {nodes}: {why}")
-    return "\n".join(lines)

@@ -1,0 +1,40 @@
+"""Every text a command prints for people comes from one module (slurm_gpufleet/output.py), from the same
+data its --json gives: the words and the JSON cannot disagree."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+from support import REPO, run_cli
+from test_simulate import EXCERPT
+
+
+def test_maintain_simulate_prints_from_the_json_it_gives():
+    args = ("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "6", "--rollout-at", "30", "--jobs", "1",
+            "--domain-size", "3")
+    data = json.loads(run_cli(*args, "--json").stdout)
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert lines[0] == f"job history: {EXCERPT}"
+    for name, m in data["strategies"].items():
+        row = next(line for line in lines if line.startswith(f"{name} ") and "done by deadline" not in line
+                   and len(line.split()) == 7)
+        shown = row.split()
+        assert shown[1] == ("not done" if m["makespan_h"] is None else f"{m['makespan_h']:.2f}")
+        assert float(shown[2]) == round(m["gpu_hours_lost"], 1)
+    assert any(line.startswith("strategy     domains") for line in lines)
+
+
+def test_the_cli_modules_print_through_the_output_module():
+    """No command builds a table of its own: a line with two or more aligned fields (`:>8`, `:<12`) in an
+    f-string belongs to output.py."""
+    aligned = []
+    for path in sorted((REPO / "slurm_gpufleet" / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.JoinedStr):
+                specs = [v.format_spec for v in node.values if isinstance(v, ast.FormattedValue) and v.format_spec]
+                if sum(1 for s in specs if any(c in ast.unparse(s) for c in "<>")) >= 2:
+                    aligned.append(f"{path.name}:{node.lineno}")
+    assert aligned == [], aligned
