@@ -125,8 +125,26 @@ def judge(state: ImexState, why: str) -> list[Finding]:
 
 def job_findings(env: Mapping[str, str], settings) -> list[Finding]:
     """The prolog's and epilog's IMEX judgement: nothing unless the job uses IMEX."""
+    return job_imex(env, settings)[1]
+
+
+def job_imex(env: Mapping[str, str], settings) -> tuple[str | None, list[Finding]]:
+    """(the IMEX state in words, for the job's record, or None where the job does not use IMEX or the node
+    has none; the findings).  The prolog keeps the words in the job's window; the epilog records a change."""
     why = job_uses_imex(env, settings)
     if why is None:
-        return []
+        return None, []
     # two commands share the read timeout: the prolog's whole read stays within it
-    return judge(read_imex(settings.imex_ctl, settings.read_timeout_s / 2), why)
+    state = read_imex(settings.imex_ctl, settings.read_timeout_s / 2)
+    return state_words(state), judge(state, why)
+
+
+def state_words(state: ImexState) -> str | None:
+    """`daemon READY, domain UP` (with `version mismatch` where one is shown), `not readable`, or None for
+    a node without IMEX."""
+    if not state.installed:
+        return None
+    if state.error:
+        return "not readable"
+    return f"daemon {state.daemon or '?'}, domain {state.domain or '?'}" + (
+        ", version mismatch" if state.version_mismatch else "")

@@ -14,10 +14,12 @@ A node's part, compact (AdminComment travels with every job record):
   s   [sxid, ...]             NVSwitch SXids during the job
   m   {gpu: "dram_uncorrected +1, ..."}   memory errors that grew during the job
   t   {gpu: percent}          the share of the job's windows a GPU ran throttled (the in-job sampler's tally)
+  fb  {gpu: "completed/healthy -> completed/unhealthy"}   NVLink fabric changes during the job
+  ix  "daemon READY, domain UP -> daemon READY, domain DEGRADED"   an IMEX change during the job
   a   "reboot: memory gpu5 remap pending [gpufleet]"   what the epilog did about the node, where it did anything
 and, for the whole job, `fl`: [[node, gpu, signature, t_first], ...], the in-job detector's flags
 (`fleet lemons` writes them while the job runs).
-  f   ["...", ...]            the other findings the epilog recorded against the job (IMEX, in-job flags)
+  f   ["...", ...]            the other findings the epilog recorded against the job (the IMEX judgement, in-job flags)
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ def node_part(findings: list, action: str | None = None, throttled: dict[str, in
         elif f.check == "sxid_job":
             if f.xid not in part.setdefault("s", []):
                 part["s"].append(f.xid)
+        elif f.check == "job_fabric":
+            part.setdefault("fb", {})[str(f.gpu)] = f.message.removeprefix("fabric ")[:120]
+        elif f.check == "job_imex":
+            part["ix"] = f.message.removeprefix("IMEX ")[:160]
         else:
             other.append(f"{f.check}: {f.message}"[:120])
     if xids:
@@ -155,6 +161,10 @@ def lines(job: str, record: dict[str, Any]) -> list[str]:
             out.append(f"  {node} gpu {gpu}: memory errors {what}")
         for gpu, pct in sorted(part.get("t", {}).items()):
             out.append(f"  {node} gpu {gpu}: throttled in {pct}% of the job's windows")
+        for gpu, what in sorted(part.get("fb", {}).items()):
+            out.append(f"  {node} gpu {gpu}: NVLink fabric {what}")
+        if part.get("ix"):
+            out.append(f"  {node}: IMEX {part['ix']}")
         for what in part.get("f", []):
             out.append(f"  {node}: {what}")
         if part.get("a"):

@@ -182,3 +182,48 @@ def test_the_epilog_attributes_an_nvswitch_sxid_inside_the_jobs_window_to_it():
     found = job_findings(snap, "42", None, {"start": start, "counters": {}})
     assert [(f.check, f.xid) for f in found] == [("sxid_job", 19084)]
     assert jobrecord.node_part(found) == {"s": [19084]}
+
+
+def test_a_fabric_or_imex_change_during_the_job_reaches_its_record(tmp_path):
+    """The prolog keeps each job GPU's NVLink fabric, and the IMEX state where the job uses IMEX, in the job's
+    window; the epilog records what changed, in the node's part (`fb`, `ix`) and in `slurm-gpufleet job`."""
+    import os
+    import time as time_
+
+    from test_escalation import _fake_ctl, settings
+
+    from slurm_gpufleet.hooks.epilog import imex_change, job_findings
+    from slurm_gpufleet.hooks.jobs import _window_path, _write_window
+    from slurm_gpufleet.imex import job_imex
+    from slurm_gpufleet.snapshot import Fabric, Gpu, NodeSnapshot
+
+    def node(*summaries):
+        return NodeSnapshot(host="n1", gpus=[Gpu(index=i, minor_number=i,
+                                                         fabric=Fabric(state="completed", summary=s))
+                                             for i, s in enumerate(summaries)])
+
+    ctl = _fake_ctl(tmp_path)
+    s = settings(imex_features=("imex",), imex_ctl=ctl, state_dir=str(tmp_path / "state"))
+    env = {"SLURM_JOB_CONSTRAINTS": "imex"}
+    words, found = job_imex(env, s)
+    assert (words, found) == ("daemon READY, domain UP", [])
+    _write_window(s, "n1", "42", node("healthy", "healthy"), frozenset({0, 1}), words)
+    with open(_window_path(s, "n1", "42")) as fh:
+        window = json.load(fh)
+    assert window["fabric"] == {"0": "completed/healthy", "1": "completed/healthy"} and window["imex"] == words
+
+    (tmp_path / "q").write_text("UNAVAILABLE\n")
+    now, judged = job_imex(env, s)
+    assert now == "daemon UNAVAILABLE, domain UP" and [f.message for f in judged] == ["IMEX daemon UNAVAILABLE"]
+    record = job_findings(node("healthy", "unhealthy"), "42", frozenset({0, 1}), window) + imex_change(window, now, "42")
+    part = jobrecord.node_part(record)
+    assert part == {"fb": {"1": "completed/healthy -> completed/unhealthy"},
+                    "ix": "daemon READY, domain UP -> daemon UNAVAILABLE, domain UP"}
+    lines = jobrecord.lines("42", jobrecord.split(jobrecord.with_part("", "n1", part))[1])
+    assert "  n1 gpu 1: NVLink fabric completed/healthy -> completed/unhealthy" in lines
+    assert "  n1: IMEX daemon READY, domain UP -> daemon UNAVAILABLE, domain UP" in lines
+    # nothing changed: nothing to say (a quiet job writes no record)
+    assert job_findings(node("healthy", "healthy"), "42", None, window) == [] and imex_change(window, words, "42") == []
+    assert imex_change({}, now, "42") == []   # the job did not use IMEX at its start
+    os.unlink(_window_path(s, "n1", "42"))
+    assert time_.time() > window["start"]

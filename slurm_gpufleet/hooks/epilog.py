@@ -19,7 +19,7 @@ from .common import (
     log,
     read_node,
 )
-from .jobs import _counters, _job_gpus, _window_path
+from .jobs import _counters, _job_gpus, _window_path, fabric_words
 
 if TYPE_CHECKING:
     from ..findings import Finding
@@ -62,9 +62,10 @@ def run(argv: list[str] | None = None) -> int:
             window = {}
     gpus = _job_gpus() or (frozenset(window["gpus"]) if window.get("gpus") else None)
     report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
-    from ..imex import job_findings as imex_findings
+    from ..imex import job_imex
 
-    extra = job_findings(snap, job, gpus, window) + imex_findings(os.environ, setup.settings)
+    imex_words, imex_found = job_imex(os.environ, setup.settings)
+    extra = job_findings(snap, job, gpus, window) + imex_found + imex_change(window, imex_words, job)
     for f in extra:
         log.warning("job %s: %s gpu %s: %s", job, f.check, f.gpu, f.detail or f.message)
     result = act(setup, report, "epilog", job=job, extra_findings=extra)
@@ -149,4 +150,22 @@ def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | Non
         if grown:
             out.append(Finding("job", "ok", "none", int(sid), f"memory errors during job {job}",
                                ", ".join(f"{k} +{d}" for k, d in grown.items()), extra={"job_id": job}))
+    for sid, before in (window.get("fabric") or {}).items():
+        g = next((x for x in snap.gpus if str(x.minor_number if isinstance(x.minor_number, int) else x.index) == sid),
+                 None)
+        after = fabric_words(g) if g is not None else None
+        if after != before:
+            out.append(Finding("job_fabric", "ok", "none", int(sid), f"fabric {before} -> {after or 'not read'}",
+                               f"the GPU's NVLink fabric changed during job {job}", extra={"job_id": job}))
     return out
+
+
+def imex_change(window: dict, now: str | None, job: str | None) -> list[Finding]:
+    """The IMEX state the prolog saw beside the one now, where the job uses IMEX and it changed."""
+    from ..findings import Finding
+
+    before = window.get("imex")
+    if before is None or now is None or now == before:
+        return []
+    return [Finding("job_imex", "ok", "none", None, f"IMEX {before} -> {now}", f"IMEX changed during job {job}",
+                    extra={"job_id": job})]

@@ -38,22 +38,39 @@ def _window_path(settings: SlurmSettings, node: str, job: str) -> str:
 
 
 def _write_window(settings: SlurmSettings, node: str, job: str, snap: NodeSnapshot,
-                  gpus: frozenset[int] | None) -> None:
-    """Start of the job's window and its GPUs' error counters, for the epilog (a small file, no database)."""
-    counters = {}
+                  gpus: frozenset[int] | None, imex: str | None = None) -> None:
+    """Start of the job's window, its GPUs' error counters and NVLink fabric state, and the IMEX state
+    where the job uses IMEX: for the epilog (a small file, no database)."""
+    counters, fabric = {}, {}
     for g in snap.gpus:
         sid = g.minor_number if isinstance(g.minor_number, int) else g.index
         if gpus is None or sid in gpus:
             counters[str(sid)] = _counters(g)
+            words = fabric_words(g)
+            if words is not None:
+                fabric[str(sid)] = words
     path = _window_path(settings, node, job)
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         tmp = f"{path}.tmp"
         with open(tmp, "w") as fh:
-            json.dump({"start": time.time(), "gpus": sorted(gpus) if gpus else None, "counters": counters}, fh)
+            json.dump({"start": time.time(), "gpus": sorted(gpus) if gpus else None, "counters": counters,
+                       **({"fabric": fabric} if fabric else {}), **({"imex": imex} if imex else {})}, fh)
         os.replace(tmp, path)
     except OSError as exc:
         log.warning("could not write the job window: %s", exc)
+
+
+def fabric_words(g) -> str | None:
+    """A GPU's NVLink fabric in words, `completed/healthy` (state, then health where the driver gives it),
+    or None where the GPU has no fabric (no NVLink fabric on its board, or not read)."""
+    from ..snapshot import known
+
+    state = known(g.fabric.state)
+    if state is None or state == "not_supported":
+        return None
+    summary = known(g.fabric.summary)
+    return f"{state}/{summary}" if summary else str(state)
 
 
 def _counters(g) -> dict[str, int | None]:

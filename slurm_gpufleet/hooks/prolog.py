@@ -56,13 +56,14 @@ def run(argv: list[str] | None = None) -> int:
     watchdog.cancel()
     gpus = _job_gpus()
     report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
-    from ..imex import job_findings as imex_findings
+    from ..imex import job_imex
 
     # IMEX is the job's to judge (imex.py): only a job that uses it, never an idle node
-    report.findings += imex_findings(os.environ, setup.settings)
+    imex_words, imex_found = job_imex(os.environ, setup.settings)
+    report.findings += imex_found
     report.verdict = verdict(report.findings)
     if job:
-        _write_window(setup.settings, setup.node, job, snap, gpus)
+        _write_window(setup.settings, setup.node, job, snap, gpus, imex_words)
         if report.verdict not in ("reboot", "drain") and _job_nodes() >= 2:
             from .. import sampler
 
