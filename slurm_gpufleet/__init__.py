@@ -16,21 +16,43 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _PUBLIC = {
+    # check a node
     "Finding": "findings", "verdict": "findings",
     "Report": "pipeline", "Source": "pipeline", "evaluate": "pipeline", "gather": "pipeline",
     "NodePolicy": "policy", "Policy": "policy", "PolicyError": "policy", "load_policy": "policy",
     "ReportError": "readers", "read_report": "readers", "read_report_file": "readers",
     "UNSUPPORTED": "snapshot", "Gpu": "snapshot", "NodeSnapshot": "snapshot",
+    # read a fleet, plan and run a rollout
+    "FleetState": "maintain.fleet", "make_plan": "maintain.planner", "Plan": "maintain.plan",
+    "Engine": "maintain.reconcile", "Runner": "maintain.runner", "Store": "maintain.store",
+    # simulate
+    "read_sacct": "maintain.sacct", "simulate": "maintain.simulate", "SimFleet": "maintain.simulate",
+    "SimExecutor": "maintain.simslurm", "fleet_faults": "faultsim",
+    # act on Slurm
+    "get_backend": "slurm", "Actuator": "slurm.actuator",
 }
-__all__ = ["UNSUPPORTED", "Finding", "Gpu", "NodePolicy", "NodeSnapshot", "Policy", "PolicyError", "Report",
-           "ReportError", "Source", "evaluate", "gather", "load_policy", "read_report", "read_report_file",
-           "verdict"]
+__all__ = ["UNSUPPORTED", "Actuator", "Engine", "Finding", "FleetState", "Gpu", "NodePolicy", "NodeSnapshot", "Plan",
+           "Policy", "PolicyError", "Report", "ReportError", "Runner", "SimExecutor", "SimFleet", "Source", "Store",
+           "evaluate", "fleet_faults", "gather", "get_backend", "load_policy", "make_plan", "read_report",
+           "read_report_file", "read_sacct", "simulate", "verdict"]
 
 if TYPE_CHECKING:
+    from .faultsim import fleet_faults
     from .findings import Finding, verdict
+    from .maintain.fleet import FleetState
+    from .maintain.plan import Plan
+    from .maintain.planner import make_plan
+    from .maintain.reconcile import Engine
+    from .maintain.runner import Runner
+    from .maintain.sacct import read_sacct
+    from .maintain.simslurm import SimExecutor
+    from .maintain.simulate import SimFleet, simulate
+    from .maintain.store import Store
     from .pipeline import Report, Source, evaluate, gather
     from .policy import NodePolicy, Policy, PolicyError, load_policy
     from .readers import ReportError, read_report, read_report_file
+    from .slurm import get_backend
+    from .slurm.actuator import Actuator
     from .snapshot import UNSUPPORTED, Gpu, NodeSnapshot
 
 

@@ -761,3 +761,15 @@ def test_apply_obeys_the_max_failures_its_plan_shows_not_a_config_changed_since(
     engine.s = replace(engine.s, max_failures=10)   # the config now
     assert drive(fleet, engine, plan, executor) == S.R_HALTED
     assert any("(max_failures 0)" in (e["detail"] or "") for e in store.log(plan["id"], 200))
+
+
+def test_the_nodes_of_a_multi_node_job_share_a_slot_that_fills_the_partitions_budget_and_still_go(tmp_path):
+    """A 2-node job's nodes get one slot; with the per-partition budget at 2, the two nodes idle in their begun
+    slot were counted against the partition as if already taken, and blocked their own admission: the
+    rollout stayed `running` forever after the job ended."""
+    fleet = SimFleet(8)
+    fleet.add_job("wide", [0, 1], 8, T0 + 3 * 3600)
+    engine, store, plan, executor = rollout(tmp_path, fleet, base='[maintain]\nmax_unavailable = 2\n'
+                                            'max_unavailable_per_partition = "25%"\n')
+    assert drive(fleet, engine, plan, executor, max_steps=200) == S.R_DONE
+    assert fleet.sim.now - T0 >= 3 * 3600   # the job's nodes went after it ended, not before

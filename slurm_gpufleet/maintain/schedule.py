@@ -256,7 +256,7 @@ def admit(view: Any, take: Callable[[str], bool], skip: Callable[[str, str], Non
         return
     per_part = budget.per_partition
     part_out: dict[str, int] = defaultdict(int)
-    for n in ours | others:
+    for n in firm:  # as the budget counts: a waiting node idle in its begun slot costs nothing until taken
         if n in view.world.nodes:
             for p in view.world.nodes[n].partitions:
                 part_out[p] += 1
