@@ -38,3 +38,16 @@ def test_the_cli_modules_print_through_the_output_module():
                 if sum(1 for s in specs if any(c in ast.unparse(s) for c in "<>")) >= 2:
                     aligned.append(f"{path.name}:{node.lineno}")
     assert aligned == [], aligned
+
+
+def test_the_shared_options_are_spelled_once():
+    """--config, --json and --fleet come from cli/common.py's decorators (a command may word their help)."""
+    spelled = []
+    for path in sorted((REPO / "slurm_gpufleet" / "cli").glob("*.py")):
+        if path.name == "common.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "click.option" and node.args and \
+                    isinstance(node.args[0], ast.Constant) and node.args[0].value in ("--config", "--json", "--fleet"):
+                spelled.append(f"{path.name}:{node.lineno} {node.args[0].value}")
+    assert spelled == [], spelled

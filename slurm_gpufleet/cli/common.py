@@ -51,8 +51,26 @@ def _load_policy(config: str | None, trusted: bool = False, read_only: bool = Fa
 # options every command that has them spells the same way, with the same help
 JSON_HELP = "Print one JSON object (machine output; the text is for people)."
 CONFIG_HELP = "Config file (default $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet/gpufleet.toml, else safe defaults)."
-json_option = click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
-config_option = click.option("--config", metavar="FILE", help=CONFIG_HELP)
+FLEET_HELP = "A saved fleet (JSON, `fleet save`) instead of asking Slurm."
+
+
+def json_opt(help: str = JSON_HELP):
+    """--json: one JSON object (the help may say what the object holds)."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def config_opt(help: str = CONFIG_HELP, name: str = "config"):
+    """--config FILE (the help may say which part of the config the command reads)."""
+    return click.option("--config", name, metavar="FILE", help=help)
+
+
+def fleet_opt(help: str = FLEET_HELP):
+    """--fleet FILE: a saved fleet instead of Slurm."""
+    return click.option("--fleet", "fleet_file", metavar="FILE", help=help)
+
+
+json_option = json_opt()
+config_option = config_opt()
 
 
 

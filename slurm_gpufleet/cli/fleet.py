@@ -19,14 +19,17 @@ from .common import (
     _load_policy,
     _write_atomic,
     cli,
+    config_opt,
+    fleet_opt,
     group_config_option,
+    json_opt,
     json_option,
 )
 
 
 @cli.group(invoke_without_command=True)
-@click.option("--config", metavar="FILE", help="Policy file (node groups, their pinned driver and firmware).")
-@click.option("--fleet", "fleet_file", metavar="FILE", help="A saved fleet (JSON) instead of asking Slurm.")
+@config_opt(help="Policy file (node groups, their pinned driver and firmware).")
+@fleet_opt(help="A saved fleet (JSON) instead of asking Slurm.")
 @json_option
 @click.pass_context
 def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_json: bool) -> None:
@@ -61,7 +64,7 @@ def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_jso
               help="The job's own per-rank timings (CSV or JSON Lines: rank, dp, stage, step, op, start, duration, "
                    "node, gpus): each worker against its data-parallel peers.  Exit 0 no flag, 1 flags, 2 "
                    "unreadable, 3 no row.")
-@click.option("--json", "as_json", is_flag=True, help="JSON (as `fleet --json stragglers`).")
+@json_opt(help="JSON (as `fleet --json stragglers`).")
 @click.pass_context
 def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str | None, drain: bool,
                      telemetry: str | None, running: bool, timings: str | None, as_json: bool) -> None:
@@ -190,7 +193,7 @@ def fleet_save(ctx: click.Context, out: str) -> None:
 
 @fleet.command("cases")
 @group_config_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json cases`).")
+@json_opt(help="One JSON object (as `fleet --json cases`).")
 @click.pass_context
 def fleet_cases(ctx: click.Context, as_json: bool) -> None:
     """The remediation ladder's open cases: per node and failure class, the attempts within the window
@@ -324,7 +327,7 @@ def fleet_sweep(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 
 @fleet.command("domains")
 @group_config_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json domains`).")
+@json_opt(help="One JSON object (as `fleet --json domains`).")
 @click.pass_context
 def fleet_domains(ctx: click.Context, as_json: bool) -> None:
     """The failure domains (NVLink racks, Slurm blocks) and where they come from: the config's [[domain]],
@@ -535,7 +538,7 @@ def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every
               help="Also a job's own per-rank timings (as `fleet stragglers --timings`): its slow workers' nodes "
                    "are flagged for that job, beside the samplers' flags.")
 @click.option("--job", "timings_job", metavar="JOBID", help="The job the --timings file is of.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object (as `fleet --json lemons`).")
+@json_opt(help="One JSON object (as `fleet --json lemons`).")
 @click.pass_context
 def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, timings: str | None,
                  timings_job: str | None, as_json: bool) -> None:

@@ -22,7 +22,9 @@ from .common import (
     _load_policy,
     _write_atomic,
     cli,
+    config_opt,
     config_option,
+    fleet_opt,
     json_option,
 )
 
@@ -47,9 +49,9 @@ def _maintain_policy(policy_file: str | None, config: str | None, read_only: boo
 @click.option("--nodes", "nodeset", required=True, metavar="NODESET", help="Slurm host list, e.g. gpu[001-128].")
 @click.option("--strategy", type=click.Choice(list(STRATEGIES)), default="reservation", show_default=True,
               help="reservation: MAINT reservations placed when the nodes' jobs end; reboot-asap: scontrol reboot ASAP.")
-@click.option("--config", metavar="FILE", help="Config with [maintain] and node groups (as for apply, status...).")
+@config_opt(help="Config with [maintain] and node groups (as for apply, status...).")
 @click.option("--policy", "policy_file", metavar="FILE", hidden=True, help="Old name of --config.")
-@click.option("--fleet", "fleet_file", metavar="FILE", help="Plan against a saved fleet (JSON) instead of Slurm.")
+@fleet_opt(help="Plan against a saved fleet (JSON) instead of Slurm.")
 @click.option("--out", metavar="PLAN.json", help="Write the plan for `maintain apply`.")
 @click.option("--html", "html_out", metavar="FILE", help="Write an HTML report with a timeline per node group.")
 @click.option("--force", is_flag=True, help="Plan even when the compatibility gate refuses (and say so).")
@@ -367,7 +369,7 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 @click.option("--rollout-at", type=float, default=240.0, show_default=True, metavar="HOURS",
               help="When the rollout starts, in hours from the first submission.")
 @click.option("--max-unavailable", default=None, metavar="N|P%", help="Budget (default: the policy's).")
-@click.option("--config", "policy_file", metavar="FILE", help="Config whose [maintain] table shapes the waves.")
+@config_opt(name="policy_file", help="Config whose [maintain] table shapes the waves.")
 @click.option("--policy", "policy_file", metavar="FILE", hidden=True, help="Old name of --config.")
 @click.option("--time-limit-assumption", default="runtime-ceil-hour", show_default=True,
               help="For histories without Timelimit: runtime-ceil-hour, factor:X, or partition:D-HH:MM:SS.")

@@ -22,7 +22,9 @@ from .common import (
     _state_dir_of,
     _write_atomic,
     cli,
+    config_opt,
     config_option,
+    json_opt,
     json_option,
 )
 
@@ -35,7 +37,7 @@ from .common import (
 @click.option("--kmsg", metavar="FILE", type=click.Path(dir_okay=False),
               help="Kernel log (dmesg, journalctl -k, syslog, /dev/kmsg) to read Xid events from "
                    "(live checks read /dev/kmsg when it is readable).")
-@click.option("--config", metavar="FILE", help="Policy file (default $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet/gpufleet.toml).")
+@config_opt(help="Policy file (default $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet/gpufleet.toml).")
 @click.option("--node", metavar="NAME", help="Node name for group matching (default: the snapshot's host).")
 @click.option("--previous", metavar="FILE", type=click.Path(dir_okay=False),
               help="An earlier JSON snapshot of this node, to judge counter growth.")
@@ -180,8 +182,8 @@ def snapshot(report: str | None, kmsg: str | None, level: str, output: str, time
 
 @cli.command()
 @click.argument("job_id", metavar="JOBID")
-@click.option("--config", metavar="FILE", help="Policy file (its [slurm] programs).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: the job, where its record came from, the record.")
+@config_opt(help="Policy file (its [slurm] programs).")
+@json_opt(help="One JSON object: the job, where its record came from, the record.")
 def job(job_id: str, config: str | None, as_json: bool) -> None:
     """What happened to a job's GPUs: the record its nodes kept in its AdminComment (Xids, memory errors,
     what was done to a node, fault requeues), from `scontrol show job` while Slurm holds the job and from
@@ -228,8 +230,7 @@ def job(job_id: str, config: str | None, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per line: each GPU Xid event, each NVSwitch SXid event (\"sxid\": CODE), "
+@json_opt(help="One JSON object per line: each GPU Xid event, each NVSwitch SXid event (\"sxid\": CODE), "
                    "each line that mentions an Xid and was not read (\"unparsed\": WHY).")
 def xid(file: str, as_json: bool) -> None:
     """List the GPU Xid and NVSwitch SXid events in a kernel log (FILE or - for stdin), with the catalog's
@@ -336,7 +337,7 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
 @click.option("--reboot-program", metavar="PATH", help="RebootProgram (printed as a hint when not given).")
 @click.option("--slurm-version", metavar="X.Y", help="The Slurm release that reads the lines (default: this "
                                                      "machine's `scontrol --version`).")
-@click.option("--config", metavar="FILE", help="The config the programs read, for its read_timeout_s "
+@config_opt(help="The config the programs read, for its read_timeout_s "
                                                "(default: $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet).")
 def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str | None,
                slurm_version: str | None, config: str | None) -> None:
@@ -434,7 +435,7 @@ def breaker_reset(config: str | None) -> None:
 @click.option("--prefix", required=True, metavar="DIR", help="Where to install, e.g. /opt/gpufleet (absolute).")
 @click.option("--dry-run", is_flag=True, help="Say what would be written; write nothing.")
 @click.option("--python", "python", metavar="PATH", help="Interpreter the wrappers run (default: this one).")
-@click.option("--config", metavar="FILE", help="Config the programs read (default: PREFIX/etc/gpufleet.toml).")
+@config_opt(help="Config the programs read (default: PREFIX/etc/gpufleet.toml).")
 @click.option("--slurm-conf", metavar="FILE", help="Export SLURM_CONF in the wrappers (a slurm.conf outside /etc).")
 @click.option("--interval", type=click.IntRange(1), default=300, show_default=True, help="HealthCheckInterval.")
 @click.option("--node-state", default="ANY", show_default=True,
