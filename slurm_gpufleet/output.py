@@ -1,5 +1,6 @@
-"""Everything the commands print for people, in one place: each function takes the data a command gives
-with --json (or the report behind it) and returns its text, so that the words and the JSON never disagree.
+"""The text the commands print for people, in one place: each function takes the data a command gives with
+--json (or the report behind it) and returns its text, so that the words and the JSON never disagree.
+The plan's report keeps its module (maintain/report.py), where its text and its HTML share their helpers.
 It imports nothing heavy at the top: the health check's path reaches `check_text` too."""
 
 from __future__ import annotations
@@ -319,3 +320,47 @@ def sxid_text(row: dict[str, Any]) -> str:
     switch = row["switch"] if row["switch"] is not None else "?"
     return (f"{row['line']:>6}  SXid {row['sxid']:<5} nvswitch{switch:<4} {row['severity']:<6} {row['action']:<16} "
             f"{row['name']} ({'Fatal' if row['fatal'] else 'Non-fatal'})")
+
+
+def job_text(job: str, record: dict[str, Any]) -> list[str]:
+    """What `slurm-gpufleet job JOBID` prints: one line when there is nothing to say."""
+    nodes = record.get("n", {}) if isinstance(record.get("n"), dict) else {}
+    requeues = record.get("rq", []) if isinstance(record.get("rq"), list) else []
+    if not nodes and not requeues and not record.get("fl"):
+        return [f"job {job}: nothing happened to its GPUs that slurm-gpufleet saw"]
+    out = [f"job {job}:"]
+    for rq in requeues:
+        if isinstance(rq, list) and len(rq) >= 2:
+            out.append(f"  requeued: {rq[0]} failed it ({rq[1]})" + (f"; {rq[2]}" if len(rq) > 2 else ""))
+    if record.get("held"):
+        out.append(f"  held: {record['held']}")
+    for flag in record.get("fl", []) if isinstance(record.get("fl"), list) else []:
+        if isinstance(flag, list) and len(flag) >= 3:
+            where = f"{flag[0]} gpu {flag[1]}" if flag[1] is not None else f"{flag[0]}"
+            out.append(f"  {where}: flagged {flag[2].replace('_', ' ')} while the job ran (in-job detector)")
+    for node in sorted(nodes):
+        part = nodes[node] if isinstance(nodes[node], dict) else {}
+        for gpu, xid in part.get("x", []):
+            out.append(f"  {node} gpu {gpu}: Xid {xid}{_xid_name(xid)}")
+        for sxid in part.get("s", []):
+            out.append(f"  {node}: NVSwitch SXid {sxid}")
+        for gpu, what in sorted(part.get("m", {}).items()):
+            out.append(f"  {node} gpu {gpu}: memory errors {what}")
+        for gpu, pct in sorted(part.get("t", {}).items()):
+            out.append(f"  {node} gpu {gpu}: throttled in {pct}% of the job's windows")
+        for gpu, what in sorted(part.get("fb", {}).items()):
+            out.append(f"  {node} gpu {gpu}: NVLink fabric {what}")
+        if part.get("ix"):
+            out.append(f"  {node}: IMEX {part['ix']}")
+        for what in part.get("f", []):
+            out.append(f"  {node}: {what}")
+        if part.get("a"):
+            out.append(f"  {node}: then {part['a']}")
+    return out
+
+
+def _xid_name(xid: Any) -> str:
+    from .catalog import xid_info
+
+    info = xid_info(xid) if isinstance(xid, int) else None
+    return f" ({info.name})" if info else ""

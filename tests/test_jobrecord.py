@@ -11,6 +11,7 @@ from support import run_cli
 
 from slurm_gpufleet import jobrecord
 from slurm_gpufleet.findings import Finding
+from slurm_gpufleet.output import job_text
 from slurm_gpufleet.requeue import decide
 
 
@@ -47,11 +48,11 @@ def test_a_nodes_part_says_what_the_epilog_found_against_the_job():
                     "s": [20034], "a": "reboot: inventory gpu5 fallen off the bus [gpufleet]"}
     assert jobrecord.node_part([]) == {}
     text = jobrecord.with_requeue(jobrecord.with_part("", "n2", part), "n1", "memory gpu5 remap failed [gpufleet]")
-    out = jobrecord.lines("42", jobrecord.split(text)[1])
+    out = job_text("42", jobrecord.split(text)[1])
     assert out[0] == "job 42:" and "  requeued: n1 failed it (memory gpu5 remap failed [gpufleet])" in out
     assert "  n2 gpu 5: Xid 79 (GPU has fallen off the bus)" in out
     assert "  n2: then reboot: inventory gpu5 fallen off the bus [gpufleet]" in out
-    assert jobrecord.lines("7", {}) == ["job 7: nothing happened to its GPUs that slurm-gpufleet saw"]
+    assert job_text("7", {}) == ["job 7: nothing happened to its GPUs that slurm-gpufleet saw"]
 
 
 def test_two_nodes_writing_at_once_both_keep_their_part():
@@ -160,7 +161,7 @@ def test_the_samplers_throttling_tally_reaches_the_nodes_part(tmp_path):
     assert not (tmp_path / "instep-42-n1.tally.json").exists()
     part = jobrecord.node_part([], None, shares)
     assert part == {"t": {"5": 40}}
-    assert jobrecord.lines("42", {"n": {"n1": part}}) == ["job 42:", "  n1 gpu 5: throttled in 40% of the job's windows"]
+    assert job_text("42", {"n": {"n1": part}}) == ["job 42:", "  n1 gpu 5: throttled in 40% of the job's windows"]
     assert sampler.throttle_shares(str(tmp_path), "42", "n1") == {}   # read once
 
 
@@ -219,7 +220,7 @@ def test_a_fabric_or_imex_change_during_the_job_reaches_its_record(tmp_path):
     part = jobrecord.node_part(record)
     assert part == {"fb": {"1": "completed/healthy -> completed/unhealthy"},
                     "ix": "daemon READY, domain UP -> daemon UNAVAILABLE, domain UP"}
-    lines = jobrecord.lines("42", jobrecord.split(jobrecord.with_part("", "n1", part))[1])
+    lines = job_text("42", jobrecord.split(jobrecord.with_part("", "n1", part))[1])
     assert "  n1 gpu 1: NVLink fabric completed/healthy -> completed/unhealthy" in lines
     assert "  n1: IMEX daemon READY, domain UP -> daemon UNAVAILABLE, domain UP" in lines
     # nothing changed: nothing to say (a quiet job writes no record)

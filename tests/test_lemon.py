@@ -254,6 +254,7 @@ def test_a_new_flag_goes_into_its_running_jobs_record_once(tmp_path):
     another tool keeps in its AdminComment; a flag seen again writes nothing."""
     from slurm_gpufleet import jobrecord
     from slurm_gpufleet.lemon_step import run_step
+    from slurm_gpufleet.output import job_text
 
     slurm = LemonSlurm([node("n1"), node("n2")])
     slurm.admin_comments["10"] = "site note"
@@ -261,7 +262,7 @@ def test_a_new_flag_goes_into_its_running_jobs_record_once(tmp_path):
     run_step(slurm, lemon_settings(tmp_path), store, slurm.nodes(), [flag("n1", "10")], NOW)
     rest, record = jobrecord.split(slurm.admin_comments["10"])
     assert rest == "site note" and [f[:3] for f in record["fl"]] == [["n1", 3, "throttled"]], record
-    assert "  n1 gpu 3: flagged throttled while the job ran (in-job detector)" in jobrecord.lines("10", record)
+    assert "  n1 gpu 3: flagged throttled while the job ran (in-job detector)" in job_text("10", record)
     writes = [c for c in slurm.calls if c[0] == "set_admin_comment"]
     run_step(slurm, lemon_settings(tmp_path), store, slurm.nodes(), [flag("n1", "10")], NOW + 60)
     assert [c for c in slurm.calls if c[0] == "set_admin_comment"] == writes   # seen again: nothing more

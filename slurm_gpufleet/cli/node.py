@@ -192,6 +192,7 @@ def job(job_id: str, config: str | None, as_json: bool) -> None:
     Exit codes: 0 shown (or nothing to say), 2 no such job or Slurm unreadable.
     """
     from .. import jobrecord
+    from ..output import job_text
     from ..slurm import SlurmError
 
     if not job_id.replace("_", "").replace("+", "").isdigit():
@@ -224,7 +225,7 @@ def job(job_id: str, config: str | None, as_json: bool) -> None:
         click.echo(json.dumps({"job": job_id, "source": source, "record": record, **({"note": note} if note else {})},
                               indent=1))
     else:
-        for line in ([note] if note and not record else jobrecord.lines(job_id, record)):
+        for line in ([note] if note and not record else job_text(job_id, record)):
             click.echo(line)
 
 
