@@ -7,6 +7,8 @@ import sys
 
 from support import REPO
 
+from slurm_gpufleet.slurm.ownership import owner_of_reason
+
 sys.path.insert(0, str(REPO / "tests" / "slurm"))
 import gpustate  # noqa: E402
 
@@ -93,7 +95,9 @@ def test_nhc_mode_judges_only(tmp_path):
     assert subprocess.run(exe, env=env, capture_output=True, timeout=60).returncode == 0
     gpustate.fault(str(gpus / "n9.json"), 1, "row_remap_failure")
     r = subprocess.run(exe, env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and r.stdout.strip() == "memory gpu1 row remapping failed [gpufleet]"
+    # NHC drains with its own reason around these words: the drain is NHC's, so they carry no mark of ours
+    assert r.returncode == 1 and r.stdout.strip() == "memory gpu1 row remapping failed"
+    assert owner_of_reason(f"NHC: check_gpufleet: {r.stdout.strip()}") == "other"
     assert not os.path.exists(tmp_path / "state" / "n9.db")
 
 

@@ -59,9 +59,9 @@ def run(argv: list[str] | None = None) -> int:
         if args.confirm:
             return _confirm(setup, f"no readable GPU state: {exc}")
         if args.nhc:
-            from ..slurm.reasons import ours
+            from ..slurm.reasons import one_line
 
-            print(ours(f"inventory node no readable GPU state: {exc}"))
+            print(one_line(f"inventory node no readable GPU state: {exc}"))  # NHC's drain: no mark of ours
             return 1
         if acts:
             _drain_if_free(setup.settings, setup.node, INVENTORY_REASON)
@@ -92,10 +92,11 @@ def run(argv: list[str] | None = None) -> int:
         return _confirm(setup, f"{found.check} gpu{found.gpu}: {found.message}" if found.gpu is not None
                         else f"{found.check}: {found.message}") if found else 0
     if args.nhc:
-        from ..slurm.actions import make_reason, worst
+        from ..slurm.actions import fault_words, one_line, worst
 
         if report.verdict in ("reboot", "drain"):
-            print(make_reason(worst(report.findings)))
+            # NHC drains with these words in a reason of its own: the drain is NHC's, so no mark of ours
+            print(one_line(fault_words(worst(report.findings))))
             return 1
         return 0
     act(setup, report, "healthcheck", info=node_info, backend=backend)
