@@ -123,14 +123,9 @@ def judge(state: ImexState, why: str) -> list[Finding]:
     return []
 
 
-def job_findings(env: Mapping[str, str], settings) -> list[Finding]:
-    """The prolog's and epilog's IMEX judgement: nothing unless the job uses IMEX."""
-    return job_imex(env, settings)[1]
-
-
 def job_imex(env: Mapping[str, str], settings) -> tuple[str | None, list[Finding]]:
-    """(the IMEX state in words, for the job's record, or None where the job does not use IMEX or the node
-    has none; the findings).  The prolog keeps the words in the job's window; the epilog records a change."""
+    """The prolog's and epilog's IMEX judgement, nothing unless the job uses IMEX: (the IMEX state in words,
+    for the job's record, or None where the job does not use IMEX or the node has none; the findings).  The prolog keeps the words in the job's window; the epilog records a change."""
     why = job_uses_imex(env, settings)
     if why is None:
         return None, []

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from slurm_gpufleet.imex import ImexState, job_findings, job_uses_imex, judge, parse_domain, read_imex
+from slurm_gpufleet.imex import ImexState, job_imex, job_uses_imex, judge, parse_domain, read_imex
 from slurm_gpufleet.policy import SlurmSettings
 from slurm_gpufleet.slurm.base import NodeInfo
 from slurm_gpufleet.slurm.breaker import would_trip, would_trip_domain
@@ -16,6 +16,11 @@ from slurm_gpufleet.slurm.escalation import ready_to_resume, reason_for, trigger
 from slurm_gpufleet.summary import stamp
 
 NOW = 1_800_000_000.0
+
+
+def job_findings(env, settings):
+    """The IMEX judgement's findings (imex.job_imex's second half)."""
+    return job_imex(env, settings)[1]
 
 
 def node(name, reason="", at=NOW - 60, drained=True, extra=""):
