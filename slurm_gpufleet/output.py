@@ -86,6 +86,10 @@ def status_text(data: dict[str, Any]) -> list[str]:
             grouped((n["node"], (n["wave"], n["state"], n["error"] or "")) for n in data["nodes"]),
             key=lambda r: r[0][:2]):
         out.append(f"  wave {wave:>2}  {state:<12} {count:>5}  {folded}{'  ' + error if error else ''}")
+    unverified = [n for n in data["nodes"] if n.get("unverified")]
+    if unverified:  # returned, but a part it was compared on could never be read: an admin's look, not a failure
+        for parts, count, folded in grouped((n["node"], ", ".join(n["unverified"])) for n in unverified):
+            out.append(f"  unverified   {count:>5}  {folded}  {parts} not read after the upgrade")
     w = data.get("waiting")
     if w:
         since = time.strftime("%Y-%m-%d %H:%M:%S%z", time.localtime(w["since"]))

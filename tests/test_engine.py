@@ -390,6 +390,69 @@ def test_a_node_leaves_the_drain_for_its_validation_job_only_once_a_reservation_
     assert exposed == []
 
 
+def _unread_module(fleet, odd: str, engine, plan, store, reads_after: int | None):
+    """The rollout with max_failures 0, `odd` publishing no module flavour after its reboot (its module not
+    loaded at the first check); its health check publishes the flavour `reads_after` steps into its
+    validation (None: never)."""
+    from slurm_gpufleet.summary import stamp
+
+    seen = {"steps": 0}
+
+    def on_step(_before):
+        row = store.node(plan["id"], odd)
+        n = fleet.slurm.index[odd]
+        if row["state"] != S.VALIDATING or reads_after is None:
+            return
+        seen["steps"] += 1
+        if seen["steps"] == reads_after:
+            data = json.loads(n.extra)
+            n.extra = json.dumps({**data, "modf": "open", "t": stamp(fleet.sim.now)}, separators=(",", ":"))
+    return on_step, seen
+
+
+@pytest.mark.parametrize("reads_after", [1, 2, 3])
+def test_a_value_not_read_yet_after_the_reboot_is_read_again_never_a_mismatch(tmp_path, reads_after):
+    fleet = SimFleet(4)
+    odd = "node00003"
+
+    def fields(name):  # the canary read its module flavour; node00003's first summary has none yet
+        return {"kern": "6.1.0-28-amd64", "gsp": "580.159.04", **({} if name == odd else {"modf": "open"})}
+
+    engine, store, plan, executor = rollout(tmp_path, fleet, "", fields=fields)
+    assert plan["waves"][0]["nodes"] != [odd]
+    on_step, seen = _unread_module(fleet, odd, engine, plan, store, reads_after)
+    assert drive(fleet, engine, plan, executor, dt=60, on_step=on_step) == S.R_DONE
+    row = store.node(plan["id"], odd)
+    assert row["state"] == S.DONE and row["error"] is None and seen["steps"] >= reads_after
+    assert json.loads(row["validated"]) == {"gsp": "580.159.04", "kern": "6.1.0-28-amd64", "modf": "open"}
+
+
+def test_a_value_that_stays_unread_returns_the_node_unverified_and_says_so(tmp_path):
+    from slurm_gpufleet.maintain.status import rollout_status
+    from slurm_gpufleet.output import status_text
+
+    fleet = SimFleet(4)
+    odd = "node00003"
+
+    def fields(name):
+        return {"kern": "6.1.0-28-amd64", **({} if name == odd else {"modf": "open"})}
+
+    engine, store, plan, executor = rollout(tmp_path, fleet, "validate_timeout_s = 900\n", fields=fields)
+    on_step, seen = _unread_module(fleet, odd, engine, plan, store, None)
+    assert drive(fleet, engine, plan, executor, dt=60, on_step=on_step) == S.R_DONE, "no halt for an unread value"
+    row = store.node(plan["id"], odd)
+    assert row["state"] == S.DONE and row["error"] is None
+    assert json.loads(row["validated"])["unverified"] == ["module flavour"]
+    # it waited for the value within the bound before returning the node unverified
+    events = [e for e in store.log(plan["id"], 500) if e["node"] == odd]
+    done = next(e for e in events if e["event"] == "done")
+    assert "unverified: module flavour not read" in done["detail"]
+    status = rollout_status(store, engine.policy.maintain)
+    by_node = {n["node"]: n for n in status["nodes"]}
+    assert by_node[odd]["unverified"] == ["module flavour"] and by_node["node00001"]["unverified"] == []
+    assert any("unverified" in line and odd in line for line in status_text(status))
+
+
 def test_a_node_whose_cdmm_mode_differs_from_the_canarys_fails(tmp_path):
     fleet = SimFleet(3)
     odd = "node00003"

@@ -110,19 +110,32 @@ def restricted(bundle: Bundle, like: Bundle) -> Bundle:
                   {k: v for k, v in bundle.firmware.items() if k in like.firmware})
 
 
+def unread(value: Any) -> bool:
+    """A published value that could not be read (absent, empty, `unknown`): not known yet, never a mismatch."""
+    return value is None or str(value).strip().lower() in ("", "unknown", "?", "n/a")
+
+
+def _parts(want: Bundle) -> list[tuple[str, str, str | None]]:
+    checks = [("driver", DRIVER_KEY, want.driver), ("kernel", KERNEL_KEY, want.kernel)]
+    return checks + [(comp, PUBLISHED[comp], version) for comp, version in want.firmware.items() if comp in PUBLISHED]
+
+
 def first_difference(want: Bundle, data: dict[str, Any]) -> str | None:
     """The first part of `want` a published summary contradicts, named: `vbios 96.00.5E.00.01 != 96.00.AF.00.01`.
     A firmware component the health check does not publish cannot be compared (its command's exit status
-    stands for it)."""
-    checks = [("driver", DRIVER_KEY, want.driver), ("kernel", KERNEL_KEY, want.kernel)]
-    checks += [(comp, PUBLISHED[comp], version) for comp, version in want.firmware.items() if comp in PUBLISHED]
-    for name, key, version in checks:
-        if version is None:
-            continue
+    stands for it); a part the node could not read is not known yet (`unread_parts`), not a difference."""
+    for name, key, version in _parts(want):
         seen = data.get(key)
-        if seen is None or str(seen) != version:
-            return f"{name} {seen if seen is not None else 'unreadable'} != {version}"
+        if version is None or unread(seen):
+            continue
+        if str(seen) != version:
+            return f"{name} {seen} != {version}"
     return None
+
+
+def unread_parts(want: Bundle, data: dict[str, Any]) -> list[str]:
+    """The parts of `want` the summary has no readable value for: read again, or the node is `unverified`."""
+    return [name for name, key, version in _parts(want) if version is not None and unread(data.get(key))]
 
 
 def unpublished(bundle: Bundle) -> list[str]:

@@ -25,7 +25,7 @@ from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX, owns
 from ..slurm.reasons import MAINTAIN as MAINTAIN_WORDS
 from ..slurm.reasons import ours
 from . import states as S
-from .bundle import Bundle, first_difference, restricted
+from .bundle import Bundle, first_difference, restricted, unread, unread_parts
 from .plan import Plan
 from .schedule import waves_as_stages
 from .strategy import Strategy
@@ -41,6 +41,8 @@ JOB_ENDED_BADLY = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY
 # What every upgraded node must share with the canary: the kernel it booted, the module flavour (open or
 # proprietary), the GSP firmware, GB200's CDMM mode where the driver reports it
 COMPARED = {"kern": "kernel", "modf": "module flavour", "gsp": "GSP firmware", "cdmm": "CDMM mode"}
+# a node validated with a part it could never read (kept in its row's `validated`): returned, and said so
+UNVERIFIED = "unverified"
 
 
 # ----------------------------------------------------------------------------- what units return
@@ -197,17 +199,29 @@ class StepView:
             return Bundle(self.driver(row), back.kernel, back.firmware)
         return Bundle(self.driver(row), target.kernel, dict(target.firmware))
 
-    def differs_from_canary(self, node: str, seen: dict[str, Any]) -> str | None:
-        """How this node's post-upgrade state differs from the first validated canary's, or None."""
+    def canary_reference(self, node: str) -> dict[str, Any] | None:
+        """What the first validated canary showed of COMPARED, or None (a canary itself, or none yet)."""
         if node in self.canary:
             return None
         canary = set(self.canary)
-        ref = next((json.loads(r["validated"]) for r in self.rows if r["node"] in canary and r.get("validated")), None)
+        return next((json.loads(r["validated"]) for r in self.rows if r["node"] in canary and r.get("validated")),
+                    None) or None
+
+    def differs_from_canary(self, node: str, seen: dict[str, Any]) -> str | None:
+        """How this node's post-upgrade state differs from the first validated canary's, or None.  A value
+        the node could not read is not known yet (`unread_from_canary`), never a difference."""
+        ref = self.canary_reference(node)
         if not ref:
             return None
-        diffs = [f"{label} {seen.get(key, 'unknown')} != canary's {ref[key]}"
-                 for key, label in COMPARED.items() if key in ref and seen.get(key) != ref[key]]
+        diffs = [f"{label} {seen[key]} != canary's {ref[key]}" for key, label in COMPARED.items()
+                 if key in ref and not unread(ref[key]) and not unread(seen.get(key)) and seen[key] != ref[key]]
         return "; ".join(diffs) or None
+
+    def unread_from_canary(self, node: str, seen: dict[str, Any]) -> list[str]:
+        """What the canary showed that this node's summary has no readable value for."""
+        ref = self.canary_reference(node) or {}
+        return [label for key, label in COMPARED.items()
+                if key in ref and not unread(ref[key]) and unread(seen.get(key))]
 
 
 # ----------------------------------------------------------------------------- what a node showed
@@ -458,19 +472,24 @@ class Validating(Unit):
                 return fail(f"validation failed: {differs}" + (f" ({data['f']})" if data.get("f") else ""))
             if data.get("v") not in ("ok", "warn"):
                 return fail(f"validation failed: verdict {data.get('v')}" + (f": {data['f']}" if data.get("f") else ""))
+            seen = {k: data[k] for k in COMPARED if not unread(data.get(k))}
+            # a value the node could not read yet (a module not loaded at the first check after the boot) is
+            # not a mismatch: read again at the next steps; still unread at the bound, the node is `unverified`
+            unknown = unread_parts(v.bundle(row), data) + ([] if back else v.unread_from_canary(row["node"], seen))
+            if unknown and v.world.now - (row["updated"] or v.world.now) <= v.s.validate_timeout_s:
+                return None
             warned = data.get("w") if data.get("v") == "warn" and isinstance(data.get("w"), str) else ""
             bundle = v.bundle(row)
             named = [t for t in (bundle.driver, bundle.kernel) if t and t in warned]
             if named:  # "next boot kernel ... has nvidia OLD, not TARGET": the upgrade is not what boots next
                 return fail(f"validation failed: a warning names the target {named[0]}: {warned}")
-            seen = {k: data[k] for k in COMPARED if data.get(k) is not None}
             if not back:
                 differs = v.differs_from_canary(row["node"], seen)
                 if differs:
                     return fail(f"validation failed: {differs}")
-            validated = json.dumps(seen, sort_keys=True)
+            validated = json.dumps({**seen, **({UNVERIFIED: unknown} if unknown else {})}, sort_keys=True)
             checked_text = f"{v.bundle(row).named()}, verdict {data.get('v')} at {data.get('t')}" + (
-                f" ({warned})" if warned else "")
+                f" ({warned})" if warned else "") + (f"; {UNVERIFIED}: {', '.join(unknown)} not read" if unknown else "")
             if back:
                 return move(S.ROLLED_BACK, checked_text, validated=validated)
             if v.s.validation_job and not held_before(row):  # a node someone else held goes back to them untested
