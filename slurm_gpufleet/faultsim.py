@@ -821,7 +821,7 @@ class _Lab:
         self.slurm.reboot_s = model.times["reboot_minutes"] * 60
         self.history = History(os.path.join(self.dir.name, "fleet.db"), clock=lambda: sim.now)
         self.history.conn.execute("PRAGMA synchronous = OFF")  # a scratch file: no fsync per row
-        self.actuator = Actuator(self.slurm, HEALTH, self.settings, clock=lambda: sim.now)
+        self.actuator = Actuator(self.slurm, HEALTH, self.settings, clock=lambda: sim.now, modes=ladder.mode)
         self.position = {n.name: i for i, n in enumerate(sim.nodes)}
         self.blocked = False
         # the ladder without its reset rung: the same finding under the reboot-first action

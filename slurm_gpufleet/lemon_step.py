@@ -35,8 +35,9 @@ class LemonStep:
 
 
 def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInfo], flags: list[Flag], now: float,
-             dry_run: bool = False) -> LemonStep:
-    """Raises SlurmError when the reservations or the check jobs cannot be read (nothing written then)."""
+             dry_run: bool = False, modes: Any = "full") -> LemonStep:
+    """Raises SlurmError when the reservations or the check jobs cannot be read (nothing written then).
+    modes: each node's group mode (policy.Policy.mode_of): an observe node is neither held nor drained."""
     from .slurm import SlurmError
     from .slurm import effects as E
     from .slurm.actuator import Actuator
@@ -64,7 +65,7 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     if dry_run:
         return step
     errors = step.errors
-    actuator = Actuator(backend, STRAGGLER, settings, fleet=nodes)
+    actuator = Actuator(backend, STRAGGLER, settings, fleet=nodes, modes=modes)
     for node in d.reserve:
         try:
             actuator.apply(E.Reserve(L.reservation_name(node), (node,), None, int(settings.lemon_hold_hours * 60)))

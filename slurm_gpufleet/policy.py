@@ -598,6 +598,10 @@ class Policy:
                 matched.append(group.name)
         return replace(resolved, groups=tuple(matched))
 
+    def mode_of(self, host: str) -> str:
+        """The node group's `mode` of this node: what the actuator lets any actor write about it."""
+        return self.for_node(host).mode
+
 
 def default_policy() -> Policy:
     return Policy()

@@ -91,7 +91,7 @@ def run_step(backend: Any, policy, now: float | None = None, dry_run: bool = Fal
         if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
             active[comment.rsplit(" ", 1)[-1]] = (job_id, state)
     step.running = sorted(active)
-    actuator = Actuator(backend, HEALTH, settings)
+    actuator = Actuator(backend, HEALTH, settings, modes=policy.mode_of)
     stale = [job_id for node, (job_id, state) in active.items()
              if state == "PENDING" and now - last.get(node, now) > settings.sweep_minutes * 60]
     if stale and not dry_run:

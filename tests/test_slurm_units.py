@@ -253,7 +253,7 @@ def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(tmp_path):
     import stat
 
     from slurm_gpufleet.hooks import common as hooks
-    from slurm_gpufleet.policy import SlurmSettings
+    from slurm_gpufleet.policy import Policy, SlurmSettings
 
     log = tmp_path / "updates.jsonl"
     exe = tmp_path / "scontrol"
@@ -266,7 +266,8 @@ def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(tmp_path):
                        f"else: open({str(log)!r}, 'a').write(json.dumps(a) + '\\n')\n")
         exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
         log.unlink(missing_ok=True)
-        hooks._drain_if_free(SlurmSettings(scontrol=str(exe), state_dir=str(tmp_path)), "n1", hooks.TIMEOUT_REASON)
+        settings = SlurmSettings(scontrol=str(exe), state_dir=str(tmp_path))
+        hooks._drain_if_free(hooks.Setup("n1", Policy(slurm=settings), settings), hooks.TIMEOUT_REASON)
         updates = [_json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         assert bool(updates) == drained, (reason, updates)
         if drained:  # our own drain: only its reason changes

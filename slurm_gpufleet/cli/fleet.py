@@ -116,7 +116,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
         for node in unknown:
             click.echo(f"{node}: not in Slurm, not drained", err=True)
         try:
-            done = Actuator(backend, STRAGGLER, policy.slurm, fleet=fleet).drain_each(pairs)
+            done = Actuator(backend, STRAGGLER, policy.slurm, fleet=fleet, modes=policy.mode_of).drain_each(pairs)
         except SlurmError as exc:
             _fail(f"could not drain: {exc}", exitcodes.USAGE)
         drained = done.done
@@ -262,7 +262,7 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
     if dry_run:
         from ..slurm.ownership import left_alone
 
-        ours = [i.name for i in held if Actuator(backend, HEALTH, policy.slurm).holds(i)]
+        ours = [i.name for i in held if Actuator(backend, HEALTH, policy.slurm, modes=policy.mode_of).holds(i)]
         if ours:
             click.echo(f"{fold(ours)}: would be marked validate after repair")
         for info in held:
@@ -272,7 +272,7 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
             click.echo(f"{fold(free)}: not drained, nothing to do", err=True)
         return
     try:
-        done = Actuator(backend, HEALTH, policy.slurm).set_reason(held, validate_reason("repair"))
+        done = Actuator(backend, HEALTH, policy.slurm, modes=policy.mode_of).set_reason(held, validate_reason("repair"))
     except SlurmError as exc:
         _fail(f"not marked: {exc}", exitcodes.USAGE)
     if done.done:
@@ -582,7 +582,7 @@ def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, timing
     except (OSError, sqlite3.Error) as exc:
         _fail(f"{s.lemon_path}: {exc}", exitcodes.USAGE)
     try:
-        step = run_step(backend, s, store, nodes, flags, time.time(), dry_run)
+        step = run_step(backend, s, store, nodes, flags, time.time(), dry_run, modes=policy.mode_of)
     except SlurmError as exc:
         _fail(f"cannot read Slurm's reservations or jobs: {exc}", exitcodes.USAGE)
     errors = step.errors

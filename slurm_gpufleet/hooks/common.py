@@ -178,16 +178,26 @@ def _start_watchdog(setup: Setup, code: int, on_timeout) -> object:
                           before_exit=on_timeout)
 
 
-def _drain_if_free(settings: SlurmSettings, node: str, reason: str) -> None:
-    """The watchdog's and an unreadable node's drain: through the actuator (ownership, the breaker)."""
+def actuator_for(setup: Setup, backend, actor: str | None = None, **kwargs):
+    """The actuator of a program that acts for its node: every write held to ownership, the breaker and the
+    node group's mode (observe writes no change of state; quarantine never reboots)."""
     from ..slurm.actuator import Actuator
     from ..slurm.ownership import HEALTH
 
+    return Actuator(backend, actor or HEALTH, setup.settings, modes=setup.policy.mode_of(setup.node), **kwargs)
+
+
+def _drain_if_free(setup: Setup, reason: str) -> None:
+    """The watchdog's and an unreadable node's drain: through the actuator (ownership, the breaker, the
+    node group's mode)."""
+    node = setup.node
     try:
-        backend = _backend(settings, timeout=5)
-        done = Actuator(backend, HEALTH, settings).drain([backend.node(node)], reason)
+        backend = _backend(setup.settings, timeout=5)
+        done = actuator_for(setup, backend).drain([backend.node(node)], reason)
         if done.blocked:
             sys.stderr.write(f"slurm-gpufleet: {node} not drained: the drain breaker is open\n")
+        elif node in done.left:
+            sys.stderr.write(f"slurm-gpufleet: {node} not drained: {done.left[node]}\n")
     except Exception as exc:  # the watchdog must exit whatever happens here
         sys.stderr.write(f"slurm-gpufleet: could not drain {node}: {exc}\n")
 
@@ -204,8 +214,6 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     from ..findings import verdict
     from ..history import History, db_path
     from ..slurm import SlurmError
-    from ..slurm.actuator import Actuator
-    from ..slurm.ownership import HEALTH
     from ..snapshot import known
 
     findings = report.findings + (extra_findings or [])
@@ -224,7 +232,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         log.error("cannot read node state from Slurm: %s", exc)
         history.record_action(node, hook, "none", "", f"slurm unreachable: {exc}", False, str(exc))
         return "error"
-    carrier = carrier_for(setup, history, backend, Actuator(backend, HEALTH, settings), hook)
+    carrier = carrier_for(setup, history, backend, actuator_for(setup, backend), hook)
     try:
         step = carrier.step(hook, info, report, extra_findings)
         report, info, s = step.report, step.info, step.report.snapshot

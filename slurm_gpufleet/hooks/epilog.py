@@ -44,13 +44,15 @@ def run(argv: list[str] | None = None) -> int:
     from ..pipeline import evaluate
     from ..readers import ReportError
 
-    _start_watchdog(setup, 1, lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON))
+    # slurmd drains a node whose epilog fails: in observe mode the epilog never fails, whatever it met
+    observe = setup.policy.mode_of(setup.node) == "observe"
+    _start_watchdog(setup, 0 if observe else 1, lambda: _drain_if_free(setup, TIMEOUT_REASON))
     try:
         snap = read_node(setup, "quick")
     except (ReportError, OSError) as exc:
         watchdog.cancel()
         log.error("no readable GPU state: %s", exc)
-        _drain_if_free(setup.settings, setup.node, INVENTORY_REASON)
+        _drain_if_free(setup, INVENTORY_REASON)
         return 0
     watchdog.cancel()
     window = {}
@@ -77,7 +79,7 @@ def run(argv: list[str] | None = None) -> int:
         except OSError:
             pass
     # when Slurm cannot be told, let it drain the node itself ("Epilog error") rather than pass a bad node
-    return 1 if result == "error" and verdict(report.findings + extra) in ("reboot", "drain") else 0
+    return 1 if result == "error" and not observe and verdict(report.findings + extra) in ("reboot", "drain") else 0
 
 
 def _record(setup, job: str, extra: list, report, result: str) -> None:
@@ -87,9 +89,7 @@ def _record(setup, job: str, extra: list, report, result: str) -> None:
     from ..findings import verdict
     from ..slurm import SlurmError
     from ..slurm.actions import make_reason, worst
-    from ..slurm.actuator import Actuator
-    from ..slurm.ownership import HEALTH
-    from .common import _backend
+    from .common import _backend, actuator_for
     from .jobs import record_part
 
     findings = report.findings + extra
@@ -101,7 +101,7 @@ def _record(setup, job: str, extra: list, report, result: str) -> None:
         return
     try:
         backend = _backend(setup.settings)
-        if not record_part(backend, Actuator(backend, HEALTH, setup.settings), job, setup.node, part):
+        if not record_part(backend, actuator_for(setup, backend), job, setup.node, part):
             log.warning("job %s: its record was not kept (the job is gone, or its nodes' writes kept crossing)", job)
     except SlurmError as exc:
         log.warning("job %s: its record not written: %s", job, exc)

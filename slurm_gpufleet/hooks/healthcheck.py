@@ -51,7 +51,7 @@ def run(argv: list[str] | None = None) -> int:
 
     # observe mode (staged enablement) touches nothing, not even for a hung or unreadable GPU
     acts = not judge_only and setup.policy.for_node(setup.node).mode != "observe"
-    _start_watchdog(setup, 1, lambda: _drain_if_free(setup.settings, setup.node, TIMEOUT_REASON) if acts else None)
+    _start_watchdog(setup, 1, lambda: _drain_if_free(setup, TIMEOUT_REASON) if acts else None)
     try:
         snap = read_node(setup, args.level)
     except (ReportError, OSError) as exc:
@@ -64,7 +64,7 @@ def run(argv: list[str] | None = None) -> int:
             print(one_line(f"inventory node no readable GPU state: {exc}"))  # NHC's drain: no mark of ours
             return 1
         if acts:
-            _drain_if_free(setup.settings, setup.node, INVENTORY_REASON)
+            _drain_if_free(setup, INVENTORY_REASON)
         return 1
     finally:
         watchdog.cancel()
@@ -186,10 +186,10 @@ def _confirm(setup, finding: str) -> int:
         from ..slurm import SlurmError
 
         try:
-            from ..slurm.actuator import Actuator
             from ..slurm.ownership import STRAGGLER
+            from .common import actuator_for
 
-            Actuator(_backend(setup.settings), STRAGGLER, setup.settings).set_job_comment(
+            actuator_for(setup, _backend(setup.settings), STRAGGLER).set_job_comment(
                 job, f"{CONFIRMED_PREFIX} {finding}"[:JOB_COMMENT_MAX])
         except SlurmError as exc:
             log.error("cannot set job %s's comment: %s", job, exc)

@@ -106,7 +106,8 @@ def record_part(backend, actuator, job: str, node: str, part: dict, tries: int =
     rand = rand or random.random
     for _ in range(tries):
         fields = backend.job_fields(job)
-        ended = fields is None or (fields.get("JobState") or "").split()[0] not in LIVE_STATES
+        # a job with no readable state (an answer that is not a job's) is taken as ended: accounting has it
+        ended = fields is None or ((fields.get("JobState") or "").split() or [""])[0] not in LIVE_STATES
         if ended:
             current = backend.accounted_admin_comment(job)
             if current is None:

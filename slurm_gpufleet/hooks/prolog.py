@@ -97,12 +97,11 @@ def run(argv: list[str] | None = None) -> int:
 def _breaker_open_for_prolog(setup: Setup, reason: str) -> bool:
     """A failed prolog drains the node (Slurm does, for our exit code): the breaker is asked first, by
     the actuator (failure path only)."""
-    from ..slurm.actuator import Actuator
-    from ..slurm.ownership import HEALTH
+    from .common import actuator_for
 
     try:
         backend = _backend(setup.settings)
-        blocked = Actuator(backend, HEALTH, setup.settings).judge([backend.node(setup.node)]).breaker
+        blocked = actuator_for(setup, backend).judge([backend.node(setup.node)]).breaker
     except Exception as exc:  # the breaker must never turn a fault into an internal error
         log.warning("breaker not judged: %s", exc)
         return False
@@ -139,8 +138,8 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
     if setup is None:
         return 0
     from ..slurm import SlurmError
-    from ..slurm.actuator import Actuator
     from ..slurm.ownership import HEALTH, SLURM_HOOK_REASONS, owner_of_reason
+    from .common import actuator_for
 
     if not os.access(setup.settings.scontrol, os.X_OK):
         log.error("%s not found: cannot put the reason on the node", setup.settings.scontrol)
@@ -151,7 +150,7 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
         try:
             info = backend.node(node)
             if info.drained and info.reason in SLURM_HOOK_REASONS:
-                Actuator(backend, HEALTH, setup.settings).set_reason([info], reason)
+                actuator_for(setup, backend).set_reason([info], reason)
                 log.info("replaced '%s' with '%s'", info.reason, reason)
                 from ..history import History, db_path
 
@@ -160,7 +159,7 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
                 from ..slurm.escalation import escalate, fault_of
 
                 if fault_of(reason) is not None:  # a fabric fault the prolog caught counts for its rack too
-                    said = escalate(backend, setup.settings, setup.policy.domains, node)
+                    said = escalate(backend, setup.settings, setup.policy.domains, node, modes=setup.policy.mode_of)
                     if said:
                         history.record_action(node, "prolog", "rack", "", said, True)
                 if job:
@@ -189,8 +188,7 @@ def requeue_away(backend, setup: Setup, job: str, node: str, reason: str, deadli
     from ..requeue import decide
     from ..slurm import SlurmError
     from ..slurm import effects as E
-    from ..slurm.actuator import Actuator
-    from ..slurm.ownership import HEALTH
+    from .common import actuator_for
 
     try:
         while True:
@@ -208,7 +206,7 @@ def requeue_away(backend, setup: Setup, job: str, node: str, reason: str, deadli
         admin = "" if admin == "(null)" else admin
         policy = setup.policy.for_node(node)
         away = decide(fields, node, members, policy.max_fault_requeues, jobrecord.fault_requeues(admin))
-        actuator = Actuator(backend, HEALTH, setup.settings)
+        actuator = actuator_for(setup, backend)
         effects: list = [E.AdminComment(job, jobrecord.with_requeue(admin, node, reason, away.note, away.held))]
         if away.exclude is not None:
             effects.append(E.Exclude(job, away.exclude))

@@ -207,7 +207,7 @@ class Carrier:
             elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
                 from ..slurm.escalation import resume_domain
 
-                said = resume_domain(self.backend, settings, self.policy.domains, info)
+                said = resume_domain(self.backend, settings, self.policy.domains, info, modes=self.policy.mode_of)
                 # the summary and features are this node's alone: they go out in a write of their own
                 action = Action("resume" if said.startswith("rack ") and " resumed: " in said else "none", why=said)
             elif action.kind == "resume":
@@ -254,7 +254,8 @@ class Carrier:
         if out.ok and action.kind in ("drain", "set_reason") and out.published and _rack_fault(step.findings):
             from ..slurm.escalation import escalate
 
-            said = escalate(self.backend, settings, self.policy.domains, node, clock=self.actuator.clock)
+            said = escalate(self.backend, settings, self.policy.domains, node, clock=self.actuator.clock,
+                           modes=self.policy.mode_of)
             if said:
                 self.history.record_action(node, hook, "rack", "", said, True)
         if action.kind != "none" or not out.ok:

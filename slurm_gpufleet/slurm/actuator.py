@@ -14,7 +14,13 @@ a rollout) calls this with the nodes as its one read of Slurm showed them.  It a
 * the breaker to a health check's reboots too: `scontrol reboot ASAP` takes a node out of service
   as surely as a drain, and a fleet-wide fault would otherwise reboot the fleet;
 * reservations by name: an actor changes and deletes only the reservations of its own prefix
-  (ownership.RESERVATION_PREFIXES), so a rollout never touches a lemon hold or a site's reservation.
+  (ownership.RESERVATION_PREFIXES), so a rollout never touches a lemon hold or a site's reservation;
+* the node group's `mode` (`modes`: one mode, or a node's mode by its name), the one place it is applied:
+  an observe node's state is never changed (no drain, reason, resume, reboot, reservation, job of ours or
+  requeue: its summary and the jobs' records are still written, so what would be done is seen), a
+  quarantine node is never rebooted.  Whatever an actor decided, the write it is not permitted does not
+  happen: a node is left (`Applied.left`: "observe mode: would drain"), any other write raises
+  `NotPermitted`.
 
 A node's published summary and features, a node's weight and job calls carry no ownership (they are the
 node's own facts, or a rollout's own jobs), but they go through here too: one place writes to Slurm.
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from . import effects as E
@@ -41,6 +48,29 @@ log = logging.getLogger("slurm-gpufleet")
 
 # actors whose drains are a judgement about a fault: the breaker guards them
 UNPLANNED = frozenset({"health", "straggler"})
+
+MODES = ("observe", "quarantine", "full")
+# what each mode refuses, by the typed call's name; a mode not named here (a typo that reached this far)
+# is taken as observe: an unknown mode never widens what may be written
+_REFUSED = {
+    "quarantine": frozenset({"reboot"}),
+    "full": frozenset(),
+}
+# the writes that change no node's state, allowed in every mode: the node's published summary and features,
+# a job's record and comment
+RECORDS = frozenset({"publish", "set admin comment", "set job comment"})
+
+
+class NotPermitted(SlurmError):
+    """A write the node group's mode does not permit (observe: any change of state; quarantine: a reboot)."""
+
+
+def permits(mode: str, verb: str) -> bool:
+    """Whether a node in `mode` may have `verb` done to it (the one mode rule)."""
+    if verb in RECORDS:
+        return True
+    refused = _REFUSED.get(mode)
+    return refused is not None and verb not in refused
 
 
 @dataclass
@@ -57,10 +87,14 @@ class Applied:
 
 class Actuator:
     def __init__(self, backend, actor: str, settings=None, *, fleet: list[NodeInfo] | None = None,
-                 clock=time.time):
+                 clock=time.time, modes: str | Callable[[str], str] = "full"):
         """settings: the [slurm] settings (breaker threshold, window, file); an unplanned actor without them
         is a programming error, never a silently unguarded drain.
-        fleet: a fleet read the caller already holds (the breaker then reads none)."""
+        fleet: a fleet read the caller already holds (the breaker then reads none).
+        modes: the node group's mode of the one node the actor acts for (the hooks), or a node's mode by
+        its name (policy.Policy.mode_of: actors over many nodes); a write about a job or a reservation by
+        name follows the one node's mode, and is not judged where the actor has many (its own jobs and
+        reservations exist only where their node's mode let them be made)."""
         if actor in UNPLANNED and settings is None:
             raise TypeError(f"the {actor} actor needs the [slurm] settings: its drains go through the breaker")
         self.backend = backend             # its reads (the breaker's fleet)
@@ -69,6 +103,33 @@ class Actuator:
         self.settings = settings
         self.fleet = fleet
         self.clock = clock
+        self.modes = modes
+
+    # -- the mode rule ----------------------------------------------------------------------------
+    def mode(self, node: str | None) -> str:
+        """The mode a write about `node` is held to (None: a write about a job or a reservation by name)."""
+        if isinstance(self.modes, str):
+            return self.modes
+        return self.modes(node) if node is not None else "full"
+
+    def _permitted(self, nodes: list[NodeInfo], verb: str, out: Applied) -> list[NodeInfo]:
+        """The nodes whose mode permits `verb`; the others are left, and said so."""
+        kept = []
+        for info in nodes:
+            mode = self.mode(info.name)
+            if permits(mode, verb):
+                kept.append(info)
+            else:
+                out.left[info.name] = f"{mode} mode: would {verb}"
+                log.warning("%s: %s mode: would %s (not done)", info.name, mode, verb)
+        return kept
+
+    def _may(self, verb: str, node: str | None = None) -> None:
+        """A write that is not a node's state (a job, a reservation): refused where the mode does not permit it."""
+        mode = self.mode(node)
+        if not permits(mode, verb):
+            log.warning("%s%s mode: would %s (not done)", f"{node}: " if node else "", mode, verb)
+            raise NotPermitted(f"{mode} mode: would {verb}")
 
     # -- typed effects (slurm/effects.py) ----------------------------------------------------------
     def apply(self, *effects) -> list:
@@ -91,7 +152,8 @@ class Actuator:
     def drain_each(self, pairs: list[tuple[NodeInfo, str]], fields: dict[str, str] | None = None) -> Applied:
         """Each node with its own reason; judged by the breaker as one batch, in order."""
         out = Applied()
-        fresh = self._relabel_ours(pairs, fields, out)
+        allowed = {i.name for i in self._permitted([i for i, _ in pairs], "drain", out)}
+        fresh = self._relabel_ours([(i, r) for i, r in pairs if i.name in allowed], fields, out)
         if fresh and self.actor in UNPLANNED:
             from . import breaker
 
@@ -137,6 +199,9 @@ class Actuator:
         from . import breaker
 
         out = Applied()
+        nodes = self._permitted(list(nodes), "drain", out)
+        if not nodes:
+            return out
         s = self.settings
         with breaker.counting_lock(s.breaker_path):
             record = breaker.state(s.breaker_path)
@@ -178,18 +243,19 @@ class Actuator:
 
     def set_reason(self, nodes: list[NodeInfo], reason: str, fields: dict[str, str] | None = None) -> Applied:
         return self._owned(nodes, self._writer.set_reason_nodes, reason, *([fields] if fields else []),
-                           skip=lambda i: same(i.reason, reason))
+                           skip=lambda i: same(i.reason, reason), verb="set reason")
 
     def resume(self, nodes: list[NodeInfo], fields: dict[str, str] | None = None) -> Applied:
-        return self._owned(nodes, self._writer.resume_nodes, *([fields] if fields else []))
+        return self._owned(nodes, self._writer.resume_nodes, *([fields] if fields else []), verb="resume")
 
     def reboot_asap(self, nodes: list[NodeInfo], reason: str, next_state: str = "RESUME") -> Applied:
         """`scontrol reboot ASAP`: Slurm drains the node and reboots it once it is empty.  An unplanned
         actor's reboots are counted by the breaker as drains are."""
         out = Applied()
+        nodes = self._permitted(list(nodes), "reboot", out)
         free = [i for i in nodes if may_drain(i, self.actor) or (i.drained and owns(i, self.actor))]
         taken = {i.name for i in free}
-        out.left = {i.name: left_alone(i) for i in nodes if i.name not in taken}
+        out.left.update({i.name: left_alone(i) for i in nodes if i.name not in taken})
         if free and self.actor in UNPLANNED:
             from . import breaker
 
@@ -212,22 +278,30 @@ class Actuator:
             self._writer.set_fields(node, fields)
 
     def set_weight(self, names: list[str], weight: int) -> None:
+        for name in names:
+            self._may("set weight", name)
         self._writer.set_weight_nodes(names, weight)
 
     def create_reservation(self, name: str, nodes: list[str], start: float | None, minutes: int) -> None:
         self._ours(name, "create")
+        for node in nodes:
+            self._may("reserve", node)
         self._writer.create_reservation(name, nodes, start, minutes)
 
     def update_reservation(self, name: str, nodes: list[str]) -> None:
         self._ours(name, "update")
+        for node in nodes:
+            self._may("reserve", node)
         self._writer.update_reservation(name, nodes)
 
     def postpone_reservation(self, name: str, start: float) -> None:
         self._ours(name, "postpone")
+        self._may("reserve")
         self._writer.postpone_reservation(name, start)
 
     def delete_reservation(self, name: str) -> None:
         self._ours(name, "delete")
+        self._may("release reservation")
         self._writer.delete_reservation(name)
 
     def _ours(self, name: str, verb: str) -> None:
@@ -240,21 +314,26 @@ class Actuator:
     # jobs: a rollout's own (validation, upgrade arrays) and the jobs a deadline plan stops; no ownership
     def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,
                    comment: str, output: str = "/dev/null") -> str:
+        self._may("submit a job", node)
         return self._writer.submit_job(name, node, reservation, partition, command, minutes, comment, output)
 
     def submit_array(self, name: str, partition: str, tasks: int, command: str, output: str, chdir: str) -> str:
+        self._may("submit a job array")
         return self._writer.submit_array(name, partition, tasks, command, output, chdir)
 
     def set_job_comment(self, job_id: str, text: str) -> None:
         self._writer.set_job_comment(job_id, text)
 
     def signal_job(self, job_id: str, signal: str, batch: bool) -> None:
+        self._may("signal a job")
         self._writer.signal_job(job_id, signal, batch)
 
     def requeue_jobs(self, job_ids: list[str]) -> None:
+        self._may("requeue")
         self._writer.requeue_jobs(job_ids)
 
     def cancel_jobs(self, job_ids: list[str]) -> None:
+        self._may("cancel a job")
         self._writer.cancel_jobs(job_ids)
 
     # a job's own record and its requeue away from the node that failed it (no ownership: the job's)
@@ -265,12 +344,15 @@ class Actuator:
             self._writer.set_admin_comment(job_id, text)
 
     def set_excluded_nodes(self, job_id: str, nodes: list[str]) -> None:
+        self._may("requeue")
         self._writer.set_excluded_nodes(job_id, nodes)
 
     def release_jobs(self, job_ids: list[str]) -> None:
+        self._may("requeue")
         self._writer.release_jobs(job_ids)
 
     def hold_jobs(self, job_ids: list[str]) -> None:
+        self._may("requeue")
         self._writer.hold_jobs(job_ids)
 
     def holds(self, info: NodeInfo) -> bool:
@@ -278,10 +360,10 @@ class Actuator:
         also Slurm's drain for a hook of ours that failed)."""
         return owns(info, self.actor) or (self.actor == "health" and owner(info) == "hook")
 
-    def _owned(self, nodes: list[NodeInfo], write, *args, skip=None) -> Applied:
+    def _owned(self, nodes: list[NodeInfo], write, *args, skip=None, verb: str) -> Applied:
         out = Applied()
         mine = []
-        for info in nodes:
+        for info in self._permitted(list(nodes), verb, out):
             if not self.holds(info):
                 out.left[info.name] = left_alone(info)
             elif skip is None or not skip(info):

@@ -74,10 +74,11 @@ def reason_for(t: Trigger) -> str:
     return ours(f"{RACK} {t.domain} {t.why}")
 
 
-def escalate(backend, settings, policy_domains, node: str, clock=time.time) -> str | None:
+def escalate(backend, settings, policy_domains, node: str, clock=time.time, modes="full") -> str | None:
     """After `node` was drained for a fabric/NVLink finding: drain its domain whole if the domain calls
     for it.  Returns what was done, for the log; never raises for Slurm's sake (the node's own drain
-    stands either way)."""
+    stands either way).  `modes`: each member's node-group mode (policy.Policy.mode_of): an observe member
+    is left as it is."""
     from ..maintain.domains import discover, fabric_domain
     from .actuator import Actuator
     from .base import SlurmError
@@ -101,7 +102,7 @@ def escalate(backend, settings, policy_domains, node: str, clock=time.time) -> s
         return None
     reason = reason_for(t)
     try:
-        done = Actuator(backend, HEALTH, settings, fleet=fleet, clock=clock).drain_domain(
+        done = Actuator(backend, HEALTH, settings, fleet=fleet, clock=clock, modes=modes).drain_domain(
             domain, members, reason, len(domains.members))
     except SlurmError as exc:
         log.error("rack escalation of %s failed: %s", domain, exc)
@@ -130,7 +131,7 @@ def ready_to_resume(domain: str, members: list[NodeInfo], drained_at: float | No
     return ours
 
 
-def resume_domain(backend, settings, policy_domains, info: NodeInfo) -> str:
+def resume_domain(backend, settings, policy_domains, info: NodeInfo, modes="full") -> str:
     """A rack-escalated node whose own checks pass: resume the whole domain when every member passes.
     One write over the members, with no fields: the deciding node's summary is its own, published apart."""
     from ..maintain.domains import discover, fabric_domain
@@ -149,5 +150,5 @@ def resume_domain(backend, settings, policy_domains, info: NodeInfo) -> str:
     ready = ready_to_resume(domain or "", members, info.reason_time, clean_now=info.name)
     if ready is None:
         return f"waiting for every member of rack {domain} to pass its checks"
-    done = Actuator(backend, HEALTH, settings).resume(ready)
+    done = Actuator(backend, HEALTH, settings, modes=modes).resume(ready)
     return f"rack {domain} resumed: {', '.join(done.done)}" if done.done else f"rack {domain} not resumed"
