@@ -35,6 +35,10 @@ def inventory_text(inv: dict[str, Any]) -> str:
     from .hostlist import fold, grouped
 
     lines = [f"{inv['nodes']} node(s)"]
+    if inv.get("cannot_check"):
+        lines.append(f"cannot be checked as configured: {len(inv['cannot_check'])} node(s)")
+        for err, count, nodes in grouped((c["node"], c["err"]) for c in inv["cannot_check"]):
+            lines.append(f"  {count:>5} {nodes}: {err}")
     for u in inv.get("groups_matching_no_node", []):
         lines.append(f"warning: group {u['group']} (nodes = \"{u['nodes']}\") matches no node of the fleet: its "
                      "settings apply nowhere (a typo in its host list?)")

@@ -643,8 +643,11 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line = re.search(r"line (\d+)", str(exc))
-        where = f"{path}:{line.group(1)}" if line else path
+        # every error names a line (FILE:LINE): "at end of document" is the last one
+        where = f"{path}:{line.group(1) if line else max(1, text.count(chr(10)) + (not text.endswith(chr(10))))}"
         raise PolicyError(f"{where}: invalid TOML: {str(exc).split(' (at')[0]}") from None
+    except RecursionError:  # arrays or tables nested past Python's stack (tomllib recurses)
+        raise PolicyError(f"{path}:1: invalid TOML: nested too deeply") from None
     lines = _KeyLines(text)
     policy = Policy(path=path)
     for key in data:
@@ -681,9 +684,7 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
     if not isinstance(defaults, dict):
         raise PolicyError(f"{path}:{lines.find(None, 'defaults')}: 'defaults' must be a table")
     policy.defaults = _settings(defaults, path, lines, ("defaults", 0))
-    groups = data.get("group", [])
-    if not isinstance(groups, list):
-        raise PolicyError(f"{path}:{lines.find(None, 'group')}: 'group' must be an array of tables ([[group]])")
+    groups = _rows(data.get("group", []), "group", path, lines)
     for i, group in enumerate(groups):
         section = ("group", i)
         nodes = group.get("nodes")
@@ -696,6 +697,8 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
         body = {k: v for k, v in group.items() if k not in ("nodes", "name")}
         policy.groups.append(_Group(name, nodes, nodeset, _settings(body, path, lines, section)))
     models = data.get("models", {})
+    if not isinstance(models, dict):
+        raise PolicyError(f"{path}:{lines.find(None, 'models')}: 'models' must be a table of [models.\"NAME\"]")
     extra = []
     for name, spec in models.items():
         section = ("models", name)
@@ -865,8 +868,10 @@ def _nodeset(expr: str, where: str) -> Any:
 
     try:
         return NodeSet(expr)
-    except (NodeSetException, ValueError) as exc:
-        raise PolicyError(f"{where}: nodes is not a valid host list {expr!r}: {exc}") from None
+    except (NodeSetException, ValueError, AssertionError, MemoryError, OverflowError) as exc:
+        # ClusterShell asserts on a range past its bound ("range too large")
+        raise PolicyError(f"{where}: nodes is not a valid host list {expr[:80]!r}: {exc or type(exc).__name__}") \
+            from None
 
 
 class _KeyLines:

@@ -6,6 +6,7 @@ hypothesis prints the `@reproduce_failure` line that replays it anywhere."""
 
 import json
 import os
+import re
 import tempfile
 
 import pytest
@@ -146,6 +147,42 @@ def policies(text):
         pass
 
 
+def _toml(value) -> str:
+    """A TOML literal of any value the strategy draws (json's form is TOML's for these, but for booleans)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
+def _known_keys():
+    from slurm_gpufleet.policy import MAINTAIN_VALIDATORS, SLURM_VALIDATORS, VALIDATORS
+
+    return {"slurm": sorted(SLURM_VALIDATORS), "maintain": sorted(MAINTAIN_VALIDATORS), "defaults": sorted(VALIDATORS)}
+
+
+def policy_values_of_any_type(rows):
+    """Every known key of every section, and the sections themselves, with a value of any type: a PolicyError
+    naming a line, never another exception (a config the parser crashed on switched every check off)."""
+    keys = _known_keys()
+    text = []
+    for section, index, value in rows:
+        if section in keys:
+            text.append(f"[{section}]\n{keys[section][index % len(keys[section])]} = {_toml(value)}")
+        elif section == "group":
+            key = sorted(keys["defaults"])[index % len(keys["defaults"])]
+            text.append(f'[[group]]\nnodes = "n[1-4]"\n{key} = {_toml(value)}')
+        else:  # the section itself of another type
+            text.append(f"{section} = {_toml(value)}")
+    try:
+        parse_policy("\n".join(text))
+    except PolicyError as exc:
+        assert re.search(r":\d+: ", str(exc)), str(exc)
+
+
 def scontrol_node_text(start, length, junk):
     try:
         parse_node_text(_splice(NODE, start, length, junk))
@@ -183,6 +220,11 @@ PROPERTIES = {
     "kernel_logs_into_the_history": (kernel_logs_into_the_history, (st.lists(XID_LINE, max_size=12),)),
     "sacct_histories": (sacct_histories, (st.integers(0, 400), st.integers(0, 60), st.text(max_size=40))),
     "policies": (policies, (st.text(max_size=300),)),
+    "policy_values_of_any_type": (policy_values_of_any_type, (st.lists(st.tuples(
+        st.sampled_from(["slurm", "maintain", "defaults", "group", "models", "requires", "domain", "bundle"]),
+        st.integers(0, 200), st.recursive(SCALAR.filter(lambda v: v is not None), lambda inner: st.lists(
+            inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "nodes", "driver", "name"]), inner,
+                                                 max_size=2), max_leaves=4)), min_size=1, max_size=4),)),
     "scontrol_node_text": (scontrol_node_text, (st.integers(0, 400), st.integers(0, 60), st.text(max_size=40))),
     "scontrol_node_json": (scontrol_node_json, (st.dictionaries(
         st.sampled_from(["name", "state", "state_flags", "reason", "boot_time", "weight", "extra",

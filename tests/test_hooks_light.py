@@ -79,10 +79,11 @@ def test_prolog_fails_on_a_fault_in_the_jobs_gpus(tmp_path):
 
 def test_broken_config_never_fails_the_prolog(tmp_path):
     cfg = tmp_path / "bad.toml"
-    cfg.write_text("[slurm]\nclean_runs = 2\n")
+    cfg.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\nclean_runs = 2\n')
     r = _run_prolog(tmp_path, cfg)
     assert json.loads(r.stdout.strip().splitlines()[-1])["rc"] == 0
-    assert "config error, no action taken" in r.stderr and "unknown key 'clean_runs'" in r.stderr
+    assert "ALERT gpufleet config error, running on the packaged defaults in observe mode" in r.stderr
+    assert f"{cfg}:3: unknown key 'clean_runs'" in r.stderr
 
 
 def test_nhc_mode_judges_only(tmp_path):
@@ -107,7 +108,7 @@ def test_the_epilog_ends_its_jobs_sampler_even_when_the_config_is_broken(tmp_pat
     import time
 
     cfg = tmp_path / "broken.toml"
-    cfg.write_text("[slurm\\n")
+    cfg.write_text(f'[slurm\\n\nstate_dir = "{tmp_path}/state"\n')
     # a process with the sampler's command line (sampler.start): code naming sampler_main, then JOB NODE
     sampler = subprocess.Popen([sys.executable, "-c", "import time  # sampler_main\ntime.sleep(120)", "42", "n9"])
     other = subprocess.Popen([sys.executable, "-c", "import time  # sampler_main\ntime.sleep(120)", "43", "n9"])

@@ -2,7 +2,9 @@
 read of the node, the watchdog, and `act`: record the run, decide, carry it out through the actuator,
 publish the summary.
 
-A broken config never acts: it is logged and the program exits 0 (a typo must not drain a fleet).
+A config that does not load is never a silent stop: the programs run on the last config that loaded (a
+copy in the state directory), or in observe mode on the packaged defaults, and the node says so in its
+published summary (`err`), which `fleet` lists.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Setup:
     policy: Policy
     settings: SlurmSettings
     refused: str | None = None     # the config's first untrusted path: run on the packaged defaults
+    config_error: str | None = None  # the config did not load (FILE:LINE: why): run on the last that did
 
 
 def _setup(hook: str, config: str | None, node: str | None, job: str | None = None) -> Setup | None:
@@ -78,11 +81,15 @@ def _setup(hook: str, config: str | None, node: str | None, job: str | None = No
     path = path if (required or (path and os.path.exists(path))) else None
     # judged before a byte of it is parsed: a file others could write never reaches the parser
     first = problem(path) if path else None
+    config_error = None
     try:
         policy = default_policy() if first else load_policy(path)
     except PolicyError as exc:
-        log.error("config error, no action taken: %s", exc)
-        return None
+        # never a silent stop: the node runs on the last config that loaded, or in observe mode on the
+        # packaged defaults, and says so in its summary ("err") for `fleet` to list
+        config_error = str(exc)
+        policy, on = last_good_policy(path, config_error)
+        log.critical("ALERT gpufleet config error, running on %s: %s", on, exc)
     refused = [first] if first else refusals(policy, own_judged=path is not None)
     if refused:
         # a config someone else could have written must not choose what root runs: the packaged defaults
@@ -92,9 +99,92 @@ def _setup(hook: str, config: str | None, node: str | None, job: str | None = No
         policy = default_policy()
         for r in refusals(policy):
             log.critical("ALERT gpufleet default path refused too: %s", r.line())
+    elif path and config_error is None:
+        keep_good_config(path, policy.slurm.state_dir)
     global _ERROR_LOG
     _ERROR_LOG = os.path.join(policy.slurm.state_dir, ERROR_LOG_NAME)
-    return Setup(node, policy, policy.slurm, refused[0].where if refused else None)
+    return Setup(node, policy, policy.slurm, refused[0].where if refused else None, config_error)
+
+
+# the last config that loaded, kept by the programs Slurm runs so that a config that stops loading (a typo,
+# a half-copied file) narrows nothing away: they go on with it, and say so
+LAST_GOOD_CONFIG = "last-good-config.toml"
+
+
+def keep_good_config(path: str, state_dir: str) -> None:
+    """A copy of the config that just loaded, where it differs from the kept one (one small read a run)."""
+    kept = os.path.join(state_dir, LAST_GOOD_CONFIG)
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read()
+        try:
+            with open(kept, "rb") as fh:
+                if fh.read() == text:
+                    return
+        except OSError:
+            pass
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        tmp = f"{kept}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text)
+        os.replace(tmp, kept)
+    except OSError as exc:
+        log.warning("the config that loaded not kept in %s: %s", state_dir, exc)
+
+
+def last_good_policy(path: str | None, error: str) -> tuple[Policy, str]:
+    """The policy to run on when `path` does not load: the copy of the last one that did (in the state
+    directory the broken file names, where it still says, else the default one), or else the packaged
+    defaults in observe mode, with the file's [slurm] where that part still loads.  Never wider than before:
+    a group that no longer parses keeps the mode it had, and with nothing kept nothing is changed in Slurm."""
+    from ..trust import problem
+
+    state_dir, slurm = _slurm_of_broken(path)
+    kept = os.path.join(state_dir, LAST_GOOD_CONFIG)
+    if os.path.exists(kept) and problem(kept) is None:
+        try:
+            return load_policy(kept), f"the last config that loaded ({kept})"
+        except PolicyError as exc:
+            log.error("the kept config %s does not load either: %s", kept, exc)
+    policy = default_policy()
+    policy.slurm = slurm
+    policy.defaults = {"mode": "observe"}
+    return policy, "the packaged defaults in observe mode (no config has loaded here yet)"
+
+
+def _slurm_of_broken(path: str | None) -> tuple[str, SlurmSettings]:
+    """The state directory and [slurm] settings a config that does not load still gives, where they do."""
+    import tomllib
+
+    from ..policy import SLURM_VALIDATORS, _KeyLines, _site_section
+
+    default = SlurmSettings()
+    if not path:
+        return default.state_dir, default
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return default.state_dir, default
+    try:
+        data = tomllib.loads(text)
+    except (ValueError, RecursionError):  # not TOML at all: its state_dir line, where one is plain
+        import re
+
+        said = re.search(r'(?m)^[ \t]*state_dir[ \t]*=[ \t]*"(/[^"\n]*)"[ \t]*$', text)
+        return (said.group(1) if said else default.state_dir), default
+    table = data.get("slurm") if isinstance(data, dict) else None
+    if not isinstance(table, dict):
+        return default.state_dir, default
+    try:
+        slurm = SlurmSettings(**_site_section({"slurm": table}, "slurm", SLURM_VALIDATORS, path, _KeyLines(text)))
+        return slurm.state_dir, slurm
+    except (PolicyError, TypeError, ValueError):
+        pass
+    state_dir = table.get("state_dir")
+    good = isinstance(state_dir, str) and os.path.isabs(state_dir)
+    return (state_dir if good else default.state_dir), default
 
 
 # slurmd discards what a health check prints, so an internal error is also kept on the node, one line each
@@ -245,6 +335,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                 data["case"] = cases
         if data is not None and setup.refused:
             data["cfg"] = "refused"
+        if data is not None and setup.config_error:
+            data["err"] = f"config: {setup.config_error}"[:160]
         shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
         if data is not None:
             _last_domain(node, data, shown, history, not [g for g in s.gpus if not g.lost])

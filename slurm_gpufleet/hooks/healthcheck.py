@@ -98,6 +98,9 @@ def run(argv: list[str] | None = None) -> int:
             # NHC drains with these words in a reason of its own: the drain is NHC's, so no mark of ours
             print(one_line(fault_words(worst(report.findings))))
             return 1
+        if setup.config_error:  # judged on the last config that loaded: NHC logs this, never fails the node
+            print(one_line(f"config error: {setup.config_error}"))
+            return 2
         return 0
     act(setup, report, "healthcheck", info=node_info, backend=backend)
     return 0

@@ -73,6 +73,7 @@ class FleetNode:
     kernel: str | None = None              # the running kernel's release
     inforom: str | None = None             # InfoROM image version(s)
     config_refused: bool = False           # its health check refused the config (trust.py): on defaults
+    error: str | None = None               # why its checks cannot run as configured (summary "err")
     fabric_domain: str | None = None       # the NVLink domain its GPUs registered in (maintain/domains.py)
     # the remediation ladder's open cases: [class, attempts, first, last, status] (remediation.py)
     cases: list[list[Any]] = field(default_factory=list)
@@ -102,6 +103,7 @@ class FleetNode:
             node.verdict, node.checked = published.get("v"), published.get("t")
             node.kernel, node.inforom = published.get("kern"), published.get("ifr")
             node.config_refused = published.get("cfg") == "refused"
+            node.error = published.get("err") if isinstance(published.get("err"), str) else None
             node.cases = [list(c) for c in published.get("case") or [] if isinstance(c, list) and len(c) == 5]
             node.observed = published.get("obs")
             node.network = published.get("ib") if isinstance(published.get("ib"), dict) else None

@@ -17,7 +17,11 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
         groups[p.groups[-1] if p.groups else "(defaults)"].append((node, p))
     out: dict[str, Any] = {"nodes": len(fleet.nodes), "groups": {},
                            "groups_matching_no_node": [{"group": name, "nodes": nodes}
-                                                       for name, nodes in policy.unmatched_groups(fleet.nodes)]}
+                                                       for name, nodes in policy.unmatched_groups(fleet.nodes)],
+                           # nodes whose checks cannot run as configured (a config that does not load): each
+                           # runs on the last config that did, and says why
+                           "cannot_check": [{"node": n.name, "err": n.error} for n in
+                                            sorted(fleet.nodes.values(), key=lambda n: n.name) if n.error]}
     for group, members in groups.items():
         drivers = Counter(n.driver or "unknown" for n, _ in members)
         firmware = Counter(n.firmware or "unknown" for n, _ in members)
@@ -39,6 +43,8 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
                     why.append(f"verdict {node.verdict}")
                 if node.config_refused:
                     why.append("config refused (not root's alone): checked on the packaged defaults")
+                if node.error:
+                    why.append(f"cannot be checked as configured: {node.error}")
             if why:
                 off.append({"node": node.name, "why": "; ".join(why)})
         out["groups"][group] = {
