@@ -257,3 +257,15 @@ def test_slow_gpu_names_its_likely_cause(h200):
     assert "likely cause: hardware" in f.detail
     h200.performance = [PerfSample(gpu=0, mem_bw_gbps=4100.0)]  # within 10 % of the reference: fine
     assert evaluate(h200).findings == []
+
+
+def test_a_node_that_says_nothing_of_its_gpus_where_some_are_expected_is_never_healthy():
+    from slurm_gpufleet import evaluate
+    from slurm_gpufleet.policy import parse_policy
+    from slurm_gpufleet.snapshot import NodeSnapshot
+
+    empty = NodeSnapshot(source="test")
+    found = [f for f in evaluate(empty, parse_policy("[defaults]\nexpected_gpus = 8\n")).findings
+             if f.check == "inventory"]
+    assert [(f.severity, f.message) for f in found] == [("warn", "no GPU read, expected 8")]
+    assert not [f for f in evaluate(empty).findings if f.check == "inventory"], "nothing expected: nothing said"

@@ -33,6 +33,10 @@ def check(ctx: Context) -> list[Finding]:
         elif len(readable) > pol.expected_gpus:
             out.append(Finding(NAME, "warn", "fix_config", None, f"{len(readable)} GPUs, expected {pol.expected_gpus}",
                                "more GPUs than the policy expects: update expected_gpus"))
+    elif pol.expected_gpus and not snap.has_gpu_state():
+        # nothing said of the GPUs at all where some are expected: not healthy, and not known to be a fault
+        out.append(Finding(NAME, "warn", "none", None, f"no GPU read, expected {pol.expected_gpus}",
+                           "the source says nothing of the node's GPUs: not judged healthy"))
     elif snap.attached_gpus is not None and snap.attached_gpus > len(snap.gpus):
         out.append(Finding(NAME, "ok", "none", None, f"report lists {len(snap.gpus)} of {snap.attached_gpus} GPUs",
                            "the report names more attached GPUs than it describes (trimmed report?)"))
