@@ -14,9 +14,13 @@ nodes, measured after its start-up settled (its first pings of the absent slurmd
    * quiet checks every slurm_read_every_s (--read-every), samplers as before;
    * quiet checks as the product spaces them at this fleet size (hooks/quiet.read_every: at most
      slurm_reads_per_s reads a second from the whole fleet), samplers as before;
-   * the same, the samplers writing to instep_share_dir and asking Slurm nothing.
-3. The last two replayed live at their own rate for --seconds (a sampler's read and write scaled down by
-   --sampler-scale, its CPU scaled back up), the controller's CPU measured the same way.
+   * the same, the samplers writing to instep_share_dir and asking Slurm nothing;
+   * `shipped defaults`: every setting as the product ships it (SlurmSettings()): quiet checks spaced by
+     slurm_reads_per_s, samplers that never read their node and publish every sampler.publish_every
+     windows (instep_writes_per_s), each write a node's summary with a real 8-GPU digest in it.
+3. The last three replayed live at their own rate for --seconds (a sampler's read and write scaled down by
+   --sampler-scale, its CPU scaled back up), the controller's CPU measured the same way; the shipped
+   defaults beside the budget (BUDGET_CORES, BUDGET_WRITES).
 
 Writes bench/results/controller_cost.json; prints the tables.  Starts its own cluster
 (tests/slurm/minicluster.sh, ports 5817/5901) and stops it.  Measures; asserts nothing.  Root.
@@ -40,6 +44,24 @@ OUT = REPO / "bench" / "results" / "controller_cost.json"
 TICK = os.sysconf("SC_CLK_TCK")
 EXTRA = ('{"gpufleet":1,"v":"ok","drv":"580.159.04","cuda":"13.0","gpus":"8xNVIDIA H200","fw":"96.00.A5.00.1A",'
          '"t":"2026-12-01T19:24:07Z"}')
+# the controller budget of the health checks and samplers together at fleet size (issue 53)
+BUDGET_CORES, BUDGET_WRITES = 0.1, 20.0
+
+
+def sampler_extra() -> str:
+    """A node's summary with one job's digest as a sampler publishes it: 8 GPUs, the windows it keeps."""
+    sys.path.insert(0, str(REPO))
+    from slurm_gpufleet import sampler
+    from slurm_gpufleet.policy import SlurmSettings
+
+    digest = sampler.digest_for("4242", SlurmSettings())
+    for t in range(0, 60 * 6, 15):
+        digest.add(float(t), [[1980.0, 690.5, 97.0, 0, 1593.0, 1.2e9]] * 8)
+    data = {**json.loads(EXTRA), "is": {"4242": {**digest.to_dict(), "pe": 21}}}
+    return json.dumps(data, separators=(",", ":"))
+
+
+SHIPPED = "shipped defaults"
 
 
 def cpu_s(pid: int) -> float:
@@ -105,6 +127,8 @@ def main() -> int:
     ap.add_argument("--read-every", type=float, default=None,
                     help="slurm_read_every_s (default: the product's default)")
     ap.add_argument("--window", type=float, default=60.0, help="instep_window_s")
+    ap.add_argument("--reads-per-s", type=float, default=None,
+                    help="slurm_reads_per_s for the set-ups before issue 53 (default: the product's default)")
     ap.add_argument("--sampler-scale", type=float, default=8.0,
                     help="the live replay drives samplers' Slurm calls at 1/this of their rate")
     args = ap.parse_args()
@@ -118,6 +142,8 @@ def main() -> int:
 
     read_every = args.read_every or float(SlurmSettings().slurm_read_every_s)
     reads_per_s = float(SlurmSettings().slurm_reads_per_s)
+    if args.reads_per_s is not None:
+        reads_per_s = args.reads_per_s
     started = start("controller_cost", args.records, 5817, hc_interval=3600)
     if started is None:
         return 2
@@ -142,6 +168,8 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_
     costs = {
         "node_read": per_call_ms(pid, [["scontrol", "show", "node", x] for x in names], env),
         "node_write": per_call_ms(pid, [["scontrol", "update", f"nodename={x}", f"extra={EXTRA}"] for x in many], env),
+        "digest_write": per_call_ms(pid, [["scontrol", "update", f"nodename={x}", f"extra={sampler_extra()}"]
+                                          for x in many], env),
         "job_read": per_call_ms(pid, [["squeue", "-h", "-j", job, "-o", "%T"]] * (5 * args.calls), env),
         "ping": per_call_ms(pid, [["scontrol", "ping"]] * (5 * args.calls), env),
     }
@@ -155,8 +183,18 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_
             "reads": nodes / fleet_every + nodes / args.window, "writes": nodes / args.window},
         f"quiet checks every {fleet_every:g} s, shared directory": {"reads": nodes / fleet_every, "writes": 0.0},
     }
-    for s in setups.values():
-        s["cores"] = (s["reads"] * costs["node_read"] + s["writes"] * costs["node_write"]) / 1000
+    from slurm_gpufleet import sampler
+    from slurm_gpufleet.policy import SlurmSettings
+
+    shipped = SlurmSettings()   # the product's defaults, by name: nothing of this bench's own
+    shipped_every = max(float(shipped.slurm_read_every_s), nodes / shipped.slurm_reads_per_s)
+    publish_every = sampler.publish_every(shipped, nodes)
+    setups[SHIPPED] = {"reads": nodes / shipped_every,
+                       "writes": nodes / (publish_every * shipped.instep_window_s),
+                       "publish_every_windows": publish_every, "quiet_read_every_s": shipped_every}
+    for name, s in setups.items():
+        write_ms = costs["digest_write"] if name == SHIPPED else costs["node_write"]
+        s["cores"] = (s["reads"] * costs["node_read"] + s["writes"] * write_ms) / 1000
     print(f"Slurm {release}: slurmctld with {n} node records and 2 real nodes; idle {idle * 100:.1f} % of a core "
           f"after {args.settle:g} s settling\n")
     print(f"controller CPU per call (ms): the mean over {args.calls} node reads, {5 * args.calls} of each other call")
@@ -168,10 +206,19 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_
     print(f"{'set-up':<56} {'reads/s':>8} {'writes/s':>9} {'cores':>7}")
     for name, s in setups.items():
         print(f"{name:<56} {s['reads']:>8.1f} {s['writes']:>9.1f} {s['cores']:>7.3f}")
+    print(f"  ({SHIPPED}: a quiet node reads every {shipped_every:g} s, a sampler publishes every {publish_every} "
+          f"windows and never reads)")
     scale = args.sampler_scale
     live = {}
     for name in list(setups)[2:]:
         sampled = name.endswith("through Slurm")
+        if name == SHIPPED:
+            rates = {"check_read": (setups[name]["reads"], ["scontrol", "show", "node", "g00042"]),
+                     "sampler_write": (setups[name]["writes"], lambda i: [
+                         "scontrol", "update", f"nodename=g{1 + (i * 7919) % n:05d}", f"extra={sampler_extra()}"])}
+            live[name] = {**replay(pid, idle, rates, args.seconds, env)}
+            live[name]["cores"] = round(live[name]["cores"], 3)
+            continue
         rates = {"check_read": (nodes / fleet_every, ["scontrol", "show", "node", "g00042"])}
         if sampled:
             rates["sampler_read"] = (nodes / args.window / scale, ["scontrol", "show", "node", "g00043"])
@@ -184,16 +231,26 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_
             got["sampler_scale"] = scale
         got["cores"] = round(got["cores"], 3)
         live[name] = got
-    print(f"\nreplayed live for {args.seconds:g} s each (samplers' calls at 1/{scale:g}, their CPU scaled back)")
+    print(f"\nreplayed live for {args.seconds:g} s each (samplers' calls through Slurm at 1/{scale:g}, their CPU "
+          f"scaled back; the shipped defaults at their own rate)")
     for name, got in live.items():
         print(f"  {name:<56} {got['cores']:.3f} cores  " + json.dumps({k: v for k, v in got.items() if k != 'cores'}))
+    got, model = live[SHIPPED], setups[SHIPPED]
+    writes = model["writes"]
+    budget = {"cores": BUDGET_CORES, "writes_per_s": BUDGET_WRITES, "live_cores": got["cores"],
+              "modelled_cores": round(model["cores"], 3), "writes_per_s_at_fleet": round(writes, 2),
+              "within": got["cores"] <= BUDGET_CORES and model["cores"] <= BUDGET_CORES and writes <= BUDGET_WRITES}
+    print(f"\nbudget at {nodes} nodes (health checks and samplers together): {BUDGET_CORES:g} core, "
+          f"{BUDGET_WRITES:g} writes/s")
+    print(f"  {SHIPPED:<24} live {got['cores']:.3f} cores, modelled {model['cores']:.3f} cores, {writes:.1f} writes/s: "
+          f"{'within' if budget['within'] else 'OVER'}")
     result = {"release": release, "records": n, "idle_cores": round(idle, 4),
               "per_call_ms": {k: round(v, 3) for k, v in costs.items()},
               "steady_state": {"nodes": nodes, "interval_s": args.interval, "read_every_s": read_every,
                                "reads_per_s": reads_per_s, "quiet_read_every_s": fleet_every,
                                "window_s": args.window,
                                "setups": {k: {m: round(v, 3) for m, v in s.items()} for k, s in setups.items()}},
-              "live": live}
+              "live": live, "budget": budget}
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(json.dumps(result, indent=1) + "\n")
     print(f"\nwrote {OUT.relative_to(REPO)}")

@@ -331,10 +331,10 @@ class SlurmSettings:
     # in service) asks slurmctld nothing for this long after that read (hooks/quiet.py); 0: every run reads
     slurm_read_every_s: int = setting(600, _int(0))
     # ... and never more often than the fleet's quiet runs together make this many reads a second: at
-    # 12,500 nodes (slurm.conf's count) a quiet node reads every 12,500 / 3 = 4,167 s (a node read costs
-    # slurmctld 10-33 ms of CPU at that size, so 3 a second stay within a tenth of a core:
-    # bench/controller_cost.py)
-    slurm_reads_per_s: float = setting(3.0, _positive)
+    # 12,500 nodes (slurm.conf's count) a quiet node reads every 12,500 / 2 = 6,250 s (a node read costs
+    # slurmctld 10-33 ms of CPU at that size, so 2 a second and the samplers' writes stay within a tenth
+    # of a core: bench/controller_cost.py)
+    slurm_reads_per_s: float = setting(2.0, _positive)
     # where the node's InfiniBand devices are (readers/ib.py); "" is <host_root>/sys/class/infiniband
     ib_sysfs: str = setting("", lambda v: "" if v == "" else _abs_path(v))
     # hard limit for reading GPU state (NVML, nvidia-smi files); well under Slurm's own limits
@@ -376,6 +376,11 @@ class SlurmSettings:
     instep_sample_s: float = setting(15.0, _positive)
     instep_window_s: float = setting(60.0, _positive)
     instep_windows: int = setting(3, _int(1))
+    # the samplers of the whole fleet publish their digests to Slurm at most this many times a second
+    # together (never reading their node: they merge into the copy of its summary kept on the node), so a
+    # large fleet publishes every few windows (sampler.publish_every: every 21st 60 s window at 12,500
+    # nodes); a shared directory (instep_share_dir) publishes every window and asks Slurm nothing
+    instep_writes_per_s: float = setting(10.0, _positive)
     # where the samplers write their digests instead of Slurm: a directory every node of a job and the host
     # of `fleet stragglers --running` see (a shared file system); None: each node's summary in Slurm
     instep_share_dir: str | None = setting(None, _abs_path)

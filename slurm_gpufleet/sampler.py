@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
 import time
+import zlib
 from typing import Any
 
 NVML_CLOCK_SM = 1
@@ -195,20 +197,42 @@ def digest_for(job: str, settings: Any, gpus: list[int] | None = None) -> Digest
 
 
 
-def publish(backend: Any, node: str, field: str, digest: dict[str, Any], settings: Any) -> None:
-    """The digest into the node's summary, beside what the health check published (its keys kept)."""
+def publish(backend: Any, node: str, field: str, digest: dict[str, Any], settings: Any,
+            kept_for_s: float = 0.0) -> None:
+    """The digest into the node's summary, beside what the health check published (its keys kept): merged
+    into the copy the node's last writer kept (summary.kept_published, younger than `kept_for_s`), so that
+    slurmctld is only written to; read from Slurm where there is no such copy."""
     from . import summary
     from .slurm.actuator import Actuator
     from .slurm.ownership import HEALTH
 
-    info = backend.node(node)
-    current = info.extra if field == "extra" else info.comment
-    data = summary.parse(current) if current else {"gpufleet": 1}
+    data = summary.kept_published(settings.state_dir, node, field, kept_for_s) if kept_for_s > 0 else None
     if data is None:
-        return  # someone else's text: never overwritten
+        info = backend.node(node)
+        current = info.extra if field == "extra" else info.comment
+        data = summary.parse(current) if current else {"gpufleet": 1}
+        if data is None:
+            return  # someone else's text: never overwritten
     # one digest per job: two multi-node jobs sharing the node each keep theirs
     data["is"] = {**summary.digests(data.get("is")), str(digest["j"]): digest}
     Actuator(backend, HEALTH, settings).publish(node, {field: json.dumps(data, separators=(",", ":"))})
+    summary.keep_published(settings.state_dir, node, field, data)
+
+
+def publish_every(settings: Any, fleet_nodes: int | None) -> int:
+    """Windows from one publication of a sampler's digest to Slurm to the next: 1 on a small fleet,
+    stretched so that the samplers of a fleet whose every node runs a multi-node job write at most
+    `instep_writes_per_s` a second together (12,500 nodes, 60 s windows, 10 a second: every 21st window)."""
+    if not fleet_nodes:
+        return 1
+    return max(1, math.ceil(fleet_nodes / (settings.instep_writes_per_s * settings.instep_window_s)))
+
+
+def publishes_in(job: str, window: int, every: int) -> bool:
+    """Whether a job's samplers publish the window that ended as `window` (its index from the epoch): every
+    node of the job in the same window, so their newest windows agree, and the jobs of a fleet spread over
+    the `every` windows (by the job's id), so that the writes come evenly, not in one burst."""
+    return every <= 1 or (window + zlib.crc32(job.encode())) % every == 0
 
 
 def tally_path(state_dir: str, job: str, node: str) -> str:
@@ -388,9 +412,12 @@ def stepd_running(job: str, proc_root: str = "/proc") -> bool | None:
 
 
 def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours: float = 240.0,
-         cgroup_root: str = "/sys/fs/cgroup", gpus: frozenset[int] | None = None) -> int:
+         cgroup_root: str = "/sys/fs/cgroup", gpus: frozenset[int] | None = None, fleet_nodes: int | None = None,
+         kept_for_s: float = 0.0) -> int:
     """Sample until the job ends (the pid file gone or another sampler's, the job's cgroup gone, SIGTERM,
-    or `max_hours`).  `gpus`: the job's GPUs as Slurm names them (minor numbers, jobgpus.py)."""
+    or `max_hours`).  `gpus`: the job's GPUs as Slurm names them (minor numbers, jobgpus.py); `fleet_nodes`:
+    slurm.conf's node count, which spaces the publications to Slurm (publish_every); `kept_for_s`: how long
+    the node's last published summary may stand in for a read of it (publish)."""
     from .jobgpus import handles_of
 
     s = settings
@@ -406,6 +433,7 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
     model = _model(nvml, handles)
     links = Links()
     deadline = time.monotonic() + max_hours * 3600
+    every = 1 if s.instep_share_dir else publish_every(s, fleet_nodes)
     while not stopping["now"] and time.monotonic() < deadline:
         try:
             with open(path) as fh:
@@ -421,9 +449,12 @@ def loop(settings: Any, backend: Any, nvml: Any, job: str, node: str, max_hours:
             try:
                 if s.instep_share_dir:
                     write_shared(s.instep_share_dir, node, digest.to_dict(), model)
-                else:
+                elif publishes_in(job, int(now // s.instep_window_s) - 1, every):
+                    data = digest.to_dict()
+                    if every > 1:
+                        data["pe"] = every  # windows to the next publication: the digest is live that long
                     with publish_lock(s.state_dir, node):
-                        publish(backend, node, s.publish if s.publish != "none" else "extra", digest.to_dict(), s)
+                        publish(backend, node, s.publish if s.publish != "none" else "extra", data, s, kept_for_s)
             except Exception as exc:  # Slurm unreachable, the share full: the next window tries again
                 print(f"slurm-gpufleet-sampler: could not publish: {exc}", file=sys.stderr)
         time.sleep(max(0.05, s.instep_sample_s - (time.time() - now)))

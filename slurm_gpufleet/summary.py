@@ -77,14 +77,15 @@ def digests(value: Any) -> dict[str, dict[str, Any]]:
 
 
 def live_digests(value: Any, now: float, windows: int = 5) -> dict[str, dict[str, Any]]:
-    """The digests whose sampler published within the last `windows` windows: a health check carries
-    these forward, and lets the digest of a job whose sampler is gone (a write that raced the epilog's)
-    fall away."""
+    """The digests whose sampler published within the last `windows` windows (and the windows it waits
+    between publications, `pe`, on a large fleet: sampler.publish_every): a health check carries these
+    forward, and lets the digest of a job whose sampler is gone (a write that raced the epilog's) fall away."""
     out = {}
     for job, d in digests(value).items():
         try:
             newest = max(int(i) for i, _ in d.get("w", []))
-            if (newest + 1) * float(d["ws"]) >= now - windows * float(d["ws"]):
+            span = windows + max(0, min(int(d.get("pe") or 0), 10_000))
+            if (newest + 1) * float(d["ws"]) >= now - span * float(d["ws"]):
                 out[job] = d
         except (KeyError, TypeError, ValueError):
             continue
@@ -113,6 +114,52 @@ def from_node(info: Any) -> Summary | None:
         if data is not None:
             return data
     return None
+
+
+# What Slurm shows of the node's summary, as the last writer on the node left it (the health check, the
+# prolog or epilog, a sampler): a sampler merges its digest into this copy instead of reading its node from
+# slurmctld every window (a one-node read costs slurmctld as much as a read of the whole fleet)
+def published_path(state_dir: str, node: str) -> str:
+    import os
+
+    return os.path.join(state_dir, f"published-{node}.json")
+
+
+def keep_published(state_dir: str, node: str, field: str, data: dict[str, Any] | None,
+                   now: float | None = None) -> None:
+    """The summary Slurm now shows in `field` (None: not known, the copy goes and the next writer reads)."""
+    import os
+
+    path = published_path(state_dir, node)
+    try:
+        if data is None:
+            os.unlink(path)
+            return
+        tmp = f"{path}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"at": time.time() if now is None else now, "field": field, "summary": data}, fh,
+                      separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # not kept: the next writer reads Slurm
+
+
+def kept_published(state_dir: str, node: str, field: str, max_age_s: float, now: float | None = None
+                   ) -> dict[str, Any] | None:
+    """The kept copy, where it is of `field` and younger than `max_age_s`; None otherwise."""
+    try:
+        with open(published_path(state_dir, node), encoding="utf-8") as fh:
+            kept = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    now = time.time() if now is None else now
+    if not isinstance(kept, dict) or kept.get("field") != field or not isinstance(kept.get("at"), int | float):
+        return None
+    data = kept.get("summary")
+    if not isinstance(data, dict) or data.get("gpufleet") != 1 or not 0 <= now - kept["at"] < max_age_s:
+        return None
+    return data
 
 
 def published_at(data: dict[str, Any]) -> float | None:

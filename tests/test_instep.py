@@ -161,7 +161,7 @@ def test_the_sampler_stops_when_its_job_s_cgroup_is_gone(tmp_path):
     assert 0.5 <= time.monotonic() - t0 < 5  # a window or two after the cgroup went, not at max_hours (36 s)
 
 
-def test_two_multi_node_jobs_on_one_node_keep_a_digest_each():
+def test_two_multi_node_jobs_on_one_node_keep_a_digest_each(tmp_path):
     """Two samplers on one node (two jobs sharing it) publish into one summary: each keeps its own job's
     digest, the detector reads both, and a summary from before per-job digests still reads."""
     import json
@@ -180,7 +180,7 @@ def test_two_multi_node_jobs_on_one_node_keep_a_digest_each():
             self.extra = fields["extra"]
 
     backend = Node()
-    settings = SimpleNamespace(feature_prefix="")
+    settings = SimpleNamespace(feature_prefix="", state_dir=str(tmp_path))
     for job in ("101", "202"):
         d = sampler.Digest(job, 60.0, 4)
         for t in range(0, 200, 15):
@@ -513,3 +513,59 @@ def test_with_a_shared_directory_the_samplers_ask_slurm_nothing_and_stragglers_r
     assert sorted(os.listdir(share)) == ["9"] and not (share / "42").exists()
     with pytest.raises(ValueError):
         sampler.shared_path(str(share), "../etc", "n1")
+
+
+def test_at_fleet_size_the_samplers_write_every_few_windows_and_never_read_their_node(tmp_path):
+    """The shipped defaults at 12,500 nodes: every node of a job publishes in the same window, every 21st
+    (instep_writes_per_s 10, 60 s windows), jobs spread over those windows; a publication merges into the
+    copy of the summary the node's last writer kept, so slurmctld is written to and never read."""
+    import json
+    import time
+    from types import SimpleNamespace
+
+    from slurm_gpufleet import sampler, summary
+    from slurm_gpufleet.policy import SlurmSettings
+
+    defaults = SlurmSettings(state_dir=str(tmp_path))
+    assert sampler.publish_every(defaults, 12_500) == 21 and sampler.publish_every(defaults, 300) == 1
+    assert sampler.publish_every(defaults, None) == 1
+    every = 21
+    for job in ("4101", "4102", "98765"):
+        due = [w for w in range(1000, 1000 + every) if sampler.publishes_in(job, w, every)]
+        assert len(due) == 1, (job, due)
+    starts = {next(w for w in range(every) if sampler.publishes_in(str(j), w, every)) for j in range(2000)}
+    assert len(starts) == every, "a fleet's jobs spread over every window"
+    # 12,500 nodes, each in a multi-node job: writes a second, the fleet together
+    assert 12_500 / (every * defaults.instep_window_s) <= defaults.instep_writes_per_s
+
+    class Slurm:
+        reads = writes = 0
+        extra = json.dumps({"gpufleet": 1, "v": "ok", "gpus": "8xNVIDIA H200"})
+
+        def node(self, name):
+            self.reads += 1
+            return SimpleNamespace(extra=self.extra, comment="")
+
+        def set_fields(self, name, fields):
+            self.writes += 1
+            self.extra = fields["extra"]
+
+    slurm = Slurm()
+    sampler.publish(slurm, "n1", "extra", {"j": "7", "ws": 60, "b": [], "w": [[1, []]], "pe": 21}, defaults, 600)
+    assert (slurm.reads, slurm.writes) == (1, 1), "no copy kept yet: read once"
+    for w in range(2, 6):
+        sampler.publish(slurm, "n1", "extra", {"j": "7", "ws": 60, "b": [], "w": [[w, []]], "pe": 21}, defaults, 600)
+    assert (slurm.reads, slurm.writes) == (1, 5)
+    shown = json.loads(slurm.extra)
+    assert shown["v"] == "ok" and shown["is"]["7"]["w"] == [[5, []]]
+    # the health check's own write replaces the copy: the sampler's next write keeps what it published
+    summary.keep_published(str(tmp_path), "n1", "extra", {"gpufleet": 1, "v": "warn", "is": shown["is"]})
+    sampler.publish(slurm, "n1", "extra", {"j": "7", "ws": 60, "b": [], "w": [[6, []]], "pe": 21}, defaults, 600)
+    assert json.loads(slurm.extra)["v"] == "warn" and slurm.reads == 1
+    # a copy older than the bound, or of the other field, is not used: Slurm is read
+    assert summary.kept_published(str(tmp_path), "n1", "comment", 600) is None
+    assert summary.kept_published(str(tmp_path), "n1", "extra", 600, now=time.time() + 601) is None
+    # a paced digest stays live to the health check until its next publication is due
+    d = {"j": "7", "ws": 60, "b": [], "w": [[100, []]], "pe": 21}
+    assert summary.live_digests({"7": d}, now=101 * 60 + 20 * 60) and not summary.live_digests(
+        {"7": {**d, "pe": 0}}, now=101 * 60 + 20 * 60)

@@ -184,9 +184,9 @@ def test_a_quiet_run_reads_slurm_again_after_slurm_read_every_s_a_config_change_
 
 
 def test_a_large_fleets_quiet_nodes_read_slurm_less_often_so_that_the_fleet_makes_few_reads_a_second(tmp_path):
-    """`slurm_reads_per_s` (3): in a fleet of 12,500 nodes (slurm.conf's count, no call to slurmctld) a
-    quiet node reads Slurm every 12,500 / 3 = 4,167 s, not every 600 s; the count is kept until slurm.conf
-    changes; a small fleet keeps `slurm_read_every_s`."""
+    """`slurm_reads_per_s` (3 here, 2 by default): in a fleet of 12,500 nodes (slurm.conf's count, no call to
+    slurmctld) a quiet node reads Slurm every 12,500 / 3 = 4,167 s, not every 600 s; the count is kept until
+    slurm.conf changes; a small fleet keeps `slurm_read_every_s`."""
     import json as json_
     import os
     from types import SimpleNamespace
@@ -212,9 +212,49 @@ def test_a_large_fleets_quiet_nodes_read_slurm_less_often_so_that_the_fleet_make
     _healthcheck(bin_dir, env)
     view = tmp_path / "node" / "state" / "slurm-view-n9.json"
     kept = json_.loads(view.read_text())
-    kept["read_at"] -= 601  # past slurm_read_every_s, within 4,167 s: still quiet
+    kept["read_at"] -= 601  # past slurm_read_every_s, within the default 12,500 / 2 = 6,250 s: still quiet
     view.write_text(json_.dumps(kept))
     assert _healthcheck(bin_dir, env) == []
-    kept["read_at"] -= 3600  # 4,201 s old: read
+    kept["read_at"] -= 5700  # 6,301 s old: read
     view.write_text(json_.dumps(kept))
     assert [c[:2] for c in _healthcheck(bin_dir, env)] == [["show", "node"]]
+
+
+def test_the_health_check_keeps_what_slurm_shows_for_the_samplers_to_write_beside_without_a_read(tmp_path):
+    """After a run, the node keeps the summary Slurm shows (summary.keep_published): a sampler's
+    publication merges into it and only writes; someone else's text in the field leaves no copy."""
+    import json as json_
+    from types import SimpleNamespace
+
+    from slurm_gpufleet import sampler
+    from slurm_gpufleet.policy import SlurmSettings
+
+    bin_dir, gpus, env = setup(tmp_path)
+    _healthcheck(bin_dir, env)
+    kept = json_.loads((tmp_path / "state" / "published-n9.json").read_text())
+    shown = json_.loads((bin_dir / "node.json").read_text())
+    assert kept["field"] == "extra" and kept["summary"] == json_.loads(shown["extra"])
+
+    class Recorded:  # the actuator's writer over the same recording scontrol's state
+        reads = 0
+
+        def node(self, name):
+            self.reads += 1
+            return SimpleNamespace(extra="", comment="")
+
+        def set_fields(self, name, fields):
+            node = json_.loads((bin_dir / "node.json").read_text())
+            (bin_dir / "node.json").write_text(json_.dumps({**node, **fields}))
+
+    backend = Recorded()
+    sampler.publish(backend, "n9", "extra", {"j": "5", "ws": 60, "b": [], "w": [[1, []]]},
+                    SlurmSettings(state_dir=str(tmp_path / "state")), 600)
+    after = json_.loads(json_.loads((bin_dir / "node.json").read_text())["extra"])
+    assert backend.reads == 0 and after["v"] == kept["summary"]["v"] and after["is"]["5"]["w"] == [[1, []]]
+    # someone else's text in Extra: the next run that reads Slurm (a quiet one reads nothing) leaves no
+    # copy, so a sampler reads, and then leaves the text alone
+    node = json_.loads((bin_dir / "node.json").read_text())
+    (bin_dir / "node.json").write_text(json_.dumps({**node, "extra": "rack 7 spare"}))
+    (tmp_path / "state" / "slurm-view-n9.json").unlink()
+    assert [c[:2] for c in _healthcheck(bin_dir, env)][:1] == [["show", "node"]]
+    assert not (tmp_path / "state" / "published-n9.json").exists()

@@ -51,5 +51,8 @@ def _sampler(argv: list[str]) -> int:
     import pynvml
 
     from ..jobgpus import job_gpu_ids
+    from .quiet import fleet_size, read_every
 
-    return sampler.loop(setup.settings, _backend(setup.settings), pynvml, job, node, gpus=job_gpu_ids(os.environ))
+    conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    return sampler.loop(setup.settings, _backend(setup.settings), pynvml, job, node, gpus=job_gpu_ids(os.environ),
+                        fleet_nodes=fleet_size(setup.settings.state_dir, conf), kept_for_s=read_every(setup.settings))

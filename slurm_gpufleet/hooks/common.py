@@ -21,7 +21,7 @@ from .. import watchdog
 from ..policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
 from ..slurm.reasons import ours
 from ..summary import encode as encode_summary
-from ..summary import live_digests, published_at
+from ..summary import keep_published, live_digests, published_at
 from ..summary import parse as parse_summary
 
 if TYPE_CHECKING:
@@ -373,6 +373,9 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                 except SlurmError as exc:
                     log.warning("could not publish the GPU summary and features: %s", exc)
                     data = None  # Slurm does not show it: nothing to keep
+        # what Slurm shows now, for the node's samplers to write beside without reading it (sampler.publish)
+        keep_published(settings.state_dir, node, settings.publish,
+                       data if data is not None and shown is not _OTHERS and settings.publish != "none" else None)
         _keep_view(setup, info, step, done, data, history)
     finally:
         carrier.close()
