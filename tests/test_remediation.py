@@ -324,3 +324,33 @@ def test_fleet_cases_lists_repairs_first_then_the_most_recent_as_its_help_says()
              SimpleNamespace(name="n3", reason="repair: x", cases=[("xid", 3, 0.0, 2 * day, "repair")]),
              SimpleNamespace(name="n4", reason="repair: y", cases=[("hbm", 3, 0.0, 4 * day, "repair")])]
     assert [r["node"] for r in fleet_cases(nodes)] == ["n4", "n3", "n2", "n1"]  # was n3, n4, n1, n2
+
+
+def test_a_repaired_node_is_never_taken_out_again_for_what_was_logged_before_its_repair(tmp_path):
+    """An admin's `fleet repaired` (the reason `validate after repair`, set at the recording scontrol's
+    2026-12-01T08:00:00): the Xid logged before it never counts again, on this run and after restarts; one
+    logged after it does."""
+    bin_dir, gpus, env = _node(tmp_path)
+    _run(bin_dir, env)
+    kmsg = tmp_path / "kmsg" / "n9.kmsg"
+    fell = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+    kmsg.write_text(f"2026-11-30T22:00:00,000000+00:00 {fell}")
+    state = _shown(bin_dir)
+    state.update(drain=True, reason="validate after repair [gpufleet]")
+    (bin_dir / "node.json").write_text(json.dumps(state))
+    for _ in range(3):
+        calls, _ = _run(bin_dir, env)
+        assert not [c for c in calls if c[0] == "reboot"], calls
+        assert not [c for c in calls if any("Xid" in a or "xid" in a for a in c)], calls
+    assert not _shown(bin_dir)["drain"], "validated by its clean runs and returned"
+    assert json.loads((tmp_path / "state" / "repaired-n9.json").read_text())["at"] > 0
+    # the same line is still in the log: a run after a restart (the quiet view gone) does not count it
+    (tmp_path / "state" / "slurm-view-n9.json").unlink(missing_ok=True)
+    calls, _ = _run(bin_dir, env)
+    assert json.loads(_shown(bin_dir)["extra"])["v"] == "ok"
+    # a fault logged after the repair is a new one
+    with open(kmsg, "a") as fh:
+        fh.write(f"2026-12-01T09:00:00,000000+00:00 {fell}")
+    calls, _ = _run(bin_dir, env)
+    assert json.loads(_shown(bin_dir)["extra"])["v"] != "ok"
+    assert [c for c in calls if c[0] == "reboot"] or _shown(bin_dir)["drain"], calls

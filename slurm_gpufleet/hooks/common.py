@@ -223,7 +223,61 @@ def read_node(setup: Setup, level: str = "quick", host: bool = True) -> NodeSnap
                                        pol.fabric_manager_probe_s, pol.fabric_manager_flap_window_s)))
     for what in snap.unread:
         log.warning("%s", what)
+    forget_repaired(setup, snap, repaired_at(settings.state_dir, node))
     return snap
+
+
+# ---------------------------------------------------------------- a repaired node's past
+def _repaired_path(state_dir: str, node: str) -> str:
+    return os.path.join(state_dir, f"repaired-{node}.json")
+
+
+def repaired_at(state_dir: str, node: str) -> float | None:
+    """When the node was last repaired (kept on the node across restarts and reboots), or None."""
+    try:
+        with open(_repaired_path(state_dir, node), encoding="utf-8") as fh:
+            at = json.load(fh).get("at")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(at) if isinstance(at, int | float) and at == at else None
+
+
+def note_repair(setup: Setup, info) -> float | None:
+    """Slurm shows the node `validate after repair` (an admin's `fleet repaired`): the reason's time is the
+    repair, kept on the node, so that what was logged before it never counts again (`forget_repaired`).
+    Returns the repair time newly kept, or None."""
+    from ..returning import cause_of, is_validate
+
+    if info is None or not is_validate(info.reason) or cause_of(info.reason) != "repair" or not info.reason_time:
+        return None
+    kept = repaired_at(setup.settings.state_dir, setup.node)
+    if kept is not None and kept >= info.reason_time:
+        return None
+    path = _repaired_path(setup.settings.state_dir, setup.node)
+    try:
+        os.makedirs(setup.settings.state_dir, mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"at": info.reason_time, "reason": info.reason[:200]}, fh)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("the repair of %s not kept: %s", setup.node, exc)
+    log.info("repaired at %s (%s): what the kernel log holds from before no longer counts",
+             time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(info.reason_time)), info.reason)
+    return info.reason_time
+
+
+def forget_repaired(setup: Setup, snap, at: float | None) -> None:
+    """Drop the node's kernel-log events from before its repair (readers/kernel_log.drop_before)."""
+    if at is None:
+        return
+    from ..readers.kernel_log import drop_before
+
+    dropped = drop_before(snap, at)
+    if dropped:
+        log.info("%d kernel-log event(s) from before the repair at %s not counted", dropped,
+                 time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(at)))
 
 
 def warn_unmatched_groups(setup: Setup) -> None:

@@ -15,7 +15,9 @@ from .common import (
     _setup,
     _start_watchdog,
     act,
+    forget_repaired,
     log,
+    note_repair,
     read_node,
     warn_unmatched_groups,
 )
@@ -80,6 +82,12 @@ def run(argv: list[str] | None = None) -> int:
             node_info = backend.node(setup.node)
         except SlurmError as exc:
             log.error("cannot read node state from Slurm: %s", exc)
+    # an admin's `fleet repaired` seen for the first time: what was logged before it no longer counts, from
+    # this very run (judged with it, the node would be drained again for the fault just repaired)
+    repaired = note_repair(setup, node_info) if node_info is not None else None
+    if repaired is not None:
+        forget_repaired(setup, snap, repaired)
+        early = None
     # an idle node should have no GPU processes; a busy one is judged on everything else
     idle = bool(node_info and node_info.idle)
     # judged already for the quiet test, with the node's own idea of idle: used again where Slurm agrees

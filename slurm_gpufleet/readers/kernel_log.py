@@ -391,6 +391,22 @@ def read_kmsg(path: str = "/dev/kmsg", max_records: int = 200_000) -> list[str]:
     return lines
 
 
+def drop_before(snap, t: float, btime: float | None = None) -> int:
+    """The node was repaired at `t` (an admin's `fleet repaired`): its Xid and SXid lines logged before then
+    never count again, in this boot or any the log spans.  A line whose time the log does not give stays.
+    Returns how many were dropped."""
+    btime = boot_epoch() if btime is None else btime
+
+    def before(e) -> bool:
+        at = event_epoch(e, btime)
+        return at is not None and at < t
+
+    count = len(snap.xid_events) + len(snap.sxid_events)
+    snap.xid_events = [e for e in snap.xid_events if not before(e)]
+    snap.sxid_events = [e for e in snap.sxid_events if not before(e)]
+    return count - len(snap.xid_events) - len(snap.sxid_events)
+
+
 def boot_epoch() -> float | None:
     try:
         with open("/proc/stat") as fh:
