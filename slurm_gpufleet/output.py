@@ -36,7 +36,7 @@ def inventory_text(inv: dict[str, Any]) -> str:
 
     lines = [f"{inv['nodes']} node(s)"]
     if inv.get("cannot_check"):
-        lines.append(f"cannot be checked as configured: {len(inv['cannot_check'])} node(s)")
+        lines.append(f"cannot be checked as configured (the tool's own faults): {len(inv['cannot_check'])} node(s)")
         for err, count, nodes in grouped((c["node"], c["err"]) for c in inv["cannot_check"]):
             lines.append(f"  {count:>5} {nodes}: {err}")
     for u in inv.get("groups_matching_no_node", []):

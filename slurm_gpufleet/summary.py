@@ -48,7 +48,7 @@ Summary = TypedDict("Summary", {
     "bw": int,                    # the slowest GPU's memory bandwidth, GB/s (deep check)
     "bwgpu": int,                 # which GPU that is
     "cfg": str,                   # "refused": the node runs on the packaged defaults (trust.py)
-    "err": str,                   # why the node cannot be checked as configured ("config: FILE:LINE: ...")
+    "err": str,                   # the tool's own faults on the node ("config: FILE:LINE: ...", "history ...: ...")
     "brk": int,                   # 1: a drain was held by the open breaker
     "obs": str,                   # observe mode: what would have been done ("drain: <reason>")
     # InfiniBand (checks/infiniband.network): ports down "d", slow "s", counters grew "c" ("mlx5_4/1"),

@@ -80,7 +80,7 @@ def test_a_config_that_stops_loading_runs_on_the_last_that_did_and_says_so(tmp_p
     inv = json.loads(out.stdout)
     assert [c["node"] for c in inv["cannot_check"]] == ["n9"] and inv["cannot_check"][0]["err"] == summary["err"]
     text = run_cli("fleet", "--fleet", str(saved), env={**env, "SLURM_GPUFLEET_CONFIG": str(admin)}).stdout.decode()
-    assert "cannot be checked as configured: 1 node(s)" in text
+    assert "cannot be checked as configured (the tool's own faults): 1 node(s)" in text
     # --nhc judges on the kept config and says why it cannot judge as configured (NHC logs it, fails nothing)
     exe = [sys.executable, str(REPO / "healthcheck" / "slurm-gpufleet-healthcheck"), "--nhc"]
     gpus_healthy = (tmp_path / "gpus" / "n9.json")

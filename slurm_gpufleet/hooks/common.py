@@ -389,8 +389,11 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                 data["case"] = cases
         if data is not None and setup.refused:
             data["cfg"] = "refused"
-        if data is not None and setup.config_error:
-            data["err"] = f"config: {setup.config_error}"[:160]
+        # the tool's own faults, not the GPUs': what the node cannot be checked or remembered with
+        deps = ([f"config: {setup.config_error}"] if setup.config_error else []) + \
+            ([history.error] if history.failed and history.error else [])
+        if data is not None and deps:
+            data["err"] = "; ".join(deps)[:160]
         shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
         if data is not None:
             _last_domain(node, data, shown, history, not [g for g in s.gpus if not g.lost])
@@ -507,6 +510,7 @@ class KeptHistory:
     def __init__(self, cls, path: str):
         self.path = path
         self.failed = False
+        self.error: str | None = None   # what failed, for the node's summary (`err`)
         import sqlite3
 
         self._errors = (sqlite3.Error, OSError)  # what a full, read-only or broken disk raises
@@ -519,6 +523,7 @@ class KeptHistory:
     def _fail(self, exc: BaseException) -> None:
         if not self.failed:
             log.error("history %s unavailable, acting without it: %s: %s", self.path, type(exc).__name__, exc)
+            self.error = f"history {self.path}: {exc}"
         self.failed = True
 
     def __getattr__(self, name: str):

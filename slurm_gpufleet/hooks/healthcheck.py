@@ -147,6 +147,8 @@ def _quiet(setup: Setup, snap):
         history.prune()
     finally:
         history.close()
+    if (history.failed or bool(setup.config_error)) != bool(view.get("err")):
+        return False, report, running  # the tool's own fault came or went: said in the summary, which reads
     log.info("healthcheck verdict %s: quiet (as Slurm last showed it, %.0f s ago): slurmctld not asked",
              report.verdict, time.time() - view["read_at"])
     return True, report, running

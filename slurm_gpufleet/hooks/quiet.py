@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any
 
-IGNORED = ("t", "is", "case", "obs")   # moved by others or by time, not by this node's verdict
+IGNORED = ("t", "is", "case", "obs", "err")   # moved by others or by time, not by this node's verdict
 
 
 def path(state_dir: str, node: str) -> str:
@@ -61,7 +61,8 @@ def keep(state_dir: str, node: str, verdict: str, summary: dict[str, Any] | None
         forget(state_dir, node)
         return
     view = {"read_at": time.time() if now is None else now, "verdict": verdict, "summary": comparable(summary),
-            "slurmd": slurmd_mark(), "config": config_mark(config_path)}
+            "slurmd": slurmd_mark(), "config": config_mark(config_path),
+            "err": bool(summary.get("err"))}   # the tool's own fault published: a run that meets one reads
     try:
         tmp = f"{target}.tmp{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as fh:

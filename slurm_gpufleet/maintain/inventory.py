@@ -44,7 +44,7 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
                 if node.config_refused:
                     why.append("config refused (not root's alone): checked on the packaged defaults")
                 if node.error:
-                    why.append(f"cannot be checked as configured: {node.error}")
+                    why.append(f"the tool's own fault, not the GPUs': {node.error}")
             if why:
                 off.append({"node": node.name, "why": "; ".join(why)})
         out["groups"][group] = {

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from typing import Any
 
 from .base import NodeInfo
 from .ownership import HEALTH, STRAGGLER, owner, rack_of_reason
+
+log = logging.getLogger("slurm-gpufleet")
 
 
 @dataclass
@@ -125,8 +128,14 @@ def counting_lock(path: str, timeout_s: float = 10.0):
     fleet when that file is on shared storage, and the node's own hooks otherwise."""
     import fcntl
 
-    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        # the state directory read-only or full: counted without the lock rather than a fault never drained
+        log.warning("breaker: no counting lock (%s: %s): counted without it", f"{path}.lock", exc.strerror or exc)
+        yield False
+        return
     deadline = time.monotonic() + timeout_s
     locked = False
     try:
