@@ -17,7 +17,8 @@ nodes, measured after its start-up settled (its first pings of the absent slurmd
    * the same, the samplers writing to instep_share_dir and asking Slurm nothing;
    * `shipped defaults`: every setting as the product ships it (SlurmSettings()): quiet checks spaced by
      slurm_reads_per_s, samplers that never read their node and publish every sampler.publish_every
-     windows (instep_writes_per_s), each write a node's summary with a real 8-GPU digest in it.
+     windows (instep_writes_per_s), each write a node's summary with a real 8-GPU digest in it; and each
+     node's unchanged summary written again once a heartbeat old (summary.heartbeat_s).
 3. The last three replayed live at their own rate for --seconds (a sampler's read and write scaled down by
    --sampler-scale, its CPU scaled back up), the controller's CPU measured the same way; the shipped
    defaults beside the budget (BUDGET_CORES, BUDGET_WRITES).
@@ -185,13 +186,16 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_
     }
     from slurm_gpufleet import sampler
     from slurm_gpufleet.policy import SlurmSettings
+    from slurm_gpufleet.summary import heartbeat_s, quiet_read_bound
 
     shipped = SlurmSettings()   # the product's defaults, by name: nothing of this bench's own
-    shipped_every = max(float(shipped.slurm_read_every_s), nodes / shipped.slurm_reads_per_s)
+    shipped_every = quiet_read_bound(shipped, nodes)
     publish_every = sampler.publish_every(shipped, nodes)
+    beat = heartbeat_s(shipped, nodes)   # each node's unchanged summary written again this often
     setups[SHIPPED] = {"reads": nodes / shipped_every,
-                       "writes": nodes / (publish_every * shipped.instep_window_s),
-                       "publish_every_windows": publish_every, "quiet_read_every_s": shipped_every}
+                       "writes": nodes / (publish_every * shipped.instep_window_s) + nodes / beat,
+                       "publish_every_windows": publish_every, "quiet_read_every_s": shipped_every,
+                       "heartbeat_s": beat}
     for name, s in setups.items():
         write_ms = costs["digest_write"] if name == SHIPPED else costs["node_write"]
         s["cores"] = (s["reads"] * costs["node_read"] + s["writes"] * write_ms) / 1000
@@ -206,8 +210,8 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_
     print(f"{'set-up':<56} {'reads/s':>8} {'writes/s':>9} {'cores':>7}")
     for name, s in setups.items():
         print(f"{name:<56} {s['reads']:>8.1f} {s['writes']:>9.1f} {s['cores']:>7.3f}")
-    print(f"  ({SHIPPED}: a quiet node reads every {shipped_every:g} s, a sampler publishes every {publish_every} "
-          f"windows and never reads)")
+    print(f"  ({SHIPPED}: a quiet node reads every {shipped_every:g} s and writes its summary again every {beat:g} s, "
+          f"a sampler publishes every {publish_every} windows and never reads)")
     scale = args.sampler_scale
     live = {}
     for name in list(setups)[2:]:

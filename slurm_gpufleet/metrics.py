@@ -103,6 +103,25 @@ def lemon_registry(flags: list, scores: dict[str, int], cases: list, lemon_jobs:
     return reg
 
 
+def fleet_registry(inv: dict[str, Any]) -> Any:
+    """`fleet --textfile`: the nodes that cannot be trusted to be checked, by kind."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    unchecked = Gauge("gpufleet_fleet_nodes_unchecked", "Nodes in service whose checks cannot be trusted: silent "
+                      "(no summary within the bound) or erroring (the tool's own faults, summary err)", ["kind"],
+                      registry=reg)
+    unchecked.labels("silent").set(len((inv.get("silent") or {}).get("nodes") or []))
+    unchecked.labels("error").set(len(inv.get("cannot_check") or []))
+    return reg
+
+
+def write_fleet_textfile(path: str, inv: dict[str, Any]) -> None:
+    from prometheus_client import write_to_textfile
+
+    write_to_textfile(path, fleet_registry(inv))
+
+
 def write_lemon_textfile(path: str, flags: list, scores: dict[str, int], cases: list, lemon_jobs: int) -> None:
     from prometheus_client import write_to_textfile
 

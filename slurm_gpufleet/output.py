@@ -39,6 +39,13 @@ def inventory_text(inv: dict[str, Any]) -> str:
         lines.append(f"cannot be checked as configured (the tool's own faults): {len(inv['cannot_check'])} node(s)")
         for err, count, nodes in grouped((c["node"], c["err"]) for c in inv["cannot_check"]):
             lines.append(f"  {count:>5} {nodes}: {err}")
+    quiet = (inv.get("silent") or {}).get("nodes") or []
+    if quiet:  # no news is not good news
+        hours = inv["silent"]["after_s"] / 3600
+        lines.append(f"silent (no summary newer than {hours:.3g} h, in service): {len(quiet)} node(s)")
+        for last, count, nodes in grouped((q["node"], "never published" if q["last"] is None else
+                                           f"last {q['last']}") for q in quiet):
+            lines.append(f"  {count:>5} {nodes}: {last}")
     for u in inv.get("groups_matching_no_node", []):
         lines.append(f"warning: group {u['group']} (nodes = \"{u['nodes']}\") matches no node of the fleet: its "
                      "settings apply nowhere (a typo in its host list?)")

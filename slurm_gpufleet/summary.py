@@ -116,6 +116,27 @@ def from_node(info: Any) -> Summary | None:
     return None
 
 
+def quiet_read_bound(settings: Any, fleet_nodes: int | None) -> float:
+    """How long a quiet node goes without reading Slurm (hooks/quiet.py): `slurm_read_every_s`, stretched
+    so that a fleet of `fleet_nodes` makes at most `slurm_reads_per_s` reads a second; 0: every run reads."""
+    every = float(settings.slurm_read_every_s)
+    if every <= 0:
+        return 0.0
+    return max(every, (fleet_nodes or 0) / settings.slurm_reads_per_s)
+
+
+# a summary unchanged this long (or longer, on a large fleet) is written again at the node's next read of
+# Slurm, its `t` renewed: no news is then told from a node that stopped checking
+HEARTBEAT_MIN_S = 600.0
+# `fleet` calls a node silent when its summary is older than this many heartbeats (or health-check intervals)
+SILENT_AFTER = 3
+
+
+def heartbeat_s(settings: Any, fleet_nodes: int | None) -> float:
+    """How long a node's summary may stand unchanged in Slurm before it is written again."""
+    return max(HEARTBEAT_MIN_S, quiet_read_bound(settings, fleet_nodes))
+
+
 # What Slurm shows of the node's summary, as the last writer on the node left it (the health check, the
 # prolog or epilog, a sampler): a sampler merges its digest into this copy instead of reading its node from
 # slurmctld every window (a one-node read costs slurmctld as much as a read of the whole fleet)

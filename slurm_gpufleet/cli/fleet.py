@@ -31,9 +31,13 @@ from .common import (
 @config_opt(help="Policy file (node groups, their pinned driver and firmware).")
 @fleet_opt(help="A saved fleet (JSON) instead of asking Slurm.")
 @json_option
+@click.option("--textfile", metavar="PATH", help="Also write Prometheus metrics (nodes silent or erroring) for "
+                                                 "node_exporter's textfile collector.")
 @click.pass_context
-def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_json: bool) -> None:
-    """Per node group: drivers, GPU models, firmware, verdicts, and nodes off the group's standard.
+def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_json: bool,
+          textfile: str | None) -> None:
+    """Per node group: drivers, GPU models, firmware, verdicts, and nodes off the group's standard; the
+    nodes that cannot be checked (the tool's own faults) and those silent for too long.
 
     Read from what every node's health check publishes to Slurm (one `scontrol show nodes`).
     """
@@ -45,7 +49,22 @@ def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_jso
     from ..output import inventory_text
 
     policy = _load_policy(config, read_only=bool(fleet_file))
-    inv = inventory(_fleet(policy, fleet_file), policy)
+    interval = None
+    if not fleet_file:
+        from ..slurm import SlurmError
+
+        try:  # how often slurmd runs the health check: a node checked rarely is silent only after 3 of them
+            interval = _backend(policy).health_check_interval()
+        except (SlurmError, AttributeError):
+            interval = None
+    inv = inventory(_fleet(policy, fleet_file), policy, interval)
+    if textfile:
+        from ..metrics import write_fleet_textfile
+
+        try:
+            write_fleet_textfile(textfile, inv)
+        except OSError as exc:
+            _fail(f"{textfile}: {exc.strerror or exc}", exitcodes.USAGE)
     click.echo(json.dumps(inv, indent=1) if as_json else inventory_text(inv))
 
 

@@ -403,7 +403,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
                     if not (hook == "epilog" and j == str(job))}
             if kept:
                 data["is"] = kept
-        news = _news(info, settings.publish, data, shown) if data is not None else None
+        beat = heartbeat(settings)
+        news = _news(info, settings.publish, data, shown, beat) if data is not None else None
         # what changed about the node rides in the same write as the action: one update, not three
         fields = _feature_fields(info, settings.feature_prefix, known(s.driver_version),
                                  known(s.cuda_driver_version)) if settings.feature_prefix and hook != "prolog" else {}
@@ -415,7 +416,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
             if done.blocked and data is not None:
                 data["f"] = f"breaker open: {data.get('f', '')}"[:80]
                 data["brk"] = 1
-                news = _news(info, settings.publish, data, shown)
+                news = _news(info, settings.publish, data, shown, beat)
                 # replaces the summary without the breaker, or drops it when Slurm already shows this one:
                 # left in, it would flip the node's summary back and forth on every run
                 if news:
@@ -590,16 +591,29 @@ def _shown(info, field: str) -> dict | object | None:
 _UNREAD = object()
 
 
-def _news(info, field: str, data: dict, shown=_UNREAD) -> str | None:
+def heartbeat(settings: SlurmSettings) -> float:
+    """This node's heartbeat (summary.heartbeat_s) at the fleet size slurm.conf gives (kept, not parsed)."""
+    from ..summary import heartbeat_s
+    from .quiet import fleet_size
+
+    return heartbeat_s(settings, fleet_size(settings.state_dir,
+                                            os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"))
+
+
+def _news(info, field: str, data: dict, shown=_UNREAD, heartbeat_s: float | None = None) -> str | None:
     """The summary to write, or None: someone else's text is never overwritten, and an unchanged
-    summary is written only once per slurmd start.  `shown`: what _shown read already, if it did."""
+    summary is written only once per slurmd start, or again once it is `heartbeat_s` old (its `t`
+    renewed, so that `fleet` tells a node that stopped checking from one with nothing new).  `shown`:
+    what _shown read already, if it did."""
     if shown is _UNREAD:
         shown = _shown(info, field)
     if shown is _OTHERS:
         return None
     if shown is not None:
         same = {k: v for k, v in shown.items() if k != "t"} == {k: v for k, v in data.items() if k != "t"}
-        if same and not _older_than_slurmd(shown, info):
+        at = published_at(shown)
+        aged = heartbeat_s is not None and (at is None or time.time() - at >= heartbeat_s)
+        if same and not _older_than_slurmd(shown, info) and not aged:
             return None
     return json.dumps(data, separators=(",", ":"))
 

@@ -83,11 +83,12 @@ def read_every(settings: Any, slurm_conf: str | None = None) -> float:
     """How long a quiet node goes without reading Slurm: `slurm_read_every_s`, stretched so that the whole
     fleet's quiet runs make at most `slurm_reads_per_s` reads a second (the fleet: slurm.conf's nodes,
     counted once per change of the file); 0 where every run reads."""
-    every = float(settings.slurm_read_every_s)
-    if every <= 0:
+    from ..summary import quiet_read_bound
+
+    if float(settings.slurm_read_every_s) <= 0:
         return 0.0
     nodes = fleet_size(settings.state_dir, slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
-    return max(every, (nodes or 0) / settings.slurm_reads_per_s)
+    return quiet_read_bound(settings, nodes)
 
 
 def fleet_size(state_dir: str, slurm_conf: str) -> int | None:

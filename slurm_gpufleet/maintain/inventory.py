@@ -10,7 +10,9 @@ from ..policy import Policy
 from .fleet import FleetState
 
 
-def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
+def inventory(fleet: FleetState, policy: Policy, interval_s: float | None = None) -> dict[str, Any]:
+    """`interval_s`: slurm.conf's HealthCheckInterval, where known (a node checked less often than its
+    heartbeat is silent only after three of its intervals)."""
     groups: dict[str, list] = defaultdict(list)
     for node in sorted(fleet.nodes.values(), key=lambda n: n.name):
         p = policy.for_node(node.name)
@@ -21,7 +23,8 @@ def inventory(fleet: FleetState, policy: Policy) -> dict[str, Any]:
                            # nodes whose checks cannot run as configured (a config that does not load): each
                            # runs on the last config that did, and says why
                            "cannot_check": [{"node": n.name, "err": n.error} for n in
-                                            sorted(fleet.nodes.values(), key=lambda n: n.name) if n.error]}
+                                            sorted(fleet.nodes.values(), key=lambda n: n.name) if n.error],
+                           "silent": silent(fleet, policy, interval_s)}
     for group, members in groups.items():
         drivers = Counter(n.driver or "unknown" for n, _ in members)
         firmware = Counter(n.firmware or "unknown" for n, _ in members)
@@ -104,3 +107,22 @@ def _exposure(members) -> list[dict[str, Any]]:
     return out
 
 
+
+
+def silent(fleet: FleetState, policy: Policy, interval_s: float | None = None) -> dict[str, Any]:
+    """No news is not good news: the nodes in service whose summary is older than SILENT_AFTER heartbeats
+    (summary.heartbeat_s: an unchanged summary is written again that often), or than as many health-check
+    intervals, or that publish none; `after_s` is that bound."""
+    from ..summary import SILENT_AFTER, heartbeat_s, published_at
+
+    after = SILENT_AFTER * max(heartbeat_s(policy.slurm, len(fleet.nodes)), float(interval_s or 0))
+    nodes = []
+    for node in sorted(fleet.nodes.values(), key=lambda n: n.name):
+        if node.held or node.state in ("DOWN", "FUTURE", "UNKNOWN"):
+            continue  # out of service: its checks are not expected to run
+        at = published_at({"t": node.checked}) if node.checked else None
+        if at is None:
+            nodes.append({"node": node.name, "last": None})
+        elif fleet.taken_at - at > after:
+            nodes.append({"node": node.name, "last": node.checked})
+    return {"after_s": round(after), "nodes": nodes}
