@@ -868,11 +868,10 @@ class _Lab:
                         suspect=self.history.open_suspect(node.name) is not None)
 
     def repaired(self, node) -> None:
-        """`fleet repaired`: the node's reason asks for a validation run before it returns."""
-        from .returning import validate_reason
-        from .slurm.effects import SetReason
+        """`fleet repaired` (the product's remedy.handback): a validation run before the node returns."""
+        from .remedy.handback import hand_back
 
-        self.actuator.apply(SetReason((self.slurm.node(node.name),), validate_reason("repair")))
+        hand_back(self.actuator, [self.slurm.node(node.name)])
 
 
 def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:

@@ -91,7 +91,7 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
     from slurm_gpufleet.maintain.simslurm import SimSlurm
     from slurm_gpufleet.maintain.simulate import Simulator
     from slurm_gpufleet.pipeline import evaluate
-    from slurm_gpufleet.returning import validate_reason
+    from slurm_gpufleet.remedy.handback import hand_back
     from slurm_gpufleet.slurm.actuator import Actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
 
@@ -142,7 +142,7 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
             # an admin repairs it, and hands it back through its validation run
             gpustate.write_atomic(healthy, str(gpus / f"{NODE}.json"))
             kmsg.write_text("")
-            Actuator(slurm, HEALTH, setup.settings).set_reason([info], validate_reason("repair"))
+            hand_back(Actuator(slurm, HEALTH, setup.settings), [info])   # `fleet repaired`
             repaired = True
         done = not (info.drained or info.down or info.rebooting) and history.open_validation(NODE) is None \
             and history.open_suspect(NODE) is None

@@ -177,3 +177,29 @@ def test_quarantine_mode_drains_from_every_program_but_never_reboots(tmp_path):
     every = [c for _, calls, _, _ in seen for c in calls]
     assert not [c for c in every if c[:1] == ["reboot"]], every
     assert json.loads((bin_dir / "node.json").read_text())["drain"]
+
+
+def test_fleet_repaired_is_the_tables_admin_move_held_to_ownership_and_mode(tmp_path):
+    """remedy.handback, which `fleet repaired`, the fault simulator and the ladder harness call: a node drained
+    for repair or by our checks is handed back (validate after repair); an admin's drain, a rack's tray (the
+    domain returns whole) and an observe node are left, each said why; a node in service has nothing to do."""
+    from slurm_gpufleet.policy import SlurmSettings, parse_policy
+    from slurm_gpufleet.remedy.handback import hand_back
+
+    policy = parse_policy('[[group]]\nname = "new"\nnodes = "n5"\nmode = "observe"\n')
+
+    def held(name, reason):
+        return NodeInfo(name, "IDLE", frozenset({"DRAIN"}), reason=reason)
+
+    nodes = [held("n1", "repair ecc attempt 3 of 3 in 7d: memory gpu1 row remap pending [gpufleet]"),
+             held("n2", "memory gpu5 row remapping failed [gpufleet]"), held("n3", "fan broken"),
+             held("n4", "rack nvl72-a: 3 trays with fabric faults in 600 s [gpufleet]"),
+             held("n5", "memory gpu5 row remapping failed [gpufleet]"), NodeInfo("n6", "IDLE")]
+    rec = Recorder(nodes)
+    actuator = Actuator(rec, "health", SlurmSettings(state_dir=str(tmp_path)), modes=policy.mode_of)
+    dry = hand_back(actuator, nodes, dry_run=True)
+    assert rec.writes == [] and dry.marked == ["n1", "n2", "n5"]
+    done = hand_back(actuator, nodes)
+    assert done.marked == ["n1", "n2"] and rec.writes == ["set_reason_nodes"]
+    assert done.free == ["n6"] and set(done.left) == {"n3", "n4", "n5"}
+    assert done.left["n5"] == "observe mode: would set reason" and "returns whole" in done.left["n4"]

@@ -256,7 +256,7 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
     from ClusterShell.NodeSet import NodeSet, NodeSetException
 
     from ..hostlist import fold
-    from ..returning import validate_reason
+    from ..remedy.handback import hand_back
     from ..slurm import SlurmError
     from ..slurm.actuator import Actuator
     from ..slurm.ownership import HEALTH
@@ -276,32 +276,27 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
     unknown = [n for n in wanted if n not in nodes]
     if unknown:
         _fail(f"{len(unknown)} node(s) not in Slurm: {fold(unknown)}", exitcodes.USAGE)
-    held = [nodes[n] for n in wanted if nodes[n].drained]
-    free = [n for n in wanted if not nodes[n].drained]
-    if dry_run:
-        from ..slurm.ownership import left_alone
-
-        ours = [i.name for i in held if Actuator(backend, HEALTH, policy.slurm, modes=policy.mode_of).holds(i)]
-        if ours:
-            click.echo(f"{fold(ours)}: would be marked validate after repair")
-        for info in held:
-            if info.name not in ours:
-                click.echo(f"{info.name}: {left_alone(info)}", err=True)
-        if free:
-            click.echo(f"{fold(free)}: not drained, nothing to do", err=True)
-        return
+    actuator = Actuator(backend, HEALTH, policy.slurm, modes=policy.mode_of)
     try:
-        done = Actuator(backend, HEALTH, policy.slurm, modes=policy.mode_of).set_reason(held, validate_reason("repair"))
+        done = hand_back(actuator, [nodes[n] for n in wanted], dry_run)
     except SlurmError as exc:
         _fail(f"not marked: {exc}", exitcodes.USAGE)
-    if done.done:
-        click.echo(f"{fold(done.done)}: validate after repair" + (
+    if dry_run:
+        if done.marked:
+            click.echo(f"{fold(done.marked)}: would be marked validate after repair")
+        for name, why in done.left.items():
+            click.echo(f"{name}: {why}", err=True)
+        if done.free:
+            click.echo(f"{fold(done.free)}: not drained, nothing to do", err=True)
+        return
+    if done.marked:
+        click.echo(f"{fold(done.marked)}: validate after repair" + (
             " (a validation run, then back to work)" if policy.slurm.validation_command else
             " (back to work after clean runs: validation_command is \"\")"))
     for node, why in done.left.items():
         click.echo(f"{node}: {why}", err=True)
-    if free:
-        click.echo(f"{fold(free)}: not drained, nothing to do", err=True)
+    if done.free:
+        click.echo(f"{fold(done.free)}: not drained, nothing to do", err=True)
     if done.left:
         sys.exit(1)
 
