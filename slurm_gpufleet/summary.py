@@ -166,21 +166,26 @@ def keep_published(state_dir: str, node: str, field: str, data: dict[str, Any] |
         pass  # not kept: the next writer reads Slurm
 
 
-def kept_published(state_dir: str, node: str, field: str, max_age_s: float, now: float | None = None
-                   ) -> dict[str, Any] | None:
-    """The kept copy, where it is of `field` and younger than `max_age_s`; None otherwise."""
+def read_fresh(path: str, stamp: str, max_age_s: float, now: float | None = None) -> dict[str, Any] | None:
+    """A JSON object a run kept on the node, where its `stamp` (epoch s) is younger than `max_age_s` (and
+    not in the future: a clock that went back); None otherwise, or where it cannot be read."""
     try:
-        with open(published_path(state_dir, node), encoding="utf-8") as fh:
+        with open(path, encoding="utf-8") as fh:
             kept = json.load(fh)
     except (OSError, ValueError):
         return None
     now = time.time() if now is None else now
-    if not isinstance(kept, dict) or kept.get("field") != field or not isinstance(kept.get("at"), int | float):
+    if not isinstance(kept, dict) or not isinstance(kept.get(stamp), int | float):
         return None
-    data = kept.get("summary")
-    if not isinstance(data, dict) or data.get("gpufleet") != 1 or not 0 <= now - kept["at"] < max_age_s:
-        return None
-    return data
+    return kept if 0 <= now - kept[stamp] < max_age_s else None
+
+
+def kept_published(state_dir: str, node: str, field: str, max_age_s: float, now: float | None = None
+                   ) -> dict[str, Any] | None:
+    """The kept copy, where it is of `field` and younger than `max_age_s`; None otherwise."""
+    kept = read_fresh(published_path(state_dir, node), "at", max_age_s, now)
+    data = kept.get("summary") if kept is not None and kept.get("field") == field else None
+    return data if isinstance(data, dict) and data.get("gpufleet") == 1 else None
 
 
 def published_at(data: dict[str, Any]) -> float | None:

@@ -124,17 +124,12 @@ def fleet_size(state_dir: str, slurm_conf: str) -> int | None:
 def fresh_view(state_dir: str, node: str, every_s: float, config_path: str | None,
                now: float | None = None) -> dict[str, Any] | None:
     """The kept view, where a run may rely on it instead of reading Slurm; None otherwise."""
+    from ..summary import read_fresh
+
     if every_s <= 0:
         return None
-    try:
-        with open(path(state_dir, node), encoding="utf-8") as fh:
-            view = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    now = time.time() if now is None else now
-    if not isinstance(view, dict) or not isinstance(view.get("read_at"), int | float):
-        return None
-    if not 0 <= now - view["read_at"] < every_s:
+    view = read_fresh(path(state_dir, node), "read_at", every_s, now)
+    if view is None:
         return None
     if view.get("slurmd") is None or view.get("slurmd") != slurmd_mark() or view.get("config") != config_mark(config_path):
         return None
