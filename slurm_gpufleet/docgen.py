@@ -287,6 +287,13 @@ def benchmarks() -> str:
         out.append(_table(["set-up", "cores", "calls a second"],
                           [[k, v["cores"], ", ".join(f"{c} {n}" for c, n in v.items()
                                                       if c.endswith("_per_s"))] for k, v in ctld["live"].items()]))
+        budget = ctld.get("budget")
+        if budget:
+            out.append(f"The shipped defaults against the budget of the health checks and samplers together "
+                       f"({budget['cores']:g} core, {budget['writes_per_s']:g} writes a second): live "
+                       f"{budget['live_cores']:.3f} cores, modelled {budget['modelled_cores']:.3f} cores, "
+                       f"{budget['writes_per_s_at_fleet']:g} writes a second: "
+                       f"{'within' if budget['within'] else 'over'}.\n")
     speed = load("check_speed.json")
     if speed:
         out.append("## Check speed (`bench/check_speed.py`)\n")
