@@ -545,3 +545,73 @@ def test_a_suspect_whose_recheck_still_finds_its_fault_is_drained_for_repair(mc)
             2 * mc.hc_interval + 10, "fleet cases: needs repair")
     finally:
         _replace(config, original)
+
+
+def _summary(mc, node: str) -> dict:
+    return json.loads(mc.node(node).get("Extra") or "{}")
+
+
+def test_the_tools_own_faults_drain_nothing_under_running_jobs_and_a_real_xid_still_drains(mc):
+    """The tool's own faults, one at a time, with jobs running (issue 53): a config that stops loading, then a
+    corrupt history on one node.  No node is drained for them, each node says so in its summary (`err`) and
+    `fleet` lists it; then a real Xid 79 still takes its node out (the last config that loaded is in force)."""
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    admin = mc.dir / "etc" / "admin.toml"   # the admin's own view: `fleet` refuses a config that does not load
+    _replace(admin, original)
+    db = mc.dir / "state" / "gpufleet" / "n5.db"
+    jobs = [mc.start_job(n, 2, 100) for n in ("n4", "n5")]
+    try:
+        _replace(config, original + '\n[[group]]\nnodes = [1]\n')
+        mc.wait(lambda: all(_summary(mc, n).get("err", "").startswith(f"config: {config}:") for n in mc.nodes),
+                4 * mc.hc_interval + 15, "every node says its config does not load")
+        fleet = json.loads(mc.gpufleet("fleet", "--json", env={"SLURM_GPUFLEET_CONFIG": str(admin)}).stdout)
+        assert sorted(c["node"] for c in fleet["cannot_check"]) == sorted(mc.nodes)
+        assert not [n for n in mc.nodes if mc.out_of_service(mc.state(n))], "a config error drains nothing"
+        _replace(config, original)
+        mc.wait(lambda: not any("err" in _summary(mc, n) for n in mc.nodes), 4 * mc.hc_interval + 15,
+                "the error gone once the config loads")
+
+        broken = db.with_name("n5.db.broken")
+        broken.write_bytes(b"not a database " * 200)
+        os.replace(broken, db)
+        mc.wait(lambda: _summary(mc, "n5").get("err", "").startswith("history "), 4 * mc.hc_interval + 15,
+                "n5 says its history cannot be used")
+        fleet = json.loads(mc.gpufleet("fleet", "--json", env={"SLURM_GPUFLEET_CONFIG": str(admin)}).stdout)
+        assert [c["node"] for c in fleet["cannot_check"]] == ["n5"]
+        assert not [n for n in mc.nodes if "DRAIN" in mc.state(n)], "a broken history drains nothing"
+        assert all(mc.job(j)["JobState"] == "RUNNING" for j in jobs)
+
+        stamp = dt.datetime.now().astimezone().isoformat(timespec="microseconds").replace(".", ",")
+        with open(mc.gpus / "n5.kmsg", "a") as fh:  # GPU 3 at PCI 0000:5d:00
+            fh.write(f"{stamp} NVRM: Xid (PCI:0000:5d:00): 79, pid=777, name=python3, GPU has fallen off the bus.\n")
+        mc.wait(lambda: mc.out_of_service(mc.state("n5")) or "DRAIN" in mc.state("n5"), 4 * mc.hc_interval + 15,
+                lambda: "n5 taken out for its Xid 79 with its history broken" + mc.explain("n5"))
+    finally:
+        _replace(config, original)
+        db.unlink(missing_ok=True)   # the next run makes it anew
+
+
+def test_observe_and_quarantine_groups_side_by_side(mc):
+    """An observe group writes no change of state; a quarantine group drains a reset-fixable fault but never
+    resets or reboots; both on the same cluster as the full-mode nodes."""
+    config = mc.dir / "etc" / "gpufleet.toml"
+    original = config.read_text()
+    _replace(config, original + '\n[[group]]\nname = "watch"\nnodes = "n6"\nmode = "observe"\n'
+                                '\n[[group]]\nname = "hold"\nnodes = "n7"\nmode = "quarantine"\n')
+    try:
+        for node in ("n6", "n7"):
+            mc.fault(node, 1, "row_remap_pending")
+            gpustate.write_atomic(gpustate.healthy_state(8, node), str(mc.gpus / f"{node}.after-reset.json"))
+        mc.wait(lambda: "DRAIN" in mc.state("n7"), 4 * mc.hc_interval + 15, "n7 drained")
+        mc.wait(lambda: _summary(mc, "n6").get("obs", "").startswith("drain: memory gpu1 row remap pending")
+                or _summary(mc, "n6").get("obs", "").startswith("reset"), 4 * mc.hc_interval + 15,
+                "n6 says what it would do")
+        time.sleep(2 * mc.hc_interval)
+        assert mc.state("n6") == "IDLE" and "REBOOT" not in mc.state("n7")
+        assert _resets(mc, "n6") == 0 and _resets(mc, "n7") == 0
+        assert mc.history("n6", "select count(*) from actions where action in ('drain', 'reboot', 'reset', "
+                                "'set_reason', 'resume')") == [(0,)]
+        assert mc.history("n7", "select count(*) from actions where action in ('reboot', 'reset')") == [(0,)]
+    finally:
+        _replace(config, original)
