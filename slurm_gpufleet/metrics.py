@@ -109,10 +109,12 @@ def fleet_registry(inv: dict[str, Any]) -> Any:
 
     reg = CollectorRegistry()
     unchecked = Gauge("gpufleet_fleet_nodes_unchecked", "Nodes in service whose checks cannot be trusted: silent "
-                      "(no summary within the bound) or erroring (the tool's own faults, summary err)", ["kind"],
+                      "(no summary within the bound), erroring (the tool's own faults, summary err), or in a "
+                      "multi-node job whose in-job sampler publishes nothing (sampler_gone)", ["kind"],
                       registry=reg)
     unchecked.labels("silent").set(len((inv.get("silent") or {}).get("nodes") or []))
     unchecked.labels("error").set(len(inv.get("cannot_check") or []))
+    unchecked.labels("sampler_gone").set(len({n for g in inv.get("samplers_gone") or [] for n in g["nodes"]}))
     return reg
 
 

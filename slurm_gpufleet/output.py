@@ -46,6 +46,9 @@ def inventory_text(inv: dict[str, Any]) -> str:
         for last, count, nodes in grouped((q["node"], "never published" if q["last"] is None else
                                            f"last {q['last']}") for q in quiet):
             lines.append(f"  {count:>5} {nodes}: {last}")
+    for gone in inv.get("samplers_gone") or []:
+        lines.append(f"job {gone['job']}: no in-job sampler publishing on {fold(gone['nodes'])} (its straggler "
+                     "view is blind there)")
     for u in inv.get("groups_matching_no_node", []):
         lines.append(f"warning: group {u['group']} (nodes = \"{u['nodes']}\") matches no node of the fleet: its "
                      "settings apply nowhere (a typo in its host list?)")

@@ -60,3 +60,24 @@ def test_fleet_lists_the_nodes_in_service_silent_past_three_heartbeats_or_never_
     text = prom.read_text()
     assert 'gpufleet_fleet_nodes_unchecked{kind="silent"} 2.0' in text
     assert 'gpufleet_fleet_nodes_unchecked{kind="error"} 0.0' in text
+
+
+def test_a_multi_node_job_whose_sampler_publishes_nothing_on_a_node_is_listed_once_it_should_have():
+    from slurm_gpufleet.maintain.inventory import samplers_gone
+    from slurm_gpufleet.slurm.base import JobInfo
+
+    now = time.time()
+    window = int(now // 60) - 1
+    digest = {"j": "77", "ws": 60.0, "b": [], "w": [[window, []]]}
+
+    def node(name, digests):
+        extra = json.dumps({"gpufleet": 1, "v": "ok", "t": stamp(now), "is": digests})
+        return FleetNode.from_info(NodeInfo(name, "ALLOCATED", extra=extra))
+    nodes = {n.name: n for n in (node("n1", {"77": digest}), node("n2", {}), node("n3", {"77": digest}))}
+    late = JobInfo("77", ["n1", "n2", "n3"], None, start_time=now - 600)
+    young = JobInfo("78", ["n1", "n2"], None, start_time=now - 60)
+    single = JobInfo("79", ["n3"], None, start_time=now - 6000)
+    found = samplers_gone(FleetState(nodes, [late, young, single], taken_at=now), Policy())
+    assert found == [{"job": "77", "nodes": ["n2"]}], "a young job's samplers have not had their turn yet"
+    shared = Policy(slurm=SlurmSettings(instep_share_dir="/shared/instep"))
+    assert samplers_gone(FleetState(nodes, [late], taken_at=now), shared) == [], "the digests are in files then"

@@ -79,6 +79,7 @@ class FleetNode:
     cases: list[list[Any]] = field(default_factory=list)
     observed: str | None = None            # observe mode: what its health check would have done
     network: dict[str, Any] | None = None  # its InfiniBand ports down, slow, counters grew (summary "ib")
+    sampled_jobs: list[str] = field(default_factory=list)   # jobs whose in-job sampler published here lately
 
     @property
     def model(self) -> str | None:
@@ -107,6 +108,7 @@ class FleetNode:
             node.cases = [list(c) for c in published.get("case") or [] if isinstance(c, list) and len(c) == 5]
             node.observed = published.get("obs")
             node.network = published.get("ib") if isinstance(published.get("ib"), dict) else None
+            node.sampled_jobs = sorted(summary.live_digests(published.get("is"), time.time()))
             from .domains import fabric_domain
 
             node.fabric_domain = fabric_domain(published)

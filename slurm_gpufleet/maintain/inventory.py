@@ -24,7 +24,8 @@ def inventory(fleet: FleetState, policy: Policy, interval_s: float | None = None
                            # runs on the last config that did, and says why
                            "cannot_check": [{"node": n.name, "err": n.error} for n in
                                             sorted(fleet.nodes.values(), key=lambda n: n.name) if n.error],
-                           "silent": silent(fleet, policy, interval_s)}
+                           "silent": silent(fleet, policy, interval_s),
+                           "samplers_gone": samplers_gone(fleet, policy)}
     for group, members in groups.items():
         drivers = Counter(n.driver or "unknown" for n, _ in members)
         firmware = Counter(n.firmware or "unknown" for n, _ in members)
@@ -126,3 +127,24 @@ def silent(fleet: FleetState, policy: Policy, interval_s: float | None = None) -
         elif fleet.taken_at - at > after:
             nodes.append({"node": node.name, "last": node.checked})
     return {"after_s": round(after), "nodes": nodes}
+
+
+def samplers_gone(fleet: FleetState, policy: Policy) -> list[dict[str, Any]]:
+    """Multi-node jobs running long enough that each of their nodes' samplers should have published (the
+    windows sampler.publish_every spaces them by, and two more), with the nodes whose summary holds no live
+    digest of the job: their sampler died, and the job's straggler view is blind there.  Not judged where
+    the samplers write to a shared directory (instep_share_dir) instead of Slurm."""
+    from ..sampler import publish_every
+
+    s = policy.slurm
+    if s.instep_share_dir or s.publish == "none":
+        return []
+    grace = (publish_every(s, len(fleet.nodes)) + 2) * s.instep_window_s
+    out = []
+    for job in sorted(fleet.jobs, key=lambda j: j.job_id):
+        if len(job.nodes) < 2 or job.start_time is None or fleet.taken_at - job.start_time < grace:
+            continue
+        missing = [n for n in job.nodes if n in fleet.nodes and job.job_id not in fleet.nodes[n].sampled_jobs]
+        if missing:
+            out.append({"job": job.job_id, "nodes": missing})
+    return out
