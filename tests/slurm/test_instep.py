@@ -355,3 +355,26 @@ def test_without_cgroups_a_sampler_whose_epilog_never_ran_ends_within_a_window_o
     assert seen.get("sampling") is True, "the sampler was writing its digest while the job ran"
     assert "cancelled" in seen, "the loop ended before the job was cancelled"
     assert ended - seen["cancelled"] < 10, (ended - seen["cancelled"], seen)   # max_hours would be 180 s
+
+
+def test_fleet_names_the_node_of_a_running_job_whose_sampler_died(mc):
+    """Issue 53: no news is not good news.  A 2-node job's samplers publish; one is killed; once its digest
+    is no longer live, `fleet` names the job and that node (the other node's sampler goes on)."""
+    import json
+    import os
+    import signal
+
+    with fast_samplers(mc, ("n5", "n6")):
+        job = mc.sbatch("-N", "2", "-w", "n[5-6]", "--gres=gpu:8", "--time=3", "--wrap", "sleep 300")
+        mc.wait(lambda: len([p for p in samplers(mc) if f"-{job}-" in p]) == 2, 60, "a sampler on each node")
+        mc.wait(lambda: all('"is":' in mc.node(n).get("Extra", "") for n in ("n5", "n6")), 30,
+                "both nodes publishing their digest")
+        pid = int((mc.dir / "state" / "gpufleet" / f"instep-{job}-n6.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+
+        def gone():
+            inv = json.loads(mc.gpufleet("fleet", "--json").stdout)
+            return inv["samplers_gone"]
+        mc.wait(lambda: gone() == [{"job": job, "nodes": ["n6"]}], 60, "the dead sampler named")
+        assert "no in-job sampler publishing on n6" in mc.gpufleet("fleet").stdout
+        mc.run("scancel", job)
