@@ -354,3 +354,29 @@ def test_a_repaired_node_is_never_taken_out_again_for_what_was_logged_before_its
     calls, _ = _run(bin_dir, env)
     assert json.loads(_shown(bin_dir)["extra"])["v"] != "ok"
     assert [c for c in calls if c[0] == "reboot"] or _shown(bin_dir)["drain"], calls
+
+
+def test_a_node_an_admin_resumed_after_its_repair_drain_is_not_taken_out_again_for_its_past(tmp_path):
+    """A bare `scontrol update state=resume` of a node drained for repair (its summary still holds the case
+    as `repair`): the repair is taken as done then, and what the kernel log holds from before no longer
+    counts; a fault logged later does."""
+    bin_dir, gpus, env = _node(tmp_path)
+    _run(bin_dir, env)
+    kmsg = tmp_path / "kmsg" / "n9.kmsg"
+    fell = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+    kmsg.write_text(f"2026-11-30T22:00:00,000000+00:00 {fell}")
+    state = _shown(bin_dir)
+    extra = json.loads(state["extra"])
+    extra["case"] = [["xid", 3, 1764540000, 1764543600, "repair"]]
+    state.update(drain=False, reason="", extra=json.dumps(extra))   # the admin's resume
+    (bin_dir / "node.json").write_text(json.dumps(state))
+    calls, _ = _run(bin_dir, env)
+    assert not [c for c in calls if c[0] == "reboot"] and not _shown(bin_dir).get("drain"), calls
+    assert json.loads(_shown(bin_dir)["extra"])["v"] == "ok"
+    import datetime as dt
+
+    time.sleep(0.01)
+    with open(kmsg, "a") as fh:  # logged after the resume: a new fault
+        fh.write(f"{dt.datetime.now().astimezone().isoformat(timespec='microseconds').replace('.', ',')} {fell}")
+    calls, _ = _run(bin_dir, env)
+    assert json.loads(_shown(bin_dir)["extra"])["v"] != "ok"

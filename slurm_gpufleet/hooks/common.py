@@ -242,16 +242,27 @@ def repaired_at(state_dir: str, node: str) -> float | None:
     return float(at) if isinstance(at, int | float) and at == at else None
 
 
-def note_repair(setup: Setup, info) -> float | None:
-    """Slurm shows the node `validate after repair` (an admin's `fleet repaired`): the reason's time is the
-    repair, kept on the node, so that what was logged before it never counts again (`forget_repaired`).
-    Returns the repair time newly kept, or None."""
+def note_repair(setup: Setup, info, now: float | None = None) -> float | None:
+    """The node repaired, as Slurm shows it: `validate after repair` (an admin's `fleet repaired`: the
+    reason's time is the repair), or back in service while its published summary still holds a case drained
+    for repair (an admin's bare resume: now).  Kept on the node, so that what was logged before it never
+    counts again (`forget_repaired`).  Returns the repair time newly kept, or None."""
     from ..returning import cause_of, is_validate
+    from ..summary import from_node
 
-    if info is None or not is_validate(info.reason) or cause_of(info.reason) != "repair" or not info.reason_time:
+    if info is None:
+        return None
+    at = None
+    if is_validate(info.reason) and cause_of(info.reason) == "repair" and info.reason_time:
+        at = info.reason_time
+    elif not (info.drained or info.down or info.rebooting):
+        cases = (from_node(info) or {}).get("case") or []
+        if any(isinstance(c, list) and len(c) == 5 and c[4] in ("repair", "validation_failed") for c in cases):
+            at = time.time() if now is None else now
+    if at is None:
         return None
     kept = repaired_at(setup.settings.state_dir, setup.node)
-    if kept is not None and kept >= info.reason_time:
+    if kept is not None and kept >= at:
         return None
     path = _repaired_path(setup.settings.state_dir, setup.node)
     try:
@@ -259,13 +270,13 @@ def note_repair(setup: Setup, info) -> float | None:
         tmp = f"{path}.{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"at": info.reason_time, "reason": info.reason[:200]}, fh)
+            json.dump({"at": at, "reason": info.reason[:200]}, fh)
         os.replace(tmp, path)
     except OSError as exc:
         log.warning("the repair of %s not kept: %s", setup.node, exc)
     log.info("repaired at %s (%s): what the kernel log holds from before no longer counts",
-             time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(info.reason_time)), info.reason)
-    return info.reason_time
+             time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(at)), info.reason or "resumed by an admin")
+    return at
 
 
 def forget_repaired(setup: Setup, snap, at: float | None) -> None:
