@@ -245,7 +245,7 @@ def repaired_at(state_dir: str, node: str) -> float | None:
 def note_repair(setup: Setup, info, now: float | None = None) -> float | None:
     """The node repaired, as Slurm shows it: `validate after repair` (an admin's `fleet repaired`: the
     reason's time is the repair), or back in service while its published summary still holds a case drained
-    for repair (an admin's bare resume: now).  Kept on the node, so that what was logged before it never
+    for repair (an admin's bare resume: the time of that summary, the last check that saw it held).  Kept on the node, so that what was logged before it never
     counts again (`forget_repaired`).  Returns the repair time newly kept, or None."""
     from ..returning import cause_of, is_validate
     from ..summary import from_node
@@ -256,9 +256,11 @@ def note_repair(setup: Setup, info, now: float | None = None) -> float | None:
     if is_validate(info.reason) and cause_of(info.reason) == "repair" and info.reason_time:
         at = info.reason_time
     elif not (info.drained or info.down or info.rebooting):
-        cases = (from_node(info) or {}).get("case") or []
+        shown = from_node(info) or {}
+        cases = shown.get("case") or []
         if any(isinstance(c, list) and len(c) == 5 and c[4] in ("repair", "validation_failed") for c in cases):
-            at = time.time() if now is None else now
+            # the last check that still saw it held for repair: what was logged after it may be new
+            at = published_at(shown) or (time.time() if now is None else now)
     if at is None:
         return None
     kept = repaired_at(setup.settings.state_dir, setup.node)
