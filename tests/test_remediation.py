@@ -326,16 +326,24 @@ def test_fleet_cases_lists_repairs_first_then_the_most_recent_as_its_help_says()
     assert [r["node"] for r in fleet_cases(nodes)] == ["n4", "n3", "n2", "n1"]  # was n3, n4, n1, n2
 
 
+# a GPU fell off the bus before the node's repair, as the kernel log keeps it
+FELL = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+
+
+def _fell_before_repair(tmp_path):
+    """A node checked once, then FELL in its kernel log at 2026-11-30T22:00: (bin, env, log, line, shown)."""
+    bin_dir, gpus, env = _node(tmp_path)
+    _run(bin_dir, env)
+    kmsg = tmp_path / "kmsg" / "n9.kmsg"
+    kmsg.write_text(f"2026-11-30T22:00:00,000000+00:00 {FELL}")
+    return bin_dir, env, kmsg, FELL, _shown(bin_dir)
+
+
 def test_a_repaired_node_is_never_taken_out_again_for_what_was_logged_before_its_repair(tmp_path):
     """An admin's `fleet repaired` (the reason `validate after repair`, set at the recording scontrol's
     2026-12-01T08:00:00): the Xid logged before it never counts again, on this run and after restarts; one
     logged after it does."""
-    bin_dir, gpus, env = _node(tmp_path)
-    _run(bin_dir, env)
-    kmsg = tmp_path / "kmsg" / "n9.kmsg"
-    fell = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
-    kmsg.write_text(f"2026-11-30T22:00:00,000000+00:00 {fell}")
-    state = _shown(bin_dir)
+    bin_dir, env, kmsg, fell, state = _fell_before_repair(tmp_path)
     state.update(drain=True, reason="validate after repair [gpufleet]")
     (bin_dir / "node.json").write_text(json.dumps(state))
     for _ in range(3):
@@ -360,12 +368,7 @@ def test_a_node_an_admin_resumed_after_its_repair_drain_is_not_taken_out_again_f
     """A bare `scontrol update state=resume` of a node drained for repair (its summary still holds the case
     as `repair`): the repair is taken as done then, and what the kernel log holds from before no longer
     counts; a fault logged later does."""
-    bin_dir, gpus, env = _node(tmp_path)
-    _run(bin_dir, env)
-    kmsg = tmp_path / "kmsg" / "n9.kmsg"
-    fell = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
-    kmsg.write_text(f"2026-11-30T22:00:00,000000+00:00 {fell}")
-    state = _shown(bin_dir)
+    bin_dir, env, kmsg, fell, state = _fell_before_repair(tmp_path)
     extra = json.loads(state["extra"])
     extra["case"] = [["xid", 3, 1764540000, 1764543600, "repair"]]
     state.update(drain=False, reason="", extra=json.dumps(extra))   # the admin's resume
