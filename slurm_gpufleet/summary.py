@@ -156,14 +156,27 @@ def keep_published(state_dir: str, node: str, field: str, data: dict[str, Any] |
         if data is None:
             os.unlink(path)
             return
-        tmp = f"{path}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"at": time.time() if now is None else now, "field": field, "summary": data}, fh,
-                      separators=(",", ":"))
-        os.replace(tmp, path)
+        write_private(path, json.dumps({"at": time.time() if now is None else now, "field": field, "summary": data},
+                                       separators=(",", ":")).encode())
     except OSError:
         pass  # not kept: the next writer reads Slurm
+
+
+def write_private(path: str, data: bytes) -> None:
+    """A file only root reads, replaced whole: written beside it under a name no one else's link can stand
+    in for (O_EXCL, O_NOFOLLOW), then renamed over it; its directory made where missing.  Raises OSError."""
+    import os
+
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}"
+    try:
+        os.unlink(tmp)  # a leftover of a run with the same pid (unlink never follows a link)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
 
 
 def read_fresh(path: str, stamp: str, max_age_s: float, now: float | None = None) -> dict[str, Any] | None:

@@ -21,7 +21,7 @@ from .. import watchdog
 from ..policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
 from ..slurm.reasons import ours
 from ..summary import encode as encode_summary
-from ..summary import keep_published, live_digests, published_at
+from ..summary import keep_published, live_digests, published_at, write_private
 from ..summary import parse as parse_summary
 
 if TYPE_CHECKING:
@@ -123,12 +123,7 @@ def keep_good_config(path: str, state_dir: str) -> None:
                     return
         except OSError:
             pass
-        os.makedirs(state_dir, mode=0o700, exist_ok=True)
-        tmp = f"{kept}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text)
-        os.replace(tmp, kept)
+        write_private(kept, text)
     except OSError as exc:
         log.warning("the config that loaded not kept in %s: %s", state_dir, exc)
 
@@ -268,12 +263,7 @@ def note_repair(setup: Setup, info, now: float | None = None) -> float | None:
         return None
     path = _repaired_path(setup.settings.state_dir, setup.node)
     try:
-        os.makedirs(setup.settings.state_dir, mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"at": at, "reason": info.reason[:200]}, fh)
-        os.replace(tmp, path)
+        write_private(path, json.dumps({"at": at, "reason": info.reason[:200]}).encode())
     except OSError as exc:
         log.warning("the repair of %s not kept: %s", setup.node, exc)
     log.info("repaired at %s (%s): what the kernel log holds from before no longer counts",
