@@ -9,7 +9,9 @@ gpufleet) and gpufleet without its reset rung (gpufleet-reboot-first) or its sus
 * `default`: the bundled history on the default fleet (300 nodes) with the default stream of 1,024-GPU
   jobs beside it, failures drawn at Llama 3's rates (the mean of --seeds seeds, 10 unless given);
 * `rack`: 144 nodes in NVLink domains of 18 (an NVL72 rack each), half the domain classes' faults
-  switch-side (`--switch-share 0.5`: the default 0.1 draws about one rack event in ten runs);
+  switch-side (`--switch-share 0.5`: the default 0.1 draws about one rack event in ten runs), with a
+  breaker above one rack's share of the fleet (`breaker_threshold = "20%"`: a rack is 12.5 % of 144
+  nodes, so the default 10 % holds every escalation back, as tests/test_faultsim.py shows);
 * `fault-log`: a year-long fault log of 400 nodes, written here as the CSV `--fault-log` reads (the
   faults drawn once at Llama 3's rates for 400 nodes over 365 days with a lemon tail, seed 7: about 600,
   each lasting until its repair: 1 h where a reset or reboot would fix it, 48 h otherwise).  The log is generated, not a site's: it
@@ -66,7 +68,7 @@ def run(args: list[str]) -> tuple[dict, float]:
 
 
 LABELS = {"default": "default (300 nodes, 36.5 days, the 1,024-GPU stream, 10 seeds)",
-          "rack": "rack (144 nodes in domains of 18, switch share 0.5, no big job, 10 seeds)",
+          "rack": "rack (144 nodes in domains of 18, switch share 0.5, breaker 20 %, no big job, 10 seeds)",
           "fault-log": "fault log (400 nodes, 365 days, 642 faults, the 1,024-GPU stream, 1 replay)"}
 
 
@@ -93,10 +95,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "year.csv"
         rows = write_log(log)
+        roomy = Path(tmp) / "rack.toml"
+        roomy.write_text('[slurm]\nbreaker_threshold = "20%"\n')
         cases = {
             "default": ["--seeds", str(a.seeds)],
             "rack": ["--nodes", "144", "--domain-size", "18", "--switch-share", "0.5", "--big-job", "0",
-                     "--seeds", str(a.seeds)],
+                     "--seeds", str(a.seeds), "--config", str(roomy)],
             "fault-log": ["--fault-log", str(log), "--nodes", "400"],   # one replay: the one timed
         }
         for label, args in cases.items():
@@ -105,7 +109,8 @@ def main() -> None:
                 k: d["assumptions"].get(k) for k in ("nodes", "days", "jobs", "seeds", "faults_drawn", "domain_size",
                                                      "switch_share", "switch_events_drawn", "fault_log")},
                 "strategies": {name: {k: m.get(k) for k in (*FIGURES, "gpu_hours_lost", "resolved",
-                                                             "fault_to_drain_min", "rack_escalations")}
+                                                             "fault_to_drain_min", "rack_escalations",
+                                                             "breaker_trips")}
                                for name, m in d["strategies"].items()}}
             print(f"== {label}: {d['assumptions']['nodes']} nodes, {d['assumptions']['days']:g} days, "
                   f"{sum(d['assumptions']['faults_drawn'].values())} faults over {d['assumptions']['seeds']} seed(s); "

@@ -35,13 +35,13 @@ Strategies compared:
 
 Rack-correlated events (`--domain-size N`, `--switch-share S`; [domain] of the data file): a share of
 the faults of the domain classes are switch-side and strike every node of their domain at once; only a
-switch-tray swap fixes them.  The gpufleet strategy escalates through the project's own
-`slurm/escalation.trigger` (the domain drained whole, its repair at once, no node climbing its ladder
-for a fault that is the rack's); the others find each tray, and an admin finds the switch.
+switch-tray swap fixes them.  The gpufleet strategy escalates as the product does: the carrier's own
+rack escalation (slurm/escalation.escalate over the run's [[domain]]s) after a tray's drain, the domain
+drained whole and its repair under way at once; the others find each tray, and an admin finds the switch.
 
-The breaker (slurm/breaker.would_trip and would_trip_domain, `breaker_threshold` within
-`breaker_window_s`) is the actuator's, in front of the gpufleet strategy's drains, reboots and
-escalations; tripped, it drains nothing until a person resets it (`admin_hours`).
+The breaker is the actuator's (slurm/breaker.py), in front of the gpufleet strategy's drains, reboots
+and escalations, with no gate of the simulator's own; tripped, it drains nothing until a person resets
+it (`admin_hours`).
 
 Not modelled: precursors (no class has a known share: all 0).
 """
@@ -49,7 +49,7 @@ Not modelled: precursors (no class has a known share: all 0).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 STRATEGIES_ONE_JOB = ("none",)
@@ -322,20 +322,13 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
     """One strategy's replay: the same jobs, faults and false alarms as every other strategy."""
     import copy
 
-    from .findings import Finding
     from .maintain.failures import MAX_BATCH_REQUEUE
     from .maintain.simulate import Controller, Simulator
     from .remedy.decide import Ladder
-    from .slurm.actions import make_reason
 
     times = model.times
     mech = MECHANISMS[strategy]
     switch_repair_s = (model.domain.switch_repair_hours if model.domain else 0.0) * 3600
-    rack_nodes = settings.rack_escalate_nodes if settings else 3
-    rack_window_s = settings.rack_escalate_window_s if settings else 600.0
-    breaker_threshold = settings.breaker_threshold if settings else "10%"
-    breaker_window_s = settings.breaker_window_s if settings else 300.0
-    n_domains = math.ceil(nodes / domain_size) if domain_size else 0
     from .policy import SlurmSettings
 
     # the product's ladder, its suspect rung included (gpufleet-no-suspect: without it)
@@ -391,8 +384,6 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             self.out_since: dict[int, tuple[float, str]] = {}
             self.resolved = {"reset": 0, "reboot": 0, "repair": 0, "suspect": 0, "rack": 0}
             self.rack_fix_at: dict[int, float] = {}    # domain -> when its switch-tray swap is done
-            self.reasons: dict[int, tuple[str, float]] = {}   # node -> our drain's reason and time
-            self.breaker_open_until: float | None = None
             self.breaker_trips = 0
             self.escalated: set[int] = set()            # domains drained whole by the rack escalation
             self.rack_escalations = 0
@@ -408,7 +399,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
         def start(self, sim):
             self.started = True
             if carried:
-                self.lab = _Lab(sim, settings, model, ladder, strategy)
+                self.lab = _Lab(sim, settings, model, ladder, strategy, domain_size)
 
         def on_tick(self, sim, payload):
             kind, data = payload
@@ -477,22 +468,13 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
         def detect(self, sim, f: Fault, how: str) -> None:
             if f.detected_at is not None or sim.active_fault.get(f.node) is not f:
                 return
-            ours = strategy.startswith("gpufleet") and how not in ("slurm", "admin")
-            if ours and f.domain is not None and f.domain in self.escalated:
-                f.detected_at, f.how = sim.now, how   # held by its rack's escalation: nothing more to drain
-                return
-            if ours and not self._breaker_allows(sim, f, how):
-                return  # not drained: the node stays in service until the breaker is reset, or an admin looks
             f.detected_at, f.how = sim.now, how
-            if ours:
+            if strategy.startswith("gpufleet") and how not in ("slurm", "admin"):
+                if f.domain is not None and f.domain in self.escalated:
+                    return   # held by its rack's escalation: nothing more to drain
                 if f.cls.severity != "low":
                     self._crash_jobs(sim, f.node)   # the GPU's fault ends its jobs, whatever drains the node
-                if f.domain is not None:
-                    check, severity, action = f.cls.finding
-                    self.reasons[f.node] = (make_reason(Finding(check, severity, action, 0, f.cls.what)), sim.now)
-                    if f.domain in self.escalated or self._escalate(sim, f):
-                        return  # the rack is drained whole and its repair is under way
-                self._check(sim, f.node, how)
+                self._check(sim, f.node, how)   # the carrier: its ladder, its breaker, its rack escalation
                 return
             self._take(sim, f.node, "failures")
             if f.cls.severity != "low":
@@ -526,68 +508,21 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             if f.node not in self.repairing:
                 self._next(sim, f.node)
 
-        # -- the breaker (slurm/breaker.py), as the actuator asks it before each of our drains ------------
-        def _fleet(self, sim) -> list:
-            """The fleet as one read of Slurm would show it: our drains with their reasons and times."""
-            from .slurm.base import NodeInfo
-
-            return [NodeInfo(n.name, "IDLE", {"DRAIN"}, self.reasons[i][0], reason_time=self.reasons[i][1])
-                    if i in self.reasons else NodeInfo(n.name, "IDLE") for i, n in enumerate(sim.nodes)]
-
-        def _breaker_allows(self, sim, f: Fault, how: str, domain: int | None = None) -> bool:
-            from .slurm import breaker
-
-            if self.breaker_open_until is not None:
-                if sim.now < self.breaker_open_until:
-                    return False
-                self.breaker_open_until = None   # a person reset it
-            if domain is not None:
-                trip = breaker.would_trip_domain(self._fleet(sim), f"rack{domain}", n_domains, breaker_threshold,
-                                                 breaker_window_s, sim.now)
-            else:
-                trip = breaker.would_trip(self._fleet(sim), sim.nodes[f.node].name, breaker_threshold,
-                                          breaker_window_s, sim.now)
-            if trip is None:
-                return True
-            # open until a person resets it: an admin looks within admin_hours; the check then finds it again
-            self.breaker_trips += 1
-            self.breaker_open_until = sim.now + times["admin_hours"] * 3600
-            if domain is None:
-                sim.push(self.breaker_open_until, "tick", ("detect", (f, how)))
-            return False
-
         # -- rack-correlated events (--domain-size) ----------------------------------------------------
-        def _escalate(self, sim, f: Fault) -> bool:
-            """The project's rack escalation (slurm/escalation.trigger) over the domain as Slurm would show
-            it: the trays drained for a fabric or NVLink finding, with the time of each drain.  Fired: the
-            domain is drained whole and goes for its repair."""
-            from .slurm.escalation import reason_for, trigger
+        def _escalated(self, sim, i: int) -> None:
+            """The carrier's rack escalation drained node i's domain whole (its members hold the rack's
+            reason in the in-memory Slurm): their jobs end, the switch-tray swap is under way."""
+            from .remedy.table import RACK
 
-            # our drains' reasons and times, as recorded when each was made (trigger reads which are fabric
-            # or NVLink faults off the reasons, as it does on a real fleet)
-            fleet = self._fleet(sim)
-            members = [fleet[j] for j in self._domain_nodes(sim, f.domain)]
-            fired = trigger(str(f.domain), members, rack_nodes, rack_window_s, sim.now)
-            if fired is None:
-                return False
-            rack_reason = reason_for(replace(fired, domain=f"rack{f.domain}"))
-            if carried:  # the actuator's rack drain: the breaker counts the domain by its nodes
-                lab = self.lab
-                infos = [lab.slurm.node(sim.nodes[j].name) for j in self._domain_nodes(sim, f.domain)]
-                done = lab.actuator.drain_domain(f"rack{f.domain}", infos, rack_reason, n_domains)
-                if done.breaker:
-                    self._tripped(sim)
-                    return False
-            elif not self._breaker_allows(sim, f, f.how, domain=f.domain):
-                return False
-            self.escalated.add(f.domain)
+            dom = sim.active_fault[i].domain if i in sim.active_fault else None
+            if dom is None or dom in self.escalated or self.lab.where(sim.nodes[i]) != RACK:
+                return
+            self.escalated.add(dom)
             self.rack_escalations += 1
-            for j in self._domain_nodes(sim, f.domain):
-                self.reasons[j] = (rack_reason, sim.now)
-                self._take(sim, j, "failures")
+            for j in self._domain_nodes(sim, dom):
                 self._crash_jobs(sim, j)
-            self._rack_repair(sim, f.domain, sim.now + times["admin_hours"] * 3600)
-            return True
+                self._sync(sim, j)
+            self._rack_repair(sim, dom, sim.now + times["admin_hours"] * 3600)
 
         def _domain_nodes(self, sim, dom: int) -> range:
             return range(dom * domain_size, min(len(sim.nodes), (dom + 1) * domain_size))
@@ -627,6 +562,7 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
             self.ladder_log += [(i, f.cls.name if f else "", a, b) for a, b, _ in moves]
             if lab.blocked:
                 self._tripped(sim)
+            self._escalated(sim, i)
             self._sync(sim, i)
             self._next(sim, i)
 
@@ -743,11 +679,10 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
 
         def _take(self, sim, i: int, cause: str, kill: bool = True) -> None:
             n = sim.nodes[i]
-            if carried:
-                if i not in self.reasons:  # slurmd gone, or an admin's find: Slurm's own DOWN, not ours
-                    n.down, n.reason, n.reason_time = True, "Not responding", sim.now
-                    sim.nodes_changed()
-                self._sync(sim, i)   # a rack's member: drained above, by the actuator's domain drain
+            if carried:   # slurmd gone, or an admin's find: Slurm's own DOWN, not ours
+                n.down, n.reason, n.reason_time = True, "Not responding", sim.now
+                sim.nodes_changed()
+                self._sync(sim, i)
                 return
             if not n.drained:
                 n.drained = True
@@ -757,7 +692,6 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
 
         def _return(self, sim, i: int) -> None:
             n = sim.nodes[i]
-            self.reasons.pop(i, None)
             if carried:
                 info = self.lab.slurm.node(n.name)
                 if info.down and not info.drained:  # Slurm's own DOWN: the admin's repair brings it back
@@ -798,14 +732,14 @@ class _Lab:
     what its fault shows: the fault's finding, or nothing once fixed; a reset takes no simulated time of
     its own (the node waits in its drain for the next check)."""
 
-    def __init__(self, sim, settings, model: FaultModel, ladder, strategy: str):
+    def __init__(self, sim, settings, model: FaultModel, ladder, strategy: str, domain_size: int = 0):
         import dataclasses
         import os
         import tempfile
 
         from .history import History
         from .maintain.simslurm import SimSlurm
-        from .policy import Policy, SlurmSettings
+        from .policy import DomainSpec, Policy, SlurmSettings
         from .slurm.actuator import Actuator
         from .slurm.ownership import HEALTH
 
@@ -815,12 +749,19 @@ class _Lab:
         # the site's settings, their files kept in a directory of the run's own
         self.settings = dataclasses.replace(base, state_dir=self.dir.name,
                                             breaker_file=os.path.join(self.dir.name, "breaker.json"))
-        self.policy = Policy(slurm=self.settings)
+        # the domains of --domain-size as a site's [[domain]]s: the carrier's rack escalation reads them
+        names = [n.name for n in sim.nodes]
+        self.policy = Policy(slurm=self.settings, domains=tuple(
+            DomainSpec(f"rack{d}", tuple(names[d * domain_size:(d + 1) * domain_size]))
+            for d in range(math.ceil(len(names) / domain_size)))) if domain_size else Policy(slurm=self.settings)
         self.ladder = ladder
         self.slurm = SimSlurm(sim, validation_s=model.times["validation_minutes"] * 60)
         self.slurm.reboot_s = model.times["reboot_minutes"] * 60
         self.history = History(os.path.join(self.dir.name, "fleet.db"), clock=lambda: sim.now)
         self.history.conn.execute("PRAGMA synchronous = OFF")  # a scratch file: no fsync per row
+        # the fleet's nodes in one file (a node's own file holds one): each node's rows found by its name
+        for table in ("runs", "actions", "reboots", "remedies", "case_closes", "validations", "suspects"):
+            self.history.conn.execute(f"create index if not exists [sim_{table}_node] on [{table}] (node)")
         self.actuator = Actuator(self.slurm, HEALTH, self.settings, clock=lambda: sim.now, modes=ladder.mode)
         self.position = {n.name: i for i, n in enumerate(sim.nodes)}
         self.blocked = False
@@ -858,7 +799,10 @@ class _Lab:
             done = carrier.carry(carrier.step(hook, info, report), hook)
         finally:
             carrier.close()
-        self.blocked = bool(done.blocked)
+        from .slurm import breaker
+
+        # held back by the breaker: this node's write, or its rack's escalation after it
+        self.blocked = bool(done.blocked) or breaker.state(self.settings.breaker_path) is not None
         return carrier.moves
 
     def where(self, node):

@@ -254,3 +254,60 @@ def test_a_tray_whose_summary_was_cleared_keeps_the_domain_its_history_saw(tmp_p
     act(setup, evaluate(broken, setup.policy, host=name), "healthcheck", backend=slurm)
     published = parse(slurm.node(name).extra)
     assert (published["clq"], published["cuid"], published["fdl"]) == (registered["clq"], registered["cuid"], 1)
+
+
+def test_a_tray_on_its_reset_or_reboot_rung_holds_its_fault_for_the_rack():
+    from slurm_gpufleet.slurm.escalation import fault_of
+
+    plain = fault_of("fabric gpu0 NVLink switch tray degraded [gpufleet]")
+    assert plain == ("fabric", "NVLink switch tray degraded")
+    # the ladder's words around it: the reboot rung (with Slurm's own words appended), the repair after reboots
+    assert fault_of("validate after reboot: fabric gpu0 NVLink switch tray degraded [gpufleet] : reboot issued") \
+        == plain
+    assert fault_of("validate after reset: fabric gpu0 NVLink switch tray degraded [gpufleet]") == plain
+    assert fault_of("fabric gpu0 NVLink switch tray degraded after 2 reboots [gpufleet]") == plain
+    # a validation after another fault, or a repair's own words, are no rack fault
+    assert fault_of("validate after reboot: xid gpu0 Xid 79 fallen off the bus [gpufleet]") is None
+    assert fault_of("validate after repair [gpufleet]") is None
+
+
+class _Fleet:
+    """What a backend shows of the fleet (the two reads due_with makes)."""
+
+    def __init__(self, nodes):
+        self.shown = nodes
+
+    def nodes(self):
+        return list(self.shown)
+
+    def topology(self):
+        return ""
+
+
+def test_a_rack_fault_its_rack_mate_holds_is_the_rack_s_not_the_tray_s():
+    from slurm_gpufleet.findings import Finding
+    from slurm_gpufleet.policy import DomainSpec
+    from slurm_gpufleet.remedy.decide import NodeHistory, decide
+    from slurm_gpufleet.slurm.escalation import due_with
+
+    domains = (DomainSpec("rack1", ("t1", "t2", "t3")), DomainSpec("rack2", ("u1",)))
+    rebooting = node("t1", "validate after reboot: fabric gpu0 NVLink switch tray degraded [gpufleet]")
+    fleet = _Fleet([rebooting, node("t2", drained=False), node("t3", drained=False), node("u1", drained=False)])
+    settings = SlurmSettings()
+    why = "fabric gpu3 NVLink switch tray degraded [gpufleet]"
+    # t2 held for the fault t1 holds: the switch-side signature fires; another fault, or another rack, does not
+    assert due_with(fleet, domains, settings, fleet.shown[1], why, NOW)
+    assert not due_with(fleet, domains, settings, fleet.shown[1], "fabric gpu3 fabric route unhealthy [gpufleet]",
+                        NOW)
+    assert not due_with(fleet, domains, settings, fleet.shown[3], why, NOW)
+    # t1's hold out of the window: not due
+    fleet.shown[0] = node("t1", rebooting.reason, at=NOW - 700)
+    assert not due_with(fleet, domains, settings, fleet.shown[1], why, NOW)
+
+    f = Finding("fabric", "reboot", "reset_gpu", 3, "NVLink switch tray degraded")
+    free = node("t2", drained=False)
+    on_its_own = decide(free, "reboot", [f], NodeHistory(), 3, gpus_idle=True)
+    assert on_its_own.kind == "reset", on_its_own
+    the_racks = decide(free, "reboot", [f], NodeHistory(), 3, gpus_idle=True, rack_due=True)
+    assert (the_racks.kind, the_racks.reason) == ("drain", why), the_racks
+    assert "rack's fault" in the_racks.why

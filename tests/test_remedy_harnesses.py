@@ -146,3 +146,48 @@ def test_a_suspect_reservation_left_by_a_run_that_stopped_half_way_is_taken_as_i
     done = carrier.carry(carrier.step("healthcheck", slurm.node("node00001"), report), "healthcheck")
     assert done.ok and done.action.kind == "suspect", done
     assert history.open_suspect("node00001")["class"] == "pcie"
+
+
+@pytest.mark.parametrize("mode", ["full", "observe", "breaker"])
+def test_the_prolog_decides_on_the_carrier_with_the_ladder_s_reason(tmp_path, mode):
+    """The prolog runs the carrier (hooks/prolog._carried): a fault fails the job with the ladder's reason,
+    here a repair (the class's attempts capped), and the breaker and the mode are asked as for a drain;
+    slurmd makes the drain itself, so the carrier writes none."""
+    from slurm_gpufleet.findings import Finding
+    from slurm_gpufleet.history import History
+    from slurm_gpufleet.maintain.simslurm import SimSlurm
+    from slurm_gpufleet.maintain.simulate import Simulator
+    from slurm_gpufleet.pipeline import Report
+    from slurm_gpufleet.policy import Policy, SlurmSettings
+    from slurm_gpufleet.remedy.carrier import Carrier
+    from slurm_gpufleet.remedy.decide import Ladder
+    from slurm_gpufleet.slurm import breaker
+    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.ownership import HEALTH
+    from slurm_gpufleet.snapshot import Gpu, NodeSnapshot
+
+    sim = Simulator([], 2, 8)
+    slurm = SimSlurm(sim)
+    settings = SlurmSettings(state_dir=str(tmp_path), breaker_file=str(tmp_path / "breaker.json"))
+    if mode == "breaker":
+        breaker.open_(settings.breaker_path, "node00002", "2 of 2 nodes drained in 300 s")
+    group = "observe" if mode == "observe" else "full"
+    history = History(str(tmp_path / "h.db"), clock=lambda: sim.now)
+    carrier = Carrier("node00001", Policy(slurm=settings), history, slurm,
+                      Actuator(slurm, HEALTH, settings, clock=lambda: sim.now, modes=group),
+                      Ladder(max_attempts=1, mode=group))
+    finding = Finding("memory", "reboot", "reset_gpu", 1, "row remap pending")
+    report = Report("reboot", [finding], NodeSnapshot(host="node00001", gpus=[Gpu(k, processes=[]) for k in range(8)]))
+    step = carrier.step("prolog", slurm.node("node00001"), report)
+    done = carrier.carry(step, "prolog")
+    carrier.close()
+    assert not slurm.node("node00001").drained   # slurmd's drain, for the failed prolog, is not the carrier's
+    if mode == "full":
+        assert done.action.kind == "fail" and done.action.reason.startswith("repair ecc attempt 1 of 1"), done
+        assert carrier.moves == [("in_service", "repair", "fail")], carrier.moves
+    elif mode == "observe":
+        assert done.action.kind == "none" and step.observed.kind == "fail", (done, step)
+        said = history.db.execute("select action, why from actions").fetchall()
+        assert said == [("observe", f"would fail: {step.observed.why}")], said
+    else:
+        assert done.action.kind == "none" and done.blocked, done

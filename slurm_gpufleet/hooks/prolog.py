@@ -72,26 +72,48 @@ def run(argv: list[str] | None = None) -> int:
             except OSError as exc:
                 log.warning("in-job sampler not started: %s", exc)
     if report.verdict in ("reboot", "drain"):
-        from ..slurm.actions import make_reason, worst
-
-        reason = make_reason(worst(report.findings))
         from ..history import History, db_path
 
         history = KeptHistory(History, db_path(setup.settings.state_dir, setup.node))
         history.record_run(setup.node, "prolog", report.verdict, report.findings, job_id=job,
                            duration_s=report.duration_s, driver=known(snap.driver_version), gpus=len(snap.gpus))
-        history.close()
-        if observe:
-            # staged enablement: the job runs; what would have failed it is logged (and in the history)
-            log.warning("observe mode: the prolog would fail, job %s would be requeued: %s", job, reason)
-            return 0
-        if _breaker_open_for_prolog(setup, reason):
-            return 0
+        try:
+            reason = _carried(setup, history, report, observe)
+        finally:
+            history.close()
+        if reason is None:
+            return 0   # observe mode (what would be done is logged and in the history), or the breaker is open
         log.error("prolog failed, job %s will be requeued: %s", job, reason)
         print(reason)  # slurmd logs it: "prolog failed: rc:1 output:<this>"
         _async_reason(setup, reason, job)
         return 1
     return 0
+
+
+def _carried(setup: Setup, history, report, observe: bool) -> str | None:
+    """The prolog's decision, by the remedy carrier (remedy/carrier.py): the reason the prolog fails with,
+    or None where the job runs (observe mode, the breaker open).  Slurm unreadable: the job still must not
+    start on a faulty GPU, so it fails with the finding's own reason (the breaker cannot be asked)."""
+    from ..slurm import SlurmError
+    from ..slurm.actions import make_reason, worst
+    from .common import actuator_for, carrier_for
+
+    try:
+        backend = _backend(setup.settings)
+        info = backend.node(setup.node)
+    except SlurmError as exc:
+        reason = make_reason(worst(report.findings))
+        if observe:
+            log.warning("observe mode: the prolog would fail: %s", reason)
+            return None
+        log.warning("node state not read (%s): the prolog fails on its finding alone", exc)
+        return reason
+    carrier = carrier_for(setup, history, backend, actuator_for(setup, backend), "prolog")
+    try:
+        done = carrier.carry(carrier.step("prolog", info, report), "prolog")
+    finally:
+        carrier.close()
+    return done.action.reason if done.action.kind == "fail" else None
 
 
 def _breaker_open_for_prolog(setup: Setup, reason: str) -> bool:

@@ -3,7 +3,8 @@
 Every entry point that judges a node runs it: the health check, the prolog and the epilog
 (hooks/common.act) and the fault simulator (faultsim.py, on the in-memory Slurm).  A run is two calls:
 
-* `step`: settle what the ladder tried before (did the reboot fix it?), follow an open validation, decide,
+* `step`: settle what the ladder tried before (did the reboot fix it?), follow an open validation, decide
+  (for the prolog, a fault fails the job: `fail`, whose drain slurmd makes),
   and carry out the rungs that cannot wait for the summary: a GPU reset (drain, reset, mark it in the
   kernel log, read the GPUs again through the caller's `GpuReset.reread`, decide again on what it left)
   and the start of a validation run.  Observe mode stops here: what would be done is recorded, nothing is.
@@ -102,6 +103,7 @@ class Carrier:
     gpu_reset: GpuReset | None = None
     moves: list[tuple[str, str, str]] = field(default_factory=list)   # (from, to, action): this run's moves
     _lock: int | None = None
+    _rack: bool | None = None          # this run's answer of _rack_due
 
     @property
     def settings(self):
@@ -118,6 +120,8 @@ class Carrier:
             info = self._follow_validation(info, final) or info
         before = self.where(info)
         action = self._decide(info, report, final, findings)
+        if hook == "prolog" and final in ("reboot", "drain"):
+            action = _fail_job(action, findings)
         if action.kind in ("reset", "reboot") and self.ladder.mode == "full":
             # one remedy of a node at a time: the epilog and the health check can run together, and both saw
             # the same history (CI, 26.05: two resets for one fault).  Under the lock the history is read
@@ -147,6 +151,8 @@ class Carrier:
         if action.kind == "validate" and not self.settings.validation_command:  # turned off since it was asked
             action = Action("resume", why=f"{action.why.split(':')[0]}; validation_command is \"\"")
         target = target_of(action.kind, action.reason, action.rung, before)
+        if action.kind == "fail" and not legal(before, target):
+            target = before   # held already (someone else's, rebooting, its rack's): slurmd's drain adds no state of ours
         if before == target == RESETTING:  # the reset is over: a node still held waits in its drain for the next rung
             target = DRAINED
         self._move(before, target, action.kind)
@@ -182,7 +188,21 @@ class Carrier:
         return decide(info, final, findings,
                       self.history.node_history(self.node, attempt_window_s=self.ladder.attempt_window_s),
                       self.settings.clean_runs_to_resume, host=s.host_facts, driver=known(s.driver_version),
-                      ladder=self.ladder, gpus_idle=idle, now=self.actuator.clock())
+                      ladder=self.ladder, gpus_idle=idle, now=self.actuator.clock(),
+                      rack_due=final == "reboot" and self._rack_due(info, f))
+
+    def _rack_due(self, info: NodeInfo, f: Finding | None) -> bool:
+        """A reset- or reboot-fixable rack-level finding: would the node's drain for it escalate its rack?
+        Read once a run (the fleet, on this path alone)."""
+        from ..slurm.actions import make_reason
+        from ..slurm.escalation import RACK_CHECKS, due_with
+
+        if f is None or f.check not in RACK_CHECKS or info.drained or info.down or info.rebooting:
+            return False
+        if self._rack is None:
+            self._rack = due_with(self.backend, self.policy.domains, self.settings, info, make_reason(f),
+                                  self.actuator.clock())
+        return self._rack
 
     # -- carrying it out ------------------------------------------------------------------------------
     def carry(self, step: Step, hook: str, fields: dict[str, str] | None = None) -> Carried:
@@ -204,6 +224,13 @@ class Carrier:
                     action = Action("none", why=f"not drained, breaker open: {out.blocked}")
             elif action.kind == "set_reason":
                 out.published = bool(self.actuator.apply(E.SetReason((info,), action.reason, fields or None))[0].done)
+            elif action.kind == "fail":
+                # slurmd drains the node for the failed prolog; the breaker is asked first, as for our drains
+                (done,) = self.actuator.apply(E.FailProlog((info,)))
+                if done.breaker:
+                    out.blocked = done.breaker
+                    self.history.record_action(node, hook, "breaker", action.reason, out.blocked, True)
+                    action = Action("none", why=f"the job runs, the node is not drained: breaker open: {out.blocked}")
             elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
                 from ..slurm.escalation import resume_domain
 
@@ -244,7 +271,7 @@ class Carrier:
                 elif done.done:
                     self.history.record_reboot(node, action.fault or "", info.boot_time)
                     self._record_remedy(action, info.boot_time)
-            if action.rung == "repair" and action.kind in ("drain", "set_reason") and not out.blocked:
+            if action.rung == "repair" and action.kind in ("drain", "set_reason", "fail") and not out.blocked:
                 self._record_remedy(action, info.boot_time)
             if action.kind in ("drain", "reboot") and step.before == SUSPECT and not out.blocked:
                 # held out of service now by the drain: the suspect's reservation goes
@@ -516,13 +543,27 @@ def validation_output(state_dir: str, job: str) -> str:
     return os.path.join(state_dir, f"validation-{job}.out")
 
 
+def _fail_job(action: Action, findings: list[Finding]) -> Action:
+    """The prolog's form of the ladder's action: the job must not start on a faulty GPU, so the prolog fails
+    (slurmd drains the node, requeues the job; hooks/prolog.py puts this reason in place of Slurm's).  The
+    reason is the ladder's (a repair where the class's attempts are capped); a reset or a reboot waits for
+    the node's drain, as on a busy node."""
+    from ..slurm.actions import make_reason, worst
+
+    f = worst(findings)
+    reason = action.reason if action.kind in ("drain", "set_reason") else make_reason(f)
+    why = f"the prolog fails: {action.why}" if action.kind != "none" else f"the prolog fails: {f.message}"
+    return replace(action, kind="fail", reason=reason, why=why, finding=action.finding or f)
+
+
 def _rack_fault(findings: list[Finding]) -> bool:
-    """The node's worst finding is one a rack can cause (fabric, NVLink): its drain may be the rack's."""
+    """The node's worst finding is one a rack can cause (fabric, NVLink), remedied or drained: its drain
+    may be the rack's."""
     from ..slurm.actions import worst
     from ..slurm.escalation import RACK_CHECKS
 
     f = worst(findings)
-    return f is not None and f.severity == "drain" and f.check in RACK_CHECKS
+    return f is not None and f.severity in ("reboot", "drain") and f.check in RACK_CHECKS
 
 
 def _remedy_lock(state_dir: str, node: str) -> int | None:

@@ -83,7 +83,8 @@ class Action:
     """What the health check asks of Slurm for a node, and why."""
 
     # drain | set_reason | resume | reboot | reset | validate | suspect (hold it in its own reservation) |
-    # suspect_pass (a clean re-check counted) | release (the hold ends) | none
+    # suspect_pass (a clean re-check counted) | release (the hold ends) | fail (the prolog's: it fails, slurmd
+    # drains the node; remedy/carrier.py) | none
     kind: str
     reason: str = ""
     why: str = ""
@@ -94,10 +95,13 @@ class Action:
 
 def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeHistory,
            clean_runs_to_resume: int, reboots_before_drain: int | None = None, host=None, driver: str | None = None,
-           *, ladder: Ladder | None = None, gpus_idle: bool = False, now: float | None = None) -> Action:
+           *, ladder: Ladder | None = None, gpus_idle: bool = False, now: float | None = None,
+           rack_due: bool = False) -> Action:
     """host: the node's HostFacts (readers/host.py), when read; driver: the driver it runs; gpus_idle: no
     process on the GPUs a reset of the worst finding would take (remediation.reset_targets); now: the
-    clock (a suspect's re-checks are timed by it; None: every run is one)."""
+    clock (a suspect's re-checks are timed by it; None: every run is one); rack_due: the worst finding is
+    a rack-level one its rack-mates hold too, so that the node's drain escalates its rack
+    (slurm/escalation.due_with): the rack's fault, no rung of the node's own."""
     from ..remediation import class_of, is_repair, repair_reason, rungs_for
 
     ladder = ladder or Ladder()
@@ -149,6 +153,9 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
                                   key), rung="repair", finding=f)
         if node.boot_time is not None and node.boot_time in boots:
             return Action("none", why="reboot already requested in this boot", fault=key)
+        if rack_due:
+            return _drain(node, ours, make_reason(f), f"{f.message}: its rack-mates hold it too: the rack's "
+                          f"fault, drained for the rack's escalation, not reset or rebooted", key)
         if ladder.mode == "quarantine":
             return _drain(node, ours, make_reason(f), f"quarantine mode: drained, not reset or rebooted ({f.message})",
                           key)

@@ -138,7 +138,7 @@ def target_of(kind: str, reason: str, rung: str, before: RemedyState) -> RemedyS
     from ..remediation import is_repair
     from ..returning import is_validate
 
-    if kind in ("drain", "set_reason"):
+    if kind in ("drain", "set_reason", "fail"):   # fail: the prolog's (slurmd drains the node for it)
         if is_repair(reason):
             return REPAIR
         return RETURNING if is_validate(reason) else DRAINED

@@ -230,11 +230,21 @@ class Actuator:
             self._drains(self._relabel_ours([(i, reason) for i in nodes], None, out), None, out)
         return out
 
+    def fail_prolog(self, nodes: list[NodeInfo]) -> Applied:
+        """A failed prolog drains its node (slurmd does): the mode and the breaker asked as for a drain.
+        Returns the nodes whose prolog may fail in `done`, the rest in `left` or `blocked`."""
+        out = Applied()
+        nodes = self._permitted(list(nodes), "drain", out)
+        judged = self.judge(nodes)
+        out.breaker, out.blocked = judged.breaker, judged.blocked
+        out.done += [i.name for i in nodes if i.name not in judged.blocked]
+        return out
+
     def judge(self, nodes: list[NodeInfo]) -> Applied:
         """The breaker's answer for draining these nodes, without draining them (a failed prolog: Slurm
         itself drains the node for it)."""
         out = Applied()
-        if self.actor in UNPLANNED:
+        if nodes and self.actor in UNPLANNED:
             from . import breaker
 
             with breaker.counting_lock(self.settings.breaker_path):
@@ -428,6 +438,7 @@ class Actuator:
 _CARRIERS = {
     E.Drain: lambda a, e: a.drain(list(e.nodes), e.reason, e.fields),
     E.SetReason: lambda a, e: a.set_reason(list(e.nodes), e.reason, e.fields),
+    E.FailProlog: lambda a, e: a.fail_prolog(list(e.nodes)),
     E.Resume: lambda a, e: a.resume(list(e.nodes), e.fields),
     E.Reboot: lambda a, e: a.reboot_asap(list(e.nodes), e.reason, e.next_state),
     E.Reserve: lambda a, e: a.create_reservation(e.name, list(e.nodes), e.start, e.minutes),

@@ -38,6 +38,15 @@ class Drain(_Reasoned):
 
 
 @dataclass(frozen=True, eq=False)
+class FailProlog:
+    """The prolog fails for the node (slurmd drains it and requeues the job; our reason replaces Slurm's
+    after): nothing is written here, but it is a drain, so the mode and the breaker are asked as for one."""
+
+    label: ClassVar[str] = "fail_prolog"
+    nodes: tuple[NodeInfo, ...]
+
+
+@dataclass(frozen=True, eq=False)
 class SetReason(_Reasoned):
     """A new reason on the actor's own held nodes."""
 

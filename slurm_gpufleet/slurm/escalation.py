@@ -44,9 +44,14 @@ class Trigger:
     nodes: list[str]   # the members whose drains made it
 
 
+# the ladder's words around a fault's: a tray on its reset or reboot rung ("validate after reboot: fabric
+# gpu0 ...") or drained after its reboots ("... after 2 reboots") holds the same fault as its rack-mates
+_RUNG_WORDS = re.compile(r"^validate after (?:reset|reboot): | after \d+ reboots?$")
+
+
 def fault_of(reason: str) -> tuple[str, str] | None:
-    """(check, what) of one of our fabric/NVLink drains: the same fault on two trays reads the same."""
-    m = _FAULT.match(words_of(reason) or "")
+    """(check, what) of one of our fabric/NVLink holds: the same fault on two trays reads the same."""
+    m = _FAULT.match(_RUNG_WORDS.sub("", words_of(reason) or ""))
     return (m.group("check"), m.group("what")) if m else None
 
 
@@ -113,6 +118,31 @@ def escalate(backend, settings, policy_domains, node: str, clock=time.time, mode
     log.critical("ALERT rack escalation: %s drained whole (%s): %s", domain, ", ".join(done.done + done.reason_set),
                  reason)
     return f"rack {domain} drained: {reason}"
+
+
+def due_with(backend, policy_domains, settings, info: NodeInfo, reason: str, now: float) -> bool:
+    """Would `info`'s domain be drained whole were the node held for `reason` now?  A rack-level fault
+    found on a tray whose rack-mates hold it too is the rack's: the tray is not reset or rebooted for it
+    (remedy/decide.py).  One read of the fleet, on this path alone; False where it cannot be read."""
+    from dataclasses import replace
+
+    from ..maintain.domains import discover, fabric_domain
+    from .base import SlurmError
+
+    try:
+        fleet = backend.nodes()
+        topology = None if policy_domains else backend.topology()
+    except SlurmError as exc:
+        log.warning("rack escalation not judged: %s", exc)
+        return False
+    domains = discover(policy_domains, topology, [(n.name, fabric_domain(from_node(n))) for n in fleet])
+    domain = domains.of.get(info.name)
+    if domain is None:
+        return False
+    held = replace(info, flags=info.flags | {"DRAIN"}, reason=reason, reason_time=now)
+    names = set(domains.members[domain])
+    members = [held if n.name == info.name else n for n in fleet if n.name in names]
+    return trigger(domain, members, settings.rack_escalate_nodes, settings.rack_escalate_window_s, now) is not None
 
 
 def ready_to_resume(domain: str, members: list[NodeInfo], drained_at: float | None,
