@@ -799,6 +799,13 @@ class _Lab:
             done = carrier.carry(carrier.step(hook, info, report), hook)
         finally:
             carrier.close()
+        if done.action.kind == "fail":
+            # the failed prolog: slurmd drains the node ("Prolog error"), and the prolog's helper puts the
+            # carrier's reason in its place through the actuator (hooks/prolog.replace_hook_reason)
+            shown = self.slurm.node(node.name)
+            if not (shown.drained or shown.down or shown.rebooting):
+                self.slurm.prolog_failed(node.name)
+                self.actuator.set_reason([self.slurm.node(node.name)], done.action.reason)
         from .slurm import breaker
 
         # held back by the breaker: this node's write, or its rack's escalation after it

@@ -464,6 +464,9 @@ class NodeSnapshot:
     ib: IbState | None = None
     # mlx5 driver lines of the same kernel log (cards and links that failed)
     nic_events: list[NicEvent] = field(default_factory=list)
+    # the GPUs' lifetime counters when the node was last repaired (kept on the node: hooks/common.py), by
+    # checks/memory.counter_key: only what rose since counts again
+    repaired_counters: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def gpu_by_pci(self, pci: str | None) -> Gpu | None:
         if not pci:

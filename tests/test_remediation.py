@@ -383,3 +383,29 @@ def test_a_node_an_admin_resumed_after_its_repair_drain_is_not_taken_out_again_f
         fh.write(f"{dt.datetime.now().astimezone().isoformat(timespec='microseconds').replace('.', ',')} {fell}")
     calls, _ = _run(bin_dir, env)
     assert json.loads(_shown(bin_dir)["extra"])["v"] != "ok"
+
+
+def test_a_repaired_gpu_s_lifetime_counters_count_again_only_where_they_rise(tmp_path):
+    """Uncorrectable SRAM errors the InfoROM keeps (aggregate: no reset or reboot clears them) over the
+    limit drain the node.  After an admin's `fleet repaired` on the same board, the count as it stood then
+    is the repaired fault's: the node returns and stays; one more error drains it again."""
+    bin_dir, gpus, env = _node(tmp_path)
+    _run(bin_dir, env)
+    gpustate.set_value(str(gpus / "n9.json"), 3, "ecc_uncorrected_aggregate_sram", 7)   # the limit is 4
+    _run(bin_dir, env)
+    state = _shown(bin_dir)
+    assert state["drain"] and "SRAM error threshold exceeded" in state["reason"], state
+    state.update(drain=True, reason="validate after repair [gpufleet]")
+    (bin_dir / "node.json").write_text(json.dumps(state))
+    for _ in range(4):
+        _run(bin_dir, env)
+    assert not _shown(bin_dir)["drain"], "validated by its clean runs and returned"
+    kept = json.loads((tmp_path / "state" / "repaired-n9.json").read_text())["counters"]
+    assert sorted(c.get("sram_agg") for c in kept.values()) == [0] * 7 + [7], kept
+    (tmp_path / "state" / "slurm-view-n9.json").unlink(missing_ok=True)   # a restart: still not counted
+    _run(bin_dir, env)
+    assert json.loads(_shown(bin_dir)["extra"])["v"] == "ok"
+    gpustate.set_value(str(gpus / "n9.json"), 3, "ecc_uncorrected_aggregate_sram", 8)
+    _run(bin_dir, env)
+    state = _shown(bin_dir)
+    assert state["drain"] and "SRAM error threshold exceeded" in state["reason"], state

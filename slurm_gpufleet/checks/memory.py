@@ -18,14 +18,35 @@ ORDER = 60
 
 def check(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
+    repaired = ctx.snapshot.repaired_counters
     for g in readable_gpus(ctx.snapshot):
-        out.extend(_gpu(g, ctx.policy))
+        out.extend(_gpu(g, ctx.policy, repaired.get(counter_key(g), {})))
     return out
 
 
-def _gpu(g: Gpu, pol: NodePolicy) -> list[Finding]:
+def counter_key(g: Gpu) -> str:
+    """The GPU a kept counter belongs to: its UUID (a swapped board is another GPU, with counters of its own)."""
+    return known(g.uuid) or known(g.serial) or f"index {g.index}"
+
+
+def lifetime_counters(g: Gpu) -> dict[str, int]:
+    """The counters that never go back down without a new board (the InfoROM keeps them across resets and
+    reboots): what a repair leaves behind, kept so that only what rises after it counts."""
+    hist = known(g.remapped_rows.histogram)
+    out = {"sram_agg": num(g.ecc.aggregate_sram_uncorrected), "sram_flag": g.ecc.sram_threshold_exceeded is True,
+           "retired": (num(g.retired_pages.single_bit) or 0) + (num(g.retired_pages.double_bit) or 0),
+           "banks_none": num(hist.get("none")) if isinstance(hist, dict) else None}
+    return {k: int(v) for k, v in out.items() if v is not None}
+
+
+def _gpu(g: Gpu, pol: NodePolicy, repaired: dict[str, int]) -> list[Finding]:
+    """`repaired`: this GPU's lifetime counters at the node's last repair: a value no higher than then is
+    the repaired fault's, never counted again (a new error raises it)."""
     out: list[Finding] = []
     e, rr, rp = g.ecc, g.remapped_rows, g.retired_pages
+
+    def risen(name: str, value: int | None) -> bool:
+        return value is not None and value > repaired.get(name, -1)
 
     def add(severity: str, action: str, message: str, detail: str = "") -> None:
         out.append(Finding(NAME, severity, action, g.index, message, detail))
@@ -44,7 +65,8 @@ def _gpu(g: Gpu, pol: NodePolicy) -> list[Finding]:
         add("reboot", "reset_gpu", f"{sram_u} uncorrectable SRAM ECC errors",
             "volatile uncorrectable SRAM errors since the last reset")
     agg_sram = num(e.aggregate_sram_uncorrected)
-    if e.sram_threshold_exceeded is True or (agg_sram is not None and agg_sram > pol.sram_uncorrectable_max):
+    flag = e.sram_threshold_exceeded is True and not repaired.get("sram_flag")
+    if flag or (agg_sram is not None and agg_sram > pol.sram_uncorrectable_max and risen("sram_agg", agg_sram)):
         add("drain", "inspect_hardware", "SRAM error threshold exceeded",
             f"aggregate uncorrectable SRAM errors {agg_sram if agg_sram is not None else '?'} "
             f"(limit {pol.sram_uncorrectable_max})"
@@ -62,7 +84,7 @@ def _gpu(g: Gpu, pol: NodePolicy) -> list[Finding]:
     hist = known(rr.histogram)
     if isinstance(hist, dict):
         none, low = num(hist.get("none")) or 0, num(hist.get("low")) or 0
-        if none > 0:
+        if none > 0 and risen("banks_none", none):
             add("drain", "inspect_hardware", f"{hist['none']} memory banks without spare rows",
                 f"bank remap availability {hist}: the next uncorrectable error in those banks cannot be remapped")
         elif low > 0:
@@ -70,7 +92,7 @@ def _gpu(g: Gpu, pol: NodePolicy) -> list[Finding]:
     if rp.pending is True:
         add("reboot", "reset_gpu", "retired page pending", "a page is waiting to be retired at the next reset")
     retired = (num(rp.single_bit) or 0) + (num(rp.double_bit) or 0)
-    if retired >= pol.retired_pages_max:
+    if retired >= pol.retired_pages_max and risen("retired", retired):
         add("drain", "inspect_hardware", f"{retired} retired pages",
             f"at or above {pol.retired_pages_max} (the driver retires at most 64 pages)")
     return out

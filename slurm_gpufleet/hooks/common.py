@@ -222,6 +222,15 @@ def read_node(setup: Setup, level: str = "quick", host: bool = True) -> NodeSnap
     return snap
 
 
+def _kept_repair(state_dir: str, node: str) -> dict:
+    try:
+        with open(_repaired_path(state_dir, node), encoding="utf-8") as fh:
+            kept = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
+
+
 # ---------------------------------------------------------------- a repaired node's past
 def _repaired_path(state_dir: str, node: str) -> str:
     return os.path.join(state_dir, f"repaired-{node}.json")
@@ -229,19 +238,24 @@ def _repaired_path(state_dir: str, node: str) -> str:
 
 def repaired_at(state_dir: str, node: str) -> float | None:
     """When the node was last repaired (kept on the node across restarts and reboots), or None."""
-    try:
-        with open(_repaired_path(state_dir, node), encoding="utf-8") as fh:
-            at = json.load(fh).get("at")
-    except (OSError, ValueError, AttributeError):
-        return None
+    at = _kept_repair(state_dir, node).get("at")
     return float(at) if isinstance(at, int | float) and at == at else None
 
 
-def note_repair(setup: Setup, info, now: float | None = None) -> float | None:
+def repaired_counters(state_dir: str, node: str) -> dict[str, dict[str, int]]:
+    """The GPUs' lifetime counters kept at the node's last repair (checks/memory.lifetime_counters)."""
+    counters = _kept_repair(state_dir, node).get("counters")
+    if not isinstance(counters, dict):
+        return {}
+    return {k: {n: v for n, v in c.items() if isinstance(v, int)} for k, c in counters.items() if isinstance(c, dict)}
+
+
+def note_repair(setup: Setup, info, now: float | None = None, snap=None) -> float | None:
     """The node repaired, as Slurm shows it: `validate after repair` (an admin's `fleet repaired`: the
     reason's time is the repair), or back in service while its published summary still holds a case drained
     for repair (an admin's bare resume: the time of that summary, the last check that saw it held).  Kept on the node, so that what was logged before it never
-    counts again (`forget_repaired`).  Returns the repair time newly kept, or None."""
+    counts again (`forget_repaired`), nor its GPUs' lifetime counters as `snap` reads them now.  Returns the
+    repair time newly kept, or None."""
     from ..returning import cause_of, is_validate
     from ..summary import from_node
 
@@ -263,7 +277,10 @@ def note_repair(setup: Setup, info, now: float | None = None) -> float | None:
         return None
     path = _repaired_path(setup.settings.state_dir, setup.node)
     try:
-        write_private(path, json.dumps({"at": at, "reason": info.reason[:200]}).encode())
+        from ..checks.memory import counter_key, lifetime_counters
+
+        counters = {counter_key(g): lifetime_counters(g) for g in (snap.gpus if snap is not None else []) if not g.lost}
+        write_private(path, json.dumps({"at": at, "reason": info.reason[:200], "counters": counters}).encode())
     except OSError as exc:
         log.warning("the repair of %s not kept: %s", setup.node, exc)
     log.info("repaired at %s (%s): what the kernel log holds from before no longer counts",
@@ -272,9 +289,11 @@ def note_repair(setup: Setup, info, now: float | None = None) -> float | None:
 
 
 def forget_repaired(setup: Setup, snap, at: float | None) -> None:
-    """Drop the node's kernel-log events from before its repair (readers/kernel_log.drop_before)."""
+    """Drop the node's kernel-log events from before its repair (readers/kernel_log.drop_before), and give
+    the checks its GPUs' counters as the repair left them."""
     if at is None:
         return
+    snap.repaired_counters = repaired_counters(setup.settings.state_dir, setup.node)
     from ..readers.kernel_log import drop_before
 
     dropped = drop_before(snap, at)

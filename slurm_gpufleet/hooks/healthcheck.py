@@ -84,7 +84,7 @@ def run(argv: list[str] | None = None) -> int:
             log.error("cannot read node state from Slurm: %s", exc)
     # an admin's `fleet repaired` seen for the first time: what was logged before it no longer counts, from
     # this very run (judged with it, the node would be drained again for the fault just repaired)
-    repaired = note_repair(setup, node_info) if node_info is not None else None
+    repaired = note_repair(setup, node_info, snap=snap) if node_info is not None else None
     if repaired is not None:
         forget_repaired(setup, snap, repaired)
         early = None

@@ -160,6 +160,14 @@ class SimSlurm:
 
     # reasons are cleaned as the real backends clean them (slurm/actions.one_line): what the engine reads
     # back is what Slurm would show, so a reason that could never settle there cannot settle here either
+    def prolog_failed(self, name: str) -> None:
+        """What slurmd does when a job's prolog fails on the node: drains it, Slurm's own reason."""
+        from ..slurm.ownership import SLURM_HOOK_REASONS
+
+        for n in self._each([name]):
+            n.drained, n.reason, n.reason_time = True, SLURM_HOOK_REASONS[0], self.sim.now
+        self.sim.nodes_changed()
+
     def drain_nodes(self, names: list[str], reason: str, fields: dict[str, str] | None = None) -> None:
         for n in self._each(names):
             n.drained, n.reason, n.reason_time = True, one_line(reason), self.sim.now
