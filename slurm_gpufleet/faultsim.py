@@ -700,6 +700,11 @@ def _fault_run(strategy: str, model: FaultModel, jobs: list, nodes: int, gpus_pe
                 else:  # the rack back whole: its members resumed, ours to resume
                     self.lab.actuator.resume([info])
                 self._sync(sim, i)
+                # its next health check finds it clean: its episode ends there, so the reboots of this fault
+                # do not count against the next one (time is skipped only where nothing is recorded)
+                at = sim.now + hc_interval_s
+                self.next_check[i] = at
+                sim.push(at, "tick", ("check_due", i))
                 return
             if n.drained:
                 since, cause = self.out_since.pop(i, (sim.now, "failures"))
@@ -804,8 +809,13 @@ class _Lab:
             # carrier's reason in its place through the actuator (hooks/prolog.replace_hook_reason)
             shown = self.slurm.node(node.name)
             if not (shown.drained or shown.down or shown.rebooting):
+                from .slurm.escalation import escalate, fault_of
+
                 self.slurm.prolog_failed(node.name)
                 self.actuator.set_reason([self.slurm.node(node.name)], done.action.reason)
+                if fault_of(done.action.reason) is not None:   # as the helper does: a rack's fault counts
+                    escalate(self.slurm, self.settings, self.policy.domains, node.name, clock=lambda: self.sim.now,
+                             modes=self.ladder.mode)
         from .slurm import breaker
 
         # held back by the breaker: this node's write, or its rack's escalation after it
