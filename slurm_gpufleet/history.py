@@ -183,6 +183,11 @@ class History:
                            "order by id desc limit 1", [node])
         return Open(rows[0]["attempt"], rows[0]["job"], rows[0]["cause"], rows[0]["ts"]) if rows else None
 
+    def last_validation(self, node: str) -> str | None:
+        """The state of the node's latest validation (open, passed, failed, retried, unverified), or None."""
+        rows = self._query("select state from validations where node = ? order by id desc limit 1", [node])
+        return rows[0]["state"] if rows else None
+
     def start_validation(self, node: str, cause: str, attempt: int, job: str) -> None:
         with self.conn:
             self.conn.execute("update validations set state = 'retried', ended = ? where node = ? and state = 'open'",

@@ -171,6 +171,9 @@ CASE_STATUSES = {
     "suspect": "held as a suspect in its own maintenance reservation (gpufleet-suspect-NODE): its running job "
                "finishes, no new job lands; re-checked every suspect_recheck_min, released after suspect_passes "
                "clean re-checks, or drained for repair",
+    "unverified": "back in service, its validation's outcome not known (the job left Slurm before it was read, "
+                  "and its output, {state_dir}/validation-JOB.out on the node, says no exit): read that output; "
+                  "to validate it again, drain it and `slurm-gpufleet fleet repaired NODE`",
     "running": "a remedy under way (reset, reboot or validation): nothing to do yet",
     "watch": "nothing: remedied, its attempts still counted within attempt_window_s",
 }

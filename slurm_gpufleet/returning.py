@@ -58,12 +58,50 @@ class Open:
     since: float
 
 
-def judge(job_state: str | None, attempt: int, retries: int, waited_s: float, timeout_s: float) -> str:
-    """What to do with an open validation: wait, passed, retry or failed.  `job_state` None: Slurm no
-    longer shows the job (MinJobAge): past its time limit it counts as failed."""
+def judge(job_state: str | None, attempt: int, retries: int, waited_s: float, timeout_s: float,
+          exit_code: int | None = None) -> str:
+    """What to do with an open validation: wait, passed, retry, failed or unverified.  `job_state` None:
+    neither Slurm (MinJobAge purged it) nor the job's output on the node (`ending_of`) says how it ended:
+    past its time limit it is `unverified`, an outcome not known, never a failure.  `exit_code`
+    DEPENDENCY_EXIT: the validation's own tools could not run (dcgmi missing or hung, its host engine
+    unreachable or of another version): not the GPUs' failure, `unverified`."""
+    if exit_code == DEPENDENCY_EXIT:
+        return "unverified"
     if job_state in PASSED:
         return "passed"
-    gone = job_state is None and waited_s > timeout_s + 120
-    if job_state in FAILED or gone:
+    if job_state in FAILED:
         return "retry" if attempt <= retries else "failed"
+    if job_state is None and waited_s > timeout_s + 120:
+        return "unverified"
     return "wait"
+
+
+# the validation job's last line, written by its own script (`wrapped`): how it ended, kept on its node in
+# its output file after Slurm has forgotten the job
+EXIT_MARK = "gpufleet-validation-exit="
+# a validation command's exit status for "could not judge the GPUs: a tool of its own failed" (sysexits'
+# EX_TEMPFAIL): etc/validation/dcgm-diag.sh uses it
+DEPENDENCY_EXIT = 75
+
+
+def wrapped(command: str) -> str:
+    """The validation command as submitted: its exit status said in its output, then returned."""
+    return f"{command}\nrc=$?\necho {EXIT_MARK}$rc\nexit $rc"
+
+
+def ending_of(output: str, tail_bytes: int = 4096) -> tuple[int | None, str]:
+    """The exit status the job's output file ends with (`wrapped`; None where it says none), and its last
+    line of its own before it."""
+    try:
+        with open(output, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - tail_bytes))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None, ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    for k in range(len(lines) - 1, -1, -1):
+        if lines[k].startswith(EXIT_MARK):
+            code = lines[k][len(EXIT_MARK):]
+            return (int(code) if code.isdigit() else None), (lines[k - 1] if k else "")
+    return None, (lines[-1] if lines else "")

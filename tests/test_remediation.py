@@ -240,18 +240,22 @@ def test_an_xid_that_asks_for_a_reset_is_answered_by_one_and_not_reset_again(tmp
 
 @pytest.mark.parametrize("state,attempt,waited,want", [
     ("RUNNING", 1, 10, "wait"), ("PENDING", 1, 10, "wait"), ("COMPLETED", 1, 10, "passed"),
-    ("FAILED", 1, 10, "retry"), ("TIMEOUT", 2, 10, "failed"), (None, 1, 10, "wait"), (None, 2, 4000, "failed"),
+    ("FAILED", 1, 10, "retry"), ("TIMEOUT", 2, 10, "failed"), (None, 1, 10, "wait"),
+    # gone from Slurm past its time limit, with no exit said in its output: not known, never a failure
+    (None, 2, 4000, "unverified"), (None, 1, 4000, "unverified"),
 ])
 def test_a_validation_job_is_waited_for_passed_retried_or_failed(state, attempt, waited, want):
     from slurm_gpufleet.returning import judge
 
     assert judge(state, attempt, 1, waited, 1800) == want
+    # the validation's own tools could not run (returning.DEPENDENCY_EXIT): never a failure of the GPUs
+    assert judge("FAILED" if state is None else state, attempt, 1, waited, 1800, 75) == "unverified"
 
 
 @pytest.mark.parametrize("name", ["dcgm-diag.sh", "nccl-allreduce.sh"])
-def test_the_sample_validation_commands_pass_shellcheck_and_fail_without_their_tool(tmp_path, name):
-    """Where dcgmi or all_reduce_perf is missing, the validation fails with one line (the node is not
-    returned on a check that never ran)."""
+def test_the_sample_validation_commands_pass_shellcheck_and_say_unjudged_without_their_tool(tmp_path, name):
+    """Where dcgmi or all_reduce_perf is missing, the validation ends with one line and exit 75 (returning.
+    DEPENDENCY_EXIT): nothing was judged, so the node's validation is `unverified`, never a failure."""
     import subprocess
 
     from test_bundle import _shellcheck
@@ -259,7 +263,27 @@ def test_the_sample_validation_commands_pass_shellcheck_and_fail_without_their_t
     script = REPO / "etc" / "validation" / name
     _shellcheck(script.read_text())
     r = subprocess.run([str(script)], capture_output=True, text=True, env={"PATH": str(tmp_path), "GPUS": "8"})
-    assert r.returncode == 1 and r.stdout.count("\n") == 1 and "not found" in r.stdout, r.stdout
+    assert r.returncode == 75 and r.stdout.count("\n") == 1 and "not found" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("dcgmi,rc,said", [
+    ("echo 'Error: unable to establish a connection to the specified host: localhost'; exit 1", 75,
+     "unable to establish a connection"),
+    ("echo 'Error: version mismatch between dcgmi and nv-hostengine'; exit 1", 75, "version mismatch"),
+    ("sleep 30", 75, "still running after 1 s"),
+    ("echo '| Memory  | Fail - GPU: 3 |'; exit 226", 1, "Fail - GPU: 3"),
+    ("echo '| Memory  | Pass |'", 0, "pass"),
+])
+def test_the_dcgm_validation_tells_a_fault_of_dcgm_from_one_of_the_gpus(tmp_path, dcgmi, rc, said):
+    """A hung nv-hostengine, one dcgmi cannot reach or of another version, judged nothing of the GPUs: exit
+    75 (unverified); a test that failed: exit 1 (a failed validation)."""
+    import subprocess
+
+    (tmp_path / "dcgmi").write_text(f"#!/bin/sh\n{dcgmi}\n")
+    (tmp_path / "dcgmi").chmod(0o755)
+    r = subprocess.run([str(REPO / "etc" / "validation" / "dcgm-diag.sh")], capture_output=True, text=True,
+                       env={"PATH": f"{tmp_path}:/usr/bin:/bin", "DCGM_DIAG_TIMEOUT_S": "1"}, timeout=20)
+    assert r.returncode == rc and said in r.stdout, (r.returncode, r.stdout, r.stderr)
 
 
 def test_the_sample_nccl_validation_judges_the_bus_bandwidth(tmp_path):

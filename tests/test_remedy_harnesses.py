@@ -191,3 +191,59 @@ def test_the_prolog_decides_on_the_carrier_with_the_ladder_s_reason(tmp_path, mo
         assert said == [("observe", f"would fail: {step.observed.why}")], said
     else:
         assert done.action.kind == "none" and done.blocked, done
+
+
+@pytest.mark.parametrize("said", ["nothing", "exit 0", "exit 3", "exit 75"])
+def test_a_validation_job_slurm_forgot_is_read_from_its_output_or_left_unverified(tmp_path, said):
+    """The validation job left Slurm (MinJobAge) before a health check read it: its output on the node says
+    how it ended (the submitted script's last line); where it says nothing, past the job's time limit, or
+    where the validation's own tools could not run (exit 75: dcgmi hung, its host engine unreachable), the
+    outcome is `unverified`: the node back in service, never drained, and `fleet cases` says so."""
+    from slurm_gpufleet.findings import Finding
+    from slurm_gpufleet.history import History
+    from slurm_gpufleet.maintain.simslurm import SimSlurm
+    from slurm_gpufleet.maintain.simulate import Simulator
+    from slurm_gpufleet.pipeline import Report
+    from slurm_gpufleet.policy import Policy, SlurmSettings
+    from slurm_gpufleet.remedy.carrier import Carrier, validation_output
+    from slurm_gpufleet.remedy.decide import Ladder
+    from slurm_gpufleet.returning import EXIT_MARK, reservation_name
+    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.ownership import HEALTH
+    from slurm_gpufleet.snapshot import Gpu, NodeSnapshot
+
+    sim = Simulator([], 2, 8)
+    slurm = SimSlurm(sim)
+    settings = SlurmSettings(state_dir=str(tmp_path), validation_command="dcgmi diag -r 3",
+                             validation_timeout_minutes=30, validation_retries=0)
+    history = History(str(tmp_path / "h.db"), clock=lambda: sim.now)
+    node = "node00001"
+    # the node was reset for a fault, then put in its reservation with its validation job: the job is gone now
+    sim.now = 60.0
+    history.record_remedy(node, "hbm", "memory:1:row remap pending", "reset", None, "succeeded")
+    slurm.create_reservation(reservation_name(node), [node], None, 60)
+    history.start_validation(node, "reset: memory gpu1 row remap pending", 1, "4242")
+    if said != "nothing":
+        with open(validation_output(str(tmp_path), "4242"), "w") as fh:
+            fh.write(f"host engine unreachable\n{EXIT_MARK}{said.split()[1]}\n")
+    sim.now = 31 * 60 + 121.0   # past its time limit and the grace
+    carrier = Carrier(node, Policy(slurm=settings), history, slurm, Actuator(slurm, HEALTH, settings,
+                      clock=lambda: sim.now), Ladder())
+    ok = Report("ok", [Finding("memory", "ok", "none", None, "fine")],
+                NodeSnapshot(host=node, gpus=[Gpu(k, processes=[]) for k in range(8)]))
+    step = carrier.step("healthcheck", slurm.node(node), ok)
+    done = carrier.carry(step, "healthcheck")
+    carrier.close()
+    shown = slurm.node(node)
+    if said == "exit 0":
+        assert history.last_validation(node) == "passed" and not shown.drained
+    elif said == "exit 3":   # failed, no retry left: drained for repair, naming the job
+        assert history.last_validation(node) == "failed" and shown.drained, shown
+        assert shown.reason.startswith("repair validation failed 1x after reset: job 4242"), shown.reason
+    else:
+        assert history.last_validation(node) == "unverified" and not shown.drained and not shown.down, shown
+        detail = history.db.execute("select detail from validations").fetchall()[-1][0]
+        assert ("could not judge the GPUs (exit 75): host engine unreachable" in detail) == (said == "exit 75"), detail
+        assert reservation_name(node) not in slurm.reservations_
+        assert [c[4] for c in carrier.cases(shown, step)] == ["unverified"], carrier.cases(shown, step)
+    assert done.ok

@@ -356,12 +356,15 @@ class Carrier:
         where = step.after if step is not None else self.where(info)
         # this run's drain for repair, not yet in the history (the write records it)
         repairing = class_of(act.finding) if writes and act.rung == "repair" and act.finding is not None else None
+        unverified = self.history.last_validation(self.node) == UNVERIFIED
         out = []
         for c in cases:
             pending = c["outcome"] == "pending" or c["class"] == repairing
             rung = "repair" if c["class"] == repairing else c["rung"]
             if where == REPAIR and says(reason, VALIDATION_FAILED):
                 status = "validation_failed"
+            elif where == IN_SERVICE and unverified:
+                status = UNVERIFIED   # back in service, its validation's outcome not known
             elif where == SUSPECT:
                 status = "suspect"   # held in its own reservation, re-checked
             elif where in (RETURNING, VALIDATING, RESETTING, REBOOTING):
@@ -433,7 +436,7 @@ class Carrier:
         """The node runs clean after a reset or a repair: its own maintenance reservation, the node resumed
         into it (no user job can land), the validation job submitted there.  Returns the action done, or
         None where it could not start (said in the log; the next run tries again)."""
-        from ..returning import JOB_NAME, cause_of, reservation_name
+        from ..returning import JOB_NAME, cause_of, reservation_name, wrapped
         from ..slurm import SlurmError
 
         settings, node, history = self.settings, self.node, self.history
@@ -453,7 +456,8 @@ class Carrier:
                     log.warning("validation reservation %s not made (%s): using the one there, if any", name, exc)
                 self.actuator.apply(E.Resume((info,)))
             (job,) = self.actuator.apply(E.Submit(JOB_NAME, node, name, settings.validation_partition,
-                                                  settings.validation_command, settings.validation_timeout_minutes,
+                                                  wrapped(settings.validation_command),
+                                                  settings.validation_timeout_minutes,
                                                   f"{VALIDATION_COMMENT} {node} after {cause}"[:200],
                                                   validation_output(settings.state_dir, "%j")))
         except SlurmError as exc:
@@ -467,7 +471,7 @@ class Carrier:
     def _follow_validation(self, info: NodeInfo, final: str) -> NodeInfo | None:
         """An open validation (the node's history says so; no Slurm call otherwise): read its job, then pass,
         retry or fail it.  Returns what Slurm shows of the node where this changed it."""
-        from ..returning import JOB_NAME, judge, reservation_name
+        from ..returning import DEPENDENCY_EXIT, FAILED, JOB_NAME, ending_of, judge, reservation_name
         from ..slurm import SlurmError
         from ..slurm.actions import one_line
         from ..slurm.reasons import ours
@@ -483,8 +487,15 @@ class Carrier:
             log.warning("validation job %s of %s not read: %s", opened.job, node, exc)
             return None
         state, comment = shown.get(opened.job, (None, ""))
+        code, last = None, ""
+        if state is None or state in FAILED:
+            # its output on this node: how it ended where Slurm forgot the job (MinJobAge), and whether its
+            # own tools could not run (DEPENDENCY_EXIT)
+            code, last = ending_of(validation_output(settings.state_dir, opened.job))
+            if state is None and code is not None:
+                state = "COMPLETED" if code == 0 else "FAILED"
         verdict_now = judge(state, opened.attempt, settings.validation_retries, self.actuator.clock() - opened.since,
-                            settings.validation_timeout_minutes * 60)
+                            settings.validation_timeout_minutes * 60, code)
         if final not in ("ok", "warn") and verdict_now == "wait":
             verdict_now = "failed"  # the fault is back: the decision below takes the node out again
         if verdict_now == "wait":
@@ -500,6 +511,17 @@ class Carrier:
             self.actuator.apply(E.Release(name))
         except SlurmError as exc:
             log.warning("validation reservation %s not deleted: %s", name, exc)
+        if verdict_now == "unverified":
+            # not known how it ended: never a failed node; back in service (its checks ran clean before the
+            # job), said as such in the history and in `fleet cases`
+            self._move(VALIDATING, IN_SERVICE, "validated")
+            detail = (f"job {opened.job} could not judge the GPUs (exit {DEPENDENCY_EXIT}): {last}"[:200]
+                      if code == DEPENDENCY_EXIT else
+                      f"job {opened.job} gone from Slurm, its output on the node says no exit: outcome not known")
+            history.end_validation(node, UNVERIFIED, detail)
+            history.record_action(node, "healthcheck", "validated", "", f"unverified: {detail}", True)
+            log.warning("validation of %s unverified: %s", node, detail)
+            return None
         if verdict_now == "passed":
             self._move(VALIDATING, IN_SERVICE, "validated")
             history.end_validation(node, "passed", f"job {opened.job}")
@@ -527,6 +549,7 @@ class Carrier:
         return replace(info, flags=info.flags | {"DRAIN"}, reason=reason) if done.done else None
 
 
+UNVERIFIED = "unverified"   # a validation whose job's outcome could not be read: its state, and its case's status
 VALIDATION_FAILED = "repair validation failed"   # a reason's first words: a repair reason (remediation.is_repair)
 SUSPECT_HOLD_MINUTES = 7 * 24 * 60   # the suspect reservation's length: deleted when the hold ends
 VALIDATION_COMMENT = "gpufleet validation of"   # the validation job's comment, as submitted

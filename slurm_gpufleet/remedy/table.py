@@ -85,7 +85,7 @@ MOVES: dict[tuple[RemedyState, RemedyState], tuple[str, str]] = {
     (RETURNING, RESETTING): (LADDER, "the fault is back, its GPUs idle"),
     (RETURNING, REBOOTING): (LADDER, "the fault is back"),
     (RETURNING, REPAIR): (LADDER, "the fault is back and no rung is left"),
-    (VALIDATING, IN_SERVICE): (LADDER, "its validation job passed"),
+    (VALIDATING, IN_SERVICE): (LADDER, "its validation job passed, or its outcome cannot be read (unverified)"),
     (VALIDATING, REPAIR): (LADDER, "its validation failed validation_retries + 1 times"),
     (VALIDATING, VALIDATING): (LADDER, "its validation job submitted again"),
     (VALIDATING, DRAINED): (LADDER, "the fault is back during validation"),

@@ -595,6 +595,36 @@ def test_the_tools_own_faults_drain_nothing_under_running_jobs_and_a_real_xid_st
         db.unlink(missing_ok=True)   # the next run makes it anew
 
 
+def test_a_hung_slurmctld_drains_nothing_and_every_check_ends_within_45_s(mc):
+    """slurmctld stopped (SIGSTOP: every scontrol call hangs, as on an overloaded controller) with jobs
+    running and a GPU fault arriving on n6 meanwhile (issue 53): each health check, run as slurmd runs it,
+    ends within 45 s (Slurm kills it at 60) and changes nothing; once slurmctld answers again the jobs still
+    run, no node left service for the outage, and the fault still takes n6 out."""
+    import signal
+
+    pid = int((mc.dir / "run" / "slurmctld.pid").read_text())
+    jobs = [mc.start_job(n, 2, 300) for n in ("n4", "n5")]
+    before = {n: mc.state(n) for n in mc.nodes}
+    walls = {}
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        mc.fault("n6", 1, "row_remap_failure")
+        for node in ("n4", "n6"):
+            t = time.monotonic()
+            r = mc.healthcheck(node, timeout=60)
+            walls[node] = time.monotonic() - t
+            assert "internal error" not in r.stderr, r.stderr
+            assert walls[node] < 45, (node, walls[node], r.stderr)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert all(mc.job(j)["JobState"] == "RUNNING" for j in jobs)
+    assert not [n for n in mc.nodes if n != "n6" and mc.out_of_service(mc.state(n))], before
+    mc.wait(lambda: "DRAIN" in mc.state("n6"), 4 * mc.hc_interval + 15,
+            lambda: "n6 taken out for its fault once slurmctld answers" + mc.explain("n6"))
+    print(f"\nslurmctld stopped: health checks ended in {walls['n4']:.1f} s (n4, a job running) and "
+          f"{walls['n6']:.1f} s (n6, its fault found)")
+
+
 def test_observe_and_quarantine_groups_side_by_side(mc):
     """An observe group writes no change of state; a quarantine group drains a reset-fixable fault but never
     resets or reboots; both on the same cluster as the full-mode nodes."""
