@@ -75,6 +75,10 @@ def gather(source: Source) -> NodeSnapshot:
             snap.xid_events, snap.boots_seen, snap.sxid_events = log.events, log.boots, log.sxids
             snap.xid_unparsed = log.unparsed
             snap.nic_events = log.nics
+            snap.unread += [f"kernel log {kernel_log}: {note}" for note in log.notes]
+            if log.foreign:   # a user's forged line is said, never counted
+                snap.unread.append(f"kernel log {kernel_log}: {len(log.foreign)} line(s) not from the kernel, "
+                                   f"not counted; the first: {log.foreign[0]}")
         except (OSError, ValueError) as exc:  # unreadable, or binary (a ReportError)
             if source.strict:
                 raise

@@ -113,3 +113,53 @@ def test_a_binary_kernel_log_never_stops_a_nodes_own_check(tmp_path):
     junk.write_bytes(b"\x00\x01" * 100)
     snap = gather(Source(report=str(H200 / "nvidia-smi-q.xml"), kernel_log=str(junk), strict=False))
     assert snap.gpus and snap.xid_events == [] and snap.unread == [f"kernel log {junk}: {junk}: input is binary, not a kernel log"]
+
+
+def test_only_the_kernel_s_lines_count_in_a_syslog_file():
+    """In a syslog or journal file any program can log an `NVRM: Xid` line (`logger`): only the kernel's
+    lines count; another program's is said (`foreign`), never counted, nor can it clear an Xid with a
+    forged reset mark or start a boot with a forged banner."""
+    from slurm_gpufleet.readers.kernel_log import RESET_MARK, read_kernel_log
+
+    xid = "NVRM: Xid (PCI:0000:5d:00): 79, pid=777, name=python3, GPU has fallen off the bus."
+    forged = [f"Dec  1 08:00:00 gpu01 mallory[4242]: {xid}",
+              f"2026-12-01T08:00:01.000000+00:00 gpu01 mallory: {xid}",
+              "Dec  1 08:00:02 gpu01 mallory[4242]: Linux version 6.1.0-28-amd64"]
+    log = read_kernel_log(forged)
+    assert log.events == [] and log.boots == 0 and len(log.foreign) == 3, log
+    assert log.foreign[0].startswith("line 1: logged by mallory, not the kernel")
+    real = [f"Dec  1 07:59:00 gpu01 kernel: [12.5] {xid}", f"2026-12-01T07:59:01+0000 gpu01 kernel: {xid}",
+            f"2026-12-01T07:59:02,000000+00:00 {xid}", f"[  13.1] {xid}"]
+    log = read_kernel_log(real + [f"Dec  1 08:01:00 gpu01 mallory: {RESET_MARK}0000:5d:00"] + forged)
+    assert [e.xid for e in log.events] == [79] * 4 and not any(e.cleared for e in log.events), log.events
+    assert log.boots == 1 and len(log.foreign) == 4
+    # the kernel's own reset mark, from a syslog file, still clears what came before it
+    log = read_kernel_log(real[:1] + [f"Dec  1 08:01:00 gpu01 kernel: {RESET_MARK}0000:5d:00"])
+    assert [e.cleared for e in log.events] == [True]
+
+
+def test_no_line_of_a_kernel_log_can_hide_or_stall_the_rest(tmp_path, monkeypatch):
+    """Bounded by construction (issue 54): a number of thousands of digits, a line of 200,000 characters, NUL
+    padding before the log (logrotate's copytruncate) each leave the real Xid 79 after them counted; a log
+    past TAIL_BYTES is read from its end, and says so."""
+    import subprocess
+    import sys
+
+    from slurm_gpufleet.readers import kernel_log
+    from slurm_gpufleet.readers.kernel_log import read_kernel_log_file
+
+    xid = "NVRM: Xid (PCI:0000:5d:00): 79, pid=777, name=python3, GPU has fallen off the bus."
+    odd = ["NVRM: Xid (PCI:0000:5d:00): " + "9" * 5000 + ", boom", "NVRM: GPU 0000:5d:00.0: " * 9000,
+           "NVRM:" + " " * 200_000 + "x", "Xid " * 50_000]
+    path = tmp_path / "kern.log"
+    path.write_bytes(b"\0" * 10_000 + "\n".join(odd + [f"[  2.0] {xid}"]).encode() + b"\n")
+    # in a process of its own, so that a parse that does not end fails the test instead of hanging it
+    code = ("import sys; from slurm_gpufleet.readers.kernel_log import read_kernel_log_file as r; "
+            "print([e.xid for e in r(sys.argv[1]).events])")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "[79]", out.stdout + out.stderr
+    monkeypatch.setattr(kernel_log, "TAIL_BYTES", 4096)
+    path.write_text("[  1.0] usb 1-1: new high-speed USB device\n" * 1000 + f"[  2.0] {xid}\n")
+    log = read_kernel_log_file(str(path))
+    assert [e.xid for e in log.events] == [79] and log.notes == [
+        "read its last 4 KiB of 42 KiB: older boots not judged"], log.notes

@@ -10,6 +10,7 @@ or SXid is counted as unparsed, with why (`KernelLog.unparsed`): never read as "
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -78,6 +79,10 @@ _KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[^;]*;")
 # the Xids logged for that GPU before it in the same boot were answered by the reset
 RESET_MARK = "slurm-gpufleet: GPU reset PCI:"
 _RESET = re.compile(re.escape(RESET_MARK) + r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)")
+# a syslog or journal line's head: its time, host and the program that logged it ("kernel" for the kernel);
+# dmesg's own lines ("[  12.3] NVRM: ...", "2026-...T... NVRM: Xid ...") have none
+_SYSLOG_HEAD = re.compile(r"^(?:\w{3}\s+\d+ \d{2}:\d{2}:\d{2}|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+                          r"(?:[+-]\d{2}:?\d{2}|Z)?)\s+\S+\s+(?P<tag>[^\s:\[\]]+)(?:\[\d+\])?:\s")
 _BOOT_MARK = re.compile(r"^-- Boot [0-9a-f]+ --|Linux version \d|\[\s*0\.000000\]|^\d+,\d+,0,[^;]*;")
 
 
@@ -92,6 +97,19 @@ class KernelLog:
     unparsed: list[str] = field(default_factory=list)
     # mlx5 lines of failed InfiniBand / RoCE cards and links (data/mlx5_events.toml)
     nics: list[NicEvent] = field(default_factory=list)
+    # lines of a syslog or journal file logged by a program other than the kernel that would have counted
+    # (an Xid, SXid, fallen-off-the-bus, reset or boot line): never counted, since any user can log them
+    foreign: list[str] = field(default_factory=list)
+    # what of the input was not read, and why (a log longer than TAIL_BYTES is read from its tail)
+    notes: list[str] = field(default_factory=list)
+
+
+# printk's records are at most 1,024 bytes (PRINTK_MESSAGE_MAX): a line past this, with any syslog or journal
+# head, is no kernel message; it is read only this far, so that every pattern's work per line is bounded
+LINE_MAX = 4096
+# a kernel log is read from its end, at most this much: the boots that matter are the recent ones, and
+# a log of hundreds of megabytes (a syslog never rotated) must not cost gigabytes to read
+TAIL_BYTES = 32 << 20
 
 
 def parse_kernel_log(lines: Iterable[str]) -> tuple[list[XidEvent], int]:
@@ -112,8 +130,15 @@ def read_kernel_log(lines: Iterable[str]) -> KernelLog:
     last_mono: float | None = None
     the_gpu: tuple[str, int] | None = None  # "NVRM: The NVIDIA GPU <pci>" seen, and on which line
     for number, raw in enumerate(lines, start=1):
-        line = raw.rstrip("\r\n")
+        line = raw.rstrip("\r\n")[:LINE_MAX]
         if not line.strip():
+            continue
+        head = _SYSLOG_HEAD.match(line)
+        if head and head.group("tag") != "kernel":
+            # another program's line in a syslog file: whatever it says, the kernel did not say it
+            if _MENTION.search(line) or "NVRM" in line or RESET_MARK in line or _BOOT_MARK.search(line):
+                out.foreign.append(f"line {number}: logged by {head.group('tag')[:40]}, not the kernel: "
+                                   f"{line.strip()[:160]}")
             continue
         mono = _monotonic(line)
         banner = bool(_BOOT_MARK.search(line))
@@ -222,6 +247,8 @@ _FELL = re.compile(r"NVRM:\s*GPU\s+(?:at\s+)?(?:PCI:)?"
 
 
 def _fallen_off(line: str, number: int, events: list[XidEvent], boot: int) -> XidEvent | None:
+    if "off the bus" not in line.lower():   # the lazy scan of _FELL runs only on a line that can match
+        return None
     m = _FELL.search(line)
     if not m or "SXid" in line:
         return None
@@ -329,13 +356,28 @@ def read_kernel_log_file(path: str) -> KernelLog:
     if path == "/dev/kmsg":
         return read_kernel_log(read_kmsg(path))
     with open(path, "rb") as fh:
-        data = fh.read()
-    return read_kernel_log(kernel_log_text(data, path).splitlines())
+        size = os.fstat(fh.fileno()).st_size
+        cut = size > TAIL_BYTES
+        if cut:
+            fh.seek(size - TAIL_BYTES)
+        data = fh.read(TAIL_BYTES)
+    if cut:   # from the first whole line
+        data = data[data.find(b"\n") + 1:]
+    log = read_kernel_log(kernel_log_text(data, path).splitlines())
+    if cut:
+        log.notes.append(f"read its last {_size(TAIL_BYTES)} of {_size(size)}: older boots not judged")
+    return log
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
 
 
 def kernel_log_text(data: bytes, where: str = "input") -> str:
     """A kernel log's text; binary junk (a core file, a gzip given by mistake) is no log at all, said as
     a binary nvidia-smi file is, never read as "0 Xid events"."""
+    # a file preallocated, or cut by logrotate's copytruncate, starts with NULs: the log is what follows
+    data = data.lstrip(b"\x00")
     if b"\x00" in data[:4096]:
         from .errors import ReportError
 

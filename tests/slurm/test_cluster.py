@@ -625,6 +625,25 @@ def test_a_hung_slurmctld_drains_nothing_and_every_check_ends_within_45_s(mc):
           f"{walls['n6']:.1f} s (n6, its fault found)")
 
 
+def test_a_user_s_forged_xid_in_a_syslog_file_drains_nothing_and_the_kernel_s_does(mc):
+    """A kernel log that is a syslog file (issue 54): any user can log `NVRM: Xid ... 79` with `logger`; that
+    line, under its program's tag, drains nothing and is said in the health check's log; the same line
+    tagged by the kernel takes the node out."""
+    xid = "NVRM: Xid (PCI:0000:5d:00): 79, pid=777, name=python3, GPU has fallen off the bus."
+    now = dt.datetime.now().astimezone()
+    with open(mc.gpus / "n3.kmsg", "a") as fh:
+        fh.write(f"{now.isoformat(timespec='microseconds')} n3 mallory[4242]: {xid}\n")
+    mc.wait(lambda: len(mc.history("n3", "select 1 from runs where hook = 'healthcheck' and ts > ?",
+                                   (now.timestamp(),))) >= 2, 4 * mc.hc_interval + 15, "two checks of n3 since")
+    assert not mc.out_of_service(mc.state("n3")) and "DRAIN" not in mc.state("n3"), mc.explain("n3")
+    r = mc.healthcheck("n3")
+    assert "not from the kernel, not counted" in r.stderr and "mallory" in r.stderr, r.stderr
+    with open(mc.gpus / "n3.kmsg", "a") as fh:
+        fh.write(f"{dt.datetime.now().astimezone().isoformat(timespec='microseconds')} n3 kernel: {xid}\n")
+    mc.wait(lambda: mc.out_of_service(mc.state("n3")) or "DRAIN" in mc.state("n3"), 4 * mc.hc_interval + 15,
+            lambda: "n3 taken out for the kernel's Xid 79" + mc.explain("n3"))
+
+
 def test_observe_and_quarantine_groups_side_by_side(mc):
     """An observe group writes no change of state; a quarantine group drains a reset-fixable fault but never
     resets or reboots; both on the same cluster as the full-mode nodes."""
