@@ -114,3 +114,59 @@ def test_truncated_report_still_reads_what_is_there():
     snap = read_report(cut)
     assert snap.gpus[0].name == "NVIDIA H200"
     assert snap.gpus[0].remapped_rows.pending is None  # not reported, not "no"
+
+
+def _h200_text_with(edit) -> str:
+    text = (H200 / "nvidia-smi-q.txt").read_text()
+    lines = text.splitlines()
+    at = next(k for k, line in enumerate(lines) if line.strip().startswith("DRAM Uncorrectable"))
+    lines[at] = lines[at].replace(": 0", ": 5")   # 5 volatile uncorrectable DRAM errors: a reset is due
+    return "\n".join(edit(lines, at)) + "\n"
+
+
+@pytest.mark.parametrize("case", ["tab", "pasted", "both"])
+def test_one_line_out_of_place_hides_no_fault_after_it(case):
+    """A line indented with a tab, or a note pasted less indented inside a GPU's block, before the ECC
+    counters: the 5 uncorrectable DRAM errors after it are still read (REBOOT), and the odd line is said."""
+    def edit(lines, at):
+        out = list(lines)
+        if case in ("tab", "both"):   # the line before the counter, its 12 spaces now a tab
+            out[at - 1] = "\t" + out[at - 1].lstrip()
+        if case in ("pasted", "both"):
+            out.insert(at - 4, "see ticket 4242 (pasted here)")
+            out.insert(at - 4, "    note: reseated")
+        return out
+
+    snap = read_report(_h200_text_with(edit).encode())
+    report = evaluate(snap)
+    assert report.verdict == "reboot", [f.message for f in report.findings]
+    assert snap.gpus[0].ecc.volatile_dram_uncorrected == 5
+    assert snap.input_notes, "the odd line is said"
+
+
+@pytest.mark.parametrize("value", ["NaN", "inf", "lots", "0.5", "-"])
+def test_a_counter_that_is_no_count_is_a_finding_never_zero(value):
+    def edit(lines, at):
+        return [line.replace(": 5", f": {value}") if k == at else line for k, line in enumerate(lines)]
+
+    snap = read_report(_h200_text_with(edit).encode())
+    assert snap.gpus[0].ecc.volatile_dram_uncorrected is None
+    report = evaluate(snap)
+    said = [f for f in report.findings if f.check == "input"]
+    assert report.verdict != "ok" and said and "DRAM Uncorrectable" in said[0].detail, report.findings
+
+
+def test_a_report_line_of_60000_spaces_reads_in_linear_time():
+    """No backtracking pattern over a line (issue 54: one such line ran past 60 s): in a process of its own,
+    so that a parse that does not end fails the test instead of hanging it."""
+    import subprocess
+    import sys
+
+    def edit(lines, at):
+        return lines[:at] + ["    Foo" + " " * 60_000 + "bar", " " * 60_000 + "x"] + lines[at:]
+
+    code = ("import sys; from slurm_gpufleet.readers import read_report; "
+            "print(read_report(sys.stdin.buffer.read()).gpus[0].ecc.volatile_dram_uncorrected)")
+    out = subprocess.run([sys.executable, "-c", code], input=_h200_text_with(edit).encode(), capture_output=True,
+                         timeout=20)
+    assert out.stdout.strip() == b"5", out.stderr

@@ -45,27 +45,54 @@ class _Node:
         return node.value if node else None
 
 
-_LINE = re.compile(r"^(?P<indent>\s*)(?P<key>[^:]*?)\s*(?::\s?(?P<value>.*))?$")
 _GPU_HEADER = re.compile(r"^GPU\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 
 
-def _tree(lines: list[str]) -> _Node:
+def _entry(line: str) -> tuple[int, str, str | None]:
+    """(indent, key, value) of a `key : value` or `section` line, in one pass (no backtracking pattern)."""
+    body = line.lstrip()
+    indent = len(line[: len(line) - len(body)].expandtabs(4))
+    key, colon, value = body.partition(":")
+    return indent, key.strip(), value.strip() if colon else None
+
+
+def _tree(lines: list[str], notes: list[str] | None = None, where: str = "", floor: int = 0) -> _Node:
+    """The report's sections by indentation.  One line out of place hides nothing after it (each is said in
+    `notes`, "where: line N ..."): a line indented with a tab (nvidia-smi writes none: a paste) is taken at
+    the depth its neighbour gives it; a line less indented than `floor` (a GPU block's lines all are), or
+    one that steps out of its section while the line after it goes deeper than a section's first level,
+    is not read."""
+    entries = [(n, *_entry(line), "\t" in line[: len(line) - len(line.lstrip())]) for n, line in
+               enumerate(lines, start=1) if line.strip() and line.strip() != "[...]"]
+    # per line, the indent of the next line that can be read at all (a tab's depth comes from its
+    # neighbours, not its own), from one pass backwards
+    following: list[int | None] = [None] * len(entries)
+    upcoming: int | None = None
+    for k in range(len(entries) - 1, -1, -1):
+        following[k] = upcoming
+        if entries[k][1] >= floor and not entries[k][4]:
+            upcoming = entries[k][1]
     root = _Node("", None, -1)
     stack = [root]
-    for line in lines:
-        if not line.strip() or line.strip() == "[...]":
+    prev: tuple[int, str | None] | None = None   # the last line read: its indent and value
+    for k, (number, indent, key, value, tab) in enumerate(entries):
+        if tab and prev is not None:
+            indent = prev[0] if prev[1] is not None else prev[0] + 4
+        after = following[k]
+        stray = indent < floor or (prev is not None and indent < prev[0] and after is not None
+                                   and after > indent + 4)
+        if stray:
+            if notes is not None:
+                notes.append(f"{where}line {number}: out of place in its section, not read: {key[:60]}")
             continue
-        m = _LINE.match(line.rstrip())
-        if not m:
-            continue
-        indent = len(m.group("indent").expandtabs(4))
-        key = m.group("key").strip()
-        value = m.group("value")
-        node = _Node(key, value.strip() if value is not None else None, indent)
+        if tab and notes is not None:
+            notes.append(f"{where}line {number}: indented with a tab, read at depth {indent // 4}: {key[:60]}")
+        node = _Node(key, value, indent)
         while stack[-1].indent >= indent:
             stack.pop()
         stack[-1].children.append(node)
         stack.append(node)
+        prev = (indent, value)
     return root
 
 
@@ -114,11 +141,11 @@ def _read_query(text: str, snap: NodeSnapshot) -> None:
         # a fragment cut out of a report (ECC section pasted in a ticket): one GPU we know nothing else of
         if any(top.child(k) for k in ("ECC Errors", "Remapped Rows", "Retired Pages", "Product Name")):
             snap.partial = True
-            snap.gpus.append(_gpu_from_tree(0, None, top))
+            snap.gpus.append(_gpu_from_tree(0, None, top, snap.input_notes))
         return
     for index, (pci, body) in enumerate(blocks):
-        tree = _tree(body)
-        gpu = _gpu_from_tree(index, pci, tree)
+        tree = _tree(body, snap.input_notes, f"GPU {pci} ", floor=1)
+        gpu = _gpu_from_tree(index, pci, tree, snap.input_notes)
         gpu.unknown_errors = _unknown_errors(tree)
         snap.gpus.append(gpu)
 
@@ -141,7 +168,7 @@ _FABRIC_HEALTH_ROWS = {"summary": "Summary", "bandwidth": "Bandwidth",
                        "incorrect_configuration": "Incorrect Configuration"}
 
 
-def _gpu_from_tree(index: int, pci: str | None, t: _Node) -> Gpu:
+def _gpu_from_tree(index: int, pci: str | None, t: _Node, notes: list[str] | None = None) -> Gpu:
     g = Gpu(index=index, pci_bus_id=pci)
     g.minor_number = v.to_int(t.get("Minor Number"))
     g.name = v.to_str(t.get("Product Name"))
@@ -217,10 +244,11 @@ def _gpu_from_tree(index: int, pci: str | None, t: _Node) -> Gpu:
     if reasons is not None:
         g.clock_event_reasons = _text_reasons(reasons)
 
-    _ecc_from_tree(g, t)
+    count = _counter(notes, f"GPU {pci or index} ")
+    _ecc_from_tree(g, t, count)
 
-    g.retired_pages.single_bit = v.to_int(t.get("Retired Pages", ("Single Bit ECC", "Single Bit ECC Retirement")))
-    g.retired_pages.double_bit = v.to_int(t.get("Retired Pages", ("Double Bit ECC", "Double Bit ECC Retirement")))
+    g.retired_pages.single_bit = count(t, "Retired Pages", ("Single Bit ECC", "Single Bit ECC Retirement"))
+    g.retired_pages.double_bit = count(t, "Retired Pages", ("Double Bit ECC", "Double Bit ECC Retirement"))
     g.retired_pages.pending = v.to_bool(t.get("Retired Pages", ("Pending Page Blacklist", "Pending Page Retirement", "Pending")))
 
     rr = t.child("Remapped Rows")
@@ -230,8 +258,8 @@ def _gpu_from_tree(index: int, pci: str | None, t: _Node) -> Gpu:
             g.remapped_rows.pending = g.remapped_rows.failure = UNSUPPORTED
             g.remapped_rows.histogram = UNSUPPORTED
         else:
-            g.remapped_rows.correctable = v.to_int(rr.get("Correctable Error"))
-            g.remapped_rows.uncorrectable = v.to_int(rr.get("Uncorrectable Error"))
+            g.remapped_rows.correctable = count(rr, "Correctable Error")
+            g.remapped_rows.uncorrectable = count(rr, "Uncorrectable Error")
             g.remapped_rows.pending = v.to_bool(rr.get("Pending"))
             g.remapped_rows.failure = v.to_bool(rr.get("Remapping Failure Occurred"))
             hist = rr.child("Bank Remap Availability Histogram")
@@ -260,7 +288,29 @@ def _gpu_from_tree(index: int, pci: str | None, t: _Node) -> Gpu:
     return g
 
 
-def _ecc_from_tree(g: Gpu, t: _Node) -> None:
+# a count as nvidia-smi prints one: a whole number, maybe with a unit after it ("3072 bank(s)")
+_COUNT = re.compile(r"^(?:0[xX][0-9a-fA-F]+|[-+]?\d+(?:\.0+)?(?![.\d]))")
+
+
+def _counter(notes: list[str] | None, where: str):
+    """A reader of the error counters: a value that is there but is no count ("NaN", "lots", "0.5", "inf")
+    is said in `notes` (a finding naming the field) and read as not known, never as absent or zero."""
+
+    def count(node: _Node | None, *path: str | tuple[str, ...]):
+        text = node.get(*path) if node is not None else None
+        out = v.to_int(text)
+        if text is None or out is v.UNSUPPORTED or (out is not None and _COUNT.match(text.strip())):
+            return out
+        if notes is not None:
+            name = "/".join(p if isinstance(p, str) else p[0] for p in path)
+            notes.append(f"{where}{name} = {text.strip()[:30]!r}: not a count")
+        return None
+
+    return count
+
+
+def _ecc_from_tree(g: Gpu, t: _Node, count=None) -> None:
+    count = count or _counter(None, "")
     e = g.ecc
     e.mode_current = v.to_bool(t.get("ECC Mode", "Current"))
     e.mode_pending = v.to_bool(t.get("ECC Mode", "Pending"))
@@ -275,20 +325,20 @@ def _ecc_from_tree(g: Gpu, t: _Node) -> None:
             # pre-R510 layout: Single Bit / Double Bit, each with per-unit counters and a Total
             sbe = s.child("Single Bit")
             dbe = s.child("Double Bit")
-            dram_c = v.to_int(sbe.get("Device Memory")) if sbe else None
-            dram_u = v.to_int(dbe.get("Device Memory")) if dbe else None
-            tot_c = v.to_int(sbe.get("Total")) if sbe else None
-            tot_u = v.to_int(dbe.get("Total")) if dbe else None
+            dram_c = count(sbe, "Device Memory") if sbe else None
+            dram_u = count(dbe, "Device Memory") if dbe else None
+            tot_c = count(sbe, "Total") if sbe else None
+            tot_u = count(dbe, "Total") if dbe else None
             sram_c = _difference(tot_c, dram_c)
             sram_u = _difference(tot_u, dram_u)
         else:
-            dram_c = v.to_int(s.get("DRAM Correctable"))
-            dram_u = v.to_int(s.get("DRAM Uncorrectable"))
-            sram_c = v.to_int(s.get("SRAM Correctable"))
-            sram_u = v.to_int(s.get("SRAM Uncorrectable"))
+            dram_c = count(s, "DRAM Correctable")
+            dram_u = count(s, "DRAM Uncorrectable")
+            sram_c = count(s, "SRAM Correctable")
+            sram_u = count(s, "SRAM Uncorrectable")
             if sram_u is None:
-                sram_u = v.add_ints(v.to_int(s.get("SRAM Uncorrectable Parity")),
-                                    v.to_int(s.get("SRAM Uncorrectable SEC-DED")))
+                sram_u = v.add_ints(count(s, "SRAM Uncorrectable Parity"),
+                                    count(s, "SRAM Uncorrectable SEC-DED"))
         setattr(e, f"{scope}_dram_corrected", dram_c)
         setattr(e, f"{scope}_dram_uncorrected", dram_u)
         setattr(e, f"{scope}_sram_corrected", sram_c)
