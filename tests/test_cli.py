@@ -177,3 +177,18 @@ def test_a_fleet_file_with_a_value_of_the_wrong_kind_is_one_line_and_exit_2(tmp_
     err = r.stderr.decode()
     assert r.returncode == 2 and err.startswith(f"slurm-gpufleet: error: {path}: not a fleet file: nodes[0]"), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [
+    ("fleet", "simulate-faults", "--days", "nan"), ("fleet", "simulate-faults", "--lemon-share", "inf"),
+    ("maintain", "simulate", "--failure-rate", "nan"), ("maintain", "simulate", "--hours", "inf"),
+    ("maintain", "simulate", "--rollout-at", "nan"),
+    ("check", "--timeout", "0"), ("check", "--timeout", "-1"), ("check", "--timeout", "nan"),
+    ("check", "--timeout", "1e400"),
+])
+def test_a_number_option_refuses_nan_infinities_and_what_switches_a_bound_off(args):
+    """NaN passes every comparison and an infinity every bound: refused in one line, exit 2, as `--timeout 0`
+    or `-1` are (they switched the watchdog off)."""
+    r = run_cli(*args)
+    assert r.returncode == 2, (args, r.returncode, r.stderr)
+    assert b"Traceback" not in r.stderr and (b"not a finite number" in r.stderr or b"not in the range" in r.stderr)

@@ -48,6 +48,22 @@ def _load_policy(config: str | None, trusted: bool = False, read_only: bool = Fa
     return policy
 
 
+class Finite(click.FloatRange):
+    """A number option: a finite number within its range.  NaN passes every comparison and an infinity
+    no bound (`--days nan` hung a simulation), so both are refused in one line, exit 2, as any value out
+    of range is."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        import math
+
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
+
+
 # options every command that has them spells the same way, with the same help
 JSON_HELP = "Print one JSON object (machine output; the text is for people)."
 CONFIG_HELP = "Config file (default $SLURM_GPUFLEET_CONFIG, then /etc/slurm-gpufleet/gpufleet.toml, else safe defaults)."

@@ -12,6 +12,7 @@ import click
 from .. import exitcodes
 from ..faultsim import ALL_STRATEGIES as FAULT_STRATEGIES
 from .common import (
+    Finite,
     _backend,
     _domains,
     _fail,
@@ -372,13 +373,13 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
 @click.option("--one-job", "one_job_gpus", type=click.IntRange(1, 1_000_000), metavar="GPUS",
               help="One job of GPUS GPUs with exponential node failures (--node-mtbf-hours): the simulator core "
                    "against Daly's formula.  Without it: the fleet mode.")
-@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, min_open=True), metavar="M",
+@click.option("--node-mtbf-hours", type=Finite(min=0, min_open=True), metavar="M",
               help="(--one-job) Each node fails at exponential times of this mean.")
-@click.option("--checkpoint-every", "checkpoint_every_h", type=click.FloatRange(min=0, min_open=True),
+@click.option("--checkpoint-every", "checkpoint_every_h", type=Finite(min=0, min_open=True),
               metavar="HOURS", help="Every job checkpoints this often (fleet mode: 1 h unless given).")
-@click.option("--restart-minutes", type=click.FloatRange(min=0), default=None, metavar="R",
+@click.option("--restart-minutes", type=Finite(min=0), default=None, metavar="R",
               help="A restarted run's time before it makes progress again (one job: 0, fleet: 10; Meta: 5-20).")
-@click.option("--days", type=click.FloatRange(min=0, max=3650, min_open=True), default=None, metavar="D",
+@click.option("--days", type=Finite(min=0, max=3650, min_open=True), default=None, metavar="D",
               help="How long (one job: 30; fleet: the history's span).")
 @click.option("--strategy", "strategies", multiple=True,
               type=click.Choice(FAULT_STRATEGIES),
@@ -397,22 +398,22 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
 @click.option("--gpus-per-node", type=click.IntRange(1, 16), default=8, show_default=True, help="GPUs per simulated node.")
 @click.option("--rates", "rates_file", metavar="FILE", help="(fleet) Failure classes and rates in the form of "
               "slurm_gpufleet/data/failure_classes.toml (default: that file, Llama 3's rates).")
-@click.option("--health-check-interval", "hc_interval_s", type=click.FloatRange(min=1), default=300.0,
+@click.option("--health-check-interval", "hc_interval_s", type=Finite(min=1), default=300.0,
               show_default=True, metavar="SECONDS", help="(fleet) HealthCheckInterval (Meta: 5 min).")
-@click.option("--lemon-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+@click.option("--lemon-share", type=Finite(0, 1), default=0.0, show_default=True,
               help="(fleet) The share of nodes that fail --lemon-factor times as often (a lemon tail).")
-@click.option("--lemon-factor", type=click.FloatRange(min=1, max=1000), default=1.0, show_default=True,
+@click.option("--lemon-factor", type=Finite(min=1, max=1000), default=1.0, show_default=True,
               help="A lemon tail: this share of the nodes (--lemon-share) fails this many times as often.")
 @click.option("--big-job", "big_job_gpus", type=click.IntRange(0, 1_000_000), default=1024, show_default=True,
               metavar="GPUS", help="(fleet) A stream of training jobs of GPUS GPUs beside the history, one every "
                                    "--big-job-hours, each running that long (the ETTR of jobs of 1,024 GPUs or "
                                    "more); 0: none.")
-@click.option("--big-job-hours", type=click.FloatRange(min=1, max=24 * 365), default=24.0, show_default=True,
+@click.option("--big-job-hours", type=Finite(min=1, max=24 * 365), default=24.0, show_default=True,
               metavar="H", help="(fleet) How long each job of the --big-job stream runs, and how often one comes.")
 @click.option("--domain-size", type=click.IntRange(0, 1024), default=0, show_default=True, metavar="N",
               help="(fleet) NVLink domains of N consecutive nodes (18: an NVL72 rack): a share of faults is "
                    "switch-side and takes its domain whole (rack-correlated events); 0: none.")
-@click.option("--switch-share", type=click.FloatRange(0, 1), default=None, metavar="S",
+@click.option("--switch-share", type=Finite(0, 1), default=None, metavar="S",
               help="(fleet, --domain-size) The share of the domain classes' faults that are switch-side (default: "
                    "the rates file's [domain] switch_share, 0.1, an assumption).")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="(fleet) GPUs in service and ETTR over time, per "

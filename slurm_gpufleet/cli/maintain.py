@@ -14,6 +14,7 @@ import click
 from .. import exitcodes
 from ..maintain.strategy import SIMULATED, STRATEGIES
 from .common import (
+    Finite,
     _backend,
     _cache_dir,
     _domains,
@@ -366,7 +367,7 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
               type=click.Choice(SIMULATED),
               help="Repeat to compare; default: gpufleet, reboot-asap and drain-all side by side (with "
                    "--deadline: gpufleet and wait-then-kill).")
-@click.option("--rollout-at", type=float, default=240.0, show_default=True, metavar="HOURS",
+@click.option("--rollout-at", type=Finite(min=0), default=240.0, show_default=True, metavar="HOURS",
               help="When the rollout starts, in hours from the first submission.")
 @click.option("--max-unavailable", default=None, metavar="N|P%", help="Budget (default: the policy's).")
 @config_opt(name="policy_file", help="Config whose [maintain] table shapes the waves.")
@@ -377,17 +378,17 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
 @click.option("--deadline", "deadline_text", default=None, metavar="DURATION",
               help="Every node done this long after the rollout starts (72h, 3d; a bare number is hours, as for "
                    "`maintain plan --deadline`); jobs may be stopped early.")
-@click.option("--checkpoint-every", "checkpoint_every_h", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--checkpoint-every", "checkpoint_every_h", type=Finite(min=0, min_open=True), default=None,
               metavar="HOURS", help="Every job checkpoints this often, and says so in its comment.")
 @click.option("--domain-size", type=click.IntRange(1, 100_000), default=None, metavar="N",
               help="Every N consecutive nodes form a failure domain (an NVLink rack); --config gives "
                    "whole_domain and the domain budget.")
-@click.option("--failure-rate", type=click.FloatRange(min=0), default=None, metavar="R",
+@click.option("--failure-rate", type=Finite(min=0), default=None, metavar="R",
               help="Hard node failures per 1,000 node-days (Meta RSC-1: 6.5), in the replay from the rollout's "
                    "start and in the --seeds trials.")
-@click.option("--soft-rate", type=click.FloatRange(min=0), default=None, metavar="S",
+@click.option("--soft-rate", type=Finite(min=0), default=None, metavar="S",
               help="Soft events per node-day (default with a failure rate: 0.18, NCSA Delta's Xid 31).")
-@click.option("--driver-effect", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+@click.option("--driver-effect", type=Finite(min=0, min_open=True), default=1.0, show_default=True,
               metavar="K", help="Upgraded nodes' failure and soft rates times K.")
 @click.option("--seeds", type=click.IntRange(1, 10_000), default=None, metavar="N",
               help="N random draws of failures with the evidence gate (and 10 without): JSON `gate`.")
@@ -399,7 +400,7 @@ for _name, _help in (("resume", "Continue the unfinished rollout (after a crash,
               help="Run the --seeds trials as one Slurm job array on PARTITION (each task writes its JSON under "
                    "the current directory, which the partition's nodes must see; the command waits and merges "
                    "them into the same output as a local run).")
-@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=None, metavar="H",
+@click.option("--hours", type=Finite(min=0, min_open=True), default=None, metavar="H",
               help="Stop every replay H hours after the rollout's start, whatever is left (a week of a "
                    "large fleet: 168); each strategy then says how many nodes it upgraded by then.")
 @click.option("--plot", "plot_file", metavar="FILE.html", help="Capacity in service over time, and the waves.")

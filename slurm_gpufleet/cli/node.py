@@ -14,6 +14,7 @@ import click
 from .. import exitcodes
 from ..readers import ReportError
 from .common import (
+    Finite,
     _backend,
     _fail,
     _gather_or_exit,
@@ -48,7 +49,7 @@ from .common import (
 @click.option("--level", type=click.Choice(["quick", "full", "deep"]), default="quick", show_default=True,
               help="Live NVML only: `full` adds the slow InfoROM checksum/validation (~70 ms per GPU each); "
                    "`deep` also measures each GPU (memory bandwidth, bf16 GEMM, host-to-device; <= ~2 s per GPU).")
-@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+@click.option("--timeout", type=Finite(min=0, max=86400, min_open=True), default=60.0, show_default=True, metavar="SECONDS",
               help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
 @click.option("--host-root", metavar="DIR", type=click.Path(file_okay=False, exists=True),
               help="Judge the kernels and NVIDIA modules under DIR (a mounted node image) instead of this host's; "
@@ -163,7 +164,7 @@ def reboot_check(driver: str, kernel: str | None, host_root: str, as_json: bool)
               help="`full` includes the InfoROM checksum and validation.")
 @click.option("-o", "--output", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True), default="-",
               help="Where to write the JSON (default stdout).")
-@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+@click.option("--timeout", type=Finite(min=0, max=86400, min_open=True), default=60.0, show_default=True, metavar="SECONDS",
               help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
 @click.option("--ib-sysfs", metavar="DIR", type=click.Path(file_okay=False),
               help="Add the InfiniBand ports under DIR (a live snapshot reads /sys/class/infiniband).")
@@ -503,7 +504,7 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
               help="`full` adds the InfoROM checks; `deep` measures each GPU (as for check).")
 @click.option("--textfile", required=True, metavar="PATH",
               help="Where node_exporter's textfile collector reads, e.g. /var/lib/node_exporter/gpufleet.prom")
-@click.option("--timeout", type=float, default=60.0, show_default=True, metavar="SECONDS",
+@click.option("--timeout", type=Finite(min=0, max=86400, min_open=True), default=60.0, show_default=True, metavar="SECONDS",
               help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
 def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
             level: str, textfile: str, timeout: float) -> None:
@@ -561,8 +562,8 @@ def advise() -> None:
 
 @advise.command("checkpoint")
 @click.option("--job-gpus", type=click.IntRange(1), required=True, metavar="N", help="The GPUs the job runs on.")
-@click.option("--checkpoint-cost", type=click.FloatRange(min=0, min_open=True), required=True, metavar="SECONDS", help="How long one checkpoint takes to write.")
-@click.option("--gpu-mtbf-hours", type=click.FloatRange(min=0, min_open=True), metavar="H",
+@click.option("--checkpoint-cost", type=Finite(min=0, min_open=True), required=True, metavar="SECONDS", help="How long one checkpoint takes to write.")
+@click.option("--gpu-mtbf-hours", type=Finite(min=0, min_open=True), metavar="H",
               help="Per-GPU MTBF; default: the failure rate seen in the history databases.")
 @click.option("--history-dir", metavar="DIR", help="Directory of node history databases (default: [slurm] state_dir).")
 @config_option
