@@ -197,10 +197,10 @@ def apply_install(items: list[Item], dry_run: bool) -> list[tuple[str, Path]]:
             report.append(("would write", item.path))
             continue
         _make_dirs(item.path.parent)
-        tmp = item.path.with_name(f".{item.path.name}.tmp{os.getpid()}")
-        tmp.write_text(item.text)
-        tmp.chmod(item.mode)
-        os.replace(tmp, item.path)
+        from .safefile import write_file
+
+        write_file(str(item.path), item.text, mode=item.mode)
+        os.chmod(item.path, item.mode)   # as given, whatever the umask
         report.append(("wrote", item.path))
     return report
 

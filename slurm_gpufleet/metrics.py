@@ -74,10 +74,17 @@ def registry_for(report: Report, node: str | None = None, breaker_open: bool | N
     return reg
 
 
-def write_textfile(path: str, report: Report, node: str | None = None, breaker_open: bool | None = None) -> None:
-    from prometheus_client import write_to_textfile
+def _write(path: str, registry: Any) -> None:
+    """The registry in the text format, written whole (safefile: never through another user's link)."""
+    from prometheus_client import generate_latest
 
-    write_to_textfile(path, registry_for(report, node, breaker_open))  # writes a temp file and renames it
+    from .safefile import write_file
+
+    write_file(path, generate_latest(registry))
+
+
+def write_textfile(path: str, report: Report, node: str | None = None, breaker_open: bool | None = None) -> None:
+    _write(path, registry_for(report, node, breaker_open))
 
 
 def lemon_registry(flags: list, scores: dict[str, int], cases: list, lemon_jobs: int) -> Any:
@@ -119,12 +126,8 @@ def fleet_registry(inv: dict[str, Any]) -> Any:
 
 
 def write_fleet_textfile(path: str, inv: dict[str, Any]) -> None:
-    from prometheus_client import write_to_textfile
-
-    write_to_textfile(path, fleet_registry(inv))
+    _write(path, fleet_registry(inv))
 
 
 def write_lemon_textfile(path: str, flags: list, scores: dict[str, int], cases: list, lemon_jobs: int) -> None:
-    from prometheus_client import write_to_textfile
-
-    write_to_textfile(path, lemon_registry(flags, scores, cases, lemon_jobs))
+    _write(path, lemon_registry(flags, scores, cases, lemon_jobs))

@@ -243,10 +243,10 @@ def tally_path(state_dir: str, job: str, node: str) -> str:
 def write_tally(state_dir: str, node: str, digest: Digest) -> None:
     path = tally_path(state_dir, digest.job, node)
     try:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"windows": digest.windows, "throttled": digest.throttled, "gpus": digest.gpus}, fh)
-        os.replace(tmp, path)
+        from .safefile import write_file
+
+        write_file(path, json.dumps({"windows": digest.windows, "throttled": digest.throttled, "gpus": digest.gpus}),
+                   mode=0o600)
     except OSError:
         pass  # the record goes without it
 
@@ -280,11 +280,10 @@ def write_shared(share_dir: str, node: str, digest: dict[str, Any], model: str =
     """The digest into the job's folder of the shared directory, replaced whole (a reader never sees half
     of it).  Slurm is asked nothing: at 12,500 nodes, a write a window each would be 208 a second."""
     path = shared_path(share_dir, str(digest["j"]), node)
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump({"gpufleet": 1, "gpus": model, "is": {str(digest["j"]): digest}}, fh, separators=(",", ":"))
-    os.replace(tmp, path)
+    from .safefile import write_file
+
+    write_file(path, json.dumps({"gpufleet": 1, "gpus": model, "is": {str(digest["j"]): digest}},
+                                separators=(",", ":")), make_dirs=True, dir_mode=0o755)
 
 
 def drop_shared(share_dir: str, job: str, node: str) -> None:

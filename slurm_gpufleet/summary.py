@@ -165,18 +165,9 @@ def keep_published(state_dir: str, node: str, field: str, data: dict[str, Any] |
 def write_private(path: str, data: bytes) -> None:
     """A file only root reads, replaced whole: written beside it under a name no one else's link can stand
     in for (O_EXCL, O_NOFOLLOW), then renamed over it; its directory made where missing.  Raises OSError."""
-    import os
+    from .safefile import write_file
 
-    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}"
-    try:
-        os.unlink(tmp)  # a leftover of a run with the same pid (unlink never follows a link)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    write_file(path, data, mode=0o600, make_dirs=True)
 
 
 def read_fresh(path: str, stamp: str, max_age_s: float, now: float | None = None) -> dict[str, Any] | None:

@@ -20,7 +20,6 @@ remediation ladder like any other run's.  When each node was last swept is kept 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,12 +63,9 @@ def load_last(path: str) -> dict[str, float]:
 
 
 def save_last(path: str, last: dict[str, float]) -> None:
-    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(last, fh, indent=0, sort_keys=True)
-    os.replace(tmp, path)
+    from .safefile import write_file
+
+    write_file(path, json.dumps(last, indent=0, sort_keys=True), mode=0o600, make_dirs=True)
 
 
 def run_step(backend: Any, policy, now: float | None = None, dry_run: bool = False) -> SweepStep:

@@ -201,7 +201,11 @@ def _domains(policy, backend, nodes=None):
 
 
 def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    """An output file the command was asked for (`--out`, `-o`, `--html`, `--plot`), written whole
+    (safefile.write_file); one that cannot be written is a bad option: one line, exit 2."""
+    from ..safefile import write_file
+
+    try:
+        write_file(path, text)
+    except OSError as exc:
+        _fail(f"cannot write {path}: {exc.strerror or exc}", exitcodes.USAGE)

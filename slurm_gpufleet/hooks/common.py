@@ -324,9 +324,9 @@ def warn_unmatched_groups(setup: Setup) -> None:
         log.warning("group %s (nodes = \"%s\") matches no node of %s: its settings apply nowhere (a typo in its "
                     "host list?)", name, nodes, conf)
     try:
-        os.makedirs(setup.settings.state_dir, mode=0o700, exist_ok=True)
-        with open(marker, "w", encoding="utf-8") as fh:
-            fh.write(seen)
+        from ..safefile import write_file
+
+        write_file(marker, seen, mode=0o600, make_dirs=True)
     except OSError:
         pass
 

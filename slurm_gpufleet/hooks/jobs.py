@@ -51,12 +51,11 @@ def _write_window(settings: SlurmSettings, node: str, job: str, snap: NodeSnapsh
                 fabric[str(sid)] = words
     path = _window_path(settings, node, job)
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"start": time.time(), "gpus": sorted(gpus) if gpus else None, "counters": counters,
-                       **({"fabric": fabric} if fabric else {}), **({"imex": imex} if imex else {})}, fh)
-        os.replace(tmp, path)
+        from ..safefile import write_file
+
+        write_file(path, json.dumps({"start": time.time(), "gpus": sorted(gpus) if gpus else None,
+                                     "counters": counters, **({"fabric": fabric} if fabric else {}),
+                                     **({"imex": imex} if imex else {})}), mode=0o600, make_dirs=True)
     except OSError as exc:
         log.warning("could not write the job window: %s", exc)
 

@@ -64,10 +64,9 @@ def keep(state_dir: str, node: str, verdict: str, summary: dict[str, Any] | None
             "slurmd": slurmd_mark(), "config": config_mark(config_path),
             "err": bool(summary.get("err"))}   # the tool's own fault published: a run that meets one reads
     try:
-        tmp = f"{target}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(view, fh)
-        os.replace(tmp, target)
+        from ..safefile import write_file
+
+        write_file(target, json.dumps(view), mode=0o600)
     except OSError:
         pass  # not kept: the next run reads Slurm
 
@@ -112,10 +111,9 @@ def fleet_size(state_dir: str, slurm_conf: str) -> int | None:
     if hosts is None:
         return None
     try:
-        tmp = f"{kept}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(f"{mark} {len(hosts)}")
-        os.replace(tmp, kept)
+        from ..safefile import write_file
+
+        write_file(kept, f"{mark} {len(hosts)}", mode=0o600)
     except OSError:
         pass
     return len(hosts)

@@ -116,10 +116,9 @@ def run_task(folder: str, index: int) -> None:
     with open(os.path.join(folder, "calls.pkl"), "rb") as fh:
         calls = pickle.load(fh)  # noqa: S301 - written by this user, in a directory only it can write
     result = calls[index]()
-    tmp = os.path.join(folder, f".{index}.json.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(result, fh)
-    os.replace(tmp, os.path.join(folder, f"{index}.json"))
+    from ..safefile import write_file
+
+    write_file(os.path.join(folder, f"{index}.json"), json.dumps(result), mode=0o600)
 
 
 if __name__ == "__main__":

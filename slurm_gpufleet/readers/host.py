@@ -302,10 +302,9 @@ def remember_fabric_manager(fm: FabricManager, path: str, now: float, probe_s: f
         samples.append((now, fm.restarts))
         fm.restarts_in_window = fm.restarts - min(n for _, n in samples)
     try:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"failures": failures[-10:], "restarts": samples[-50:]}, fh)
-        os.replace(tmp, path)
+        from ..safefile import write_file
+
+        write_file(path, json.dumps({"failures": failures[-10:], "restarts": samples[-50:]}), mode=0o600)
     except OSError:
         pass  # the next run starts afresh: a probe not kept is a probe not counted, never a drain
 

@@ -98,10 +98,10 @@ def remember(state: IbState, path: str, now: float | None = None) -> None:
             if isinstance(old, int) and value > old:
                 port.grew[counter] = value - old
     try:
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"at": now, "ports": {f"{p.device}/{p.port}": p.counters for p in state.ports}}, fh)
-        os.replace(tmp, path)
+        from ..safefile import write_file
+
+        write_file(path, json.dumps({"at": now, "ports": {f"{p.device}/{p.port}": p.counters for p in state.ports}}),
+                   mode=0o600)
     except OSError:
         pass  # not kept: the next run judges no growth, never a false one
 

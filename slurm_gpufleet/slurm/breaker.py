@@ -111,14 +111,10 @@ def state(path: str) -> dict[str, Any] | None:
 
 def open_(path: str, node: str, why: str) -> None:
     record = {"opened_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "node": node, "why": why}
-    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(record, fh)
-    if not os.path.exists(path):  # the first to trip keeps its record
-        os.replace(tmp, path)
-    else:
-        os.unlink(tmp)
+    from ..safefile import write_file
+
+    # the first to trip keeps its record
+    write_file(path, json.dumps(record), mode=0o600, make_dirs=True, exclusive=True)
 
 
 @contextlib.contextmanager

@@ -46,11 +46,10 @@ def slurm_release(scontrol: str, cache_dir: str | None, ask: Callable[[], str]) 
     release = parse_release(ask())
     if path and key:
         try:
+            from ..safefile import write_file
+
             os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-            tmp = f"{path}.tmp{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump({"key": key, "release": list(release)}, fh)
-            os.replace(tmp, path)
+            write_file(path, json.dumps({"key": key, "release": list(release)}), mode=0o600)
         except OSError:
             pass  # asked again next run
     return release
