@@ -26,6 +26,9 @@ from dataclasses import dataclass
 CSV_HEADER = ["node", "start", "end", "class", "detail"]
 EVENT_COLUMNS = ("TimeStart", "TimeEnd", "Reason")
 MAX_ROWS = 1_000_000
+# the longest log replayed: ten years (simulate-faults' --days takes at most 3650); a log spanning years
+# 0001-9999 would be a simulation of millennia
+MAX_SPAN_S = 3650 * 86400.0
 
 
 class FaultLogError(ValueError):
@@ -93,32 +96,35 @@ def _csv(path: str, lines: list[str]) -> FaultLog:
     form = None   # "hours" or "iso", one per file
     reader = csv.reader(lines)
     next(reader)
-    for n, row in enumerate(reader, start=2):
-        if not row or not any(c.strip() for c in row):
-            continue
-        if len(row) != 5:
-            raise FaultLogError(f"{path}:{n}: {len(row)} columns, not 5 ({','.join(CSV_HEADER)})")
-        node, start, end, cls, detail = (c.strip() for c in row)
-        if not node:
-            raise FaultLogError(f"{path}:{n}: no node")
-        times = []
-        for label, value in (("start", start), ("end", end)):
-            if not value:
-                if label == "start":
-                    raise FaultLogError(f"{path}:{n}: no start")
-                times.append(None)
+    try:
+        for n, row in enumerate(reader, start=2):
+            if not row or not any(c.strip() for c in row):
                 continue
-            h = _hours(f"{path}:{n}: {label}", value)
-            kind = "hours" if h is not None else "iso"
-            if form not in (None, kind):
-                raise FaultLogError(f"{path}:{n}: {label} {value!r}: hours and ISO times mixed in one log")
-            form = kind
-            times.append(h if h is not None else _iso(f"{path}:{n}: {label}", value))
-        if times[1] is not None and times[1] < times[0]:
-            raise FaultLogError(f"{path}:{n}: end before start")
-        rows.append((node, times[0], times[1], cls, detail))
-        if len(rows) > MAX_ROWS:
-            raise FaultLogError(f"{path}: more than {MAX_ROWS:,} rows")
+            if len(row) != 5:
+                raise FaultLogError(f"{path}:{n}: {len(row)} columns, not 5 ({','.join(CSV_HEADER)})")
+            node, start, end, cls, detail = (c.strip() for c in row)
+            if not node:
+                raise FaultLogError(f"{path}:{n}: no node")
+            times = []
+            for label, value in (("start", start), ("end", end)):
+                if not value:
+                    if label == "start":
+                        raise FaultLogError(f"{path}:{n}: no start")
+                    times.append(None)
+                    continue
+                h = _hours(f"{path}:{n}: {label}", value)
+                kind = "hours" if h is not None else "iso"
+                if form not in (None, kind):
+                    raise FaultLogError(f"{path}:{n}: {label} {value!r}: hours and ISO times mixed in one log")
+                form = kind
+                times.append(h if h is not None else _iso(f"{path}:{n}: {label}", value))
+            if times[1] is not None and times[1] < times[0]:
+                raise FaultLogError(f"{path}:{n}: end before start")
+            rows.append((node, times[0], times[1], cls, detail))
+            if len(rows) > MAX_ROWS:
+                raise FaultLogError(f"{path}: more than {MAX_ROWS:,} rows")
+    except csv.Error as exc:   # a field past csv's limit (128 KiB), a NUL byte
+        raise FaultLogError(f"{path}:{reader.line_num}: {exc}") from None
     return _made(path, rows, "csv")
 
 
@@ -164,6 +170,9 @@ def _made(path: str, rows, form: str) -> FaultLog:
     origin = min(r[1] for r in rows)
     last = max(max(r[1], r[2] if r[2] is not None else r[1]) for r in rows) - origin
     span = max(last, 3600.0)
+    if span > MAX_SPAN_S:
+        raise FaultLogError(f"{path}: spans {span / 86400 / 365.25:,.0f} years; at most "
+                            f"{MAX_SPAN_S / 86400 / 365.25:.0f} are replayed")
     nodes: dict[str, None] = {}
     faults = []
     for node, start, end, text, detail in sorted(rows, key=lambda r: (r[1], r[0])):

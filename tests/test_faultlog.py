@@ -63,6 +63,8 @@ def test_free_text_maps_to_a_class_by_the_rates_file_s_keywords(text, cls):
     ("node,start,end,class,detail\n,1,2,gpu,\n", "log.csv:2: no node"),
     ("node,start,end,class,detail\ngpu1,1,2,gpu\n", "4 columns, not 5"),
     ("node,start,end,class,detail\n", "no fault in the log"),
+    ("node,start,end,class,detail\ngpu1,1,2,gpu," + "x" * 200_000 + "\n", "log.csv:2: field larger than field limit"),
+    ("node,start,end,class,detail\ngpu1,0001-01-01T00:00,9999-01-01T00:00,gpu,\n", "spans 9,998 years; at most 10"),
 ])
 def test_a_bad_fault_log_is_exit_2_in_one_line(tmp_path, body, says):
     f = tmp_path / "log.csv"
