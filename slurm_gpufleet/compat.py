@@ -11,7 +11,7 @@ from .catalog import compat_data, security_data
 def parse_version(text: str) -> tuple[int, ...]:
     """'580.159.04' -> (580, 159, 4); raises ValueError on anything that is not dotted numbers."""
     parts = text.strip().split(".")
-    if not parts or not all(p.isdecimal() for p in parts):
+    if not parts or not all(p.isascii() and p.isdecimal() for p in parts):
         raise ValueError(f"not a version number: {text!r}")
     return tuple(int(p) for p in parts)
 

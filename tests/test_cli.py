@@ -192,3 +192,25 @@ def test_a_number_option_refuses_nan_infinities_and_what_switches_a_bound_off(ar
     r = run_cli(*args)
     assert r.returncode == 2, (args, r.returncode, r.stderr)
     assert b"Traceback" not in r.stderr and (b"not a finite number" in r.stderr or b"not in the range" in r.stderr)
+
+
+@pytest.mark.parametrize("args,says", [
+    (("--target-driver", "５８０.１５９.０４"), "a driver version is branch.minor.patch"),
+    (("--target-driver", "580.159"), "a driver version is branch.minor.patch"),
+    (("--target-kernel", "$(reboot)"), "is not a kernel version"),
+    (("--target-kernel", "6.1.0-28-amd64;reboot"), "is not a kernel version"),
+    (("--target-firmware", "vbios=96.00.AF.00.01;reboot"), "is not a vbios version"),
+])
+def test_a_bundle_target_has_its_grammar_before_it_reaches_a_template(tmp_path, args, says):
+    """A target reaches the upgrade template and a shell: ASCII digits and dots for a driver, a kernel
+    release as Debian, Ubuntu and RHEL spell one, a firmware version of letters, digits and dots."""
+    r = run_cli("maintain", "plan", "--fleet", str(tmp_path / "none.json"), "--nodes", "n1", *args)
+    assert r.returncode == 2 and says.encode() in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
+
+
+@pytest.mark.parametrize("release", ["6.1.0-28-amd64", "6.8.0-45-generic", "5.14.0-427.13.1.el9_4.x86_64",
+                                     "6.12.9+bpo-amd64", "6.1"])
+def test_real_kernel_releases_have_the_grammar(release):
+    from slurm_gpufleet.maintain.bundle import target_problem
+
+    assert target_problem("kernel", release) is None

@@ -46,7 +46,7 @@ def test_a_truncated_target_driver_is_refused(tmp_path):
 
     fleet = REPO / "etc" / "sample-fleet.json"
     r = run_cli("maintain", "plan", "--fleet", str(fleet), "--target-driver", "580.172", "--nodes", "gpu[001-004]")
-    assert r.returncode == 2 and "--target-driver 580.172: a driver version is branch.minor.patch" in r.stderr.decode()
+    assert r.returncode == 2 and "--target-driver: driver '580.172': a driver version is branch.minor.patch" in r.stderr.decode()
 
 
 def test_a_firmware_target_without_a_model_on_nodes_of_two_models_is_refused_naming_them():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sys
 import time
 
@@ -104,9 +103,13 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
     if not (target_driver or target_kernel or firmware or firmware_by_model):
         _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware, or a [bundle] in "
               "the config", exitcodes.USAGE)
-    if target_driver and not re.fullmatch(r"\d+\.\d+\.\d+", target_driver):
-        _fail(f"--target-driver {target_driver}: a driver version is branch.minor.patch as NVIDIA numbers it "
-              f"(580.172.01), never a part of one", exitcodes.USAGE)
+    from ..maintain.bundle import target_problem
+
+    for part, version in (("driver", target_driver), ("kernel", target_kernel),
+                          *[(c, ver) for fw in (firmware, *firmware_by_model.values()) for c, ver in fw.items()]):
+        if version and target_problem(part, version):
+            _fail(f"--target-{part if part in ('driver', 'kernel') else 'firmware'}: "
+                  f"{target_problem(part, version)}", exitcodes.USAGE)
     try:
         names = list(NodeSet(nodeset))
     except NodeSetException as exc:

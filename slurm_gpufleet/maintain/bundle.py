@@ -53,6 +53,30 @@ class Bundle:
         return parts["driver"] if list(parts) == ["driver"] else self.named()
 
 
+# the grammars a target must have before it reaches a template or a shell: ASCII only (a fullwidth digit is
+# a \d to Python, and no driver's); a driver as NVIDIA numbers it; a kernel release as Debian, Ubuntu and
+# RHEL spell one (6.1.0-28-amd64, 6.12.9+bpo-amd64, 6.8.0-45-generic, 5.14.0-427.13.1.el9_4.x86_64); a
+# firmware version
+DRIVER_GRAMMAR = re.compile(r"[0-9]{2,4}\.[0-9]{1,3}\.[0-9]{1,3}", re.ASCII)
+KERNEL_GRAMMAR = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,4})?(?:[+~][A-Za-z0-9.]+)?"
+                            r"(?:-[A-Za-z0-9._+~]+(?:-[A-Za-z0-9._+~]+)*)?",
+                            re.ASCII)
+FIRMWARE_GRAMMAR = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}", re.ASCII)
+
+
+def target_problem(part: str, version: str) -> str | None:
+    """Why a bundle's target is not one (`--target-driver`, `--target-kernel`, `--target-firmware`, a
+    [bundle]), or None."""
+    grammar, example = {"driver": (DRIVER_GRAMMAR, "580.172.01"),
+                        "kernel": (KERNEL_GRAMMAR, "6.1.0-28-amd64")}.get(part, (FIRMWARE_GRAMMAR, "96.00.AF.00.01"))
+    if len(version) <= 64 and grammar.fullmatch(version):
+        return None
+    if part == "driver":
+        return (f"driver {version[:64]!r}: a driver version is branch.minor.patch as NVIDIA numbers it, in ASCII "
+                f"digits ({example}), never a part of one")
+    return f"{part} {version[:64]!r} is not a {part} version (ASCII, e.g. {example})"
+
+
 def parse_firmware(specs: tuple[str, ...] | list[str]) -> dict[str, str]:
     """`vbios=96.00.AF.00.01` options -> {"vbios": "96.00.AF.00.01"}; ValueError says which one is wrong."""
     out: dict[str, str] = {}
@@ -61,6 +85,8 @@ def parse_firmware(specs: tuple[str, ...] | list[str]) -> dict[str, str]:
         name, version = name.strip().lower(), version.strip()
         if not sep or not COMPONENT_NAME.match(name) or not version or any(c.isspace() for c in version):
             raise ValueError(f"--target-firmware {spec!r} is not COMPONENT=VERSION (e.g. vbios=96.00.AF.00.01)")
+        if target_problem(name, version):
+            raise ValueError(f"--target-firmware {spec!r}: {target_problem(name, version)}")
         if name in out and out[name] != version:
             raise ValueError(f"--target-firmware names {name} twice ({out[name]}, {version})")
         out[name] = version
