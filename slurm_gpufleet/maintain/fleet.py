@@ -12,46 +12,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import summary
+from ..shapes import check_fields, kind_ok
 from ..slurm.base import JobInfo, NodeInfo, Reservation
 from .bundle import Bundle
 
 
-def _kind_ok(value: Any, hint: Any) -> bool:
-    import types
-    import typing
-
-    if hint is Any:
-        return True
-    origin = typing.get_origin(hint)
-    if origin in (types.UnionType, typing.Union):
-        return any(_kind_ok(value, a) for a in typing.get_args(hint))
-    if hint is type(None):
-        return value is None
-    if origin is list:
-        (item,) = typing.get_args(hint) or (Any,)
-        return isinstance(value, list) and all(_kind_ok(v, item) for v in value)
-    if hint is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, hint) if isinstance(hint, type) else True
-
-
 def _check_node(i: int, n: dict[str, Any]) -> None:
-    import dataclasses
-    import typing
-
-    hints = typing.get_type_hints(FleetNode)
-    names = {f.name for f in dataclasses.fields(FleetNode)}
-    unknown = sorted(set(n) - names)
-    if unknown:
-        raise ValueError(f"nodes[{i}]: unknown field(s) {', '.join(unknown)}")
-    if "name" not in n:
-        raise ValueError(f"nodes[{i}]: no name")
-    for key, value in n.items():
-        if not _kind_ok(value, hints[key]):
-            raise ValueError(f"nodes[{i}] ({n.get('name')!r}): {key} is {json.dumps(value)[:60]}, not "
-                             f"{str(hints[key]).replace('typing.', '')}")
+    check_fields(f"nodes[{i}]", n, FleetNode, "name")
 
 
 @dataclass
@@ -171,9 +138,19 @@ class FleetState:
             _check_node(i, n)
             node = FleetNode(**n)
             nodes[node.name] = node
+        for what in ("jobs", "reservations"):
+            if not isinstance(data.get(what, []), list):
+                raise ValueError(f"{what}: expected a list, got {type(data[what]).__name__}")
+        for i, j in enumerate(data.get("jobs", [])):
+            check_fields(f"jobs[{i}]", j, JobInfo, "job_id")
+        for i, r in enumerate(data.get("reservations", [])):
+            check_fields(f"reservations[{i}]", r, Reservation, "name")
+        taken_at = data.get("taken_at", time.time())
+        if not kind_ok(taken_at, float):
+            raise ValueError(f"taken_at is {json.dumps(taken_at)[:60]}, not a time (epoch seconds)")
         jobs = [JobInfo(**j) for j in data.get("jobs", [])]
         resv = [Reservation(**{**r, "flags": set(r.get("flags", []))}) for r in data.get("reservations", [])]
-        return cls(nodes, jobs, resv, data.get("taken_at", time.time()))
+        return cls(nodes, jobs, resv, float(taken_at))
 
     @classmethod
     def from_file(cls, path: str) -> FleetState:

@@ -141,14 +141,29 @@ class Plan:
         if data.get("plan_version") != 1:
             raise PlanError("not a slurm-gpufleet plan (plan_version 1)")
         data = {k: v for k, v in data.items() if k not in ("plan_version", "nodes")}
-        if isinstance(data.get("domains"), list):  # (a plan written before this list was name -> nodes)
-            listed = data.pop("domains")
-            data["domains"] = {d["name"]: d["nodes"] for d in listed}
-            data["domain_states"] = {d["name"]: {"state": d["state"], "why": d["why"]} for d in listed}
+        from ..shapes import check_fields
+
         try:
-            waves = [Wave(**{**w, **{k: (INF if w[k] is None else w[k]) for k in ("reserve_at", "start", "end")}})
-                     for w in data.pop("waves")]
+            if isinstance(data.get("domains"), list):  # written as a list, read back as name -> nodes
+                listed = data.pop("domains")
+                data["domains"] = {d["name"]: d["nodes"] for d in listed}
+                data["domain_states"] = {d["name"]: {"state": d["state"], "why": d["why"]} for d in listed}
+            if not isinstance(data.get("waves"), list):
+                raise TypeError("waves: expected a list")
+            waves = []
+            for i, w in enumerate(data.pop("waves")):
+                # an open end (a job without a time limit) is written null: inf again here
+                w = {**w, **{k: (INF if w.get(k, 0) is None else w.get(k)) for k in ("reserve_at", "start", "end")}} \
+                    if isinstance(w, dict) else w
+                check_fields(f"waves[{i}]", {k: (0.0 if v == INF else v) for k, v in w.items()} if isinstance(w, dict)
+                             else w, Wave, "index")
+                waves.append(Wave(**w))
+            check_fields("budget", data.get("budget"), Budget, "max_unavailable")
             budget = Budget(**data.pop("budget"))
+            check_fields("plan", {**data, "budget": budget, "waves": waves}, cls, "id")
+            odd = next((n for n, slot in data.get("slots", {}).items() if len(slot) != 2), None)
+            if odd is not None:
+                raise ValueError(f"slots ({odd!r}): not [start, end]")
             return cls(**data, budget=budget, waves=waves)
-        except (KeyError, TypeError, AttributeError) as exc:  # a plan of another shape: its first missing field
-            raise PlanError(f"not a slurm-gpufleet plan: {type(exc).__name__}: {exc}") from None
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:  # a plan of another shape: where
+            raise PlanError(f"not a slurm-gpufleet plan: {exc}") from None

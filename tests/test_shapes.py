@@ -1,0 +1,90 @@
+"""Documents another tool or a person wrote (a saved fleet, a plan), mutated field by field: every field of
+the sample set to a value of every JSON kind (null, numbers small, negative, of 400 digits and fractional,
+strings, lists, objects, booleans).  The contract is the property: the command ends with a documented exit
+code (0-3, never 70) and the library raises its own one-line error, never another exception."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from click.testing import CliRunner
+from support import REPO
+
+from slurm_gpufleet.cli import cli
+
+VALUES = [None, 5, -1, 10**400, 1.5, "x", "", [], {}, ["a"], {"a": 1}, True]
+
+
+def _paths(o, p=()):
+    """Each field's path once (a list's first item stands for its items)."""
+    yield p
+    if isinstance(o, dict):
+        for k, v in o.items():
+            yield from _paths(v, (*p, k))
+    elif isinstance(o, list) and o:
+        yield from _paths(o[0], (*p, 0))
+
+
+def _mutants(base):
+    for path in _paths(base):
+        for value in VALUES:
+            doc = copy.deepcopy(base)
+            if not path:
+                yield path, value, value
+                continue
+            cur = doc
+            for k in path[:-1]:
+                cur = cur[k]
+            cur[path[-1]] = value
+            yield path, value, doc
+
+
+def test_a_saved_fleet_of_any_shape_is_a_documented_exit(tmp_path):
+    base = json.loads((REPO / "etc" / "sample-fleet.json").read_text())
+    fleet = tmp_path / "fleet.json"
+    runner, crashed, runs = CliRunner(), [], 0
+    for path, value, doc in _mutants(base):
+        fleet.write_text(json.dumps(doc))
+        for argv in (["fleet", "--fleet", str(fleet), "--json"],
+                     ["maintain", "plan", "--fleet", str(fleet), "--target-driver", "580.159.04", "--nodes",
+                      "gpu[001-004]", "--json"]):
+            runs += 1
+            r = runner.invoke(cli, argv)
+            if r.exit_code not in (0, 1, 2, 3) or (r.exception is not None and not isinstance(r.exception, SystemExit)):
+                crashed.append((path, json.dumps(value)[:20], argv[0], repr(r.exception)[:80]))
+    assert runs > 500 and crashed == [], crashed[:10]
+
+
+def test_a_plan_of_any_shape_is_a_plan_error_or_a_plan(tmp_path):
+    from slurm_gpufleet.maintain.plan import Plan, PlanError
+
+    out = tmp_path / "plan.json"
+    r = CliRunner().invoke(cli, ["maintain", "plan", "--fleet", str(REPO / "etc" / "sample-fleet.json"),
+                                 "--target-driver", "580.159.04", "--nodes", "gpu[001-008]", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    crashed, docs = [], 0
+    for path, value, doc in _mutants(json.loads(out.read_text())):
+        docs += 1
+        try:
+            plan = Plan.from_dict(doc)
+            plan.to_dict()
+            [plan.target_for(n) for n in plan.slots]
+        except PlanError as exc:
+            assert "\n" not in str(exc)
+        except Exception as exc:  # noqa: BLE001 - the property: no other exception
+            crashed.append((path, json.dumps(value)[:20], repr(exc)[:80]))
+    assert docs > 1000 and crashed == [], crashed[:10]
+
+
+@pytest.mark.parametrize("doc,says", [
+    ({"nodes": [], "jobs": [{"job_id": "1", "nodes": "gpu001", "end_time": None}]}, "jobs[0] ('1'): nodes is"),
+    ({"nodes": [], "taken_at": "yesterday"}, "taken_at is \"yesterday\", not a time"),
+])
+def test_a_saved_fleet_field_of_the_wrong_kind_is_named(tmp_path, doc, says):
+    """A job whose `nodes` is a string would have left its busy node out of its job (and in the canary)."""
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps(doc))
+    r = CliRunner().invoke(cli, ["fleet", "--fleet", str(fleet)])
+    assert r.exit_code == 2 and says in r.output, r.output
