@@ -855,15 +855,15 @@ def slurm_conf_nodes(path: str) -> list[str] | None:
             text = fh.read()
     except OSError:
         return None
-    from ClusterShell.NodeSet import NodeSet, NodeSetException
+    from .hostlist import expand
 
     hosts: list[str] = []
     for m in re.finditer(r"^\s*NodeName=(\S+)", text, re.MULTILINE | re.IGNORECASE):
         if m.group(1).upper() == "DEFAULT":
             continue
         try:
-            hosts += list(NodeSet(m.group(1)))
-        except (NodeSetException, ValueError):
+            hosts += expand(m.group(1))
+        except ValueError:
             continue
     return hosts
 
@@ -871,6 +871,10 @@ def slurm_conf_nodes(path: str) -> list[str] | None:
 def _nodeset(expr: str, where: str) -> Any:
     from ClusterShell.NodeSet import NodeSet, NodeSetException  # only when a config has groups
 
+    from .hostlist import MAX_HOSTS, size
+
+    if size(expr) > MAX_HOSTS:
+        raise PolicyError(f"{where}: nodes {expr[:80]!r} names {size(expr):,} hosts; at most {MAX_HOSTS:,}")
     try:
         return NodeSet(expr)
     except (NodeSetException, ValueError, AssertionError, MemoryError, OverflowError) as exc:

@@ -106,3 +106,14 @@ def test_with_no_config_ever_loaded_the_defaults_run_in_observe_mode(tmp_path):
     assert not json.loads((bin_dir / "node.json").read_text()).get("drain"), "a config error never drains"
     summary = _summary(bin_dir)
     assert summary["err"].startswith(f"config: {cfg}:") and summary["v"] == "drain"
+
+
+def test_a_mistyped_ib_sysfs_is_said_and_drains_nothing(tmp_path):
+    """`[slurm] ib_sysfs` naming a folder that is not there is the config's fault: the health check says so
+    and judges no InfiniBand, where a node whose ports were all missing would have been drained."""
+    bin_dir, gpus, env = setup(tmp_path)
+    with open(env["SLURM_GPUFLEET_CONFIG"], "a") as fh:
+        fh.write(f'ib_sysfs = "{tmp_path}/sys/class/infinibnd"\n[defaults]\nib_ports = 4\n')
+    calls, _, r = healthcheck(bin_dir, env)
+    assert "ib_sysfs" in r.stderr and "no such folder: InfiniBand not judged" in r.stderr, r.stderr
+    assert not [c for c in calls if any("state=drain" in a.lower() for a in c)], calls

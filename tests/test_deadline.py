@@ -49,6 +49,14 @@ def test_deadline_text():
         parse_deadline("next friday", T0)
     with pytest.raises(DeadlineError, match="past"):
         parse_deadline("2020-01-01T00:00", T0)
+    # a deadline whose date cannot be written (year 11409972 was exit 70), or a replay of millennia
+    for far in ("99999999999h", "1" * 5000, "9999-12-31T00:00"):
+        with pytest.raises(DeadlineError, match="more than 3,650 days"):
+            parse_deadline(far, T0)
+    from slurm_gpufleet.maintain.deadline import parse_simulated_deadline
+
+    with pytest.raises(DeadlineError, match="more than 3,650 days"):
+        parse_simulated_deadline("99999999999h")
 
 
 # -- the choice ------------------------------------------------------------------------------------

@@ -256,18 +256,17 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
     ours) gets the reason `validate after repair [gpufleet]`, and its health check returns it to work only
     through a validation run in a maintenance reservation of its own (`validation_command`; where that is
     "", after its clean runs).  Nodes someone else drained are not touched.  Exit 1 when any was left."""
-    from ClusterShell.NodeSet import NodeSet, NodeSetException
 
-    from ..hostlist import fold
+    from ..hostlist import expand, fold
     from ..remedy.handback import hand_back
     from ..slurm import SlurmError
     from ..slurm.actuator import Actuator
     from ..slurm.ownership import HEALTH
 
     try:
-        wanted = list(NodeSet(nodeset))
-    except NodeSetException as exc:
-        _fail(f"{nodeset!r} is not a host list: {exc}", exitcodes.USAGE)
+        wanted = expand(nodeset)
+    except ValueError as exc:
+        _fail(str(exc), exitcodes.USAGE)
     if not wanted:
         _fail("no nodes given", exitcodes.USAGE)
     policy = _load_policy(ctx.obj["config"])

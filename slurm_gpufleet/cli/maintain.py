@@ -79,7 +79,6 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
     Exit 0 with a plan, 1 when the gate refuses (without --force), 2 on bad input or a deadline that
     cannot be kept.
     """
-    from ClusterShell.NodeSet import NodeSet, NodeSetException
 
     from ..maintain import report
     from ..maintain.bundle import parse_firmware_targets
@@ -110,10 +109,12 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
         if version and target_problem(part, version):
             _fail(f"--target-{part if part in ('driver', 'kernel') else 'firmware'}: "
                   f"{target_problem(part, version)}", exitcodes.USAGE)
+    from ..hostlist import expand
+
     try:
-        names = list(NodeSet(nodeset))
-    except NodeSetException as exc:
-        _fail(f"--nodes {nodeset!r} is not a host list: {exc}", exitcodes.USAGE)
+        names = expand(nodeset)
+    except ValueError as exc:
+        _fail(f"--nodes: {exc}", exitcodes.USAGE)
     if not names:
         _fail(f"--nodes {nodeset!r} names no node: give a Slurm host list, e.g. gpu[001-128]", exitcodes.USAGE)
     fleet_state = _fleet(policy, fleet_file)

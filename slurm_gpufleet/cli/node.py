@@ -54,7 +54,7 @@ from .common import (
 @click.option("--host-root", metavar="DIR", type=click.Path(file_okay=False, exists=True),
               help="Judge the kernels and NVIDIA modules under DIR (a mounted node image) instead of this host's; "
                    "a live check reads this host's.")
-@click.option("--ib-sysfs", metavar="DIR", type=click.Path(file_okay=False),
+@click.option("--ib-sysfs", metavar="DIR", type=click.Path(file_okay=False, exists=True),
               help="Judge the InfiniBand ports under DIR (a copy of /sys/class/infiniband) instead of this host's; "
                    "a live check reads this host's ([slurm] ib_sysfs, else <host root>/sys/class/infiniband).")
 @click.option("--ibstat", metavar="FILE", type=click.Path(dir_okay=False, exists=True),
@@ -166,7 +166,7 @@ def reboot_check(driver: str, kernel: str | None, host_root: str, as_json: bool)
               help="Where to write the JSON (default stdout).")
 @click.option("--timeout", type=Finite(min=0, max=86400, min_open=True), default=60.0, show_default=True, metavar="SECONDS",
               help="Give up (exit 3) when reading the GPUs takes longer, e.g. a hung NVML.")
-@click.option("--ib-sysfs", metavar="DIR", type=click.Path(file_okay=False),
+@click.option("--ib-sysfs", metavar="DIR", type=click.Path(file_okay=False, exists=True),
               help="Add the InfiniBand ports under DIR (a live snapshot reads /sys/class/infiniband).")
 def snapshot(report: str | None, kmsg: str | None, level: str, output: str, timeout: float,
              ib_sysfs: str | None) -> None:

@@ -209,13 +209,19 @@ def read_node(setup: Setup, level: str = "quick", host: bool = True) -> NodeSnap
     settings, node = setup.settings, setup.node
     pol = setup.policy.for_node(node)
     root = settings.host_root.replace("%n", node)
+    ib_sysfs = settings.ib_sysfs or os.path.join(root, "sys/class/infiniband")
+    # a configured folder that is not there is the config's fault, not the ports': said, never a drain (the
+    # default one missing is a driver that did not load: judged)
+    mistyped = bool(settings.ib_sysfs) and host and not os.path.isdir(settings.ib_sysfs)
     snap = gather(Source(level=level, kernel_log=settings.kernel_log, host=node,
                          host_root=root if host else None, strict=False,
-                         ib_sysfs=(settings.ib_sysfs or os.path.join(root, "sys/class/infiniband")) if host else None,
+                         ib_sysfs=ib_sysfs if host and not mistyped else None,
                          ib_memory=os.path.join(settings.state_dir, f"ib-counters-{node}.json"),
                          models=setup.policy.models, systemctl=settings.systemctl or None,
                          probe_memory=(os.path.join(settings.state_dir, f"fabric-manager-{node}.json"),
                                        pol.fabric_manager_probe_s, pol.fabric_manager_flap_window_s)))
+    if mistyped:
+        snap.unread.append(f"[slurm] ib_sysfs {settings.ib_sysfs}: no such folder: InfiniBand not judged")
     for what in snap.unread:
         log.warning("%s", what)
     forget_repaired(setup, snap, repaired_at(settings.state_dir, node))

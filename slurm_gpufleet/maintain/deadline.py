@@ -91,6 +91,9 @@ def checkpointing(comment: str) -> Checkpointing:
     return Checkpointing(signal, batch, grace, every or None, at)
 
 
+MAX_DEADLINE_S = 3650 * 86400   # ten years: any rollout's deadline, and dates that can still be written
+
+
 def deadline_seconds(text: str) -> float | None:
     """The one grammar of a deadline as a duration, for `maintain plan` and `maintain simulate` alike:
     '72h', '3d', '90m', '3600s'; a bare number is hours ('72' is 72 h, as simulate always took it)."""
@@ -108,7 +111,10 @@ def parse_simulated_deadline(text: str) -> float:
                             "a replay has no calendar date")
     if rel <= 0:
         raise DeadlineError(f"deadline {text!r} is not after the rollout's start")
+    if rel > MAX_DEADLINE_S:
+        raise DeadlineError(f"deadline {text!r} is more than {MAX_DEADLINE_S // 86400:,} days after the start")
     return rel / 3600
+
 
 
 def parse_deadline(text: str, now: float) -> float:
@@ -118,6 +124,8 @@ def parse_deadline(text: str, now: float) -> float:
     if rel is not None:
         if rel <= 0:
             raise DeadlineError(f"deadline {text!r} is not in the future")
+        if rel > MAX_DEADLINE_S:   # its dates could not be written (year 11409972), and no rollout is that long
+            raise DeadlineError(f"deadline {text!r} is more than {MAX_DEADLINE_S // 86400:,} days away")
         return now + rel
     try:
         at = dt.datetime.fromisoformat(text.strip()).timestamp()
@@ -126,6 +134,8 @@ def parse_deadline(text: str, now: float) -> float:
                             "date (2026-12-04T18:00)") from None
     if at <= now:
         raise DeadlineError(f"deadline {text} is in the past")
+    if at - now > MAX_DEADLINE_S:
+        raise DeadlineError(f"deadline {text!r} is more than {MAX_DEADLINE_S // 86400:,} days away")
     return at
 
 

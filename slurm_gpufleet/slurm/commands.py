@@ -346,9 +346,9 @@ def expand_hostlist(expr: str) -> list[str]:
     expr = expr.strip()
     if not expr or expr in ("(null)", "None"):
         return []
-    from ClusterShell.NodeSet import NodeSet
+    from ..hostlist import expand
 
-    return list(NodeSet(expr))
+    return expand(expr)
 
 
 def parse_node_text(text: str) -> NodeInfo:
