@@ -13,10 +13,11 @@ names (template, state directory, databases, breaker file) and their directories
 its own directories are judged without it: a file cannot vouch for itself.
 
 Paths judged (`policy_paths`): the config file (before it is parsed), the upgrade template, every
-program the config names (`[slurm] scontrol`, and the squeue/sinfo/sacct beside it; `imex_ctl`, which the
+program the config names (`[slurm] scontrol`, and every Slurm program beside it the backend runs:
+squeue, sinfo, sbatch, scancel, sacct, sacctmgr; `imex_ctl`, which the
 prolog and epilog of every IMEX job run; `systemctl`; the reset command's program; the programs of `lemon_check` and
-`validation_job` where they name one by absolute path), the state directory, the rollout database and the
-breaker file.  A program root runs directly and the config names bare (`nvidia-smi` in the reset command,
+`validation_job` where they name one by absolute path), the state directory, the rollout database, the
+breaker file and `instep_share_dir` (the samplers' shared directory: never `/tmp`).  A program root runs directly and the config names bare (`nvidia-smi` in the reset command,
 `systemctl` for the fabric manager) is found on root's own fixed PATH (`ROOT_PATH`), never the caller's.  What each program does on refusal is the caller's: the hooks fall back to the packaged
 defaults and say so; `maintain`, `install` and `breaker` refuse.
 """
@@ -142,11 +143,15 @@ def policy_paths(policy) -> tuple[list[str], list[str]]:
     """(the config's own paths, the paths it names) that decide what runs and where it writes."""
     own = [policy.path] if policy.path and policy.path != "<config>" else []
     s, m = policy.slurm, policy.maintain
+    from .slurm.commands import SLURM_PROGRAMS
+
     named = [s.scontrol]
     bindir = os.path.dirname(s.scontrol)
-    named += [os.path.join(bindir, exe) for exe in ("squeue", "sinfo", "sacct")
-              if os.path.exists(os.path.join(bindir, exe))]
+    named += [os.path.join(bindir, exe) for exe in SLURM_PROGRAMS
+              if exe != "scontrol" and os.path.exists(os.path.join(bindir, exe))]
     named += [s.state_dir, s.breaker_path, s.lemon_path, s.sweep_path, m.db, s.imex_ctl]
+    if s.instep_share_dir:   # the samplers write there as root, and the checks decide on what they read
+        named.append(s.instep_share_dir)
     if s.systemctl:
         named.append(s.systemctl)
     reset = _first_word(s.reset_command)

@@ -280,3 +280,27 @@ def _bare_programs(marker) -> None:
 
     read_fabric_manager(uptime_s=100.0, timeout_s=2)  # systemctl from root's PATH, or none: never the evil one
     assert not marker.exists()
+
+
+def test_every_slurm_program_root_runs_and_the_samplers_shared_folder_are_judged(tmp_path):
+    """The epilog runs sacctmgr as root, the ladder sbatch and scancel: each one beside scontrol is judged;
+    the samplers write `instep_share_dir` as root and the checks decide on it: `/tmp` is refused."""
+    owned_by_root_only(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    owned_by_root_only(bin_dir)
+    for name in ("scontrol", "sacctmgr", "sbatch", "scancel"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        owned_by_root_only(bin_dir / name)
+    share = tmp_path / "share"
+    share.mkdir()
+    owned_by_root_only(share)
+    policy = parse_policy(f'[slurm]\nscontrol = "{bin_dir / "scontrol"}"\ninstep_share_dir = "{share}"\n')
+    _, named = trust.policy_paths(policy)
+    assert {str(bin_dir / p) for p in ("sacctmgr", "sbatch", "scancel")} <= set(named) and str(share) in named
+    assert not [r for r in trust.refusals(policy, uid=0) if str(tmp_path) in r.path]
+    os.chmod(bin_dir / "sacctmgr", 0o646)
+    refused = {r.path: r.why for r in trust.refusals(policy, uid=0)}
+    assert refused[str(bin_dir / "sacctmgr")] == "writable by others (mode 0646)"
+    tmp_policy = parse_policy('[slurm]\ninstep_share_dir = "/tmp"\n')
+    assert [r for r in trust.refusals(tmp_policy, uid=0) if r.path == "/tmp"], "a world-writable folder is refused"

@@ -20,6 +20,10 @@ _WHOLE_LINE = ("OS=", "Reason=", "Comment=", "Extra=")
 _REASON_SUFFIX = re.compile(r"\s*\[(?P<user>[^@\]]+)@(?P<time>[^\]]*)\]\s*$")
 
 
+# every Slurm program this backend runs, found beside `scontrol` (trust.py judges each one root runs)
+SLURM_PROGRAMS = ("scontrol", "squeue", "sinfo", "sbatch", "scancel", "sacct", "sacctmgr")
+
+
 class CommandBackend:
     name = "commands"
 
