@@ -111,6 +111,10 @@ CRASH_S = 60.0        # a job placed on a node with a failed GPU dies this soon 
 EPILOG_S = 5.0        # the epilog of a crashed job runs this long after the crash
 
 
+# the most faults and false alarms one run draws: a year of 12,500 nodes at Llama 3's rates is about 35,000
+MAX_DRAWN = 2_000_000
+
+
 class RatesError(ValueError):
     """A failure-classes file that cannot be used: one line, exit 2."""
 
@@ -154,7 +158,8 @@ class FaultModel:
 def _number(where: str, label: str, v: Any) -> float:
     """A rates file's number: finite and >= 0.  A boolean, a text, NaN (which made a run hang) or an
     infinity is refused in one line, never carried into the draws."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not -1e300 < v < 1e300 or not math.isfinite(v) \
+            or v < 0:
         raise RatesError(f"{where}: {label} must be a finite number >= 0, not {v!r}")
     return float(v)
 
@@ -180,6 +185,8 @@ def load_model(path: str | None = None) -> FaultModel:
         given = data.get("class", [])
         if not isinstance(given, list) or not all(isinstance(r, dict) for r in given):
             raise RatesError(f"{path}: 'class' must be an array of tables ([[class]])")
+        if not all(isinstance(r.get("name"), str) for r in given):
+            raise RatesError(f"{path}: every [[class]] needs a name (a string)")
         named = {r.get("name"): r for r in given}
         if len(named) != len(given):
             raise RatesError(f"{path}: a class is given twice")
@@ -208,10 +215,15 @@ def load_model(path: str | None = None) -> FaultModel:
         if reset + reboot > 1 or row.get("precursor_share", 0.0) > 1:
             raise RatesError(f"{where}: class {name}: shares above 1 (fixed_by.reset + fixed_by.reboot = "
                              f"{reset + reboot:g}, precursor_share = {row.get('precursor_share', 0.0):g})")
-        if row["effect"] not in EFFECTS or not set(row["seen_by"]) <= set(SEEN_BY):
+        seen = row["seen_by"]
+        if not isinstance(row["effect"], str) or row["effect"] not in EFFECTS or not isinstance(seen, list) \
+                or not all(isinstance(w, str) for w in seen) or not set(seen) <= set(SEEN_BY):
             raise RatesError(f"{where}: class {name}: effect must be one of {', '.join(EFFECTS)}, seen_by of "
                              f"{', '.join(SEEN_BY)}")
-        check, severity, action = row["finding"]
+        finding = row["finding"]
+        if not isinstance(finding, list) or len(finding) != 3 or not all(isinstance(w, str) for w in finding):
+            raise RatesError(f"{where}: class {name}: finding must be [check, severity, action] (strings)")
+        check, severity, action = finding
         if severity not in RANK or action not in ACTIONS:
             raise RatesError(f"{where}: class {name}: finding {row['finding']!r}: unknown severity or action")
         words = row.get("keywords", [])
@@ -284,12 +296,17 @@ def draw_faults(model: FaultModel, nodes: int, horizon_s: float, seed: int, lemo
 
     from .maintain.failures import poisson
 
+    days = horizon_s / 86400
+    k_max = max(lemon_factor, 1.0)
+    expected = nodes * days * (sum(c.rate for c in model.classes) / 1000 * k_max + model.false_alarm_rate)
+    if expected > MAX_DRAWN:   # a rate of 1e300 would draw for ever: bounded before a single draw
+        raise RatesError(f"these rates would draw about {expected:,.3g} faults and false alarms over {nodes:,} "
+                         f"nodes and {days:g} days; at most {MAX_DRAWN:,} are simulated")
     rng = random.Random(seed)
     side = random.Random(f"{seed} switch-side")  # its own stream: the same faults are drawn with or without domains
     lemons = set(rng.sample(range(nodes), round(lemon_share * nodes))) if lemon_share > 0 else set()
     faults: list[Fault] = []
     alarms: list[tuple[float, int]] = []
-    days = horizon_s / 86400
     d = model.domain
     share = (d.switch_share if d else 0.0) if switch_share is None else switch_share
     correlated = set(d.classes) if d and domain_size > 0 and share > 0 else set()

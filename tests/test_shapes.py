@@ -88,3 +88,41 @@ def test_a_saved_fleet_field_of_the_wrong_kind_is_named(tmp_path, doc, says):
     fleet.write_text(json.dumps(doc))
     r = CliRunner().invoke(cli, ["fleet", "--fleet", str(fleet)])
     assert r.exit_code == 2 and says in r.output, r.output
+
+
+def _toml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return "nan" if v != v else ("inf" if v == float("inf") else repr(v))
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return "{" + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + "}"
+
+
+def test_a_rates_file_of_any_shape_is_a_rates_error_or_a_bounded_draw(tmp_path):
+    """Every key of a failure class and every top-level table at every TOML kind, and rates of 1e300 (a
+    draw for ever before): RatesError in one line, or a model whose draw is bounded."""
+    from slurm_gpufleet.catalog import failure_classes_data
+    from slurm_gpufleet.faultsim import RatesError, draw_faults, load_model
+
+    base = failure_classes_data()
+    first = base["class"][0]
+    values = [v for v in VALUES if v is not None] + [1e300, float("nan"), float("inf")]
+    docs = [f'[[class]]\nname = {_toml(v)}\n' if key == "name" else
+            f'[[class]]\nname = "{first["name"]}"\n{key} = {_toml(v)}\n' for key in first for v in values]
+    docs += [f"{key} = {_toml(v)}\n" for key in base if key != "class" for v in values]
+    path, crashed = tmp_path / "rates.toml", []
+    for doc in docs:
+        path.write_text(doc)
+        try:
+            draw_faults(load_model(str(path)), 50, 30 * 86400, 1)
+        except RatesError as exc:
+            assert "\n" not in str(exc)
+        except Exception as exc:  # noqa: BLE001 - the property: no other exception
+            crashed.append((doc.strip()[:60], repr(exc)[:80]))
+    assert len(docs) > 150 and crashed == [], crashed[:10]
