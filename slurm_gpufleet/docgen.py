@@ -173,6 +173,11 @@ def exit_codes() -> str:
     for m in re.finditer(r"^(\w+)\s*=\s*(\d+)\s*#\s*(.+)$", source, re.M):
         rows.append(f"| {m.group(2)} | `{m.group(1)}` | {_cell(m.group(3))} |")
     rows.append("| 70 | | internal error: a bug (one line; `SLURM_GPUFLEET_DEBUG=1` shows the traceback) |")
+    from .watchdog import BACKSTOP_MARGIN_S
+
+    rows.append(f"| 137 | | killed (signal 9) by its own watchdog's backstop: a call held the interpreter past twice "
+                f"the time limit (`--timeout`, `read_timeout_s`) and {BACKSTOP_MARGIN_S:g} s more; no output of "
+                f"its own |")
     return (HEADER + "# Exit codes\n\nShared by every command (`slurm_gpufleet/exitcodes.py`); a command's own "
             "meaning of each is in its `--help` ([commands](commands.md)).\n\n| code | name | meaning |\n"
             "| --- | --- | --- |\n" + "\n".join(rows) + "\n")

@@ -113,6 +113,20 @@ def test_hung_nvml_never_hangs_the_check():
     assert r.returncode == 3 and b"timed out after 1 s" in r.stderr
 
 
+@pytest.mark.slow  # 7 s: the backstop's own margin
+def test_a_call_that_holds_the_interpreter_is_still_ended_by_the_watchdog_s_backstop():
+    """A C call that holds the interpreter (a backtracking pattern over a long line) holds the watchdog's
+    timer thread too: the backstop process ends the run at twice --timeout and BACKSTOP_MARGIN_S more,
+    where it ran for minutes before."""
+    from slurm_gpufleet.watchdog import BACKSTOP_MARGIN_S
+
+    started = time.monotonic()
+    r = run_cli("check", "--timeout", "1", env={"PYTHONPATH": str(REPO / "tests/fake_pynvml/gil") + ":" + str(REPO)},
+                timeout=60)
+    took = time.monotonic() - started
+    assert r.returncode == -9 and 2 + BACKSTOP_MARGIN_S - 1 < took < 2 + BACKSTOP_MARGIN_S + 10, (r.returncode, took)
+
+
 def test_live_check_without_driver_is_a_clear_verdict():
     # this machine has no NVIDIA driver: nvmlInit fails, and the verdict says why instead of crashing
     r = run_cli("check", "--json")
