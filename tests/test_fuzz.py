@@ -72,6 +72,50 @@ def kernel_log_lines(lines):
     assert all(e.xid >= 0 for e in events) and boots >= 0
 
 
+PLANTED = "NVRM: Xid (PCI:0000:5d:00): 79, pid=777, name=python3, GPU has fallen off the bus."
+
+
+def a_real_xid_among_junk_lines(before, after, pad, stamp):
+    """A real Xid 79 planted among junk lines (any text but NUL, numbers of thousands of digits, lines of
+    any length, NUL padding before the log): it is still found (issue 54: one line hid the rest)."""
+    from slurm_gpufleet.readers.kernel_log import kernel_log_text
+
+    lines = [*before, f"{stamp}{PLANTED}", *after]
+    data = b"\0" * pad + "\n".join(lines).encode("utf-8", "surrogatepass") + b"\n"
+    log = read_kernel_log(kernel_log_text(data).splitlines())
+    assert any(e.xid == 79 and e.pci == "0000:5d:00" for e in log.events), (lines, log.events)
+
+
+def _ecc_fault_text() -> tuple[list[str], int, int]:
+    """The real H200 text with 5 volatile uncorrectable DRAM errors, and its ECC Errors block's bounds."""
+    lines = (H200 / "nvidia-smi-q.txt").read_text().splitlines()
+    at = next(k for k, line in enumerate(lines) if line.strip().startswith("DRAM Uncorrectable"))
+    lines[at] = lines[at].replace(": 0", ": 5")
+    start = next(k for k in range(at, 0, -1) if lines[k].strip() == "ECC Errors")
+    end = next(k for k in range(at, len(lines)) if lines[k].startswith("    ") and not lines[k].startswith("     "))
+    return lines, start, end
+
+
+ECC_TEXT = _ecc_fault_text()
+
+
+def a_real_fault_among_junk_report_lines(junk):
+    """Junk lines (odd indents, tabs, stray text, numbers that are none) anywhere outside the ECC counters'
+    own block: the 5 uncorrectable DRAM errors are still read, never an OK (issue 54: one line hid them)."""
+    lines, start, end = ECC_TEXT
+    out = list(lines)
+    for position, text in sorted(junk, reverse=True):
+        k = position % len(lines)
+        if start <= k <= end:
+            k = end + 1
+        out.insert(k, text)
+    try:
+        snap = read_report(("\n".join(out) + "\n").encode())
+    except ReportError:
+        return   # taken for another kind of input ("{" first: a JSON snapshot) and refused: loud, never OK
+    assert evaluate(snap).verdict in ("reboot", "drain"), junk
+
+
 def xid_lines_with_odd_fields(pci, number, rest):
     parse_kernel_log([f"NVRM: Xid (PCI:{pci}): {number}, {rest}", f"NVRM: GPU {pci}: {rest} fallen off the bus"])
 
@@ -207,7 +251,22 @@ SCALAR = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) 
 # the shapes scontrol --json uses: scalars, lists of words, and 23.11's {"set": ..., "number": ...}
 JSONISH = SCALAR | st.lists(st.text(max_size=12), max_size=4) | st.fixed_dictionaries(
     {"set": st.booleans(), "number": st.integers() | st.floats(allow_nan=False)})
+JUNK_LINE = st.one_of(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+                                max_size=300),
+                      st.integers(0, 10**9).map(lambda n: "NVRM: Xid (PCI:0000:3b:00): " + "9" * (n % 6000)),
+                      st.integers(1, 200_000).map(lambda n: "a" * n), st.just("Linux version 6.1.0"),
+                      st.just("Dec  1 08:00:00 gpu01 mallory[42]: NVRM: Xid (PCI:0000:5d:00): 13, x"))
+REPORT_JUNK = st.tuples(st.integers(0, 10**6), st.one_of(
+    st.text(st.characters(blacklist_characters="\x00\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029",
+                          blacklist_categories=("Cs",)), max_size=80),
+    st.tuples(st.sampled_from(["", "\t", "  ", "    ", "\t\t", "        "]), st.sampled_from(
+        ["note", "Volatile", "DRAM Uncorrectable : NaN", "see ticket 42", "Foo : lots"])).map("".join)))
 PROPERTIES = {
+    "a_real_fault_among_junk_report_lines": (a_real_fault_among_junk_report_lines, (
+        st.lists(REPORT_JUNK, min_size=1, max_size=6),)),
+    "a_real_xid_among_junk_lines": (a_real_xid_among_junk_lines, (
+        st.lists(JUNK_LINE, max_size=6), st.lists(JUNK_LINE, max_size=6), st.integers(0, 9000),
+        st.sampled_from(["", "[  12.5] ", "2026-12-01T08:00:00,000000+00:00 ", "Dec  1 08:00:00 gpu01 kernel: "]))),
     "random_bytes": (random_bytes, (st.binary(max_size=2000),)),
     "cut_and_garbled_reports": (cut_and_garbled_reports, (st.sampled_from([TEXT, XML, TABLE]), st.integers(0, 20000),
                                                           st.integers(0, 400), st.text(max_size=40))),

@@ -144,7 +144,7 @@ def _read_query(text: str, snap: NodeSnapshot) -> None:
             snap.gpus.append(_gpu_from_tree(0, None, top, snap.input_notes))
         return
     for index, (pci, body) in enumerate(blocks):
-        tree = _tree(body, snap.input_notes, f"GPU {pci} ", floor=1)
+        tree = _tree(body, snap.input_notes, f"GPU {pci} ", floor=4)
         gpu = _gpu_from_tree(index, pci, tree, snap.input_notes)
         gpu.unknown_errors = _unknown_errors(tree)
         snap.gpus.append(gpu)
