@@ -178,9 +178,31 @@ def exit_codes() -> str:
     rows.append(f"| 137 | | killed (signal 9) by its own watchdog's backstop: a call held the interpreter past twice "
                 f"the time limit (`--timeout`, `read_timeout_s`) and {BACKSTOP_MARGIN_S:g} s more; no output of "
                 f"its own |")
+    per = ["| command | code | meaning there |", "| --- | --- | --- |"]
+    for command in _commands():
+        for code, meaning in sorted(exitcodes.of(command).items()):
+            per.append(f"| `{command}` | {code} | {_cell(meaning)} |")
     return (HEADER + "# Exit codes\n\nShared by every command (`slurm_gpufleet/exitcodes.py`); a command's own "
             "meaning of each is in its `--help` ([commands](commands.md)).\n\n| code | name | meaning |\n"
-            "| --- | --- | --- |\n" + "\n".join(rows) + "\n")
+            "| --- | --- | --- |\n" + "\n".join(rows) + "\n\n## Per command\n\nThe codes each command ends with "
+            "(`exitcodes.BY_COMMAND`; `tests/test_exit_codes.py` holds every command to them), 70 and 137 aside.\n\n"
+            + "\n".join(per) + "\n")
+
+
+def _commands() -> list[str]:
+    """Every command, as typed after `slurm-gpufleet`."""
+    import click
+
+    from .cli import cli
+
+    def walk(group, prefix=()):
+        for name, cmd in sorted(group.commands.items()):
+            if isinstance(cmd, click.Group):
+                yield from walk(cmd, (*prefix, name))
+            else:
+                yield " ".join((*prefix, name))
+
+    return list(walk(cli))
 
 
 # ---------------------------------------------------------------- metrics
