@@ -84,20 +84,13 @@ def escalate(backend, settings, policy_domains, node: str, clock=time.time, mode
     for it.  Returns what was done, for the log; never raises for Slurm's sake (the node's own drain
     stands either way).  `modes`: each member's node-group mode (policy.Policy.mode_of): an observe member
     is left as it is."""
-    from ..maintain.domains import discover, fabric_domain
     from .actuator import Actuator
     from .base import SlurmError
 
-    try:
-        fleet = backend.nodes()
-        topology = None if policy_domains else backend.topology()
-    except SlurmError as exc:
-        log.warning("rack escalation not judged: %s", exc)
+    found = _fleet_domain(backend, policy_domains, node)
+    if found is None:
         return None
-    domains = discover(policy_domains, topology, [(n.name, fabric_domain(from_node(n))) for n in fleet])
-    domain = domains.of.get(node)
-    if domain is None:
-        return None
+    fleet, domains, domain = found
     by_name = {n.name: n for n in fleet}
     members = [by_name[m] for m in domains.members[domain] if m in by_name]
     if any(rack_of_reason(n.reason) == domain for n in members):
@@ -120,12 +113,9 @@ def escalate(backend, settings, policy_domains, node: str, clock=time.time, mode
     return f"rack {domain} drained: {reason}"
 
 
-def due_with(backend, policy_domains, settings, info: NodeInfo, reason: str, now: float) -> bool:
-    """Would `info`'s domain be drained whole were the node held for `reason` now?  A rack-level fault
-    found on a tray whose rack-mates hold it too is the rack's: the tray is not reset or rebooted for it
-    (remedy/decide.py).  One read of the fleet, on this path alone; False where it cannot be read."""
-    from dataclasses import replace
-
+def _fleet_domain(backend, policy_domains, node: str):
+    """One read of the fleet (and of Slurm's topology where no [[domain]] is configured): (the fleet, its
+    domains, the node's domain), or None where Slurm cannot be read or the node is in no domain."""
     from ..maintain.domains import discover, fabric_domain
     from .base import SlurmError
 
@@ -134,11 +124,22 @@ def due_with(backend, policy_domains, settings, info: NodeInfo, reason: str, now
         topology = None if policy_domains else backend.topology()
     except SlurmError as exc:
         log.warning("rack escalation not judged: %s", exc)
-        return False
+        return None
     domains = discover(policy_domains, topology, [(n.name, fabric_domain(from_node(n))) for n in fleet])
-    domain = domains.of.get(info.name)
-    if domain is None:
+    domain = domains.of.get(node)
+    return None if domain is None else (fleet, domains, domain)
+
+
+def due_with(backend, policy_domains, settings, info: NodeInfo, reason: str, now: float) -> bool:
+    """Would `info`'s domain be drained whole were the node held for `reason` now?  A rack-level fault
+    found on a tray whose rack-mates hold it too is the rack's: the tray is not reset or rebooted for it
+    (remedy/decide.py).  One read of the fleet, on this path alone; False where it cannot be read."""
+    from dataclasses import replace
+
+    found = _fleet_domain(backend, policy_domains, info.name)
+    if found is None:
         return False
+    fleet, domains, domain = found
     held = replace(info, flags=info.flags | {"DRAIN"}, reason=reason, reason_time=now)
     names = set(domains.members[domain])
     members = [held if n.name == info.name else n for n in fleet if n.name in names]
