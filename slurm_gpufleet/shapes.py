@@ -63,3 +63,21 @@ def check_fields(where: str, n: Any, cls: type, key_field: str) -> None:
         if not kind_ok(value, hints[key]):
             raise ValueError(f"{where} ({n.get(key_field)!r}): {key} is {json.dumps(value)[:60]}, not "
                              f"{str(hints[key]).replace('typing.', '')}")
+
+
+# the largest document read whole: a saved fleet of 12,500 nodes with its jobs is about 10 MB
+MAX_DOCUMENT_BYTES = 256 << 20
+
+
+def load_json(path: str, limit: int = MAX_DOCUMENT_BYTES) -> Any:
+    """A JSON document another tool or a person wrote, read whole only within `limit` bytes: ValueError
+    past it (and for JSON that does not parse, or nests past the parser's depth); OSError as open raises."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit >> 20} MiB: not read" if limit >= 1 << 20 else
+                         f"larger than {limit:,} bytes: not read")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deep to read") from None

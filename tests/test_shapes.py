@@ -129,3 +129,20 @@ def test_a_rates_file_of_any_shape_is_a_rates_error_or_a_bounded_draw(tmp_path):
         except Exception as exc:  # noqa: BLE001 - the property: no other exception
             crashed.append((doc.strip()[:60], repr(exc)[:80]))
     assert len(docs) > 150 and crashed == [], crashed[:10]
+
+
+def test_a_document_past_its_size_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """A saved fleet, a plan, a baseline or a timings file is read whole only within MAX_DOCUMENT_BYTES."""
+    from slurm_gpufleet import shapes
+    from slurm_gpufleet.maintain.fleet import FleetState
+
+    big = tmp_path / "fleet.json"
+    big.write_text(json.dumps({"nodes": [{"name": f"n{i}"} for i in range(200)]}))
+    assert len(FleetState.from_file(str(big)).nodes) == 200
+    monkeypatch.setattr(shapes, "MAX_DOCUMENT_BYTES", 1024)
+    with pytest.raises(ValueError, match="larger than 1,024 bytes"):
+        shapes.load_json(str(big), shapes.MAX_DOCUMENT_BYTES)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nested too deep"):
+        shapes.load_json(str(deep))

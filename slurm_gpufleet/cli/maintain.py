@@ -226,9 +226,9 @@ def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
     from ..maintain.planner import Plan, PlanError
 
     try:
-        with open(plan_file, encoding="utf-8") as fh:
-            data = json.load(fh)
-        plan = Plan.from_dict(data)
+        from ..shapes import load_json
+
+        plan = Plan.from_dict(load_json(plan_file))
     except (OSError, ValueError, TypeError, PlanError) as exc:
         _fail(f"{plan_file}: not a plan: {exc}", exitcodes.USAGE)
     if plan.refused:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import summary
-from ..shapes import check_fields, kind_ok
+from ..shapes import check_fields, kind_ok, load_json
 from ..slurm.base import JobInfo, NodeInfo, Reservation
 from .bundle import Bundle
 
@@ -154,5 +154,4 @@ class FleetState:
 
     @classmethod
     def from_file(cls, path: str) -> FleetState:
-        with open(path, encoding="utf-8") as fh:
-            return cls.from_dict(json.load(fh))
+        return cls.from_dict(load_json(path))

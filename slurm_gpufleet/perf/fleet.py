@@ -38,8 +38,9 @@ def baseline_by_model(samples: list[tuple[str, str, float]], min_peers: int) -> 
 
 def baseline_from_file(path: str) -> dict[str, dict[str, float]]:
     """{model: {figure: value}} from a JSON object of models; ValueError (or OSError) when it is not one."""
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
+    from ..shapes import load_json
+
+    data = load_json(path)
     try:
         return {str(m): {k: float(v) for k, v in d.items()} for m, d in data.items()}
     except (AttributeError, TypeError) as exc:

@@ -256,9 +256,13 @@ def read_file(path: str) -> tuple[list[Row], list[str]]:
     """The rows of a timings file ("-": standard input); OSError or TimingsError where it cannot be read."""
     import sys
 
+    from ..shapes import MAX_DOCUMENT_BYTES
+
     if path == "-":
-        text = sys.stdin.read()
+        text = sys.stdin.read(MAX_DOCUMENT_BYTES + 1)
     else:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+            text = fh.read(MAX_DOCUMENT_BYTES + 1)
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise TimingsError(f"{path}: larger than {MAX_DOCUMENT_BYTES >> 20} MiB: not read")
     return parse(text)
