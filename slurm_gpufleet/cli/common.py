@@ -126,7 +126,7 @@ def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: f
         _fail(f"{exc.filename or ''}: {exc.strerror or exc}", exitcodes.USAGE)
     finally:
         if timer:
-            timer.cancel()
+            watchdog.cancel()   # the timer and its backstop process
 
 
 def _read_or_exit(path: str):
