@@ -87,3 +87,26 @@ def test_cli_json_exit_codes_and_one_line_errors(tmp_path):
     assert r.returncode == 3 and r.stderr.decode().count("\n") == 1
     r = run_cli("fleet", "stragglers", "--timings", str(tmp_path / "absent"))
     assert r.returncode == 2 and b"No such file" in r.stderr
+
+
+@pytest.mark.slow  # 10 s: a whole trace judged for each of 180 mutants
+def test_timings_of_any_shape_are_rows_a_timings_error_or_a_note(tmp_path):
+    """Every field of a row at every JSON kind, rows cut or of another form: `parse` then `judge` end with rows
+    and notes, or a TimingsError in one line; never another exception, never a flag from a broken row."""
+    base = trace("slow_worker", slow=(3, 1), factor=2.0)
+    kinds = [None, -1, 10**400, 1.5, float("nan"), "x", "", [], {}, True]
+    crashed, texts = [], 0
+    for key in base[0]:
+        for value in kinds:
+            rows = [dict(r) for r in base]
+            rows[0][key] = value
+            for text in ("\n".join(json.dumps(r) for r in rows),
+                         "\n".join(json.dumps(r) for r in rows)[: 4000] + "\x00\xff garbage"):
+                texts += 1
+                try:
+                    judge(parse(text)[0])
+                except TimingsError as exc:
+                    assert "\n" not in str(exc)
+                except Exception as exc:  # noqa: BLE001 - the property: no other exception
+                    crashed.append((key, repr(value)[:20], repr(exc)[:80]))
+    assert texts > 50 and crashed == [], crashed[:10]

@@ -138,7 +138,7 @@ def _row(rec: dict | None) -> Row | str:
     try:
         dp, stage, step = (_int(rec[k]) for k in ("dp", "stage", "step"))
         start, duration = float(rec["start"]), float(rec["duration"])
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:   # OverflowError: an int of hundreds of digits
         return f"not a number: {exc}"[:120]
     if not (math.isfinite(start) and math.isfinite(duration)) or duration < 0:
         return "start and duration must be finite, the duration not negative"
