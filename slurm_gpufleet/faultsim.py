@@ -826,13 +826,12 @@ class _Lab:
             # carrier's reason in its place through the actuator (hooks/prolog.replace_hook_reason)
             shown = self.slurm.node(node.name)
             if not (shown.drained or shown.down or shown.rebooting):
-                from .slurm.escalation import escalate, fault_of
+                from .slurm.escalation import reason_after_prolog
 
                 self.slurm.prolog_failed(node.name)
-                self.actuator.set_reason([self.slurm.node(node.name)], done.action.reason)
-                if fault_of(done.action.reason) is not None:   # as the helper does: a rack's fault counts
-                    escalate(self.slurm, self.settings, self.policy.domains, node.name, clock=lambda: self.sim.now,
-                             modes=self.ladder.mode)
+                reason_after_prolog(self.actuator, self.slurm, self.settings, self.policy.domains,
+                                    self.slurm.node(node.name), done.action.reason, clock=lambda: self.sim.now,
+                                    modes=self.ladder.mode)
         from .slurm import breaker
 
         # held back by the breaker: this node's write, or its rack's escalation after it

@@ -377,6 +377,8 @@ class HostFacts:
     # nvidia-fabricmanager on the node (HGX boards with NVSwitch): None where not read
     fabric_manager: FabricManager | None = None
     root: str = "/"
+    # what was there but did not read as given (a kernel release no kernel has): said, never judged
+    unread: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from slurm_gpufleet.history import History
 from slurm_gpufleet.maintain.sacct import SacctError, read_sacct
 from slurm_gpufleet.policy import PolicyError, parse_policy
 from slurm_gpufleet.readers import ReportError, read_report
+from slurm_gpufleet.readers.ib import COUNTERS, read_ib
 from slurm_gpufleet.readers.kernel_log import parse_kernel_log, read_kernel_log
 from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
 from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text
@@ -247,6 +248,120 @@ def published_summaries(text):
         published_at(data)
 
 
+# -- sysfs and host trees: one file's bytes replaced, a real fault planted elsewhere ---------------------
+IB_TREE = PUBLIC / "infiniband" / "h100-gpud"
+IB_POLICY = parse_policy("[defaults]\nib_ports = 8\nib_rate_gbps = 400\n")
+# bytes a sysfs file may hold after a bad driver, a bad copy or a hand: numbers of any size and sign,
+# non-finite words, NUL padding, invalid UTF-8, odd whitespace, nothing
+FILE_JUNK = st.one_of(
+    st.binary(max_size=300),
+    st.text(max_size=60).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.integers(-10**30, 10**30).map(lambda n: f"{n}\n".encode()),
+    st.integers(1, 5000).map(lambda n: b"9" * n),
+    st.sampled_from([b"nan\n", b"inf\n", b"-1\n", b"0.5\n", b"", b"\n", b" \t \n", b"\xff\xfe\n",
+                     b"4: ACTIVE\x00", b"\x00\x00\x004: ACTIVE\n", b"lots\n", b"InfiniBand InfiniBand\n",
+                     b"6.1.0-" + b"a" * 300 + b"\n", b"6.1.0-28-amd64/../../..\n"]),
+)
+
+
+READ_PORT_FILES = ("state", "phys_state", "rate", "link_layer")   # and counters/<COUNTERS>: what the reader reads
+
+
+def _ib_copy():
+    import shutil
+
+    if not hasattr(_ib_copy, "root"):
+        _ib_copy.root = os.path.join(HISTORY_DIR, "infiniband")
+        shutil.copytree(IB_TREE, _ib_copy.root)
+        _ib_copy.files = sorted(os.path.relpath(os.path.join(top, n), _ib_copy.root)
+                                for top, _, names in os.walk(_ib_copy.root) for n in names
+                                if "/ports/" in top and not top.startswith(os.path.join(_ib_copy.root, "mlx5_4"))
+                                and (n in READ_PORT_FILES or top.endswith("/counters") and n in COUNTERS))
+    return _ib_copy.root, _ib_copy.files
+
+
+def ib_trees_with_odd_files(edits):
+    """Up to three of a real H100 node's InfiniBand sysfs files replaced by junk, and port mlx5_4/1 DOWN:
+    the DOWN port still drains; every replaced value is read as the kernel prints it or said, never lost;
+    nothing but the planted port and the replaced ones is drained."""
+    root, files = _ib_copy()
+    planted = os.path.join(root, "mlx5_4", "ports", "1", "state")
+    kept: dict[str, bytes] = {}
+    try:
+        for index, junk in edits:
+            path = os.path.join(root, files[index % len(files)])
+            kept.setdefault(path, open(path, "rb").read())
+            with open(path, "wb") as fh:
+                fh.write(junk)
+        kept.setdefault(planted, open(planted, "rb").read())
+        with open(planted, "wb") as fh:
+            fh.write(b"1: DOWN\n")
+        snap = NodeSnapshot(host="n1")
+        snap.ib = read_ib(root)
+        report = evaluate(snap, IB_POLICY, host="n1")
+    finally:
+        for path, data in kept.items():
+            with open(path, "wb") as fh:
+                fh.write(data)
+    found = [f for f in report.findings if f.check == "infiniband"]
+    assert any(f.severity == "drain" and f.message.startswith("InfiniBand mlx5_4 port 1 DOWN") for f in found), found
+    ports = {(p.device, p.port): p for p in snap.ib.ports}
+    edited = {os.path.relpath(p, root) for p in kept} - {os.path.relpath(planted, root)}
+    for rel in edited:
+        device, _, number, *name = rel.split(os.sep)
+        port, name = ports.get((device, int(number))), "/".join(name)
+        said = any(w.startswith(f"{device} port {number} {name}:") for w in snap.ib.unread)
+        value = {"state": port and port.state, "phys_state": port and port.phys_state,
+                 "rate": port and port.rate_gbps, "link_layer": port and port.link_layer}.get(
+                     name, port and port.counters.get(name.rsplit("/", 1)[-1]))
+        assert said or value not in (None, ""), (rel, snap.ib.unread)
+    for f in found:
+        if f.severity == "drain" and not f.message.startswith("InfiniBand mlx5_4 port 1 "):
+            assert any(f"{rel.split(os.sep)[0]} port {rel.split(os.sep)[2]} " in f.message or
+                       rel.endswith("link_layer") for rel in edited), (f.message, edited)
+
+
+def host_trees_with_odd_files(which, junk, plant_updates):
+    """One of a node root's files (the running kernel's release, GRUB's files, /proc/keys, the driver's
+    parameters, the Secure Boot variable, the module itself, a kernel's name in /boot) replaced by junk:
+    read within its bounds, never a crash; automatic updates planted beside it are still said; a release
+    that reads as none is said."""
+    from test_kernel import tree
+
+    from slurm_gpufleet.readers.host import read_host
+
+    with tempfile.TemporaryDirectory(dir=HISTORY_DIR) as tmp:
+        from pathlib import Path
+
+        root = tree(Path(tmp), kernels=("6.1.0-28-amd64", "6.1.0-31-amd64"), grubenv="6.1.0-31-amd64",
+                    secure_boot=True, unattended=plant_updates)
+        target = HOST_FILES[which % len(HOST_FILES)]
+        if target == "boot/vmlinuz-":
+            name = "vmlinuz-" + junk.decode("utf-8", "replace").replace("/", "_").replace("\x00", "")[:200]
+            try:
+                (root / "boot" / name).write_bytes(b"kernel")
+            except (OSError, ValueError):
+                return   # a name no file system takes
+        else:
+            path = root / target
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(junk)
+        facts = read_host(str(root))
+        snap = read_report(XML)
+        snap.host_facts = facts
+        found = [f for f in evaluate(snap).findings if f.check == "kernel"]
+    said = {f.message for f in found}
+    assert ("automatic kernel updates on (unattended-upgrades)" in said) == plant_updates, said
+    if target == "proc/sys/kernel/osrelease" and facts.running is None and junk.strip():
+        assert "host facts not readable" in said, (junk, said)
+
+
+HOST_FILES = ["proc/sys/kernel/osrelease", "boot/grub/grubenv", "etc/default/grub", "proc/keys",
+              "proc/driver/nvidia/params", "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c",
+              "lib/modules/6.1.0-28-amd64/updates/dkms/nvidia.ko", "lib/modules/6.1.0-31-amd64/updates/dkms/nvidia.ko.xz",
+              "lib/modules/6.1.0-31-amd64/updates/dkms/nvidia.ko.gz", "boot/vmlinuz-"]
+
+
 SCALAR = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
 # the shapes scontrol --json uses: scalars, lists of words, and 23.11's {"set": ..., "number": ...}
 JSONISH = SCALAR | st.lists(st.text(max_size=12), max_size=4) | st.fixed_dictionaries(
@@ -262,6 +377,9 @@ REPORT_JUNK = st.tuples(st.integers(0, 10**6), st.one_of(
     st.tuples(st.sampled_from(["", "\t", "  ", "    ", "\t\t", "        "]), st.sampled_from(
         ["note", "Volatile", "DRAM Uncorrectable : NaN", "see ticket 42", "Foo : lots"])).map("".join)))
 PROPERTIES = {
+    "ib_trees_with_odd_files": (ib_trees_with_odd_files, (st.lists(st.tuples(st.integers(0, 10**6), FILE_JUNK),
+                                                                   min_size=1, max_size=3),)),
+    "host_trees_with_odd_files": (host_trees_with_odd_files, (st.integers(0, 10**6), FILE_JUNK, st.booleans())),
     "a_real_fault_among_junk_report_lines": (a_real_fault_among_junk_report_lines, (
         st.lists(REPORT_JUNK, min_size=1, max_size=6),)),
     "a_real_xid_among_junk_lines": (a_real_xid_among_junk_lines, (

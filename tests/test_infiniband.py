@@ -137,9 +137,24 @@ def test_odd_sysfs_values_are_read_as_unknown_never_a_crash(tree):
     write(tree / "mlx5_0" / "ports" / "1" / "counters" / "link_downed", "-3\n")
     (tree / "mlx5_1" / "ports" / "1" / "phys_state").unlink()
     (tree / "mlx5_4" / "ports" / "1").rename(tree / "mlx5_4" / "ports" / "x")   # not a port number
-    found, _ = judge(tree)
-    assert sorted(f.message for f in found) == ["7 InfiniBand port(s), 8 expected",
-                                                "InfiniBand mlx5_0 port 1 ?/LinkUp", "InfiniBand mlx5_1 port 1 ACTIVE/?"]
+    write(tree / "mlx5_5" / "ports" / "1" / "counters" / "symbol_error", "\u00b2\n")   # a digit int() refuses
+    write(tree / "mlx5_6" / "ports" / "1" / "link_layer", "InfiniBand\x00\n")
+    found, report = judge(tree)
+    # a port whose state did not read is unknown, said, never drained; a port renamed away is missing
+    assert sorted((f.severity, f.message) for f in found) == [
+        ("drain", "6 InfiniBand port(s) and 1 of no known link layer, 8 expected")] + [
+        ("warn", "InfiniBand not readable")] * 6
+    assert sorted(f.detail for f in found if f.severity == "warn") == [
+        "mlx5_0 port 1 counters/link_downed: value not read as given ('-3')",
+        "mlx5_0 port 1 rate: value not read as given ('garbage')",
+        "mlx5_0 port 1 state: value not read as given ('')",
+        "mlx5_1 port 1 phys_state: not there",
+        "mlx5_5 port 1 counters/symbol_error: value not read as given ('\ufffd\ufffd')",
+        "mlx5_6 port 1 link_layer: value not read as given ('InfiniBand\\x00')"]
+    assert report.verdict == "drain"
+    (tree / "mlx5_4" / "ports" / "x").rename(tree / "mlx5_4" / "ports" / "1")
+    found, report = judge(tree)
+    assert {f.severity for f in found} == {"warn"} and report.verdict == "warn"
 
 
 def test_check_reads_ib_sysfs_and_judges_growth_against_a_previous_snapshot(tree, tmp_path):

@@ -78,22 +78,26 @@ def check(ctx: Context) -> list[Finding]:
     out += [Finding(NAME, "warn", "watch", None, "InfiniBand not readable", what) for what in ib.unread]
     ports = [p for p in ib.ports if not any(fnmatch.fnmatchcase(p.device, g) for g in pol.ib_exclude)]
     infiniband = [p for p in ports if p.link_layer.lower() == pol.ib_link_layer.lower()]
+    # a port whose files did not read (said above, in ib.unread) is unknown: neither down nor missing
+    layer_unknown = [p for p in ports if not p.link_layer]
     fabric = "InfiniBand" if pol.ib_link_layer == "InfiniBand" else "RoCE"
     if pol.ib_ports is not None:
         up = [p for p in infiniband if p.state.upper() == "ACTIVE" and p.phys_state.lower() == "linkup"]
         for p in infiniband:
-            if p not in up:
+            if p not in up and p.state and p.phys_state:
                 out.append(Finding(NAME, "drain", "inspect_hardware", None, f"{fabric} {_where(p)} "
                                    f"{p.state or '?'}/{p.phys_state or '?'}",
                                    f"expected ACTIVE and LinkUp ({len(up)} of {pol.ib_ports} port(s) up under "
                                    f"{ib.root}): the cable, the transceiver, the HCA or the switch port",
                                    extra={"ib": "d", "port": _key(p)}))
-        if len(infiniband) < pol.ib_ports:
+        if len(infiniband) + len(layer_unknown) < pol.ib_ports:
             seen = ", ".join(sorted({p.device for p in infiniband})) or "none"
             out.append(Finding(NAME, "drain", "inspect_hardware", None,
-                               f"{len(infiniband)} {fabric} port(s), {pol.ib_ports} expected",
+                               f"{len(infiniband)} {fabric} port(s)"
+                               + (f" and {len(layer_unknown)} of no known link layer" if layer_unknown else "")
+                               + f", {pol.ib_ports} expected",
                                f"an HCA missing or its driver not loaded (devices: {seen}; under {ib.root})",
-                               extra={"ib": "m", "missing": pol.ib_ports - len(infiniband)}))
+                               extra={"ib": "m", "missing": pol.ib_ports - len(infiniband) - len(layer_unknown)}))
         if pol.ib_rate_gbps is not None:
             for p in up:
                 if p.rate_gbps is not None and p.rate_gbps < pol.ib_rate_gbps:

@@ -63,6 +63,8 @@ def check(ctx: Context) -> list[Finding]:
     if facts.secure_boot and run and run.module and run.module.signed is False and not problem:
         out.append(Finding(NAME, "warn", "fix_config", None, "nvidia module unsigned under Secure Boot",
                            f"{run.module.path}: it will not load after a reboot"))
+    for what in facts.unread:
+        out.append(Finding(NAME, "warn", "watch", None, "host facts not readable", what))
     for tool in facts.auto_updates:
         out.append(Finding(NAME, "warn", "fix_config", None, f"automatic kernel updates on ({tool})", NVIDIA_ADVICE))
     return out

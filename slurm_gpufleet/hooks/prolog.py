@@ -154,12 +154,24 @@ def _async_reason(setup: Setup, reason: str, job: str | None = None) -> None:
         log.warning("could not start the reason update: %s", exc)
 
 
-def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: float = 20.0,
+# the helper's waits: slurmctld drains the node, then requeues the job, each within seconds on a quiet
+# controller and far later on a loaded one; the helper is detached, so it can wait
+DRAIN_WAIT_S = 60.0
+REQUEUE_WAIT_S = 120.0
+
+
+def _pause(started: float) -> None:
+    """Polls back off: twice a second at first, then every 2 s (one `scontrol show` each)."""
+    time.sleep(0.5 if time.monotonic() - started < 10 else 2.0)
+
+
+def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: float = DRAIN_WAIT_S,
                         job: str | None = None) -> int:
     setup = _setup("prolog", config, node)
     if setup is None:
         return 0
     from ..slurm import SlurmError
+    from ..slurm.escalation import reason_after_prolog
     from ..slurm.ownership import HEALTH, SLURM_HOOK_REASONS, owner_of_reason
     from .common import actuator_for
 
@@ -167,25 +179,22 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
         log.error("%s not found: cannot put the reason on the node", setup.settings.scontrol)
         return 0
     backend = _backend(setup.settings)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while time.monotonic() < started + wait_s:
         try:
             info = backend.node(node)
             if info.drained and info.reason in SLURM_HOOK_REASONS:
-                actuator_for(setup, backend).set_reason([info], reason)
+                said = reason_after_prolog(actuator_for(setup, backend), backend, setup.settings,
+                                           setup.policy.domains, info, reason, modes=setup.policy.mode_of)
                 log.info("replaced '%s' with '%s'", info.reason, reason)
                 from ..history import History, db_path
 
                 history = KeptHistory(History, db_path(setup.settings.state_dir, node))
                 history.record_action(node, "prolog", "set_reason", reason, f"was '{info.reason}'", True)
-                from ..slurm.escalation import escalate, fault_of
-
-                if fault_of(reason) is not None:  # a fabric fault the prolog caught counts for its rack too
-                    said = escalate(backend, setup.settings, setup.policy.domains, node, modes=setup.policy.mode_of)
-                    if said:
-                        history.record_action(node, "prolog", "rack", "", said, True)
+                if said:
+                    history.record_action(node, "prolog", "rack", "", said, True)
                 if job:
-                    said = requeue_away(backend, setup, job, node, reason, deadline)
+                    said = requeue_away(backend, setup, job, node, reason, time.monotonic() + REQUEUE_WAIT_S)
                     if said:
                         history.record_action(node, "prolog", "requeue", reason, said, True)
                 history.close()
@@ -194,7 +203,7 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
                 return 0  # someone else's reason (an admin's, a rollout's): never replaced
         except SlurmError as exc:
             log.warning("waiting for the prolog drain: %s", exc)
-        time.sleep(0.5)
+        _pause(started)
     return 0
 
 
@@ -212,6 +221,7 @@ def requeue_away(backend, setup: Setup, job: str, node: str, reason: str, deadli
     from ..slurm import effects as E
     from .common import actuator_for
 
+    started = time.monotonic()
     try:
         while True:
             fields = backend.job_fields(job)
@@ -221,7 +231,7 @@ def requeue_away(backend, setup: Setup, job: str, node: str, reason: str, deadli
                 break
             if time.monotonic() > deadline:
                 return f"job {job} not requeued within the wait ({fields.get('JobState')}): left as it is"
-            time.sleep(0.5)
+            _pause(started)
         partitions = set((fields.get("Partition") or "").split(","))
         members = [n.name for n in backend.nodes() if partitions & set(n.partitions)]
         admin = fields.get("AdminComment", "")

@@ -28,10 +28,14 @@ _RELEASE = re.compile(r"(\d+\.\d+(?:\.\d+)?[-+.\w]*)")
 def read_host(root: str = "/") -> HostFacts:
     base = Path(root)
     facts = HostFacts(root=str(base))
-    running = _text(base / "proc/sys/kernel/osrelease")
-    if running:
-        facts.running = kernel_facts(base, running.strip())
-    nxt, how = next_boot_release(base, running.strip() if running else None)
+    running = (_text(base / "proc/sys/kernel/osrelease") or "").strip() or None
+    if running and not _is_release(running):
+        # the release names a directory under /lib/modules: anything else is said, never walked
+        facts.unread.append(f"proc/sys/kernel/osrelease: value not read as given ({running[:64]!r})")
+        running = None
+    elif running:
+        facts.running = kernel_facts(base, running)
+    nxt, how = next_boot_release(base, running)
     if nxt:
         facts.next_boot = facts.running if facts.running and facts.running.release == nxt else kernel_facts(base, nxt)
         facts.next_boot_from = how
@@ -94,7 +98,7 @@ def read_module(path: Path, base: Path) -> KernelModule:
             mod.signed = len(data) >= len(SIGNATURE_MAGIC) and data[-len(SIGNATURE_MAGIC):] == SIGNATURE_MAGIC
             if mod.signed:
                 mod.signer = module_signer(data)
-    except (OSError, EOFError, ValueError):
+    except (OSError, EOFError, ValueError, struct.error):
         return mod
     if "version" in info:
         mod.version = info["version"]
@@ -160,6 +164,36 @@ def module_signer(data: bytes) -> str | None:
     return names[-1].decode("utf-8", "replace") if names else None
 
 
+# NVIDIA's module is about 65 MB unpacked (Debian's nvidia-current.ko): a file that unpacks past this is
+# not one, and is never unpacked whole
+MODULE_MAX_BYTES = 512 << 20
+
+
+def _decompressed(path: Path, raw: bytes) -> bytes | None:
+    """The module unpacked, never past MODULE_MAX_BYTES; ValueError where it is not what its name says."""
+    try:
+        if path.name.endswith(".xz"):
+            import lzma
+
+            unpacker = lzma.LZMADecompressor()
+            plain = unpacker.decompress(raw, max_length=MODULE_MAX_BYTES + 1)
+        elif path.name.endswith(".gz"):
+            import zlib
+
+            plain = zlib.decompressobj(wbits=31).decompress(raw, MODULE_MAX_BYTES + 1)
+        else:
+            try:
+                import zstandard  # type: ignore[import-not-found]
+            except ImportError:
+                return None  # version unknown; the module is there
+            plain = zstandard.ZstdDecompressor().decompress(raw, max_output_size=MODULE_MAX_BYTES + 1)
+    except Exception as exc:  # each library's own error class: lzma.LZMAError, zlib.error, zstandard.ZstdError
+        raise ValueError(f"{path}: {exc}") from exc
+    if len(plain) > MODULE_MAX_BYTES:
+        raise ValueError(f"{path}: unpacks past {MODULE_MAX_BYTES} bytes")
+    return plain
+
+
 @contextmanager
 def _module_data(path: Path) -> Iterator[bytes | mmap.mmap | None]:
     """The module's bytes: mapped when stored plain (its sections are read, not the whole file), else
@@ -167,24 +201,11 @@ def _module_data(path: Path) -> Iterator[bytes | mmap.mmap | None]:
     if path.name.endswith((".xz", ".gz", ".zst")):
         # the decompressors are imported here: most modules are stored plain, and each health check of every
         # node imports this file
-        raw = path.read_bytes()
-        if path.name.endswith(".xz"):
-            import lzma
-            try:
-                plain = lzma.decompress(raw)
-            except lzma.LZMAError as e:
-                raise ValueError(f"{path}: {e}") from e
-            yield plain
-        elif path.name.endswith(".gz"):
-            import gzip
-            yield gzip.decompress(raw)
-        else:
-            try:
-                import zstandard  # type: ignore[import-not-found]
-            except ImportError:
-                yield None  # version unknown; the module is there
-                return
-            yield zstandard.ZstdDecompressor().decompress(raw, max_output_size=512 << 20)
+        with open(path, "rb") as fh:
+            raw = fh.read(MODULE_MAX_BYTES + 1)
+        if len(raw) > MODULE_MAX_BYTES:
+            raise ValueError(f"{path}: over {MODULE_MAX_BYTES} bytes")
+        yield _decompressed(path, raw)
         return
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
@@ -203,7 +224,7 @@ def next_boot_release(base: Path, running: str | None) -> tuple[str | None, str 
     default = re.search(r'^GRUB_DEFAULT=["\']?([^"\'\n]*)', _text(base / "etc/default/grub") or "", re.M)
     wanted = saved.group(1) if saved and (not default or default.group(1) == "saved") else None
     if wanted:
-        m = _RELEASE.search(wanted.split(">")[-1])
+        m = _RELEASE.search(wanted.split(">")[-1][-256:])   # a kernel release is short: never a long search
         if m and m.group(1) in installed:
             return m.group(1), "grubenv"
     if installed:
@@ -211,19 +232,29 @@ def next_boot_release(base: Path, running: str | None) -> tuple[str | None, str 
     return running, "running" if running else None
 
 
+def _is_release(text: str) -> bool:
+    from ..maintain.bundle import KERNEL_GRAMMAR  # the one grammar of a kernel release (a light module)
+
+    return len(text) <= 128 and KERNEL_GRAMMAR.fullmatch(text) is not None   # a path component, never too long
+
+
 def installed_kernels(base: Path) -> list[str]:
     names = {p.name[len("vmlinuz-"):] for p in (base / "boot").glob("vmlinuz-*")}
+    names = {n for n in names if _is_release(n)}
     return sorted(names, key=_version_key)
 
 
 def _version_key(release: str) -> tuple:
-    return tuple(int(x) if x.isdecimal() else x for x in re.split(r"[.\-+]", release))
+    """6.1.0-31-amd64 after 6.1.0-28-amd64; a number sorts before a word in the same place (never compared
+    with it)."""
+    return tuple((0, int(x), "") if x.isascii() and x.isdecimal() else (1, 0, x) for x in re.split(r"[.\-+]", release))
 
 
 def secure_boot(base: Path) -> bool | None:
     var = base / SECURE_BOOT_VAR
     try:
-        data = var.read_bytes()
+        with open(var, "rb") as fh:
+            data = fh.read(64)   # 4 bytes of attributes and 1 of value
         return bool(data[-1]) if data else None
     except FileNotFoundError:
         return False if (base / "sys/firmware/efi").is_dir() else None
@@ -245,9 +276,15 @@ def auto_updates(base: Path) -> list[str]:
     return found
 
 
+# the files read here are a few KB (osrelease, grubenv, /proc/keys, apt's configuration): a larger one is
+# read to this much
+TEXT_MAX_BYTES = 1 << 20
+
+
 def _text(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        with open(path, "rb") as fh:
+            return fh.read(TEXT_MAX_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return None
 

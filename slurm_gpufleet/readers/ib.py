@@ -18,8 +18,12 @@ from ..snapshot import IbPort, IbState
 # the counters whose growth the check judges (data/ib_counters.toml says how much of each is too much)
 COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors", "link_error_recovery", "local_link_integrity_errors",
             "excessive_buffer_overrun_errors")
-_RATE = re.compile(r"^\s*(?P<gbps>\d+(?:\.\d+)?)\s*Gb/sec")
-_CODED = re.compile(r"^\s*(?P<code>\d+)\s*:\s*(?P<name>\S.*?)\s*$")
+_RATE = re.compile(r"^\s*(?P<gbps>\d{1,6}(?:\.\d{1,6})?)\s*Gb/sec", re.ASCII)
+# "4: ACTIVE", "5: LinkUp", "7: Phy Test"; a name alone is read too
+_CODED = re.compile(r"^\s*(?:(?P<code>\d{1,3})\s*:\s*)?(?P<name>[A-Za-z][A-Za-z _]{0,40}?)\s*$", re.ASCII)
+_COUNT = re.compile(r"^[0-9]{1,20}$")   # a 64-bit counter as the kernel prints it
+_PORT = re.compile(r"^[0-9]{1,5}$")
+LINK_LAYERS = ("InfiniBand", "Ethernet")
 
 
 def _text(path: str) -> str | None:
@@ -30,12 +34,17 @@ def _text(path: str) -> str | None:
         return None
 
 
-def _coded(text: str | None) -> tuple[int | None, str]:
-    """"4: ACTIVE" -> (4, "ACTIVE"); what does not read so -> (None, the text)."""
-    if text is None:
-        return None, ""
-    m = _CODED.match(text)
-    return (int(m.group("code")), m.group("name")) if m else (None, text)
+def _coded(text: str | None) -> tuple[int | None, str] | None:
+    """"4: ACTIVE" -> (4, "ACTIVE"), "DOWN" -> (None, "DOWN"); None where the text does not read so (no
+    such file, bytes no kernel prints)."""
+    m = _CODED.match(text) if text is not None else None
+    if m is None:
+        return None
+    return (int(m.group("code")) if m.group("code") else None), m.group("name")
+
+
+def _odd(where: str, name: str, text: str | None) -> str:
+    return f"{where} {name}: " + ("not there" if text is None else f"value not read as given ({text[:40]!r})")
 
 
 def read_ib(root: str = "/sys/class/infiniband") -> IbState:
@@ -54,27 +63,51 @@ def read_ib(root: str = "/sys/class/infiniband") -> IbState:
     for device in devices:
         ports_dir = os.path.join(root, device, "ports")
         try:
-            ports = sorted(os.listdir(ports_dir), key=lambda p: (not p.isdigit(), int(p) if p.isdigit() else 0, p))
+            ports = sorted(os.listdir(ports_dir), key=lambda p: (not _PORT.match(p), int(p) if _PORT.match(p) else 0, p))
         except OSError as exc:
             state.unread.append(f"{device}: no ports ({exc.strerror or exc})")
             continue
         for name in ports:
-            if not name.isdigit():
+            if not _PORT.match(name):
                 continue
-            base = os.path.join(ports_dir, name)
-            code, st = _coded(_text(os.path.join(base, "state")))
-            phys_code, phys = _coded(_text(os.path.join(base, "phys_state")))
-            rate_text = _text(os.path.join(base, "rate")) or ""
-            m = _RATE.match(rate_text)
-            port = IbPort(device=device, port=int(name), state=st, state_code=code, phys_state=phys,
-                          phys_code=phys_code, rate=rate_text, rate_gbps=float(m.group("gbps")) if m else None,
-                          link_layer=_text(os.path.join(base, "link_layer")) or "")
-            for counter in COUNTERS:
-                value = _text(os.path.join(base, "counters", counter))
-                if value is not None and value.isdigit():
-                    port.counters[counter] = int(value)
-            state.ports.append(port)
+            state.ports.append(_port(state, device, int(name), os.path.join(ports_dir, name)))
     return state
+
+
+def _port(state: IbState, device: str, number: int, base: str) -> IbPort:
+    """One port's files; a value that does not read as the kernel prints it is said in `state.unread` and
+    left unknown (a state never read is neither up nor down, a counter never read is never zero)."""
+    where = f"{device} port {number}"
+    port = IbPort(device=device, port=number)
+    for name in ("state", "phys_state"):
+        text = _text(os.path.join(base, name))
+        coded = _coded(text)
+        if coded is None:
+            state.unread.append(_odd(where, name, text))
+            continue
+        code, word = coded
+        if name == "state":
+            port.state_code, port.state = code, word
+        else:
+            port.phys_code, port.phys_state = code, word
+    rate = _text(os.path.join(base, "rate"))
+    port.rate = rate or ""
+    m = _RATE.match(port.rate)
+    port.rate_gbps = float(m.group("gbps")) if m else None
+    if m is None:
+        state.unread.append(_odd(where, "rate", rate))
+    layer = _text(os.path.join(base, "link_layer"))
+    if layer in LINK_LAYERS:
+        port.link_layer = layer
+    else:
+        state.unread.append(_odd(where, "link_layer", layer))
+    for counter in COUNTERS:
+        value = _text(os.path.join(base, "counters", counter))
+        if value is not None and _COUNT.match(value):
+            port.counters[counter] = int(value)
+        elif value is not None:
+            state.unread.append(_odd(where, f"counters/{counter}", value))
+    return port
 
 
 def remember(state: IbState, path: str, now: float | None = None) -> None:

@@ -93,8 +93,9 @@ def escalate(backend, settings, policy_domains, node: str, clock=time.time, mode
     fleet, domains, domain = found
     by_name = {n.name: n for n in fleet}
     members = [by_name[m] for m in domains.members[domain] if m in by_name]
-    if any(rack_of_reason(n.reason) == domain for n in members):
-        return None  # already escalated: its members carry the domain's reason
+    escalated = [n for n in members if rack_of_reason(n.reason) == domain]
+    if escalated:
+        return _join(backend, settings, fleet, domain, escalated[0].reason, strays(members), clock, modes)
     t = trigger(domain, members, settings.rack_escalate_nodes, settings.rack_escalate_window_s, clock())
     if t is None:
         return None
@@ -111,6 +112,39 @@ def escalate(backend, settings, policy_domains, node: str, clock=time.time, mode
     log.critical("ALERT rack escalation: %s drained whole (%s): %s", domain, ", ".join(done.done + done.reason_set),
                  reason)
     return f"rack {domain} drained: {reason}"
+
+
+def reason_after_prolog(actuator, backend, settings, policy_domains, info: NodeInfo, reason: str,
+                        clock=time.time, modes="full") -> str | None:
+    """A failed prolog's node, which slurmd drained as "Prolog error": our reason in its place, through
+    the actuator, and a fabric fault the prolog caught counted for its rack too.  Returns what the rack
+    escalation did, if anything (hooks/prolog.replace_hook_reason and the fault simulator both)."""
+    actuator.set_reason([info], reason)
+    if fault_of(reason) is None:
+        return None
+    return escalate(backend, settings, policy_domains, info.name, clock=clock, modes=modes)
+
+
+def strays(members: list[NodeInfo]) -> list[NodeInfo]:
+    """Pure: members of an escalated domain that our own check drained for a fabric/NVLink fault under their
+    own reason: a tray whose check read it before the rack's drain and wrote after it.  They take the
+    domain's reason, so the rack comes back as one."""
+    return [n for n in members if n.drained and owner(n) == HEALTH and rack_of_reason(n.reason) is None
+            and fault_of(n.reason) is not None]
+
+
+def _join(backend, settings, fleet, domain: str, reason: str, late: list[NodeInfo], clock, modes) -> str | None:
+    from .actuator import Actuator
+    from .base import SlurmError
+
+    if not late:
+        return None  # already escalated: its members carry the domain's reason
+    try:
+        done = Actuator(backend, HEALTH, settings, fleet=fleet, clock=clock, modes=modes).set_reason(late, reason)
+    except SlurmError as exc:
+        log.error("rack %s: %s not given its reason: %s", domain, ", ".join(n.name for n in late), exc)
+        return None
+    return f"rack {domain} drained: {', '.join(done.done)} given its reason" if done.done else None
 
 
 def _fleet_domain(backend, policy_domains, node: str):
