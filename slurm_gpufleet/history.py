@@ -314,7 +314,10 @@ def read_recent(path: str, since: float = 0.0, gpu: int | None = None, limit: in
     one `gpu` where given), read-only: what `slurm-gpufleet history` shows."""
     if not os.path.exists(path):
         raise HistoryError(f"{path}: no history")
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error as exc:   # a directory, a device
+        raise HistoryError(f"{path}: {exc}") from None
     conn.row_factory = sqlite3.Row
     gpu_clause = " and gpu = ?" if gpu is not None else ""
     args: list[Any] = [since] + ([gpu] if gpu is not None else [])

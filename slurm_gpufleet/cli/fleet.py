@@ -102,6 +102,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
     if running:
         _instep_running(ctx.obj)
     from ..perf.fleet import drains, from_history, from_published, from_results_file, stragglers
+    from ..slurm import SlurmError
 
     opts = ctx.obj or {}
     policy = _load_policy(opts.get("config"))
@@ -114,6 +115,8 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
         else:
             backend = _backend(policy)
             samples = from_published(backend)
+    except SlurmError as exc:
+        _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
     except (OSError, ValueError, KeyError) as exc:
         _fail(f"cannot read the results: {exc}", exitcodes.USAGE)
     found, summary = stragglers(samples, policy.slurm)
@@ -124,7 +127,6 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
             _fail("--drain needs drain_stragglers = true in [slurm] (opt-in)", exitcodes.USAGE)
         backend = backend or _backend(policy)
         from ..hostlist import fold
-        from ..slurm import SlurmError
         from ..slurm.actuator import Actuator
         from ..slurm.ownership import STRAGGLER
 
