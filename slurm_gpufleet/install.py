@@ -108,11 +108,29 @@ def detect_slurm_version(scontrol: str | None = None) -> str | None:
     return words[-1] if words and words[-1][:1].isdecimal() else None
 
 
+# `--extra` node filtering (SchedulerParameters=extra_constraints) came with Slurm 23.11
+EXTRA_CONSTRAINTS_SINCE = (23, 11)
+
+
 def _release(slurm_version: str | None) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in (slurm_version or "").split(".")[:2])
     except ValueError:
         return ()
+
+
+def accounting_notes(scontrol: str | None = None) -> list[str]:
+    """Where the per-job record cannot be written: the epilog runs `sacctmgr` (and `slurm-gpufleet job`
+    `sacct`) from the directory `scontrol` is in, on every compute node."""
+    import shutil
+
+    exe = scontrol or shutil.which("scontrol")
+    if not exe:
+        return ["no scontrol on this machine: the job record needs sacct and sacctmgr beside it on every node"]
+    where = os.path.dirname(os.path.realpath(exe))
+    missing = [name for name in ("sacct", "sacctmgr") if not os.access(os.path.join(where, name), os.X_OK)]
+    return [f"{' and '.join(missing)} not in {where} beside scontrol: the job record (AdminComment, in "
+            f"slurmdbd's accounting) is not written where they are missing"] if missing else []
 
 
 def health_check_limit(interval: int, read_timeout_s: float, slurm_version: str | None
@@ -159,7 +177,8 @@ def slurm_conf_lines(bin_dir: str, interval: int, node_state: str = "ANY", reboo
     return env.get_template("slurm.conf.j2").render(
         version=__version__, bin_dir=bin_dir.rstrip("/"), interval=interval, node_state=node_state,
         reboot_program=reboot_program, health_check_timeout=timeout, slurm_version=slurm_version,
-        read_timeout_s=f"{read:g}", drain_s=WATCHDOG_DRAIN_S)
+        read_timeout_s=f"{read:g}", drain_s=WATCHDOG_DRAIN_S,
+        extra_constraints=len(_release(slurm_version)) != 2 or _release(slurm_version) >= EXTRA_CONSTRAINTS_SINCE)
 
 
 def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf: str | None = None,

@@ -114,7 +114,25 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
             errors.append(f"cancel {','.join(d.cancel)}: {exc}")
     _record_flags(backend, actuator, added, errors)
     store.save(list(d.cases.values()))
+    _publish_scores(actuator, settings, nodes, step.scores, errors)
     return step
+
+
+def _publish_scores(actuator, settings: Any, nodes: list[NodeInfo], scores: dict[str, int], errors: list[str]) -> None:
+    """Each node's lemon score into its summary, where it changed (summary.lemon_news): a job asks for
+    `--extra "lemon<2"`.  Written on the node's summary as this step read it: a health check's write in
+    between is overwritten, and written again at its next news or heartbeat."""
+    from .slurm import SlurmError
+    from .slurm import effects as E
+    from .summary import lemon_news
+
+    if settings.publish == "none":
+        return
+    for node, text in lemon_news(nodes, scores, settings.publish):
+        try:
+            actuator.apply(E.Publish(node, {settings.publish: text}))
+        except SlurmError as exc:
+            errors.append(f"{node}: lemon score not published: {exc}")
 
 
 def _record_flags(backend: Any, actuator: Any, flags: list[Flag], errors: list[str]) -> None:

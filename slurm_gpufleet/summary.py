@@ -51,6 +51,11 @@ Summary = TypedDict("Summary", {
     "err": str,                   # the tool's own faults on the node ("config: FILE:LINE: ...", "history ...: ...")
     "brk": int,                   # 1: a drain was held by the open breaker
     "obs": str,                   # observe mode: what would have been done ("drain: <reason>")
+    # numbers a job selects on (`sbatch --extra "suspect=0&lemon<2"`, SchedulerParameters=extra_constraints,
+    # Slurm 23.11+): each written only when it changes, as the whole summary is
+    "suspect": int,               # 1: held under the ladder's suspect rung (remedy/table.py SUSPECT)
+    "lemon": int,                 # the node's lemon score: jobs that flagged it slow (`fleet lemons` writes it)
+    "fw_ok": int,                 # 1: on its group's pinned driver and firmware (0: a check said it is not)
     # InfiniBand (checks/infiniband.network): ports down "d", slow "s", counters grew "c" ("mlx5_4/1"),
     # ports missing "m"
     "ib": dict[str, Any],
@@ -61,6 +66,9 @@ Summary = TypedDict("Summary", {
     "is": dict[str, Any],
 }, total=False)
 
+
+# the key a driver or firmware check puts in a finding's `extra` when the node is off its group's pins
+OFF_STANDARD = "std"
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _MINUTES_FORMAT = "%Y-%m-%dT%H:%MZ"  # what older versions published
@@ -105,6 +113,21 @@ def parse(text: str | None) -> Summary | None:
     except json.JSONDecodeError:
         return None
     return data if isinstance(data, dict) and "gpufleet" in data else None  # type: ignore[return-value]
+
+
+def lemon_news(nodes: list[Any], scores: dict[str, int], field: str) -> list[tuple[str, str]]:
+    """Pure: (node, the summary to write) for each node whose published lemon score is not `scores`' (0 where
+    the node has none): the node's own summary with only `lemon` changed.  A node publishing no summary of
+    ours is left alone (its health check writes the score's 0 with its first summary)."""
+    out = []
+    for info in nodes:
+        data = parse(getattr(info, field, None))
+        if data is None:
+            continue
+        score = int(scores.get(info.name, 0))
+        if data.get("lemon", 0) != score:
+            out.append((info.name, json.dumps({**data, "lemon": score}, separators=(",", ":"))))
+    return out
 
 
 def from_node(info: Any) -> Summary | None:
@@ -230,6 +253,10 @@ def encode(report: Report, final: str) -> Summary:
         data["cdmm"] = host.cdmm
     data.update(fabric_fields(s))
     data.update(event_counters(s))
+    # the numbers jobs select on: this run's own (the suspect rung and the lemon score are set by those who
+    # know them: hooks/common.act and lemon_step)
+    data["suspect"], data["lemon"] = 0, 0
+    data["fw_ok"] = 0 if any(f.extra and f.extra.get(OFF_STANDARD) for f in report.findings) else 1
     worst = [f for f in report.findings if RANK[f.severity] >= RANK["reboot"]]
     if worst:  # why, for a rollout's validation and for `fleet`
         data["f"] = max(worst, key=lambda f: RANK[f.severity]).message[:80]

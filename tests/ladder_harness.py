@@ -118,12 +118,14 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
     history = History(db_path(str(state), NODE))
     statuses: list[str] = []   # the case's status as the node published it, each change
     held: list[str] = []       # the reservations Slurm showed after each run
+    suspects: list[int] = []   # the `suspect` number the node published after each run (jobs select on it)
     for run_no in range(40):
         if kind == "pcie" and level == "reset" and run_no == 1:   # the link trains x16 again (a reseat)
             gpustate.write_atomic(healthy, str(gpus / f"{NODE}.json"))
         report = evaluate(read_node(setup), setup.policy, host=NODE, expect_idle=True)
         act(setup, report, "healthcheck", backend=slurm)
         held.append(",".join(sorted(r.name for r in slurm.reservations())))
+        suspects.append((parse(slurm.node(NODE).extra) or {}).get("suspect"))
         published = [c[4] for c in (parse(slurm.node(NODE).extra) or {}).get("case", [])]
         if published and published[0] != (statuses[-1:] or [None])[0]:
             statuses.append(published[0])
@@ -151,7 +153,7 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
         if validation_fails and info.drained and info.reason.startswith("repair validation failed"):
             break
     info = slurm.node(NODE)
-    return {"statuses": statuses, "reservations": held, "rungs": [r["rung"] for r in history._query("select rung from remedies where node = ? order by id",
+    return {"statuses": statuses, "reservations": held, "suspects": suspects, "rungs": [r["rung"] for r in history._query("select rung from remedies where node = ? order by id",
                                                         [NODE])],
             "reason": info.reason if info.drained or info.down else "",
             "cases": (parse(info.extra) or {}).get("case", []),

@@ -269,3 +269,19 @@ def test_a_node_that_says_nothing_of_its_gpus_where_some_are_expected_is_never_h
              if f.check == "inventory"]
     assert [(f.severity, f.message) for f in found] == [("warn", "no GPU read, expected 8")]
     assert not [f for f in evaluate(empty).findings if f.check == "inventory"], "nothing expected: nothing said"
+
+
+@pytest.mark.parametrize("toml, fw_ok", [
+    ("", 1),
+    ('[defaults]\ndriver_version = "580.159.04"\n', 1),
+    ('[defaults]\ndriver_version = "570.195.03"\ndriver_mismatch_severity = "warn"\n', 0),
+    ('[defaults]\nvbios = ["96.00.00.00.01"]\n', 0),
+])
+def test_the_summary_says_whether_the_node_is_on_its_group_s_driver_and_firmware(h200, toml, fw_ok):
+    """`fw_ok`, a number a job selects on: 0 where the driver or firmware check found the node off its
+    group's pins, 1 otherwise; `suspect` and `lemon` start at 0 (the ladder and `fleet lemons` set them)."""
+    from slurm_gpufleet.summary import encode
+
+    report = evaluate(h200, parse_policy(toml), today=dt.date(2026, 11, 29))
+    data = encode(report, report.verdict)
+    assert (data["fw_ok"], data["suspect"], data["lemon"]) == (fw_ok, 0, 0), [f.line() for f in report.findings]

@@ -140,3 +140,29 @@ def test_an_install_under_a_prefix_points_the_commands_it_configures_there(tmp_p
         program = shlex.split(command)[0]
         assert program == str(prefix / "sbin" / "slurm-gpufleet-healthcheck") and os.access(program, os.X_OK), command
     assert shlex.split(policy.slurm.validation_command)[1:] == ["--level", "deep", "--nhc"]
+
+
+@pytest.mark.parametrize("release, suggested", [("24.11", True), ("26.05", True), ("23.02", False), ("22.05", False)])
+def test_install_suggests_extra_constraints_where_slurm_has_it_and_always_the_accounting_lines(tmp_path, release,
+                                                                                               suggested):
+    r = _install("--prefix", str(tmp_path / "gpufleet"), "--dry-run", "--slurm-version", release)
+    out = r.stdout.decode()
+    assert ("# SchedulerParameters=extra_constraints" in out) == suggested, out
+    assert 'sbatch --extra "suspect=0&lemon<2"' in out or not suggested
+    assert "# AccountingStorageType=accounting_storage/slurmdbd" in out and "sacctmgr beside scontrol" in out
+
+
+def test_install_says_where_sacct_and_sacctmgr_are_missing_beside_scontrol(tmp_path):
+    from slurm_gpufleet.install import accounting_notes
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("scontrol", "sacct"):
+        (bindir / name).write_text("#!/bin/sh\n")
+        (bindir / name).chmod(0o755)
+    assert accounting_notes(str(bindir / "scontrol")) == [
+        f"sacctmgr not in {bindir} beside scontrol: the job record (AdminComment, in slurmdbd's accounting) is not written "
+        "where they are missing"]
+    (bindir / "sacctmgr").write_text("#!/bin/sh\n")
+    (bindir / "sacctmgr").chmod(0o755)
+    assert accounting_notes(str(bindir / "scontrol")) == []

@@ -267,3 +267,32 @@ def test_a_new_flag_goes_into_its_running_jobs_record_once(tmp_path):
     run_step(slurm, lemon_settings(tmp_path), store, slurm.nodes(), [flag("n1", "10")], NOW + 60)
     assert [c for c in slurm.calls if c[0] == "set_admin_comment"] == writes   # seen again: nothing more
 
+
+
+def test_a_node_s_lemon_score_is_written_into_its_summary_only_when_it_changes(tmp_path):
+    """The number a job selects on (`sbatch --extra "lemon<2"`): the step writes each node's score into the
+    summary the node published, only where it differs; a node publishing nothing of ours is left alone."""
+    import json
+    from dataclasses import replace
+
+    from slurm_gpufleet.lemon_step import run_step
+    from slurm_gpufleet.summary import lemon_news
+
+    class Publishing(LemonSlurm):
+        def set_fields(self, name, fields):
+            self._call("set_fields", name, dict(fields))
+            self.nodes_[name] = replace(self.nodes_[name], extra=fields["extra"])
+
+    ours = json.dumps({"gpufleet": 1, "v": "ok", "suspect": 0, "lemon": 0, "fw_ok": 1})
+    slurm = Publishing([replace(node("n1"), extra=ours), replace(node("n2", "IDLE"), extra=ours),
+                        replace(node("n3", "IDLE"), extra="site text")])
+    assert lemon_news(slurm.nodes(), {"n1": 0}, "extra") == []
+    store = LemonStore(str(tmp_path / "lemons.db"))
+    run_step(slurm, lemon_settings(tmp_path), store, slurm.nodes(), [flag("n1", "10")], NOW)
+    written = [c for c in slurm.calls if c[0] == "set_fields"]
+    assert [(c[1], json.loads(c[2]["extra"])["lemon"]) for c in written] == [("n1", 1)], written
+    assert json.loads(slurm.nodes_["n1"].extra) == {**json.loads(ours), "lemon": 1}
+    assert slurm.nodes_["n3"].extra == "site text"
+    slurm.calls.clear()
+    run_step(slurm, lemon_settings(tmp_path), store, slurm.nodes(), [], NOW + 60)   # unchanged: nothing written
+    assert [c for c in slurm.calls if c[0] == "set_fields"] == []

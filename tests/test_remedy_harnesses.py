@@ -101,7 +101,10 @@ def test_a_suspect_is_held_in_its_own_reservation_then_released_or_drained_for_r
     assert seen["reservations"][0] == "gpufleet-suspect-node00001"
     acts = [a for a, _, _ in seen["actions"]]
     assert acts[0] == "suspect" and "drain" not in acts[:1]
+    # the number a job selects on (`sbatch --extra "suspect=0"`): 1 while held, 0 once released or drained
+    assert seen["suspects"][0] == 1 and seen["suspects"][-1] == 0, seen["suspects"]
     if level == "reset":   # clean from the third run on: two clean re-checks, then released
+        assert seen["suspects"] == [1, 1, 0], seen["suspects"]
         assert acts == ["suspect", "suspect_pass", "release"], acts
         assert seen["reason"] == "" and seen["reservations"][-1] == ""
         assert seen["rungs"] == ["suspect"] and seen["statuses"] == ["suspect", "watch"]

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from .. import compat
 from ..findings import Finding
 from ..snapshot import known
+from ..summary import OFF_STANDARD
 
 if TYPE_CHECKING:
     from . import Context
@@ -40,7 +41,8 @@ def check(ctx: Context) -> list[Finding]:
     if pol.driver_version and driver and driver != pol.driver_version:
         out.append(Finding(NAME, pol.driver_mismatch_severity, "fix_config", None,
                            f"driver {driver} not target {pol.driver_version}",
-                           f"node group {'/'.join(pol.groups) or 'defaults'} pins driver {pol.driver_version}"))
+                           f"node group {'/'.join(pol.groups) or 'defaults'} pins driver {pol.driver_version}",
+                           extra={OFF_STANDARD: "driver"}))
     cuda = known(snap.cuda_driver_version)
     if pol.min_cuda and cuda:
         try:

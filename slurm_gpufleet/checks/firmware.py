@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..findings import Finding
 from ..snapshot import known
+from ..summary import OFF_STANDARD
 from ._util import readable_gpus
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def check(ctx: Context) -> list[Finding]:
             if allowed and value and value not in allowed:
                 out.append(Finding(NAME, pol.firmware_mismatch_severity, "fix_config", g.index,
                                    f"{label} {value} not in expected set",
-                                   f"expected one of {', '.join(allowed)}"))
+                                   f"expected one of {', '.join(allowed)}", extra={OFF_STANDARD: label}))
         gsp = known(g.gsp_firmware)
         if not pol.gsp_firmware and gsp and driver and gsp != driver:
             out.append(Finding(NAME, "warn", "reload_driver", g.index, f"GSP firmware {gsp} != driver {driver}",

@@ -387,9 +387,9 @@ def _read_timeout_of(config: str | None) -> float:
 
 
 def _health_check_notes(interval: int, read_timeout_s: float, version: str | None) -> None:
-    from ..install import health_check_limit
+    from ..install import accounting_notes, health_check_limit
 
-    for note in health_check_limit(interval, read_timeout_s, version)[1]:
+    for note in health_check_limit(interval, read_timeout_s, version)[1] + accounting_notes():
         click.echo(f"note: {note}", err=True)
 
 

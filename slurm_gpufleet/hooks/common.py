@@ -425,6 +425,13 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
         if data is not None:
             _last_domain(node, data, shown, history, not [g for g in s.gpus if not g.lost])
+        if data is not None:
+            from ..remedy.table import SUSPECT
+
+            data["suspect"] = int((step.after or step.before) == SUSPECT)
+            lemon = shown.get("lemon") if isinstance(shown, dict) else None
+            if isinstance(lemon, int) and not isinstance(lemon, bool) and lemon >= 0:
+                data["lemon"] = lemon   # `fleet lemons` writes it: carried as Slurm shows it
         if data is not None and isinstance(shown, dict) and "is" in shown:
             # the in-job samplers' digests, each kept until its job's end (the epilog drops its own job's)
             kept = {j: d for j, d in live_digests(shown["is"], time.time()).items()

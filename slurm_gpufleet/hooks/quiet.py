@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any
 
-IGNORED = ("t", "is", "case", "obs", "err")   # moved by others or by time, not by this node's verdict
+IGNORED = ("t", "is", "case", "obs", "err", "lemon")   # moved by others or by time, not by this node's verdict
 
 
 def path(state_dir: str, node: str) -> str:

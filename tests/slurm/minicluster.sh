@@ -280,6 +280,12 @@ write_configs() {
     done > "$DIR/etc/topology.conf"
     echo "BlockSizes=$BLOCK_SIZE" >> "$DIR/etc/topology.conf"
   fi
+  # jobs select on the numbers the summary carries (sbatch --extra), from 23.11
+  sched_extra=""
+  case "${RELEASE:-$(slurmctld -V 2>/dev/null | awk '{print $2}' | cut -d. -f1,2)}" in
+    22.05|23.02) ;;
+    *) sched_extra=",extra_constraints" ;;
+  esac
   cat > "$CONF" <<EOF
 # written by tests/slurm/minicluster.sh
 $topology
@@ -304,7 +310,7 @@ JobAcctGatherType=jobacct_gather/none
 $(accounting_lines)
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,batch_sched_delay=0
+SchedulerParameters=bf_interval=1,batch_sched_delay=0$sched_extra
 # idle sweeps (slurm_gpufleet/sweep.py) give way by partition priority: a test adds a sweep partition of
 # a lower PriorityTier at run time; the partitions below share one tier, so nothing preempts among them
 PreemptType=preempt/partition_prio
