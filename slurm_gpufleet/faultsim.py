@@ -854,10 +854,14 @@ class _Lab:
 def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:
     from .maintain.trials import percentile
 
+    def unfinished(job) -> bool:
+        """Held after MaxBatchRequeue: its user still waits for the rest of its work."""
+        return job.id in sim.done_at and job.start is None and job.saved < job.run
+
     def kept(job) -> float:
         """The job's work done by the end (seconds of its run, kept or still running)."""
-        if job.id in sim.done_at and job.start is None and job.saved < job.run:
-            return job.saved   # ended unfinished (held after MaxBatchRequeue)
+        if unfinished(job):
+            return job.saved
         if job.id in sim.done_at:
             return job.run
         return min(job.run, job.saved + (max(0.0, end - job.start - sim._restart(job)) if job.start is not None
@@ -865,11 +869,13 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
 
     def ettr(ids) -> float | None:
         """Work done over the time from submit to the end (or the job's end): the queue wait, and the wait
-        after each failure for nodes to run again on, count."""
+        after each failure for nodes to run again on, count.  Every job counts, finished or not: one held
+        unfinished after MaxBatchRequeue is counted as one still waiting at the end is (nobody releases it
+        in the simulation), its kept work over its time from submit to the end."""
         work = elapsed = 0.0
         for jid in ids:
             job = sim.by_id[jid]
-            stop = sim.done_at.get(jid, end)
+            stop = end if unfinished(job) else sim.done_at.get(jid, end)
             if stop <= job.submit:
                 continue
             g = job.gpn * job.nodes
@@ -881,7 +887,8 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
     # for --plot: GPUs in service, and the ETTR of the jobs ended by each day (hours on both axes)
     capacity = [(0.0, sum(n.gpus for n in sim.nodes))] + [(t / 3600, g) for t, g in sim.capacity]
     ettr_by_day = []
-    ended = sorted((sim.done_at[j], j) for j in started if j in sim.done_at)
+    # the jobs that ended by each day (one held unfinished has not: it waits to the end, as ettr() counts it)
+    ended = sorted((sim.done_at[j], j) for j in started if j in sim.done_at and not unfinished(sim.by_id[j]))
     work = elapsed = 0.0
     k = 0
     for day in range(1, int(end // 86400) + 1):   # the jobs ended by each day, added as they end

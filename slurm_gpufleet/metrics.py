@@ -125,6 +125,46 @@ def fleet_registry(inv: dict[str, Any]) -> Any:
     return reg
 
 
+def reliability_registry(rel: dict[str, Any]) -> Any:
+    """`fleet report --textfile`: the fleet's reliability per node group over the report's window."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    per_day = Gauge("gpufleet_fleet_incidents_per_node_day", "Incidents (nodes taken out of service by the tool) "
+                    "per node-day over the report's window", ["group"], registry=reg)
+    mtbi = Gauge("gpufleet_fleet_mtbi_hours", "Mean time between incidents per node, hours", ["group"], registry=reg)
+    ttr = Gauge("gpufleet_fleet_ttr_hours", "Time to repair, hours, by who closed it (automatic: the ladder; "
+                "manual: an admin or the repair rung)", ["group", "how", "quantile"], registry=reg)
+    false = Gauge("gpufleet_fleet_false_hold_ratio", "Share of ended holds that found nothing (no remedy tried)",
+                  ["group"], registry=reg)
+    out = Gauge("gpufleet_fleet_nodes_out", "Nodes out of service now, by failure class", ["group", "cause"],
+                registry=reg)
+    worked = Gauge("gpufleet_fleet_remedy_success_ratio", "Remedies that worked, by failure class and rung",
+                   ["group", "class", "rung"], registry=reg)
+    for group, g in rel.get("groups", {}).items():
+        if g["incidents_per_node_day"] is not None:
+            per_day.labels(group).set(g["incidents_per_node_day"])
+        if g["mtbi_hours"] is not None:
+            mtbi.labels(group).set(g["mtbi_hours"])
+        for how, q in g["ttr_hours"].items():
+            for name in ("p50", "p90"):
+                if q[name] is not None:
+                    ttr.labels(group, how, "0.5" if name == "p50" else "0.9").set(q[name])
+        if g["false_hold_share"] is not None:
+            false.labels(group).set(g["false_hold_share"])
+        for cause, n in g["out_now"].items():
+            out.labels(group, cause).set(n)
+        for cls, rungs in g["remedies"].items():
+            for rung, v in rungs.items():
+                if v["tried"]:
+                    worked.labels(group, cls, rung).set(round(v["succeeded"] / v["tried"], 4))
+    return reg
+
+
+def write_reliability_textfile(path: str, rel: dict[str, Any]) -> None:
+    _write(path, reliability_registry(rel))
+
+
 def write_fleet_textfile(path: str, inv: dict[str, Any]) -> None:
     _write(path, fleet_registry(inv))
 

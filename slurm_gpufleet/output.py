@@ -29,6 +29,30 @@ def check_text(report: Report) -> str:
     return "\n".join(lines)
 
 
+def reliability_text(rel: dict[str, Any]) -> str:
+    """`fleet report`: one block per node group."""
+    def num(v: float | None, fmt: str = "{:.2f}") -> str:
+        return "-" if v is None else fmt.format(v)
+
+    days = (rel["until"] - rel["since"]) / 86400
+    lines = [f"reliability over {days:g} day(s), from the nodes' histories"]
+    for group, g in rel["groups"].items():
+        auto, manual = g["ttr_hours"]["automatic"], g["ttr_hours"]["manual"]
+        lines += [f"{group}: {g['nodes']} node(s), {g['incidents']} incident(s), "
+                  f"{num(g['incidents_per_node_day'], '{:.4f}')} per node-day, "
+                  f"mean time between incidents {num(g['mtbi_hours'], '{:.1f}')} h",
+                  f"  time to repair, automatic: p50 {num(auto['p50'])} h, p90 {num(auto['p90'])} h ({auto['n']}); "
+                  f"manual: p50 {num(manual['p50'])} h, p90 {num(manual['p90'])} h ({manual['n']})",
+                  f"  holds that found nothing: {num(g['false_hold_share'], '{:.0%}')}; out now: "
+                  + (", ".join(f"{c} {n}" for c, n in g["out_now"].items()) or "none")]
+        for cls, rungs in g["remedies"].items():
+            lines.append(f"  {cls}: " + ", ".join(f"{r} {v['succeeded']}/{v['tried']} worked" for r, v in rungs.items()))
+    if not rel["groups"]:
+        lines.append("no node history")
+    lines += [f"unread: {u}" for u in rel.get("unread", [])]
+    return "\n".join(lines) + "\n"
+
+
 def inventory_text(inv: dict[str, Any]) -> str:
     """`fleet`: per node group, its drivers, models, firmware, verdicts and states, exposures, and the nodes
     off its standard."""
@@ -202,7 +226,7 @@ def fleet_text(out: dict[str, Any]) -> str:
     if lost:
         lines.append("jobs ended unfinished, held after more than 5 requeues (MaxBatchRequeue): "
                      + ", ".join(f"{k} {v:g}" for k, v in lost.items())
-                     + "; ETTR stops counting a job at that end, so compare goodput, the work the fleet kept.")
+                     + "; ETTR counts each as a job still waiting at the end (nobody releases it here).")
     lines.append("goodput: the work kept over the fleet's GPU-hours; avail: node-hours in service over node-hours.")
     return "\n".join(lines)
 

@@ -413,6 +413,18 @@ class IbPort:
 
 
 @dataclass
+class SlurmView:
+    """The node as slurmctld registered it, read by the health check with the node's state: what must hold
+    before a node that was held goes back into service (checks/slurm_view.py)."""
+
+    state: str = ""                  # IDLE, DOWN, ...
+    flags: list[str] = field(default_factory=list)   # DRAIN, NOT_RESPONDING, INVALID_REG, ...
+    gres: str = ""                   # as Slurm shows it: gpu:h200:8(S:0-1)
+    gpus: int | None = None          # the GPUs in it, every type summed (MIG instances as Slurm counts them)
+    held: bool = False               # out of service (drained, down, rebooting): its return is what is judged
+
+
+@dataclass
 class IbState:
     """The node's InfiniBand devices and ports, read from `root`."""
 
@@ -464,6 +476,8 @@ class NodeSnapshot:
     input_notes: list[str] = field(default_factory=list)
     # InfiniBand and RoCE ports (readers/ib.py), when read
     ib: IbState | None = None
+    # what slurmctld shows of the node, where the health check read it (never on a quiet run)
+    slurm: SlurmView | None = None
     # mlx5 driver lines of the same kernel log (cards and links that failed)
     nic_events: list[NicEvent] = field(default_factory=list)
     # the GPUs' lifetime counters when the node was last repaired (kept on the node: hooks/common.py), by

@@ -16,6 +16,7 @@ from slurm_gpufleet.snapshot import (
     NvLink,
     PerfSample,
     Process,
+    SlurmView,
     XidEvent,
 )
 
@@ -159,6 +160,11 @@ FAULTS = [
      "", "performance", "warn", "memory bandwidth 3500 GB/s, -15%"),
     ("no-gpu-library", lambda s: setattr(s, "performance", [PerfSample(gpu=0, error="no GPU library")]), "",
      "performance", "ok", "performance not measured"),
+    ("slurm-short", lambda s: setattr(s, "slurm", SlurmView("DOWN", [], "", 0, held=True)), "", "slurm", "drain",
+     "sees gpu:0 of 1"),
+    ("slurm-inval", lambda s: setattr(s, "slurm", SlurmView("IDLE", ["DRAIN", "INVALID_REG"], "gpu:h200:1", 1,
+                                                            held=True)), "", "slurm", "drain",
+     "registered invalid (INVAL)"),
 ]
 
 
@@ -285,3 +291,24 @@ def test_the_summary_says_whether_the_node_is_on_its_group_s_driver_and_firmware
     report = evaluate(h200, parse_policy(toml), today=dt.date(2026, 11, 29))
     data = encode(report, report.verdict)
     assert (data["fw_ok"], data["suspect"], data["lemon"]) == (fw_ok, 0, 0), [f.line() for f in report.findings]
+
+
+def test_slurm_s_view_is_judged_only_for_a_held_node_and_never_against_mig(h200):
+    """A node in service is judged as Slurm runs it; a held one whose registration matches returns; MIG
+    instances are Slurm's count, not the GPUs'."""
+    from slurm_gpufleet.slurm.base import NodeInfo, view_of
+
+    def found(view):
+        h200.slurm = view
+        return [f.message for f in evaluate(h200, parse_policy("")).findings if f.check == "slurm"]
+
+    assert found(view_of(NodeInfo("n1", "IDLE", gres="gpu:h200:3"))) == []   # in service: not judged
+    assert found(view_of(NodeInfo("n1", "IDLE", {"DRAIN"}, gres="gpu:h200:1(S:0-1)"))) == []
+    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:1,gpu:a100:2"))) == []   # more: inventory's
+    h200.gpus.append(h200.gpus[0])
+    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:1(S:0),gpu:a100:0"))) == ["sees gpu:1 of 2"]
+    h200.gpus.pop()
+    assert found(view_of(NodeInfo("n1", "IDLE", {"DRAIN", "NOT_RESPONDING"}, gres="(null)"))) == [
+        "slurmd not responding", "sees gpu:0 of 1"]
+    h200.gpus[0].mig_mode_current = True
+    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:1g.18gb:7"))) == []

@@ -4,6 +4,7 @@ simulator, lemons and the report."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -709,12 +710,35 @@ def _instep_telemetry(path: str, policy) -> None:
 @fleet.command("report")
 @group_config_option
 @click.option("--history-dir", required=True, metavar="DIR", help="Directory of node history databases.")
-@click.option("--out", required=True, metavar="FILE.html", help="Where to write the HTML report.")
+@click.option("--out", metavar="FILE.html", help="Also write the HTML report (health over time, performance "
+                                                 "outliers, reliability).")
+@click.option("--days", type=Finite(min=0, max=3650, min_open=True), default=30.0, show_default=True,
+              help="The window the reliability figures cover, ending now.")
+@click.option("--textfile", metavar="PATH", help="Also write the reliability figures as Prometheus metrics.")
+@json_opt(help="The reliability figures as JSON.")
 @click.pass_context
-def fleet_report(ctx: click.Context, history_dir: str, out: str) -> None:
-    """An HTML report of the fleet's health over time and its performance outliers."""
-    from ..perf.report import fleet_html
+def fleet_report(ctx: click.Context, history_dir: str, out: str | None, days: float, textfile: str | None,
+                 as_json: bool) -> None:
+    """The fleet's reliability per node group from the nodes' histories: incidents per node-day, mean time
+    between incidents, time to repair (automatic and manual), holds that found nothing, nodes out by cause,
+    the remedies that worked; with --out, the HTML report."""
+    from ..output import reliability_text
+    from ..reliability import report
 
     policy = _load_policy((ctx.obj or {}).get("config"))
-    _write_atomic(out, fleet_html(history_dir, policy))
-    click.echo(out)
+    if not os.path.isdir(history_dir):
+        _fail(f"{history_dir}: not a directory of node histories", exitcodes.USAGE)
+    now = time.time()
+    rel = report(history_dir, policy, now - days * 86400, now)
+    if out:
+        from ..perf.report import fleet_html
+
+        _write_atomic(out, fleet_html(history_dir, policy, rel))
+    if textfile:
+        from ..metrics import write_reliability_textfile
+
+        try:
+            write_reliability_textfile(textfile, rel)
+        except OSError as exc:
+            _fail(f"{textfile}: {exc.strerror or exc}", exitcodes.USAGE)
+    click.echo(json.dumps(rel, indent=1) if as_json or (ctx.obj or {}).get("as_json") else reliability_text(rel))

@@ -82,6 +82,12 @@ def run(argv: list[str] | None = None) -> int:
             node_info = backend.node(setup.node)
         except SlurmError as exc:
             log.error("cannot read node state from Slurm: %s", exc)
+    if node_info is not None:
+        from ..slurm.base import view_of
+
+        snap.slurm = view_of(node_info)   # a held node returns only as Slurm registered it (checks/slurm_view.py)
+        if snap.slurm.held:
+            early = None
     # an admin's `fleet repaired` seen for the first time: what was logged before it no longer counts, from
     # this very run (judged with it, the node would be drained again for the fault just repaired)
     repaired = note_repair(setup, node_info, snap=snap) if node_info is not None else None

@@ -56,7 +56,26 @@ def _svg(series: dict[int, Counter], width: int = 900, height: int = 220) -> str
     return "".join(parts)
 
 
-def fleet_html(history_dir: str, policy) -> str:
+def _reliability_rows(rel: dict | None) -> str:
+    if not rel or not rel.get("groups"):
+        return '<tr><td colspan="9">no node history</td></tr>'
+
+    def num(v, fmt="{:.2f}"):
+        return "-" if v is None else fmt.format(v)
+
+    rows = []
+    for group, g in rel["groups"].items():
+        auto, manual = g["ttr_hours"]["automatic"], g["ttr_hours"]["manual"]
+        out = ", ".join(f"{c} {n}" for c, n in g["out_now"].items()) or "none"
+        rows.append(f"<tr><td>{html.escape(group)}</td><td>{g['nodes']}</td><td>{g['incidents']}</td>"
+                    f"<td>{num(g['incidents_per_node_day'], '{:.4f}')}</td><td>{num(g['mtbi_hours'], '{:.1f}')}</td>"
+                    f"<td>{num(auto['p50'])} / {num(auto['p90'])} ({auto['n']})</td>"
+                    f"<td>{num(manual['p50'])} / {num(manual['p90'])} ({manual['n']})</td>"
+                    f"<td>{num(g['false_hold_share'], '{:.0%}')}</td><td>{html.escape(out)}</td></tr>")
+    return "".join(rows)
+
+
+def fleet_html(history_dir: str, policy, rel: dict | None = None) -> str:
     series = _verdicts_by_hour(history_dir)
     samples = from_history(history_dir)
     found, summary = stragglers(samples, policy.slurm)
@@ -73,5 +92,8 @@ td,th{{border:1px solid #ddd;padding:4px 8px}}th{{background:#f4f4f4}}</style></
 <h1>Fleet health</h1><p>{len(samples)} GPU measurement(s) from {html.escape(history_dir)}</p>
 <h2>Nodes by verdict, per hour</h2><p>{legend}</p>{_svg(series)}
 <h2>Memory bandwidth per model (GB/s)</h2><table><tr><th>model</th><th>GPUs</th><th>median</th><th>MAD</th><th>judged</th></tr>{models}</table>
+<h2>Reliability</h2><table><tr><th>group</th><th>nodes</th><th>incidents</th><th>per node-day</th>
+<th>MTBI h</th><th>repair h automatic p50 / p90 (n)</th><th>manual p50 / p90 (n)</th><th>holds that found nothing</th>
+<th>out now</th></tr>{_reliability_rows(rel)}</table>
 <h2>Stragglers</h2><table><tr><th>GPU</th><th>model</th><th>GB/s</th><th>vs median</th><th>robust z</th></tr>{slow}</table>
 </body></html>"""

@@ -334,6 +334,10 @@ class Carrier:
                     history.close_case(info.name, row["class"])
             elif row["fault"] not in present:
                 history.settle_remedy(row["id"], "succeeded", "the fault is gone")
+                if row["rung"] == "reboot" and not (info.drained or info.down or info.rebooting):
+                    # back in service with no write of ours (Slurm resumed it after the reboot): said, so that
+                    # the incident's end is in the history (reliability.py)
+                    history.record_action(info.name, "ladder", "returned", "", f"in service after {row['rung']}", True)
             elif row["rung"] == "reboot" and info.boot_time and row["boot"] != info.boot_time:
                 history.settle_remedy(row["id"], "permanent", "still there after the reboot")
 

@@ -19,7 +19,7 @@ elif argv[:1] == ["show"]:
     state = node["state"] + ("+DRAIN" if node.get("drain") else "")
     reason = f"   Reason={node['reason']} [root@2026-12-01T08:00:00]\n" if node["reason"] else ""
     print(f"NodeName=n9 Arch=x86_64 CoresPerSocket=1\n   State={state} ThreadsPerCore=1 Weight=1\n"
-          f"   Partitions=gpu\n   BootTime=2026-12-01T07:00:00 SlurmdStartTime=2026-12-01T07:00:05\n"
+          f"   Gres={node.get('gres', 'gpu:h200:8')}\n   Partitions=gpu\n   BootTime=2026-12-01T07:00:00 SlurmdStartTime=2026-12-01T07:00:05\n"
           f"   AvailableFeatures={node.get('availablefeatures', '')}\n"
           f"   ActiveFeatures={node.get('activefeatures', '')}\n"
           f"{reason}   Extra={node['extra']}\n")
