@@ -127,6 +127,22 @@ def with_flag(admin_comment: str, node: str, gpu: int | None, signature: str, t_
     return join(rest, record)
 
 
+def merged(*texts: str | None) -> dict[str, Any]:
+    """One record from the fields a job's record may be in (its AdminComment, and its SystemComment where a
+    site's jobstats owns the AdminComment): each node's part, the fault requeues and the flags of all."""
+    out: dict[str, Any] = {}
+    for text in texts:
+        record = split(text or "")[1]
+        for key, value in record.items():
+            if key == "n" and isinstance(value, dict):
+                out.setdefault("n", {}).update(value)
+            elif key in ("rq", "fl") and isinstance(value, list):
+                out[key] = out.get(key, []) + [v for v in value if v not in out.get(key, [])]
+            else:
+                out[key] = value
+    return out
+
+
 def fault_requeues(admin_comment: str) -> list[list[str]]:
     return list(split(admin_comment)[1].get("rq", []))
 

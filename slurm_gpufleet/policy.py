@@ -327,6 +327,9 @@ class SlurmSettings:
     sweep_db: str | None = setting(None, _abs_path)
     # where the node's GPU summary goes: "extra", "comment" or "none"
     publish: str = setting("extra", _choice("extra", "comment", "none"))
+    # where an ended job's record goes in accounting (jobrecord.py): its AdminComment, or its SystemComment
+    # beside Princeton's jobstats, which owns the AdminComment and writes it whole after the job
+    job_record_field: str = setting("AdminComment", _choice("AdminComment", "SystemComment"))
     # a quiet health-check run (its verdict and summary as the last run that read Slurm saw them, the node
     # in service) asks slurmctld nothing for this long after that read (hooks/quiet.py); 0: every run reads
     slurm_read_every_s: int = setting(600, _int(0))

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 
+import pytest
 from support import run_cli
 
 from slurm_gpufleet import jobrecord
@@ -68,7 +69,7 @@ def test_two_nodes_writing_at_once_both_keep_their_part():
         def job_fields(self, job):   # the epilog runs while its job completes: slurmctld's copy is frozen
             return {"JobState": "COMPLETING", "AdminComment": "(null)"}
 
-        def accounted_admin_comment(self, job):   # slurmdbd's record takes the writes
+        def accounted_admin_comment(self, job, field="AdminComment"):   # slurmdbd's record takes the writes
             with self.lock:
                 return self.admin
 
@@ -228,3 +229,39 @@ def test_a_fabric_or_imex_change_during_the_job_reaches_its_record(tmp_path):
     assert imex_change({}, now, "42") == []   # the job did not use IMEX at its start
     os.unlink(_window_path(s, "n1", "42"))
     assert time_.time() > window["start"]
+
+
+@pytest.mark.parametrize("configured", ["AdminComment", "SystemComment"])
+def test_beside_jobstats_the_record_goes_into_the_system_comment_and_js1_stays_whole(configured):
+    """Princeton's jobstats owns the AdminComment (`JS1:` and base64 that sacctmgr would lower-case): written
+    first, it is left whole and the record goes into the SystemComment; configured (`job_record_field`),
+    the record goes there whatever jobstats does later.  `job` reads both."""
+    from slurm_gpufleet.hooks.jobs import record_part
+
+    site = "JS1:H4sIAAAAAAAAA6tWKkotTi0pVbJSMDIwMNBRyC9KTgWrBACyLlM6HgAAAA=="
+
+    class Slurm:
+        fields = {"AdminComment": site, "SystemComment": ""}
+
+        def job_fields(self, job):
+            return {"JobState": "COMPLETING", "AdminComment": "(null)"}
+
+        def accounted_admin_comment(self, job, field="AdminComment"):
+            return self.fields[field]
+
+    slurm = Slurm()
+    written = []
+
+    class Writer:
+        def apply(self, effect):
+            written.append(effect.field)
+            slurm.fields[effect.field] = effect.text
+
+    assert record_part(slurm, Writer(), "42", "n1", {"x": [[3, 79]]}, sleep=lambda s: None, field=configured)
+    assert written == ["SystemComment"] and slurm.fields["AdminComment"] == site
+    slurm.fields["AdminComment"] = "JS1:overwritten-after"   # jobstats writes last: ours is elsewhere
+    record = jobrecord.merged(slurm.fields["AdminComment"], slurm.fields["SystemComment"])
+    assert record["n"] == {"n1": {"x": [[3, 79]]}}
+    # a record in both (a live job's fault requeue, the epilog's part after jobstats' first write): one
+    both = jobrecord.merged(jobrecord.with_requeue("", "n2", "processes gpu4 ..."), slurm.fields["SystemComment"])
+    assert both["rq"] == [["n2", "processes gpu4 ..."]] and both["n"] == {"n1": {"x": [[3, 79]]}}

@@ -188,7 +188,7 @@ def snapshot(report: str | None, kmsg: str | None, level: str, output: str, time
 def job(job_id: str, config: str | None, as_json: bool) -> None:
     """What happened to a job's GPUs: the record its nodes kept in its AdminComment (Xids, memory errors,
     what was done to a node, fault requeues), from `scontrol show job` while Slurm holds the job and from
-    `sacct` after.
+    `sacct` after (its AdminComment and its SystemComment, where the record goes beside jobstats).
 
     Exit codes: 0 shown (or nothing to say), 2 no such job or Slurm unreadable.
     """
@@ -211,17 +211,21 @@ def job(job_id: str, config: str | None, as_json: bool) -> None:
         # ended: its nodes wrote their parts into slurmdbd's record (slurmctld's copy no longer moves)
         try:
             accounted = backend.accounted_admin_comment(job_id)
+            # beside jobstats, the record is in its SystemComment (hooks/jobs.record_part)
+            system = backend.accounted_admin_comment(job_id, "SystemComment") if accounted is not None else None
         except SlurmError as exc:
             if fields is None:
                 _fail(f"job {job_id}: Slurm no longer knows it and accounting cannot be read: {exc}", exitcodes.USAGE)
-            accounted = None
+            accounted = system = None
             note = (f"job {job_id} has ended and this cluster keeps no accounting (slurmdbd) where its nodes could "
                     f"write what happened: see `slurm-gpufleet history` on its nodes")
         if accounted is not None:
             source, admin = "accounting", accounted
+    else:
+        system = None
     if admin is None:
         _fail(f"job {job_id}: Slurm does not know it (and accounting has no record of it)", exitcodes.USAGE)
-    record = jobrecord.split("" if admin == "(null)" else admin)[1]
+    record = jobrecord.merged("" if admin == "(null)" else admin, system)
     if as_json:
         click.echo(json.dumps({"job": job_id, "source": source, "record": record, **({"note": note} if note else {})},
                               indent=1))

@@ -101,7 +101,8 @@ def _record(setup, job: str, extra: list, report, result: str) -> None:
         return
     try:
         backend = _backend(setup.settings)
-        if not record_part(backend, actuator_for(setup, backend), job, setup.node, part):
+        if not record_part(backend, actuator_for(setup, backend), job, setup.node, part,
+                           field=setup.settings.job_record_field):
             log.warning("job %s: its record was not kept (the job is gone, or its nodes' writes kept crossing)", job)
     except SlurmError as exc:
         log.warning("job %s: its record not written: %s", job, exc)

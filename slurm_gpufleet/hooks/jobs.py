@@ -91,12 +91,16 @@ LIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "REQUEUED", "RE
 
 
 def record_part(backend, actuator, job: str, node: str, part: dict, tries: int = 6, sleep=time.sleep,
-                rand=None) -> bool:
+                rand=None, field: str = "AdminComment") -> bool:
     """This node's part of the job's record (jobrecord.py) into its AdminComment, merged with what the job's
     other nodes wrote: read, merge, write, read back; a write of another node that crossed ours is merged
     again, up to `tries` times.  A job that lives is written in slurmctld; one that has ended (the epilog
     runs while its job completes) in slurmdbd, through sacct and sacctmgr.  False where the job is gone or
-    the part could not be kept; SlurmError where Slurm refuses (no accounting for an ended job)."""
+    the part could not be kept; SlurmError where Slurm refuses (no accounting for an ended job).
+
+    `field`: where an ended job's record goes (`job_record_field`).  An AdminComment that holds another
+    tool's text sacctmgr would alter (jobstats' `JS1:...`, written first) is left whole and the record goes
+    into the job's SystemComment instead."""
     import random
 
     from .. import jobrecord
@@ -108,7 +112,8 @@ def record_part(backend, actuator, job: str, node: str, part: dict, tries: int =
         # a job with no readable state (an answer that is not a job's) is taken as ended: accounting has it
         ended = fields is None or ((fields.get("JobState") or "").split() or [""])[0] not in LIVE_STATES
         if ended:
-            current = backend.accounted_admin_comment(job)
+            current = backend.accounted_admin_comment(job) if field == "AdminComment" else \
+                backend.accounted_admin_comment(job, field)
             if current is None:
                 return False
         else:
@@ -117,9 +122,15 @@ def record_part(backend, actuator, job: str, node: str, part: dict, tries: int =
         if jobrecord.has_part(current, node, part):
             return True
         if ended and not jobrecord.safe_for_accounting(current):
-            log.warning("job %s: its AdminComment holds another tool's text that sacctmgr would lower-case: "
-                        "the record is kept in %s's history only", job, node)
+            if field == "AdminComment":
+                log.info("job %s: its AdminComment holds another tool's text (jobstats?): the record goes into "
+                         "its SystemComment", job)
+                field = "SystemComment"
+                continue
+            log.warning("job %s: its %s holds another tool's text that sacctmgr would lower-case: the record is "
+                        "kept in %s's history only", job, field, node)
             return False
-        actuator.apply(AdminComment(job, jobrecord.with_part(current, node, part), accounted=ended))
+        actuator.apply(AdminComment(job, jobrecord.with_part(current, node, part), accounted=ended,
+                                    **({"field": field} if ended else {})))
         sleep(0.05 + 0.3 * rand())
     return False

@@ -347,9 +347,12 @@ class Actuator:
         self._writer.cancel_jobs(job_ids)
 
     # a job's own record and its requeue away from the node that failed it (no ownership: the job's)
-    def set_admin_comment(self, job_id: str, text: str, accounted: bool = False) -> None:
+    def set_admin_comment(self, job_id: str, text: str, accounted: bool = False, field: str = "AdminComment") -> None:
         if accounted:
-            self._writer.set_accounted_admin_comment(job_id, text)
+            if field == "AdminComment":
+                self._writer.set_accounted_admin_comment(job_id, text)
+            else:
+                self._writer.set_accounted_admin_comment(job_id, text, field)
         else:
             self._writer.set_admin_comment(job_id, text)
 
@@ -454,7 +457,7 @@ _CARRIERS = {
     E.Cancel: lambda a, e: a.cancel_jobs(list(e.job_ids)),
     E.Publish: lambda a, e: a.publish(e.node, e.fields),
     E.Weight: lambda a, e: a.set_weight(list(e.nodes), e.weight),
-    E.AdminComment: lambda a, e: a.set_admin_comment(e.job_id, e.text, e.accounted),
+    E.AdminComment: lambda a, e: a.set_admin_comment(e.job_id, e.text, e.accounted, e.field),
     E.Exclude: lambda a, e: a.set_excluded_nodes(e.job_id, list(e.nodes)),
     E.ReleaseJobs: lambda a, e: a.release_jobs(list(e.job_ids)),
     E.HoldJobs: lambda a, e: a.hold_jobs(list(e.job_ids)),

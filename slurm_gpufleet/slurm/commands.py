@@ -253,11 +253,11 @@ class CommandBackend:
             raise
         return parse_job_text(out)
 
-    def accounted_admin_comment(self, job_id: str) -> str | None:
-        """The job's AdminComment as slurmdbd keeps it (sacct), once slurmctld has forgotten the job; None
-        where accounting does not know it."""
+    def accounted_admin_comment(self, job_id: str, field: str = "AdminComment") -> str | None:
+        """The job's AdminComment (or SystemComment) as slurmdbd keeps it (sacct), once slurmctld has
+        forgotten the job; None where accounting does not know it."""
         sacct = os.path.join(os.path.dirname(self.scontrol), "sacct")
-        out = self._run("-n", "-P", "-X", "-j", job_id, "-o", "JobID,AdminComment", exe=sacct)
+        out = self._run("-n", "-P", "-X", "-j", job_id, "-o", f"JobID,{_accounted_field(field)}", exe=sacct)
         for line in out.splitlines():  # "ID|" is a job accounting knows with nothing in its AdminComment
             jid, sep, comment = line.partition("|")
             if sep and jid.strip() == job_id:
@@ -267,11 +267,12 @@ class CommandBackend:
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self._run("update", f"jobid={job_id}", f"admincomment={text}")
 
-    def set_accounted_admin_comment(self, job_id: str, text: str) -> None:
+    def set_accounted_admin_comment(self, job_id: str, text: str, field: str = "AdminComment") -> None:
         """A job that has ended: slurmctld refuses updates ("Job has already finished"); slurmdbd's record
-        takes it (as Princeton's jobstats stores its summary)."""
+        takes it (as Princeton's jobstats stores its summary), in its AdminComment or SystemComment."""
         sacctmgr = os.path.join(os.path.dirname(self.scontrol), "sacctmgr")
-        self._run("-i", "update", "job", "where", f"jobid={job_id}", "set", f"AdminComment={text}", exe=sacctmgr)
+        self._run("-i", "update", "job", "where", f"jobid={job_id}", "set", f"{_accounted_field(field)}={text}",
+                  exe=sacctmgr)
 
     def set_excluded_nodes(self, job_id: str, nodes: list[str]) -> None:
         self._run("update", f"jobid={job_id}", f"excnodelist={fold(nodes)}")
@@ -290,6 +291,14 @@ class CommandBackend:
 
 
 NODE_FIELDS = ("comment", "extra", "availablefeatures", "activefeatures")
+# the job fields sacctmgr writes into an ended job's accounting record for us (jobrecord.py)
+ACCOUNTED_FIELDS = ("AdminComment", "SystemComment")
+
+
+def _accounted_field(field: str) -> str:
+    if field not in ACCOUNTED_FIELDS:
+        raise ValueError(field)
+    return field
 
 
 def _fields(fields: dict[str, str] | None) -> list[str]:

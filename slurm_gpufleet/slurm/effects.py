@@ -196,6 +196,7 @@ class AdminComment:
     job_id: str
     text: str
     accounted: bool = False
+    field: str = "AdminComment"        # accounted: or SystemComment (beside jobstats)
 
 
 @dataclass(frozen=True)
