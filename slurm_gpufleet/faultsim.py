@@ -930,6 +930,8 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
         "jobs_failed": sim.jobs_failed, "black_hole_crashes": sim.black_hole_crashes, "jobs_lost": sim.lost_jobs,
         "false_drains": ctl.false_drains, "rack_escalations": ctl.rack_escalations,
         "breaker_trips": ctl.breaker_trips,
+        # the figures `fleet report` gives of a real fleet, from the carrier's own history (reliability.py)
+        "reliability": _reliability(ctl.lab, sim, end),
         "_series": {"capacity": capacity, "ettr": ettr_by_day},
         "_moves": list(ctl.ladder_log),   # the carrier's moves (node, class, from, to), in order
         # the ladder's rungs as the nodes' history recorded them, in order (node, rung)
@@ -940,6 +942,20 @@ def _figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 1)
+
+
+_NO_RELIABILITY = dict.fromkeys(("incidents_per_node_day", "mtbi_hours", "ttr_automatic_p50_h", "ttr_automatic_p90_h",
+                                 "ttr_manual_p50_h", "ttr_manual_p90_h", "false_hold_share"))
+
+
+def _reliability(lab, sim, end: float) -> dict[str, Any]:
+    """A strategy that runs the product's carrier: its history's reliability figures; the others keep no
+    history of their own (every figure None)."""
+    if lab is None:
+        return dict(_NO_RELIABILITY)
+    from .reliability import of_history
+
+    return of_history(lab.history, [n.name for n in sim.nodes], 0.0, end)
 
 
 def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, strategies: tuple[str, ...],

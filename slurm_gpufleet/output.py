@@ -227,6 +227,20 @@ def fleet_text(out: dict[str, Any]) -> str:
         lines.append("jobs ended unfinished, held after more than 5 requeues (MaxBatchRequeue): "
                      + ", ".join(f"{k} {v:g}" for k, v in lost.items())
                      + "; ETTR counts each as a job still waiting at the end (nobody releases it here).")
+    rel = {name: m["reliability"] for name, m in out["strategies"].items()
+           if (m.get("reliability") or {}).get("mtbi_hours") is not None}
+    if rel:   # the figures `fleet report` gives of a real fleet's history, from the carrier's own
+        lines.append("as `fleet report` reads the history the ladder kept: incidents per node-day, mean time "
+                     "between incidents (h), repair p50/p90 automatic and manual (h), holds that found nothing:")
+
+        def num(v, fmt="{:.2f}"):
+            return "-" if v is None else fmt.format(v)
+
+        for name, r in rel.items():
+            lines.append(f"  {name}: {num(r['incidents_per_node_day'], '{:.4f}')}, {num(r['mtbi_hours'], '{:.0f}')}, "
+                         f"{num(r['ttr_automatic_p50_h'])}/{num(r['ttr_automatic_p90_h'])} automatic, "
+                         f"{num(r['ttr_manual_p50_h'])}/{num(r['ttr_manual_p90_h'])} manual, "
+                         f"{num(r['false_hold_share'], '{:.0%}')}")
     lines.append("goodput: the work kept over the fleet's GPU-hours; avail: node-hours in service over node-hours.")
     return "\n".join(lines)
 

@@ -162,6 +162,29 @@ def read_history(history_dir: str, since: float):
     return nodes, actions, remedies, closes, unread
 
 
+def of_history(history, nodes: list[str], since: float, now: float) -> dict[str, Any]:
+    """The figures of one History holding several nodes (the fault simulator's, on its own clock), flat:
+    what the simulator prints beside its strategies, so a site compares its year with the what-if."""
+    from .catalog import remediation_data
+
+    classes = remediation_data()["class"]["check"]
+    actions = [(r["ts"], r["node"], r["action"], r["reason"]) for r in history._query(
+        "select ts, node, action, reason from actions where ok = 1", [])]
+    remedies = [(r["ts"], r["node"], r["class"], r["rung"], r["outcome"]) for r in history._query(
+        "select ts, node, class, rung, outcome from remedies", [])]
+    closes = [(r["ts"], r["node"]) for r in history._query("select ts, node from case_closes", [])]
+    found = []
+    for node in nodes:
+        found += incidents([a for a in actions if a[1] == node], [r for r in remedies if r[1] == node],
+                           [c for c in closes if c[1] == node], classes)
+    g = figures(found, nodes, remedies, lambda n: "fleet", since, now)["groups"]["fleet"]
+    t = g["ttr_hours"]
+    return {"incidents_per_node_day": g["incidents_per_node_day"], "mtbi_hours": g["mtbi_hours"],
+            "ttr_automatic_p50_h": t["automatic"]["p50"], "ttr_automatic_p90_h": t["automatic"]["p90"],
+            "ttr_manual_p50_h": t["manual"]["p50"], "ttr_manual_p90_h": t["manual"]["p90"],
+            "false_hold_share": g["false_hold_share"]}
+
+
 def report(history_dir: str, policy, since: float, now: float) -> dict[str, Any]:
     """The figures of every node group from the histories under `history_dir`."""
     from .catalog import remediation_data

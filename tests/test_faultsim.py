@@ -89,6 +89,11 @@ def test_the_fleet_mode_compares_the_strategies_on_the_same_faults():
     assert all(s[k]["resolved"]["reset"] == 0 for k in ("none", "drain-on-any", "two-tier"))
     for k in ("ettr", "node_hours_out"):
         assert all(isinstance(s[n][k], float) for n in s), k
+    # the figures `fleet report` reads from a fleet's history, from the ladder's own: only where it ran
+    rel = s["gpufleet"]["reliability"]
+    assert rel["incidents_per_node_day"] > 0 and rel["mtbi_hours"] > 0 and rel["ttr_automatic_p50_h"] is not None
+    assert rel["ttr_manual_p50_h"] >= rel["ttr_automatic_p50_h"], rel   # a repair waits for an admin
+    assert all(v is None for v in s["none"]["reliability"].values())
 
 
 def test_the_ladder_in_the_fleet_mode_is_the_project_s_decide_with_its_settings():
