@@ -33,6 +33,7 @@ ACTIONS = {
     "reboot_node": "reboot the node",
     "reload_driver": "reload the driver: reboot the node",
     "drain": "take the node out of service until an admin looks at it",
+    "cool_off": "hold the node a while, then return it (heat, a transient); repair if it keeps coming back",
     "inspect_hardware": "hardware inspection / RMA candidate",
 }
 

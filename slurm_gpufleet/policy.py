@@ -308,6 +308,9 @@ class SlurmSettings:
     # is re-checked by its health check every suspect_recheck_min; suspect_passes clean re-checks release it
     suspect_recheck_min: float = setting(10.0, _number)
     suspect_passes: int = setting(3, _int(1))
+    # a cool-off hold (data/remediation.toml [ladder.cool_off]: heat) lasts this long, then Slurm resumes the
+    # node by itself (ResumeAfter, 23.02 on; before, the health check resumes it after its clean runs)
+    cool_off_min: float = setting(30.0, _number)
     # validation before return (returning.py): a node the ladder reset, or one `fleet repaired` names, runs
     # this as a job in a maintenance reservation of its own before it takes work again ("" turns it off);
     # a failure is retried validation_retries times, then the node is drained for repair

@@ -214,7 +214,7 @@ def test_every_reset_or_reboot_action_has_a_ladder_and_every_xid_class_exists():
     data = remediation_data()
     for action, ladder in data["ladder"].items():
         assert action in ACTIONS and ladder["source"] and ladder["rungs"][-1] == "repair"
-        assert set(ladder["rungs"]) <= {"reset", "reboot", "repair"}
+        assert set(ladder["rungs"]) <= {"reset", "reboot", "cool_off", "repair"}
     for xid in data["class"]["xid"]:
         assert int(xid) in xid_catalog(), xid
     for info in xid_catalog().values():

@@ -33,7 +33,7 @@ def check(ctx: Context) -> list[Finding]:
         temp, slow = num(t.gpu_c), num(t.slowdown_c)
         if temp is not None and slow is not None:
             if temp >= slow:
-                out.append(Finding(NAME, "drain", "inspect_hardware", g.index, f"{temp} C at slowdown threshold",
+                out.append(Finding(NAME, "drain", "cool_off", g.index, f"{temp} C at slowdown threshold",
                                    f"GPU at {temp} C, slowdown at {slow} C: check cooling"))
             elif temp >= slow - pol.temperature_margin_c:
                 out.append(Finding(NAME, "warn", "watch", g.index, f"{temp} C near slowdown {slow} C",
@@ -45,7 +45,7 @@ def check(ctx: Context) -> list[Finding]:
         reasons = known(g.clock_event_reasons) or []
         hw = [HARDWARE_REASONS[r] for r in reasons if r in HARDWARE_REASONS]
         if hw:
-            out.append(Finding(NAME, "drain", "inspect_hardware", g.index, ", ".join(hw) + " active",
+            out.append(Finding(NAME, "drain", "cool_off", g.index, ", ".join(hw) + " active",
                                f"clock event reasons: {', '.join(reasons)}"))
         elif "sw_thermal_slowdown" in reasons:
             out.append(Finding(NAME, "warn", "watch", g.index, "SW thermal slowdown active",

@@ -45,6 +45,8 @@ class SimSlurm:
     # how long a reboot takes once the node is empty (0: at the next read, as the rollout replays model it)
     reboot_s: float = 0.0
     node_fields: dict[str, dict[str, str]] = field(default_factory=dict)   # node -> comment, features
+    resume_at: dict[str, float] = field(default_factory=dict)   # node -> when its ResumeAfter resumes it
+    release_: tuple[int, int] = (24, 11)   # the release it behaves as: ResumeAfter (23.02 on)
 
     def __post_init__(self) -> None:
         self.index = {n.name: n for n in self.sim.nodes}
@@ -52,6 +54,9 @@ class SimSlurm:
         # read is given the same NodeInfo (no reader changes one), which at 12,500 nodes saves most of a
         # read's cost
         self._infos: dict[str, tuple[tuple[Any, ...], NodeInfo]] = {}
+
+    def release(self) -> tuple[int, int]:
+        return self.release_
 
     # -- reads: one call each, whatever the fleet size --------------------------------------------
     def nodes(self) -> list[NodeInfo]:
@@ -194,6 +199,8 @@ class SimSlurm:
         for key, value in (fields or {}).items():
             if key == "extra":
                 n.extra = value
+            elif key == "resumeafter":   # as slurmctld: the drain ends by itself then (_resume_after)
+                self.resume_at[n.name] = self.sim.now + float(value)
             else:  # comment, availablefeatures, activefeatures: kept as given, shown by the next read
                 self.node_fields.setdefault(n.name, {})[key] = value
 
@@ -211,7 +218,20 @@ class SimSlurm:
             self._reboot_the_empty()  # an empty node's reboot starts now
         self.sim.nodes_changed()
 
+    def _resume_after(self) -> None:
+        """Slurm's ResumeAfter: a node drained with it is resumed once its time has come (unless it was
+        resumed, or drained again without it, before)."""
+        now = self.sim.now
+        for name, at in list(self.resume_at.items()):
+            if at <= now:
+                del self.resume_at[name]
+                n = self.index[name]
+                if n.drained:
+                    n.drained, n.reason, n.reason_time = False, "", None
+                    self.sim.nodes_changed()
+
     def _reboot_the_empty(self) -> None:
+        self._resume_after()
         now = self.sim.now
         for n in self.sim.nodes:
             if n.reboot_requested and n.free == n.gpus:

@@ -216,6 +216,8 @@ class Carrier:
         out = Carried(action)
         try:
             if action.kind == "drain":
+                if action.resume_after_s and _has_resume_after(self.backend):
+                    fields = {**(fields or {}), "resumeafter": str(action.resume_after_s)}
                 (done,) = self.actuator.apply(E.Drain((info,), action.reason, fields or None))
                 out.published = bool(done.done or done.reason_set)
                 if done.blocked:
@@ -271,7 +273,8 @@ class Carrier:
                 elif done.done:
                     self.history.record_reboot(node, action.fault or "", info.boot_time)
                     self._record_remedy(action, info.boot_time)
-            if action.rung == "repair" and action.kind in ("drain", "set_reason", "fail") and not out.blocked:
+            if action.rung in ("repair", "cool_off") and action.kind in ("drain", "set_reason", "fail") \
+                    and not out.blocked:
                 self._record_remedy(action, info.boot_time)
             if action.kind in ("drain", "reboot") and step.before == SUSPECT and not out.blocked:
                 # held out of service now by the drain: the suspect's reservation goes
@@ -334,7 +337,7 @@ class Carrier:
                     history.close_case(info.name, row["class"])
             elif row["fault"] not in present:
                 history.settle_remedy(row["id"], "succeeded", "the fault is gone")
-                if row["rung"] == "reboot" and not (info.drained or info.down or info.rebooting):
+                if row["rung"] in ("reboot", "cool_off") and not (info.drained or info.down or info.rebooting):
                     # back in service with no write of ours (Slurm resumed it after the reboot): said, so that
                     # the incident's end is in the history (reliability.py)
                     history.record_action(info.name, "ladder", "returned", "", f"in service after {row['rung']}", True)
@@ -581,6 +584,19 @@ def _fail_job(action: Action, findings: list[Finding]) -> Action:
     reason = action.reason if action.kind in ("drain", "set_reason") else make_reason(f)
     why = f"the prolog fails: {action.why}" if action.kind != "none" else f"the prolog fails: {f.message}"
     return replace(action, kind="fail", reason=reason, why=why, finding=action.finding or f)
+
+
+# `scontrol update ... state=drain resumeafter=S` (and the in-memory Slurm): Slurm 23.02 on
+RESUME_AFTER_SINCE = (23, 2)
+
+
+def _has_resume_after(backend) -> bool:
+    """Whether this Slurm resumes a drained node by itself (ResumeAfter); unknown is no: the health check's
+    own resume after its clean runs is the exit then."""
+    try:
+        return tuple(backend.release()) >= RESUME_AFTER_SINCE
+    except Exception:  # a backend that cannot say its release (a fake, a failed `--version`): no
+        return False
 
 
 def _rack_fault(findings: list[Finding]) -> bool:

@@ -62,13 +62,15 @@ class Ladder:
     suspect_classes: tuple[str, ...] = ()
     suspect_recheck_s: float = 600.0
     suspect_passes: int = 3
+    cool_off_s: float = 1800.0
 
     @classmethod
     def of(cls, settings, mode: str = "full", suspect: bool = True) -> Ladder:
         """The ladder of the [slurm] settings and a node group's mode; `suspect`: with the rung for the
         classes the ladder data marks."""
         return cls(settings.reboots_before_drain, settings.max_attempts, settings.attempt_window_s, mode,
-                   suspect_classes() if suspect else (), settings.suspect_recheck_min * 60, settings.suspect_passes)
+                   suspect_classes() if suspect else (), settings.suspect_recheck_min * 60, settings.suspect_passes,
+                   settings.cool_off_min * 60)
 
 
 def suspect_classes() -> tuple[str, ...]:
@@ -90,7 +92,8 @@ class Action:
     why: str = ""
     fault: str | None = None
     finding: Finding | None = None   # what a reset or reboot remedies (its class, its GPUs)
-    rung: str = ""                   # the ladder's rung this action is: reset, reboot, suspect, repair
+    rung: str = ""                   # the ladder's rung this action is: reset, reboot, suspect, cool_off, repair
+    resume_after_s: int | None = None  # a cool-off drain: Slurm resumes the node by itself after this
 
 
 def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeHistory,
@@ -174,6 +177,17 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
                       rung="reboot")
 
     f = worst(findings, "drain")
+    if not held and ladder.mode == "full" and rungs_for(f.action)[:1] == ("cool_off",):
+        cls, key = class_of(f), fault_key(f)
+        attempt = history.attempts.get(cls, 0) + 1
+        if attempt >= ladder.max_attempts:
+            reason = repair_reason(cls, attempt, ladder.max_attempts, ladder.attempt_window_s, fault_words(f))
+            return replace(_drain(node, ours, reason, f"{cls}: hold {attempt} of {ladder.max_attempts} within the "
+                                  f"window: not cooled off again, drained for repair", key), rung="repair", finding=f)
+        # a transient: held a while, and back by itself (ResumeAfter) even if no check runs again
+        return Action("drain", reason=make_reason(f), why=f"cool-off {attempt} of {ladder.max_attempts - 1}: "
+                      f"{f.message}; back after {ladder.cool_off_s / 60:g} min", fault=key, finding=f,
+                      rung="cool_off", resume_after_s=max(1, int(ladder.cool_off_s)))
     if not held and ladder.mode == "full" and class_of(f) in ladder.suspect_classes and history.suspect is None:
         # uncertain: kept from new jobs in a reservation of its own while its running job finishes, re-checked
         return Action("suspect", reason=make_reason(f), why=f"suspect: {f.message}; its running job finishes, no new "

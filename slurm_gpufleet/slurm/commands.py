@@ -290,7 +290,8 @@ class CommandBackend:
         return [tuple(line.split("|", 2)) for line in out.splitlines() if line.count("|") >= 2]  # type: ignore[misc]
 
 
-NODE_FIELDS = ("comment", "extra", "availablefeatures", "activefeatures")
+# resumeafter: with a drain, Slurm (23.02 on) resumes the node by itself after that many seconds
+NODE_FIELDS = ("comment", "extra", "availablefeatures", "activefeatures", "resumeafter")
 # the job fields sacctmgr writes into an ended job's accounting record for us (jobrecord.py)
 ACCOUNTED_FIELDS = ("AdminComment", "SystemComment")
 

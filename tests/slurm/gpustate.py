@@ -36,6 +36,8 @@ FAULTS: dict[str, tuple[str, Any]] = {
     "row_remap_failure": ("remapped_rows", [0, 9, 0, 1]),
     "retired_pages_pending": ("retired_pages_pending", 1),
     "ecc_uncorrected_volatile": ("ecc_uncorrected_volatile_dram", 2),
+    # nvmlDeviceGetCurrentClocksEventReasons: HW thermal slowdown (0x40) beside the idle bit
+    "hw_thermal_slowdown": ("clocks_event_reasons", 0x41),
 }
 
 
