@@ -18,6 +18,7 @@ REBOOT = [Finding("inventory", "reboot", "reboot_node", 2, "GPU lost")]
 DRAIN = [Finding("memory", "drain", "drain", 0, "row remap failure")]
 FABRIC = [Finding("fabric", "drain", "drain", 0, "fabric registration failed")]
 PCIE = [Finding("pcie", "drain", "inspect_hardware", 2, "PCIe x4 < x16")]
+HEAT = [Finding("thermal", "drain", "cool_off", 2, "HW thermal slowdown active")]
 SUSPECT = {"class": "pcie", "fault": "pcie:2:inspect_hardware", "reason": "pcie gpu2 PCIe x4 < x16 [gpufleet]",
            "since": 1000.0, "passes": 0, "last_pass": None}
 
@@ -41,7 +42,7 @@ NODES = {
     "down": NodeInfo("n1", "DOWN", set(), "Not responding", boot_time="B2"),
 }
 VERDICTS = {"ok": [], "warn": [], "reboot": RESET, "reboot-node": REBOOT, "drain": DRAIN, "fabric": FABRIC,
-            "pcie": PCIE}
+            "pcie": PCIE, "heat": HEAT}
 HISTORIES = [
     NodeHistory(),
     NodeHistory(clean_runs=3),
@@ -50,7 +51,7 @@ HISTORIES = [
     NodeHistory(reboot_boots={KEY: ["B1"]}, attempts={"ecc": 1}, running={"ecc"}),
     NodeHistory(reboot_boots={KEY: ["B0", "B1"]}, attempts={"ecc": 1}, running={"ecc"}),
     NodeHistory(reboot_boots={KEY: ["B2"]}, attempts={"ecc": 1}, running={"ecc"}),
-    NodeHistory(attempts={"ecc": 2, "fallen_off_bus": 2}),
+    NodeHistory(attempts={"ecc": 2, "fallen_off_bus": 2, "thermal": 2}),
     NodeHistory(suspect=SUSPECT),
     NodeHistory(suspect={**SUSPECT, "passes": 2, "last_pass": 1500.0}),
 ]
@@ -61,7 +62,7 @@ NOWS = (1100.0, 5000.0)   # within the first re-check interval of the suspect ho
 def _grid():
     for (name, info), (v, findings), history, ladder, idle, now in itertools.product(
             NODES.items(), VERDICTS.items(), HISTORIES, LADDERS, (True, False), NOWS):
-        verdict = v.split("-")[0] if v not in ("fabric", "pcie") else "drain"
+        verdict = v.split("-")[0] if v not in ("fabric", "pcie", "heat") else "drain"
         yield name, info, verdict, findings, history, ladder, idle, now
 
 
@@ -110,3 +111,22 @@ def test_the_carrier_refuses_a_move_the_table_does_not_have():
         c._move(T.REPAIR, T.IN_SERVICE, "resume")   # an admin's move, never the ladder's
     c._move(T.DRAINED, T.RESETTING, "reset")
     assert c.moves == [("drained", "resetting", "reset")]
+
+
+def test_heat_is_a_cool_off_drain_with_slurm_s_exit_until_its_attempts_are_capped():
+    """A transient (heat): drained with ResumeAfter, each hold an attempt of its class; the capped one is a
+    drain for repair with no exit of Slurm's; quarantine mode and hardware (a fan error) never have one."""
+    from dataclasses import replace
+
+    ladder = Ladder(max_attempts=3, cool_off_s=1800.0)
+    idle = NODES["idle"]
+    held = decide(idle, "drain", HEAT, NodeHistory(), 3, ladder=ladder)
+    assert (held.kind, held.rung, held.resume_after_s) == ("drain", "cool_off", 1800)
+    assert held.reason == "thermal gpu2 HW thermal slowdown active [gpufleet]"
+    capped = decide(idle, "drain", HEAT, NodeHistory(attempts={"thermal": 2}), 3, ladder=ladder)
+    assert (capped.kind, capped.rung, capped.resume_after_s) == ("drain", "repair", None)
+    assert capped.reason.startswith("repair thermal"), capped.reason
+    quarantine = decide(idle, "drain", HEAT, NodeHistory(), 3, ladder=replace(ladder, mode="quarantine"))
+    assert quarantine.kind == "drain" and quarantine.resume_after_s is None
+    fan = [Finding("thermal", "drain", "inspect_hardware", 2, "fan error")]
+    assert decide(idle, "drain", fan, NodeHistory(), 3, ladder=ladder).resume_after_s is None
