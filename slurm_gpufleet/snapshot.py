@@ -420,7 +420,8 @@ class SlurmView:
     state: str = ""                  # IDLE, DOWN, ...
     flags: list[str] = field(default_factory=list)   # DRAIN, NOT_RESPONDING, INVALID_REG, ...
     gres: str = ""                   # as Slurm shows it: gpu:h200:8(S:0-1)
-    gpus: int | None = None          # the GPUs in it, every type summed (MIG instances as Slurm counts them)
+    gpus: int | None = None          # the GPUs in it, every type summed (MIG instances as Slurm counts them);
+                                     # None: its Gres names no GPU (GPUs not scheduled as GRES)
     held: bool = False               # out of service (drained, down, rebooting): its return is what is judged
 
 

@@ -309,6 +309,7 @@ def test_slurm_s_view_is_judged_only_for_a_held_node_and_never_against_mig(h200)
     assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:1(S:0),gpu:a100:0"))) == ["sees gpu:1 of 2"]
     h200.gpus.pop()
     assert found(view_of(NodeInfo("n1", "IDLE", {"DRAIN", "NOT_RESPONDING"}, gres="(null)"))) == [
-        "slurmd not responding", "sees gpu:0 of 1"]
+        "slurmd not responding"]   # no GPU in its Gres at all: GPUs not scheduled as GRES, never compared
+    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:0"))) == ["sees gpu:0 of 1"]
     h200.gpus[0].mig_mode_current = True
     assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:1g.18gb:7"))) == []
