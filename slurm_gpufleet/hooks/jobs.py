@@ -112,8 +112,7 @@ def record_part(backend, actuator, job: str, node: str, part: dict, tries: int =
         # a job with no readable state (an answer that is not a job's) is taken as ended: accounting has it
         ended = fields is None or ((fields.get("JobState") or "").split() or [""])[0] not in LIVE_STATES
         if ended:
-            current = backend.accounted_admin_comment(job) if field == "AdminComment" else \
-                backend.accounted_admin_comment(job, field)
+            current = backend.accounted_admin_comment(job, field)
             if current is None:
                 return False
         else:
@@ -130,7 +129,6 @@ def record_part(backend, actuator, job: str, node: str, part: dict, tries: int =
             log.warning("job %s: its %s holds another tool's text that sacctmgr would lower-case: the record is "
                         "kept in %s's history only", job, field, node)
             return False
-        actuator.apply(AdminComment(job, jobrecord.with_part(current, node, part), accounted=ended,
-                                    **({"field": field} if ended else {})))
+        actuator.apply(AdminComment(job, jobrecord.with_part(current, node, part), accounted=ended, field=field))
         sleep(0.05 + 0.3 * rand())
     return False

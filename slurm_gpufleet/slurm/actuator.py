@@ -349,10 +349,7 @@ class Actuator:
     # a job's own record and its requeue away from the node that failed it (no ownership: the job's)
     def set_admin_comment(self, job_id: str, text: str, accounted: bool = False, field: str = "AdminComment") -> None:
         if accounted:
-            if field == "AdminComment":
-                self._writer.set_accounted_admin_comment(job_id, text)
-            else:
-                self._writer.set_accounted_admin_comment(job_id, text, field)
+            self._writer.set_accounted_admin_comment(job_id, text, field)
         else:
             self._writer.set_admin_comment(job_id, text)
 
