@@ -160,6 +160,12 @@ def remediation_data() -> dict[str, Any]:
     return _load("remediation.toml")
 
 
+@functools.cache
+def dcgm_severities() -> dict[int, dict[str, str]]:
+    """dcgmErrorSeverity_t -> its name, meaning, and the finding's severity and action (data/dcgm.toml)."""
+    return {int(k): v for k, v in _load("dcgm.toml")["severity"].items()}
+
+
 def compat_data() -> dict[str, Any]:
     return _load("compat.toml")
 

@@ -257,6 +257,12 @@ def catalogs() -> str:
     out.append("## Remediation ladders (`remediation.toml`)\n")
     out.append(_table(["action", "rungs", "source"],
                       [[a, " -> ".join(r["rungs"]), r["source"]] for a, r in rem["ladder"].items()]))
+    dcgm = _data("dcgm.toml")
+    out.append(f"## DCGM diagnostic severities (`dcgm.toml`; {dcgm['source']})\n")
+    out.append("A failed test of one of the node's GPUs in `dcgmi diag -r N -j` becomes a finding of the severity "
+               "and action its errors' worst severity gives; a failed test with no severity is taken as TRIAGE.\n")
+    out.append(_table(["severity", "name", "DCGM's meaning", "finding", "action"],
+                      [[k, r["name"], r["meaning"], r["severity"], r["action"]] for k, r in dcgm["severity"].items()]))
     models = _data("gpu_models.toml")
     rows = models.get("model") or models.get("models") or []
     if rows:

@@ -247,6 +247,20 @@ class History:
             self._cases[(node, window_s)] = rows
         return rows
 
+    def jobs_left_behind(self, node: str, since: float) -> list[str]:
+        """Jobs a prolog of this node started since `since` that no epilog here ended and that were not yet
+        sent away (a `requeue` action saying `job N:`), oldest first: jobs the node or its slurmd died under."""
+        started = [str(r["job_id"]) for r in self._query(
+            "select job_id from runs where hook = 'prolog' and node = ? and ts > ? and job_id is not null "
+            "order by id", [node, since]) if r["job_id"]]
+        ended = {str(r["job_id"]) for r in self._query(
+            "select job_id from runs where hook = 'epilog' and node = ? and ts > ? and job_id is not null",
+            [node, since])}
+        sent = {str(r["why"]).split(":", 1)[0][4:] for r in self._query(
+            "select why from actions where action = 'requeue' and node = ? and ts > ? and why like 'job %:%'",
+            [node, since])}
+        return list(dict.fromkeys(j for j in started if j not in ended and j not in sent))
+
     def node_history(self, node: str, window: int = 50, attempt_window_s: float = 7 * 86400) -> NodeHistory:
         from .remedy.decide import NodeHistory
 

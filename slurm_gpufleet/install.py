@@ -112,6 +112,45 @@ def detect_slurm_version(scontrol: str | None = None) -> str | None:
 EXTRA_CONSTRAINTS_SINCE = (23, 11)
 
 
+# HealthCheckNodeState's words (slurm.conf(5)), joined by commas; the *_ONLY ones stand alone and came with
+# the release beside them (25.11 in its release notes, 26.05 in its man page)
+NODE_STATES = ("ALLOC", "ANY", "CYCLE", "IDLE", "MIXED", "NONDRAINED_IDLE")
+ONLY_STATES = {"START_ONLY": (25, 11), "REBOOT_ONLY": (26, 5)}
+
+
+def only_states(slurm_version: str | None) -> list[str]:
+    """The *_ONLY node states the release has (none where the release is not known)."""
+    release = _release(slurm_version)
+    return [name for name, since in ONLY_STATES.items() if len(release) == 2 and release >= since]
+
+
+def node_state_problem(node_state: str, slurm_version: str | None) -> str | None:
+    """Why Slurm would refuse this HealthCheckNodeState, or None."""
+    words = node_state.upper().split(",")
+    unknown = [w for w in words if w not in NODE_STATES and w not in ONLY_STATES]
+    if unknown or not node_state:
+        return (f"HealthCheckNodeState {node_state!r}: {', '.join(map(repr, unknown)) or 'empty'} is none of "
+                f"{', '.join(NODE_STATES + tuple(ONLY_STATES))}")
+    only = [w for w in words if w in ONLY_STATES]
+    if only and len(words) > 1:
+        return f"HealthCheckNodeState {node_state!r}: {only[0]} stands alone"
+    release = _release(slurm_version)
+    if only and len(release) == 2 and only[0] not in only_states(slurm_version):
+        since = ".".join(f"{x:02d}" if i else str(x) for i, x in enumerate(ONLY_STATES[only[0]]))
+        return f"HealthCheckNodeState {only[0]} came with Slurm {since}; this is Slurm {slurm_version}"
+    return None
+
+
+def node_state_notes(node_state: str) -> list[str]:
+    """What an admin should know of the node state chosen: a *_ONLY state stops the periodic runs."""
+    if node_state.upper() not in ONLY_STATES:
+        return []
+    return [f"HealthCheckNodeState={node_state.upper()}: slurmd runs the health check only when it starts"
+            + (" after a reboot" if node_state.upper() == "REBOOT_ONLY" else "")
+            + ", never every HealthCheckInterval: nodes the ladder holds are resumed, re-checked and validated "
+              "only by periodic runs, so run slurm-gpufleet-healthcheck from a timer of your own as well"]
+
+
 def _release(slurm_version: str | None) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in (slurm_version or "").split(".")[:2])
@@ -175,9 +214,9 @@ def slurm_conf_lines(bin_dir: str, interval: int, node_state: str = "ANY", reboo
     env = jinja2.Environment(loader=jinja2.PackageLoader("slurm_gpufleet", "templates"),
                              keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     return env.get_template("slurm.conf.j2").render(
-        version=__version__, bin_dir=bin_dir.rstrip("/"), interval=interval, node_state=node_state,
+        version=__version__, bin_dir=bin_dir.rstrip("/"), interval=interval, node_state=node_state.upper(),
         reboot_program=reboot_program, health_check_timeout=timeout, slurm_version=slurm_version,
-        read_timeout_s=f"{read:g}", drain_s=WATCHDOG_DRAIN_S,
+        read_timeout_s=f"{read:g}", drain_s=WATCHDOG_DRAIN_S, only_states=only_states(slurm_version),
         extra_constraints=len(_release(slurm_version)) != 2 or _release(slurm_version) >= EXTRA_CONSTRAINTS_SINCE)
 
 

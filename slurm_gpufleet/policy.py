@@ -53,6 +53,12 @@ def _number(v: Any) -> Any:
     return float(v)
 
 
+def _dcgm_level(v: Any) -> Any:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 4:
+        raise ValueError("must be 0 (none) or a dcgmi diag level 1 to 4")
+    return v
+
+
 def _positive(v: Any) -> Any:
     v = _number(v)
     if v <= 0:
@@ -412,6 +418,12 @@ class SlurmSettings:
     # the systemctl asked about nvidia-fabricmanager on HGX boards: "" is root's own (trust.ROOT_PATH), asked
     # only where the node's host is read at / (host_root); a path is asked wherever the health check runs
     systemctl: str = setting("", lambda v: v if _str(v) == "" else _abs_path(v))
+    # DCGM's diagnostic at the deep level (a validation run, a lemon's deep check): `dcgmi diag -r LEVEL -j`,
+    # read as data (checks/dcgm.py); 0 runs none.  A DCGM that cannot judge the GPUs (dcgmi missing or hung,
+    # its host engine unreachable or of another version) is said in the node's summary, never a drain.
+    dcgm_diag_level: int = setting(0, _dcgm_level)
+    dcgmi: str = setting("/usr/bin/dcgmi", _abs_path)
+    dcgm_timeout_s: float = setting(2400.0, _positive)
     # the one exception to "root trusts only root's files" (slurm_gpufleet/trust.py): this group may hold
     # group write on the paths the config names (never on the config itself)
     trusted_group: str | None = setting(None, _str)

@@ -168,6 +168,9 @@ CASE_STATUSES = {
     "validation_failed": "validation failed: read its job's output on the node ({state_dir}/validation-JOB.out, "
                          "the job in the reason), repair, then `slurm-gpufleet fleet repaired NODE`",
     "repair": "needs repair: inspect it, then `slurm-gpufleet fleet repaired NODE` (or resume it)",
+    "config": "held for its configuration, which no remedy of the ladder fixes (the reason says what: a driver or "
+              "firmware off the group's pins, ECC off, a compute mode, or Slurm's own view of the node: gres.conf, "
+              "slurmd's registration): fix it; the node returns by itself once its checks run clean",
     "suspect": "held as a suspect in its own maintenance reservation (gpufleet-suspect-NODE): its running job "
                "finishes, no new job lands; re-checked every suspect_recheck_min, released after suspect_passes "
                "clean re-checks, or drained for repair",
@@ -193,6 +196,6 @@ def fleet_cases(nodes, state_dir: str = "<state_dir>") -> list[dict]:
                          "first": dt.datetime.fromtimestamp(first, dt.UTC).isoformat(timespec="seconds"),
                          "last": dt.datetime.fromtimestamp(last, dt.UTC).isoformat(timespec="seconds"),
                          "status": status, "todo": todo,
-                         "reason": n.reason if status in ("repair", "validation_failed") else ""})
+                         "reason": n.reason if status in ("repair", "validation_failed", "config") else ""})
     rows.sort(key=lambda r: r["last"], reverse=True)  # the most recent first, within each status
     return sorted(rows, key=lambda r: order.get(r["status"], len(order)))

@@ -2,8 +2,8 @@
 nodes when it retries a job; Slurm 26.11 adds MaxNodeFailRequeue, the releases sites run today nothing).
 
 Pure: the job as `scontrol show job` shows it, the node that failed it, the nodes of the job's partition
-and the group's `max_fault_requeues` in; what to write out.  The prolog's helper carries it
-(hooks/prolog.requeue_away) once Slurm has requeued the job.
+and the group's `max_fault_requeues` in; what to write out.  hooks/away.py carries it once Slurm has
+requeued the job, on each path it comes back by (a failed prolog, its epilog, the node dying under it).
 """
 
 from __future__ import annotations

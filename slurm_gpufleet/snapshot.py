@@ -426,6 +426,29 @@ class SlurmView:
 
 
 @dataclass
+class DcgmResult:
+    """One test's result for one entity in DCGM's diagnostic (readers/dcgm.py)."""
+
+    category: str = ""               # Deployment, Integration, Hardware, Stress, ...
+    test: str = ""                   # software, pcie, memory, diagnostic, targeted_power, ...
+    gpu: int | None = None           # the GPU it judged; None for another entity (a CPU, a switch)
+    status: str = "skip"             # pass | fail | warn | skip
+    severity: int | None = None      # the worst dcgmErrorSeverity_t among its errors; None: DCGM gave none
+    errors: list[str] = field(default_factory=list)   # DCGM's words for what it found
+    entity: str = "GPU"              # DCGM's entity group
+
+
+@dataclass
+class DcgmDiag:
+    """DCGM's diagnostic of the node (`dcgmi diag -r N -j`), run at the deep level where configured."""
+
+    results: list[DcgmResult] = field(default_factory=list)
+    error: str | None = None         # DCGM could not judge the GPUs (a broken dependency): why, in one line
+    version: str | None = None
+    level: int | None = None
+
+
+@dataclass
 class IbState:
     """The node's InfiniBand devices and ports, read from `root`."""
 
@@ -484,6 +507,8 @@ class NodeSnapshot:
     # the GPUs' lifetime counters when the node was last repaired (kept on the node: hooks/common.py), by
     # checks/memory.counter_key: only what rose since counts again
     repaired_counters: dict[str, dict[str, int]] = field(default_factory=dict)
+    # DCGM's diagnostic, at the deep level where `[slurm] dcgm_diag_level` asks for it
+    dcgm: DcgmDiag | None = None
 
     def gpu_by_pci(self, pci: str | None) -> Gpu | None:
         if not pci:

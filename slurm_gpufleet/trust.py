@@ -154,6 +154,8 @@ def policy_paths(policy) -> tuple[list[str], list[str]]:
         named.append(s.instep_share_dir)
     if s.systemctl:
         named.append(s.systemctl)
+    if s.dcgm_diag_level:   # the deep check runs it as root
+        named.append(s.dcgmi)
     reset = _first_word(s.reset_command)
     reset_program = root_program(reset) if reset else None
     if reset_program:

@@ -8,6 +8,8 @@ from slurm_gpufleet import evaluate
 from slurm_gpufleet.checks import CHECKS
 from slurm_gpufleet.policy import parse_policy
 from slurm_gpufleet.snapshot import (
+    DcgmDiag,
+    DcgmResult,
     HostFacts,
     IbPort,
     IbState,
@@ -165,6 +167,9 @@ FAULTS = [
     ("slurm-inval", lambda s: setattr(s, "slurm", SlurmView("IDLE", ["DRAIN", "INVALID_REG"], "gpu:h200:1", 1,
                                                             held=True)), "", "slurm", "drain",
      "registered invalid (INVAL)"),
+    ("dcgm-memory", lambda s: setattr(s, "dcgm", DcgmDiag([DcgmResult("Hardware", "memory", 0, "fail", 2,
+                                                                      ["Faulty memory detected"])])), "", "dcgm",
+     "drain", "memory failed (ISOLATE)"),
 ]
 
 

@@ -166,3 +166,39 @@ def test_install_says_where_sacct_and_sacctmgr_are_missing_beside_scontrol(tmp_p
     (bindir / "sacctmgr").write_text("#!/bin/sh\n")
     (bindir / "sacctmgr").chmod(0o755)
     assert accounting_notes(str(bindir / "scontrol")) == []
+
+
+@pytest.mark.parametrize("release, offered", [("22.05", []), ("24.11", []), ("25.11", ["START_ONLY"]),
+                                              ("26.05", ["START_ONLY", "REBOOT_ONLY"])])
+def test_install_offers_the_only_node_states_where_the_release_has_them(tmp_path, release, offered):
+    r = _install("--prefix", str(tmp_path / "gpufleet"), "--dry-run", "--slurm-version", release)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.decode()
+    assert "HealthCheckNodeState=ANY\n" in out
+    offer = [line for line in out.splitlines() if " also has " in line]
+    assert bool(offer) == bool(offered), out
+    for name in offered:
+        assert name in offer[0]
+    assert "REBOOT_ONLY" not in out or "REBOOT_ONLY" in offered
+
+
+@pytest.mark.parametrize("state, release, problem", [
+    ("REBOOT_ONLY", "24.11", "REBOOT_ONLY came with Slurm 26.05; this is Slurm 24.11"),
+    ("START_ONLY", "25.05", "START_ONLY came with Slurm 25.11"),
+    ("ANY,START_ONLY", "26.05", "START_ONLY stands alone"),
+    ("IDLE,BUSY", "26.05", "'BUSY' is none of"),
+    ("ANY\nHealthCheckProgram=/tmp/x", "26.05", "is none of"),
+])
+def test_a_node_state_slurm_would_refuse_is_one_line_and_exit_2(tmp_path, state, release, problem):
+    for args in (("install", "--prefix", str(tmp_path / "g"), "--dry-run"), ("slurm-conf",)):
+        r = run_cli(*args, "--node-state", state, "--slurm-version", release)
+        err = r.stderr.decode()
+        assert r.returncode == 2 and problem in err and err.count("\n") == 1, (args, err)
+        assert not r.stdout
+
+
+def test_an_only_node_state_says_the_periodic_runs_stop(tmp_path):
+    r = run_cli("slurm-conf", "--node-state", "reboot_only", "--slurm-version", "26.05")
+    assert r.returncode == 0, r.stderr
+    assert "HealthCheckNodeState=REBOOT_ONLY\n" in r.stdout.decode()
+    assert "never every HealthCheckInterval" in r.stderr.decode()

@@ -266,24 +266,21 @@ def test_the_sample_validation_commands_pass_shellcheck_and_say_unjudged_without
     assert r.returncode == 75 and r.stdout.count("\n") == 1 and "not found" in r.stdout, r.stdout
 
 
-@pytest.mark.parametrize("dcgmi,rc,said", [
-    ("echo 'Error: unable to establish a connection to the specified host: localhost'; exit 1", 75,
-     "unable to establish a connection"),
-    ("echo 'Error: version mismatch between dcgmi and nv-hostengine'; exit 1", 75, "version mismatch"),
-    ("sleep 30", 75, "still running after 1 s"),
-    ("echo '| Memory  | Fail - GPU: 3 |'; exit 226", 1, "Fail - GPU: 3"),
-    ("echo '| Memory  | Pass |'", 0, "pass"),
-])
-def test_the_dcgm_validation_tells_a_fault_of_dcgm_from_one_of_the_gpus(tmp_path, dcgmi, rc, said):
-    """A hung nv-hostengine, one dcgmi cannot reach or of another version, judged nothing of the GPUs: exit
-    75 (unverified); a test that failed: exit 1 (a failed validation)."""
+def test_the_dcgm_validation_sample_is_the_deep_check_reading_dcgm_as_data(tmp_path):
+    """The sample runs the installed health check's deep level with DCGM at its level: a GPU's failed test
+    exits 1 with the test named (a failed validation), DCGM's own fault exits 75 (tests/test_dcgm.py)."""
     import subprocess
 
-    (tmp_path / "dcgmi").write_text(f"#!/bin/sh\n{dcgmi}\n")
-    (tmp_path / "dcgmi").chmod(0o755)
+    from test_dcgm import DATA, _deep_node
+
+    bin_dir, env = _deep_node(tmp_path, (DATA / "diag-4x-memory-fail-gpu3.json").read_text())
+    wrapper = tmp_path / "slurm-gpufleet-healthcheck"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {REPO}/healthcheck/slurm-gpufleet-healthcheck "$@"\n')
+    wrapper.chmod(0o755)
     r = subprocess.run([str(REPO / "etc" / "validation" / "dcgm-diag.sh")], capture_output=True, text=True,
-                       env={"PATH": f"{tmp_path}:/usr/bin:/bin", "DCGM_DIAG_TIMEOUT_S": "1"}, timeout=20)
-    assert r.returncode == rc and said in r.stdout, (r.returncode, r.stdout, r.stderr)
+                       env={**env, "GPUFLEET_HEALTHCHECK": str(wrapper)}, timeout=60)
+    assert r.returncode == 1 and r.stdout.startswith("dcgm gpu3 memory failed (ISOLATE)"), (r.stdout, r.stderr)
+    assert (tmp_path / "dcgmi.args").read_text().split() == ["diag", "-r", "3", "-j"]
 
 
 def test_the_sample_nccl_validation_judges_the_bus_bandwidth(tmp_path):
@@ -433,3 +430,32 @@ def test_a_repaired_gpu_s_lifetime_counters_count_again_only_where_they_rise(tmp
     _run(bin_dir, env)
     state = _shown(bin_dir)
     assert state["drain"] and "SRAM error threshold exceeded" in state["reason"], state
+
+
+def test_a_hold_for_a_configuration_fix_is_a_case_of_its_own_until_its_checks_run_clean(tmp_path):
+    """No rung of the ladder fixes a compute mode (or a driver off its pins, ECC off, Slurm's own view of the
+    node): the node is drained, and `fleet cases` shows it as `config` with its reason, until it runs clean."""
+    bin_dir, gpus, env = _node(tmp_path)
+    _run(bin_dir, env)
+    gpustate.set_value(str(gpus / "n9.json"), 2, "compute_mode", 2)   # NVML_COMPUTEMODE_PROHIBITED
+    _run(bin_dir, env)
+    shown = _shown(bin_dir)
+    assert shown["drain"] and shown["reason"].startswith("modes gpu2 compute mode Prohibited"), shown
+    case = json.loads(shown["extra"])["case"]
+    assert [c[:2] + c[4:] for c in case] == [["mode_change", 0, "config"]], case
+    _run(bin_dir, env)   # still held: the same case, from when Slurm shows the hold began (its reason's time)
+    again = json.loads(_shown(bin_dir)["extra"])["case"]
+    assert [c[:2] + c[4:] for c in again] == [["mode_change", 0, "config"]], again
+
+    from slurm_gpufleet.maintain.fleet import FleetNode
+    from slurm_gpufleet.remediation import fleet_cases
+
+    node = FleetNode(name="n9", state="IDLE", reason=shown["reason"], cases=again)
+    row = fleet_cases([node])[0]
+    assert row["status"] == "config" and row["reason"].startswith("modes gpu2") and "fix it" in row["todo"], row
+
+    gpustate.set_value(str(gpus / "n9.json"), 2, "compute_mode", 0)
+    _run(bin_dir, env)
+    _run(bin_dir, env)
+    assert not _shown(bin_dir).get("drain")
+    assert "case" not in json.loads(_shown(bin_dir)["extra"])

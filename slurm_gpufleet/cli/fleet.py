@@ -223,7 +223,9 @@ def fleet_cases(ctx: click.Context, as_json: bool) -> None:
     (`max_attempts` in `attempt_window_s`), the first and last, the status and what it asks of you:
     `validation_failed` (drained for repair after its validation run failed: its output is kept on the
     node, `<state_dir>/validation-JOB.out`), `repair` (drained for repair: the cap, or a fault that
-    survived its reboots; `fleet repaired NODE` or a resume closes the case), `suspect` (held in its own
+    survived its reboots; `fleet repaired NODE` or a resume closes the case), `config` (drained for a
+    configuration no rung fixes: a driver off its pins, ECC off, a compute mode, Slurm's own view of the
+    node; it returns once its checks run clean), `suspect` (held in its own
     reservation, re-checked), `unverified` (back in service, its validation job's outcome not known: it
     left Slurm before it was read and its output on the node says no exit), `running` (a reset, reboot
     or validation under way) or `watch` (remedied, still counted).  What needs you first, then the most

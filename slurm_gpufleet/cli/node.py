@@ -339,7 +339,8 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
               help="Where slurm-gpufleet-healthcheck, -prolog and -epilog are installed.")
 @click.option("--interval", type=click.IntRange(1), default=300, show_default=True,
               help="HealthCheckInterval in seconds.")
-@click.option("--node-state", default="ANY", show_default=True, help="HealthCheckNodeState.")
+@click.option("--node-state", default="ANY", show_default=True,
+              help="HealthCheckNodeState (START_ONLY from Slurm 25.11, REBOOT_ONLY from 26.05 stop the periodic runs).")
 @click.option("--reboot-program", metavar="PATH", help="RebootProgram (printed as a hint when not given).")
 @click.option("--slurm-version", metavar="X.Y", help="The Slurm release that reads the lines (default: this "
                                                      "machine's `scontrol --version`).")
@@ -353,9 +354,10 @@ def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str
     if not bin_dir.startswith("/"):
         _fail("--bin-dir must be absolute: slurmd runs these programs with no PATH", exitcodes.USAGE)
     version = slurm_version or detect_slurm_version()
+    _node_state_of(node_state, version)
     read = _read_timeout_of(config)
     click.echo(slurm_conf_lines(bin_dir, interval, node_state, reboot_program, version, read), nl=False)
-    _health_check_notes(interval, read, version)
+    _health_check_notes(interval, read, version, node_state)
     _warn_unmatched_groups(config)
 
 
@@ -390,10 +392,20 @@ def _read_timeout_of(config: str | None) -> float:
         return SlurmSettings().read_timeout_s
 
 
-def _health_check_notes(interval: int, read_timeout_s: float, version: str | None) -> None:
-    from ..install import accounting_notes, health_check_limit
+def _node_state_of(node_state: str, version: str | None) -> None:
+    """A HealthCheckNodeState Slurm would refuse is a usage error, before anything is printed or written."""
+    from ..install import node_state_problem
 
-    for note in health_check_limit(interval, read_timeout_s, version)[1] + accounting_notes():
+    problem = node_state_problem(node_state, version)
+    if problem:
+        _fail(problem, exitcodes.USAGE)
+
+
+def _health_check_notes(interval: int, read_timeout_s: float, version: str | None, node_state: str = "ANY") -> None:
+    from ..install import accounting_notes, health_check_limit, node_state_notes
+
+    for note in (health_check_limit(interval, read_timeout_s, version)[1] + node_state_notes(node_state)
+                 + accounting_notes()):
         click.echo(f"note: {note}", err=True)
 
 
@@ -445,7 +457,8 @@ def breaker_reset(config: str | None) -> None:
 @click.option("--slurm-conf", metavar="FILE", help="Export SLURM_CONF in the wrappers (a slurm.conf outside /etc).")
 @click.option("--interval", type=click.IntRange(1), default=300, show_default=True, help="HealthCheckInterval.")
 @click.option("--node-state", default="ANY", show_default=True,
-              help="HealthCheckNodeState (ANY,CYCLE spreads the runs over the interval instead of all at once).")
+              help="HealthCheckNodeState (ANY,CYCLE spreads the runs over the interval instead of all at once; "
+                   "START_ONLY from Slurm 25.11, REBOOT_ONLY from 26.05 stop the periodic runs).")
 @click.option("--reboot-program", metavar="PATH", help="RebootProgram for the slurm.conf lines.")
 @click.option("--slurm-version", metavar="X.Y", help="The Slurm release that reads the slurm.conf lines "
                                                      "(default: this machine's `scontrol --version`).")
@@ -462,6 +475,7 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
             _fail(f"{label} must be an absolute path: slurmd runs these programs with no PATH and another cwd",
                   exitcodes.USAGE)
     version = slurm_version or detect_slurm_version()
+    _node_state_of(node_state, version)
     read = _read_timeout_of(config or os.path.join(prefix, "etc", "gpufleet.toml"))
     items = plan_install(prefix, python or sys.executable, config, slurm_conf, interval, reboot_program,
                          version, read, node_state)
@@ -493,7 +507,7 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
     conf = items[-1]
     click.echo(f"\nAdd to slurm.conf (also in {conf.path}), then `scontrol reconfigure`:\n")
     click.echo(conf.text, nl=False)
-    _health_check_notes(interval, read, version)
+    _health_check_notes(interval, read, version, node_state)
 
 
 @cli.command()

@@ -376,9 +376,12 @@ def _drain_if_free(setup: Setup, reason: str) -> None:
 
 # ---------------------------------------------------------------- acting
 def act(setup: Setup, report: Report, hook: str, job: str | None = None,
-        extra_findings: list[Finding] | None = None, info: NodeInfo | None = None, backend=None) -> str:
+        extra_findings: list[Finding] | None = None, info: NodeInfo | None = None, backend=None,
+        after=None) -> str:
     """Read -> judge -> carry -> publish: record the run, let the remedy carrier decide and carry it out
-    through the actuator (remedy/carrier.py), publish the summary.  Returns the action.
+    through the actuator (remedy/carrier.py), publish the summary.  Returns the action.  `after(setup,
+    backend, history, step, carried)`: what the caller does once the step is carried (hooks/away.py: the
+    jobs a held node sent back to the queue), with the run's history still open.
 
     Slurm calls: the node's state (one read, unless the caller has it), the fleet only when a drain is
     about to happen (the breaker counts it), and one write that carries both the change and the summary;
@@ -419,7 +422,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
             data["cfg"] = "refused"
         # the tool's own faults, not the GPUs': what the node cannot be checked or remembered with
         deps = ([f"config: {setup.config_error}"] if setup.config_error else []) + \
-            ([history.error] if history.failed and history.error else [])
+            ([history.error] if history.failed and history.error else []) + \
+            ([f"dcgm: {s.dcgm.error}"] if s.dcgm is not None and s.dcgm.error else [])
         if data is not None and deps:
             data["err"] = "; ".join(deps)[:160]
         shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
@@ -470,6 +474,8 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         keep_published(settings.state_dir, node, settings.publish,
                        data if data is not None and shown is not _OTHERS and settings.publish != "none" else None)
         _keep_view(setup, info, step, done, data, history)
+        if after is not None:
+            after(setup, backend, history, step, done)
     finally:
         carrier.close()
     if hook == "healthcheck":
@@ -565,7 +571,7 @@ class KeptHistory:
     def __getattr__(self, name: str):
         from ..remedy.decide import NodeHistory
 
-        empty = {"node_history": NodeHistory(), "record_run": 0}
+        empty = {"node_history": NodeHistory(), "record_run": 0, "jobs_left_behind": []}
 
         def call(*args, **kwargs):
             if self._h is None:

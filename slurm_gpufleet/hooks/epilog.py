@@ -70,7 +70,10 @@ def run(argv: list[str] | None = None) -> int:
     extra = job_findings(snap, job, gpus, window) + imex_found + imex_change(window, imex_words, job)
     for f in extra:
         log.warning("job %s: %s gpu %s: %s", job, f.check, f.gpu, f.detail or f.message)
-    result = act(setup, report, "epilog", job=job, extra_findings=extra)
+    from .away import after_step
+
+    result = act(setup, report, "epilog", job=job, extra_findings=extra,
+                 after=lambda *a: after_step(*a, hook="epilog", job=job))
     if job and result != "error":
         _record(setup, job, extra, report, result)
     if job:

@@ -32,6 +32,9 @@ def run(argv: list[str] | None = None) -> int:
     ap.add_argument("--node")
     ap.add_argument("--level", choices=["quick", "full", "deep"], default="quick",
                     help="deep: also measure each GPU (memory bandwidth, GEMM, host-to-device)")
+    ap.add_argument("--dcgm-level", type=int, choices=range(5), metavar="N",
+                    help="with --level deep: run DCGM's diagnostic at this level (dcgmi diag -r N -j; 0: none), "
+                         "in place of the config's dcgm_diag_level")
     ap.add_argument("--nhc", action="store_true",
                     help="judge only (no Slurm action): print the reason and exit 1 when the node is unfit (NHC)")
     ap.add_argument("--confirm", action="store_true",
@@ -70,6 +73,15 @@ def run(argv: list[str] | None = None) -> int:
         return 1
     finally:
         watchdog.cancel()
+    dcgm_level = setup.settings.dcgm_diag_level if args.dcgm_level is None else args.dcgm_level
+    if args.level == "deep" and dcgm_level:
+        # DCGM's diagnostic has its own limit (minutes at levels 3 and 4), outside the read's watchdog
+        from ..readers.dcgm import run_diag
+
+        s = setup.settings
+        snap.dcgm = run_diag(s.dcgmi, dcgm_level, s.dcgm_timeout_s)
+        if snap.dcgm.error:
+            log.warning("dcgm could not judge the GPUs: %s", snap.dcgm.error)
     from ..slurm import SlurmError
 
     quiet, early, running = _quiet(setup, snap) if acts else (False, None, None)
@@ -112,11 +124,19 @@ def run(argv: list[str] | None = None) -> int:
             # NHC drains with these words in a reason of its own: the drain is NHC's, so no mark of ours
             print(one_line(fault_words(worst(report.findings))))
             return 1
+        if snap.dcgm is not None and snap.dcgm.error:   # DCGM's own fault: a validation unverified, not failed
+            from ..returning import DEPENDENCY_EXIT
+
+            print(one_line(f"dcgm: {snap.dcgm.error}"))
+            return DEPENDENCY_EXIT
         if setup.config_error:  # judged on the last config that loaded: NHC logs this, never fails the node
             print(one_line(f"config error: {setup.config_error}"))
             return 2
         return 0
-    act(setup, report, "healthcheck", info=node_info, backend=backend)
+    from .away import after_step
+
+    act(setup, report, "healthcheck", info=node_info, backend=backend,
+        after=lambda *a: after_step(*a, hook="healthcheck", job=None))
     return 0
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 
 from .. import watchdog
+from .away import pause
 from .common import (
     INVENTORY_REASON,
     TIMEOUT_REASON,
@@ -154,15 +155,9 @@ def _async_reason(setup: Setup, reason: str, job: str | None = None) -> None:
         log.warning("could not start the reason update: %s", exc)
 
 
-# the helper's waits: slurmctld drains the node, then requeues the job, each within seconds on a quiet
-# controller and far later on a loaded one; the helper is detached, so it can wait
+# the helper's wait for slurmctld's drain (then away.REQUEUE_WAIT_S for its requeue): each within seconds on
+# a quiet controller and far later on a loaded one; the helper is detached, so it can wait
 DRAIN_WAIT_S = 60.0
-REQUEUE_WAIT_S = 120.0
-
-
-def _pause(started: float) -> None:
-    """Polls back off: twice a second at first, then every 2 s (one `scontrol show` each)."""
-    time.sleep(0.5 if time.monotonic() - started < 10 else 2.0)
 
 
 def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: float = DRAIN_WAIT_S,
@@ -194,6 +189,8 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
                 if said:
                     history.record_action(node, "prolog", "rack", "", said, True)
                 if job:
+                    from .away import REQUEUE_WAIT_S, requeue_away
+
                     said = requeue_away(backend, setup, job, node, reason, time.monotonic() + REQUEUE_WAIT_S)
                     if said:
                         history.record_action(node, "prolog", "requeue", reason, said, True)
@@ -203,53 +200,5 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
                 return 0  # someone else's reason (an admin's, a rollout's): never replaced
         except SlurmError as exc:
             log.warning("waiting for the prolog drain: %s", exc)
-        _pause(started)
+        pause(started)
     return 0
-
-
-# job states in which Slurm holds a job its prolog failed, requeued (22.05: "launch_failed_requeued_held")
-_HELD_REASONS = ("launch_failed_requeued_held", "JobHeldAdmin", "JobHeldUser")
-
-
-def requeue_away(backend, setup: Setup, job: str, node: str, reason: str, deadline: float) -> str | None:
-    """The job this node's prolog failed, once Slurm has requeued it: the node excluded (requeue.decide),
-    the job released to run elsewhere, or held where its fault requeues passed `max_fault_requeues`; both
-    said in the job's record.  Returns what was done, for the node's history."""
-    from .. import jobrecord
-    from ..requeue import decide
-    from ..slurm import SlurmError
-    from ..slurm import effects as E
-    from .common import actuator_for
-
-    started = time.monotonic()
-    try:
-        while True:
-            fields = backend.job_fields(job)
-            if fields is None:
-                return None  # gone (cancelled, purged): nothing to send anywhere
-            if fields.get("JobState") in ("PENDING", "REQUEUE_HOLD", "REQUEUED"):
-                break
-            if time.monotonic() > deadline:
-                return f"job {job} not requeued within the wait ({fields.get('JobState')}): left as it is"
-            _pause(started)
-        partitions = set((fields.get("Partition") or "").split(","))
-        members = [n.name for n in backend.nodes() if partitions & set(n.partitions)]
-        admin = fields.get("AdminComment", "")
-        admin = "" if admin == "(null)" else admin
-        policy = setup.policy.for_node(node)
-        away = decide(fields, node, members, policy.max_fault_requeues, jobrecord.fault_requeues(admin))
-        actuator = actuator_for(setup, backend)
-        effects: list = [E.AdminComment(job, jobrecord.with_requeue(admin, node, reason, away.note, away.held))]
-        if away.exclude is not None:
-            effects.append(E.Exclude(job, away.exclude))
-        held = fields.get("Reason") in _HELD_REASONS or fields.get("JobState") == "REQUEUE_HOLD"
-        if away.release and held:
-            effects.append(E.ReleaseJobs((job,)))
-        elif not away.release and not held:
-            effects.append(E.HoldJobs((job,)))
-        actuator.apply(*effects)
-    except SlurmError as exc:
-        log.warning("job %s not sent away from %s: %s", job, node, exc)
-        return None
-    done = f"job {job}: " + (f"held: {away.held}" if away.held else "released to run elsewhere")
-    return done + (f"; excluded {node}" if away.exclude is not None else f"; {away.note}")

@@ -355,8 +355,9 @@ class Carrier:
         from ..slurm.reasons import says
 
         cases = self.history.cases(info.name, self.settings.attempt_window_s) or []
+        held = self._config_hold(info, step)
         if not cases:
-            return []
+            return [held] if held else []
         act = step.action if step is not None else None
         writes = act is not None and act.kind in ("drain", "set_reason")
         reason = act.reason if writes else info.reason
@@ -381,7 +382,25 @@ class Carrier:
             else:
                 status = "running" if c["running"] else "watch"
             out.append([c["class"], c["attempts"], int(c["first"]), int(c["last"]), status])
+        if held and held[0] not in {c[0] for c in out}:
+            out.append(held)
         return out
+
+    def _config_hold(self, info: NodeInfo, step: Step | None) -> list | None:
+        """A node drained for a finding that asks for a configuration fix (a driver off its pins, ECC off, a
+        compute mode, Slurm's own view of the node): no rung of the ladder fixes it, so it is a case of its
+        own, status `config`, from when the hold began until its checks run clean."""
+        from ..remediation import class_of
+        from ..slurm.actions import worst
+
+        if step is None or step.after != DRAINED:
+            return None
+        cause = worst([f for f in step.findings if f.severity == "drain"])
+        if cause is None or cause.action != "fix_config":
+            return None
+        now = self.actuator.clock()
+        since = int(info.reason_time or now) if step.before == DRAINED else int(now)
+        return [class_of(cause), 0, since, since, "config"]
 
     # -- the reset rung ---------------------------------------------------------------------------------
     def _reset(self, info: NodeInfo, action: Action, report: Report, hook: str):

@@ -46,6 +46,9 @@ class RemedyState(StrEnum):
 
 (IN_SERVICE, DRAINED, RESETTING, REBOOTING, RETURNING, VALIDATING, SUSPECT, REPAIR, RACK, OTHERS) = RemedyState
 STATES = tuple(RemedyState)
+# out of service for a fault of its own or of its rack: a job Slurm sends back to the queue from such a node
+# runs next elsewhere (hooks/away.py)
+HELD_FOR_FAULT = frozenset({DRAINED, REBOOTING, RETURNING, REPAIR, RACK})
 
 LADDER, SLURM, ADMIN = "ladder", "slurm", "admin"
 

@@ -5,7 +5,10 @@ requeue leaves it held, the nodes that failed it named in its record (`slurm-gpu
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
 
 import gpustate
 
@@ -68,3 +71,38 @@ def test_past_max_fault_requeues_the_job_stays_held_naming_the_nodes(mc):
         assert "held: 2 fault requeues" in text, text
     finally:
         config.write_text(original)
+
+
+def test_a_job_the_node_failed_under_after_its_drain_runs_next_elsewhere(mc):
+    """NODE_FAIL after a drain (#55): the health check drains n1 under a running `--requeue` job (a drain
+    lets it finish), then n1's slurmd dies, Slurm marks the node down and requeues the job; once n1 is back
+    its checks find it held for its fault and send the job away: n1 in its ExcNodeList, said in its record."""
+    fillers = _busy(mc, ["n2", *FILLERS], 150)
+    marker = mc.dir / "jobs-started"
+    marker.mkdir(exist_ok=True)
+    job = mc.sbatch("--requeue", "--gres=gpu:4", "--time=3", "--wrap", f"touch {marker}/$SLURM_JOB_ID; sleep 300")
+    mc.wait(lambda: (marker / job).exists() and mc.job(job).get("NodeList") == "n1", 60, f"job {job} running on n1")
+    mc.fault("n1", 5, "row_remap_failure")
+    mc.wait(lambda: "DRAIN" in mc.state("n1") and mc.node("n1").get("Reason", "").startswith("memory gpu5"),
+            3 * mc.hc_interval + 5, lambda: f"n1 drained under job {job}: {mc.node('n1')}")
+    assert mc.job(job).get("JobState") == "RUNNING"
+    pid = int((mc.dir / "run" / "slurmd-n1.pid").read_text())
+    try:
+        os.kill(pid, signal.SIGKILL)   # the node's slurmd dies under the job: no epilog runs now
+        mc.wait(lambda: mc.job(job).get("Restarts") == "1", 120,
+                lambda: f"job {job} requeued after NODE_FAIL: {mc.job(job)} / {mc.node('n1')}")
+    finally:
+        subprocess.run([str(mc.dir / "bin" / "restart-slurmd"), "n1"], env=mc.env, check=True, timeout=120,
+                       capture_output=True)
+    mc.wait(lambda: "n1" in mc.job(job).get("ExcNodeList", ""), 3 * mc.hc_interval + 60,
+            lambda: f"n1 in job {job}'s ExcNodeList: {mc.job(job)} / {mc.node('n1')}")
+    assert mc.node("n1").get("Reason", "").startswith("memory gpu5"), mc.node("n1")
+    record = json.loads(mc.gpufleet("job", job, "--json").stdout)["record"]
+    assert [rq[0] for rq in record["rq"]] == ["n1"] and record["rq"][0][1].startswith("memory gpu5"), record
+    print("requeue actions:", mc.history("n1", "select hook, why from actions where action = 'requeue'"))
+    said = mc.history("n1", "select why from actions where action = 'requeue'")
+    assert [w for (w,) in said if w.startswith(f"job {job}: released to run elsewhere; excluded n1")], said
+    mc.run("scancel", *fillers)
+    mc.wait(lambda: mc.job(job).get("JobState") == "RUNNING", 90, lambda: f"job {job} running again: {mc.job(job)}")
+    assert mc.job(job)["NodeList"] != "n1"
+    mc.run("scancel", job)

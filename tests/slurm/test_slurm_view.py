@@ -60,6 +60,12 @@ def test_a_node_whose_slurmd_comes_back_short_of_a_gpu_is_held_and_returns_once_
             time.sleep(2 * mc.hc_interval)
         assert "DRAIN" in mc.state(node) and mc.node(node)["Reason"].startswith(said), \
             f"held while Slurm sees it short: {mc.node(node)}"
+        if ours:   # and an admin sees it among the cases, as a configuration to fix
+            r = mc.gpufleet("fleet", "cases", "--json")
+            assert r.returncode == 0, r.stderr
+            mine = [c for c in json.loads(r.stdout)["cases"] if c["node"] == node]
+            assert [(c["class"], c["status"]) for c in mine] == [("slurm_view", "config")], mine
+            assert mine[0]["reason"].startswith(said), mine
         conf.write_text(original)
         _restart_slurmd(mc, node)
         if ours:   # our hold, and Slurm now sees the node whole: it returns
