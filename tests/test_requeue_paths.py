@@ -108,3 +108,15 @@ def test_only_a_node_held_for_a_fault_reads_its_left_jobs(tmp_path, after, reads
     if reads:
         assert ("set_excluded_nodes", "41", ["n1"]) in backend.writes
         assert h.jobs_left_behind("n1", 0) == []
+
+
+def test_a_job_another_path_sent_away_for_this_requeue_is_not_sent_again(tmp_path):
+    """The prolog's helper, the epilog's and a check can each meet the same requeued job: one record each
+    requeue, never two (seen on real Slurm: a failed prolog's job recorded twice)."""
+    h = _history(tmp_path)
+    h.record_run("n1", "prolog", "ok", [], job_id="51")
+    record = with_requeue("", "n1", "processes gpu4")
+    backend = Jobs({"51": _job("PENDING", nodes="(null)", restarts="1", AdminComment=record)})
+    done = send_away_left(backend, _setup(tmp_path), h, "n1", "processes gpu4")
+    assert done == ["job 51: already sent away from n1 for this requeue"] and backend.writes == [], backend.writes
+    assert h.jobs_left_behind("n1", 0) == []   # handled: the history keeps it

@@ -66,12 +66,16 @@ def requeue_away(backend, setup: Setup, job: str, node: str, reason: str, deadli
             if time.monotonic() > deadline:
                 return f"job {job} not requeued within the wait ({fields.get('JobState')}): left as it is"
             pause(started)
-        partitions = set((fields.get("Partition") or "").split(","))
-        members = [n.name for n in backend.nodes() if partitions & set(n.partitions)]
         admin = fields.get("AdminComment", "")
         admin = "" if admin == "(null)" else admin
+        before = jobrecord.fault_requeues(admin)
+        if before and before[-1][:1] == [node] and len(before) >= _restarts(fields):
+            # another path (the prolog's helper, the epilog's, a check) sent it away for this requeue
+            return f"job {job}: already sent away from {node} for this requeue"
+        partitions = set((fields.get("Partition") or "").split(","))
+        members = [n.name for n in backend.nodes() if partitions & set(n.partitions)]
         policy = setup.policy.for_node(node)
-        away = decide(fields, node, members, policy.max_fault_requeues, jobrecord.fault_requeues(admin))
+        away = decide(fields, node, members, policy.max_fault_requeues, before)
         actuator = actuator_for(setup, backend)
         effects: list = [E.AdminComment(job, jobrecord.with_requeue(admin, node, reason, away.note, away.held))]
         if away.exclude is not None:
