@@ -423,6 +423,12 @@ class SlurmView:
     gpus: int | None = None          # the GPUs in it, every type summed (MIG instances as Slurm counts them);
                                      # None: its Gres names no GPU (GPUs not scheduled as GRES)
     held: bool = False               # out of service (drained, down, rebooting): its return is what is judged
+    version: str | None = None       # the slurmd that registered it
+    features: list[str] = field(default_factory=list)   # AvailableFeatures as registered
+    # read only when a held node would return (hooks/healthcheck.py): the slurmd version most of its node
+    # group's nodes in service run, and the features slurm.conf gives it; None: not read, never judged
+    peers_version: str | None = None
+    configured_features: list[str] | None = None
 
 
 @dataclass

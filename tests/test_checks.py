@@ -318,3 +318,27 @@ def test_slurm_s_view_is_judged_only_for_a_held_node_and_never_against_mig(h200)
     assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:0"))) == ["sees gpu:0 of 1"]
     h200.gpus[0].mig_mode_current = True
     assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:1g.18gb:7"))) == []
+
+
+def test_a_held_node_returns_only_with_its_groups_slurmd_and_the_features_slurm_conf_gives_it(h200):
+    """Read only when a held node would return (hooks/healthcheck._read_return_view): a slurmd older than
+    most of its group's (an old image) or a feature slurm.conf gives it that slurmd did not register holds
+    it; a newer slurmd (a Slurm upgrade under way) and features not read never do."""
+    from dataclasses import replace
+
+    from slurm_gpufleet.slurm.base import NodeInfo, view_of
+
+    held = view_of(NodeInfo("n1", "IDLE", {"DRAIN"}, gres="gpu:h200:1", features=["ib", "gpufleet_drv580"],
+                            slurmd_version="22.05.7"))
+
+    def found(**seen):
+        h200.slurm = replace(held, **seen)
+        return [f.message for f in evaluate(h200, parse_policy("")).findings if f.check == "slurm"]
+
+    assert found() == []                                     # nothing of its group read: not judged
+    assert found(peers_version="22.05.7", configured_features=["ib"]) == []
+    assert found(peers_version="22.05.8") == ["slurmd 22.05.7, its group 22.05.8"]
+    assert found(peers_version="22.05.10") == ["slurmd 22.05.7, its group 22.05.10"]   # numbers, not text
+    assert found(peers_version="21.08.8") == []              # newer than its group: an upgrade under way
+    assert found(configured_features=["ib", "nvme"]) == ["lost feature nvme"]
+    assert found(configured_features=[]) == []

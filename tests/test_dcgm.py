@@ -113,6 +113,7 @@ def test_the_deep_check_fails_on_a_gpus_failed_test_and_is_unverified_on_dcgms_o
     assert "internal error" not in r.stderr
 
 
+@pytest.mark.slow   # 3 s: dcgmi's limit
 def test_a_hung_dcgmi_ends_at_its_limit_as_a_dependency_not_a_drain(tmp_path):
     bin_dir, env = _deep_node(tmp_path, sleep=30)
     r, took = _deep(env)

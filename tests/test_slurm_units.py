@@ -111,6 +111,7 @@ def test_show_nodes_2411_blank_line_inside_a_block_keeps_reason_and_extra():
     assert (n2.name, n2.drained, n2.reason, n2.reason_user) == (
         "n2", True, "memory gpu5 row remapping failed [gpufleet]", "root")
     assert n2.reason_time and json.loads(n2.extra)["v"] == "drain"
+    assert (n1.slurmd_version, n2.slurmd_version) == ("24.11.5", "24.11.5")   # the slurmd that registered it
 
 
 def test_reason_is_one_safe_line():

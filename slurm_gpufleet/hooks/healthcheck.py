@@ -111,6 +111,10 @@ def run(argv: list[str] | None = None) -> int:
     # judged already for the quiet test, with the node's own idea of idle: used again where Slurm agrees
     report = early if early is not None and (not running) == idle else \
         evaluate(snap, setup.policy, host=setup.node, expect_idle=idle or None)
+    if snap.slurm is not None and snap.slurm.held and report.verdict in ("ok", "warn") and backend is not None:
+        # a held node that would return: Slurm's view of it beside its group's, read only now
+        _read_return_view(setup, backend, snap.slurm)
+        report = evaluate(snap, setup.policy, host=setup.node, expect_idle=idle or None)
     if args.confirm:
         from ..lemon import confirming
 
@@ -138,6 +142,28 @@ def run(argv: list[str] | None = None) -> int:
     act(setup, report, "healthcheck", info=node_info, backend=backend,
         after=lambda *a: after_step(*a, hook="healthcheck", job=None))
     return 0
+
+
+def _read_return_view(setup: Setup, backend, view) -> None:
+    """What a held node's return is judged by beyond its own registration (checks/slurm_view.py): the
+    slurmd version most nodes of its group in service run (one read of the fleet, made only here: a held
+    node that runs clean) and the features slurm.conf gives it (a file read)."""
+    import collections
+
+    from ..policy import slurm_conf_features
+    from ..slurm import SlurmError
+
+    mine = setup.policy.for_node(setup.node).groups
+    try:
+        peers = [n.slurmd_version for n in backend.nodes() if n.name != setup.node and n.slurmd_version
+                 and not (n.drained or n.down or n.rebooting) and setup.policy.for_node(n.name).groups == mine]
+    except SlurmError as exc:
+        log.warning("the fleet not read for %s's return: %s", setup.node, exc)
+        peers = []
+    if peers:
+        view.peers_version = collections.Counter(peers).most_common(1)[0][0]
+    conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    view.configured_features = slurm_conf_features(conf, setup.node)
 
 
 def _quiet(setup: Setup, snap):

@@ -41,6 +41,7 @@ class NodeInfo:
     weight: int | None = None        # scheduling weight: Slurm prefers lower-weight nodes
     slurmd_start: float | None = None  # when this node's slurmd last registered (epoch s): a restart moves it
     last_busy: float | None = None   # when a job last ran on it (Slurm's LastBusyTime, epoch s): idle sweeps
+    slurmd_version: str | None = None  # the slurmd that registered it (Slurm's Version)
 
     def __post_init__(self) -> None:
         # A reason means something only while the node is drained, down, failing or rebooting.  Slurm
@@ -78,7 +79,8 @@ def view_of(info: NodeInfo):
     gres = "" if info.gres in ("(null)", "None") else info.gres
     counts = [int(m.group(1)) for m in _GRES_GPU.finditer(gres)]
     return SlurmView(state=info.state, flags=sorted(info.flags), gres=gres, gpus=sum(counts) if counts else None,
-                     held=info.drained or info.down or info.rebooting)
+                     held=info.drained or info.down or info.rebooting, version=info.slurmd_version,
+                     features=list(info.features))
 
 
 @dataclass

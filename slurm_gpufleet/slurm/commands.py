@@ -389,6 +389,8 @@ def parse_node_text(text: str) -> NodeInfo:
     info.weight = int(values["Weight"]) if values.get("Weight", "").isdecimal() else None
     info.slurmd_start = slurm_time(values.get("SlurmdStartTime", ""))
     info.last_busy = slurm_time(values.get("LastBusyTime", ""))
+    version = values.get("Version", "")
+    info.slurmd_version = version if version[:1].isdecimal() else None
     return info
 
 
@@ -446,6 +448,8 @@ def parse_node_json(text: str, name: str) -> NodeInfo:
     if isinstance(busy, dict):
         busy = busy.get("number")
     info.last_busy = float(busy) if isinstance(busy, int | float) and busy else None
+    version = node.get("version")
+    info.slurmd_version = version if isinstance(version, str) and version[:1].isdecimal() else None
     return info
 
 

@@ -116,6 +116,8 @@ def node_info(n: Any) -> NodeInfo:
     info.active_features = list(n.active_features or [])
     info.weight = n.weight
     info.slurmd_start = _epoch(getattr(n, "slurmd_start_time", None))
+    version = getattr(n, "version", None)
+    info.slurmd_version = version if isinstance(version, str) and version[:1].isdecimal() else None
     # LastBusyTime (idle sweeps); the attribute's name is not checked against a pyslurm build here: where it
     # is absent, a sweep skips the node rather than guess how long it has been idle
     info.last_busy = _epoch(getattr(n, "last_busy_time", None))
