@@ -21,6 +21,11 @@ from timings_traces import trace  # noqa: E402
 
 from slurm_gpufleet.perf.timings import judge, parse  # noqa: E402
 
+FACTORS = (1.1, 1.15, 1.3, 2.0)
+NOISES = (0.05, 0.10, 0.15)
+SEEDS = 10
+HEALTHY_SEEDS = 50
+
 
 def main() -> None:
     out = {"cases": [], "scale": {}}
@@ -37,6 +42,41 @@ def main() -> None:
         kinds = sorted({j["kind"] for j in result.job_wide})
         print(f"{label:<40} {len(rows):>6} {', '.join(flagged) or '-':<28} {', '.join(kinds) or '-':<20}")
         out["cases"].append({"case": label, "rows": len(rows), "flagged": flagged, "job_wide": kinds})
+    # the sweep: a worker 1.1x to 2x slower at 5-15 % step noise, 40 and 100 steps, 10 seeds each: how often
+    # it alone is flagged (recall), how often anything else is (a false flag)
+    print(f"\n{'steps':>5} {'noise':>6} " + " ".join(f"{f'{x}x found/false':>16}" for x in FACTORS))
+    out["sweep"] = []
+    for steps in (40, 100):
+        for noise in NOISES:
+            cells = []
+            for factor in FACTORS:
+                found = false = 0
+                for seed in range(SEEDS):
+                    rows, _ = parse("\n".join(json.dumps(r) for r in trace(
+                        "slow_worker", steps=steps, seed=seed, noise=noise, factor=factor)))
+                    ranks = {f.rank for f in judge(rows).flags}
+                    found += "11" in ranks
+                    false += bool(ranks - {"11"})
+                cells.append(f"{found}/{SEEDS} {false}")
+                out["sweep"].append({"steps": steps, "noise": noise, "factor": factor, "found": found,
+                                     "false": false, "seeds": SEEDS})
+            print(f"{steps:>5} {noise:>6.0%} " + " ".join(f"{c:>16}" for c in cells))
+    # healthy, data-driven and slow-stage jobs at 15 % noise: every flag is a false one
+    judged_ops = flagged_ops = 0
+    notes: dict[str, dict[str, int]] = {}
+    for case in ("healthy", "data", "slow_stage"):
+        for seed in range(HEALTHY_SEEDS):
+            rows, _ = parse("\n".join(json.dumps(r) for r in trace(case, steps=100, seed=seed, noise=0.15)))
+            result = judge(rows)
+            judged_ops += 8   # 4 stages x 2 compute operations
+            flagged_ops += len({(f.stage, f.op) for f in result.flags})
+            for kind in {j["kind"] for j in result.job_wide}:
+                notes.setdefault(case, {}).setdefault(kind, 0)
+                notes[case][kind] = notes[case].get(kind, 0) + 1
+    print(f"\nhealthy, data and slow-stage jobs at 15 % noise, {HEALTHY_SEEDS} seeds each: "
+          f"{flagged_ops} of {judged_ops} operations flagged; notes {notes}")
+    out["false_flags"] = {"operations": judged_ops, "flagged": flagged_ops, "seeds": HEALTHY_SEEDS,
+                          "notes": notes}
     # 100,000 rows: 16 replicas x 4 stages x 5 ops x 313 steps
     text = "\n".join(json.dumps(r) for r in trace("slow_worker", dp=16, stages=4, steps=313))
     t = time.perf_counter()

@@ -110,3 +110,50 @@ def test_timings_of_any_shape_are_rows_a_timings_error_or_a_note(tmp_path):
                 except Exception as exc:  # noqa: BLE001 - the property: no other exception
                     crashed.append((key, repr(value)[:20], repr(exc)[:80]))
     assert texts > 50 and crashed == [], crashed[:10]
+
+
+def _flagged(**kw) -> set[str]:
+    return {f.rank for f in judged(trace("slow_worker", **kw)).flags}
+
+
+@pytest.mark.slow   # 12 cases of 100 steps: about 6 s
+@pytest.mark.parametrize("factor", [1.1, 1.15, 1.3, 2.0])
+@pytest.mark.parametrize("noise", [0.05, 0.10, 0.15])
+def test_the_slow_worker_is_found_whatever_the_step_noise_given_steps_enough(factor, noise):
+    """Over its peers' median in a share of steps no chance gives: 100 steps find 1.1x at 15 % noise; the
+    worker at (3, 1) is rank 11, and nothing else is flagged (seeds 0-1)."""
+    for seed in (0, 1):
+        assert _flagged(steps=100, seed=seed, noise=noise, factor=factor) == {"11"}, (factor, noise, seed)
+
+
+@pytest.mark.parametrize("factor, noise", [(1.3, 0.15), (1.15, 0.05), (2.0, 0.10)])
+def test_within_40_steps_the_issues_cases_are_found(factor, noise):
+    for seed in range(3):
+        assert _flagged(seed=seed, noise=noise, factor=factor) == {"11"}, (factor, noise, seed)
+
+
+@pytest.mark.parametrize("case, kind", [("healthy", None), ("data", "data"), ("slow_stage", "pipeline_stage")])
+def test_noisy_jobs_flag_nothing_and_say_their_kind(case, kind):
+    for seed in range(2):
+        result = judged(trace(case, seed=seed, noise=0.15, steps=60))
+        assert result.flags == [] and {j["kind"] for j in result.job_wide} == ({kind} if kind else set()), seed
+
+
+@pytest.mark.slow   # about 10 s: held-out shapes over 5 seeds
+def test_held_out_shapes_more_replicas_other_names_and_job_wide_hiccups():
+    """Another shape than the tests': 16 replicas, 2 stages, other operation names and a step every rank
+    spends 3x in (a garbage collection, a checkpoint write) every 7th: 1.3x at 15 % noise and 1.15x at 5 %
+    flag that worker alone; healthy, data-driven and slow-stage jobs at 15 % flag nothing; each in under 10 s."""
+    import time
+
+    ops = (("fwd", 0.1), ("bwd", 0.2), ("dp_allreduce", 0.05), ("opt_step", 0.02))
+    shape = dict(dp=16, stages=2, steps=60, ops=ops, compute=("fwd", "bwd"), hiccup_every=7, slow=(5, 1))
+    for seed in range(5):
+        for factor, noise in ((1.3, 0.15), (1.15, 0.05)):
+            t = time.perf_counter()
+            result = judged(trace("slow_worker", seed=seed, noise=noise, factor=factor, **shape))
+            assert time.perf_counter() - t < 10
+            assert {(f.rank, f.op) for f in result.flags} == {("21", "fwd"), ("21", "bwd")}, (seed, factor)
+        for case, kind in (("healthy", set()), ("data", {"data"}), ("slow_stage", {"pipeline_stage"})):
+            result = judged(trace(case, seed=seed, noise=0.15, **shape))
+            assert result.flags == [] and {j["kind"] for j in result.job_wide} == kind, (case, seed)

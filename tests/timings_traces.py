@@ -12,12 +12,16 @@ COMPUTE = ("forward-compute", "backward-compute")
 
 
 def trace(case: str, dp: int = 8, stages: int = 4, steps: int = 40, seed: int = 7, noise: float = 0.05,
-          slow: tuple[int, int] = (3, 1), factor: float = 2.0) -> list[dict]:
+          slow: tuple[int, int] = (3, 1), factor: float = 2.0, ops: tuple = OPS, compute: tuple = COMPUTE,
+          hiccup_every: int = 0) -> list[dict]:
     """Rows of one job.  `case`: healthy; slow_worker (the worker at (dp, stage) `slow` computes `factor`
     times slower, and its replicas wait for it in their reduce-scatter); slow_stage (the last stage slower by
     1.5 in every replica); data (each replica's step costs what its sequences cost: 0.7-1.6 of the mean,
-    drawn again every step)."""
+    drawn again every step).  `noise`: each time's lognormal sigma (0.15: 15 % step noise); `ops`, `compute`:
+    other operation names; `hiccup_every`: every Nth step every rank computes 3x slower (a garbage
+    collection, a checkpoint write)."""
     rng = random.Random(seed)
+    reduce_op = next((op for op, _ in ops if "reduce" in op), None)
     rows = []
     t = 0.0
     for step in range(steps):
@@ -29,9 +33,11 @@ def trace(case: str, dp: int = 8, stages: int = 4, steps: int = 40, seed: int = 
                 node = f"gpu{rank // 2 + 1:04d}"
                 gpus = "0-3" if rank % 2 == 0 else "4-7"
                 clock = t
-                for op, base in OPS:
+                for op, base in ops:
                     dur = base * rng.lognormvariate(0, noise)
-                    if op in COMPUTE:
+                    if op in compute and hiccup_every and step % hiccup_every == hiccup_every - 1:
+                        dur *= 3
+                    if op in compute:
                         if case == "slow_worker" and (d, stage) == slow:
                             dur *= factor
                             extra_wait = max(extra_wait, base * (factor - 1))
@@ -39,7 +45,7 @@ def trace(case: str, dp: int = 8, stages: int = 4, steps: int = 40, seed: int = 
                             dur *= 1.5
                         elif case == "data":
                             dur *= seq[d]
-                    elif op == "grads-reduce-scatter" and case == "slow_worker" and (d, stage) != slow \
+                    elif op == reduce_op and case == "slow_worker" and (d, stage) != slow \
                             and stage == slow[1]:
                         dur += 3 * 0.10 * (factor - 1)  # waiting for the slow replica's forward and backward
                     rows.append({"rank": rank, "dp": d, "stage": stage, "step": step, "op": op,

@@ -4,8 +4,10 @@ profiler, NVIDIA's resiliency extension): `fleet stragglers --timings FILE`.  Pu
 Each worker is compared only with the workers that do the same work: the same pipeline stage and the same
 operation, in the same step, across data-parallel replicas.  So
 
-* a worker whose compute is consistently slower than its peers' (in most steps, by a clear margin) is
-  flagged, naming its rank, node and GPUs;
+* a worker over its peers' median in a share of steps that chance would not give (a binomial tail under
+  `Settings.false_flag` for the whole operation) and slower than they are by `min_effect` is flagged,
+  naming its rank, node and GPUs: 1.3x at 15 % step noise and 1.15x at 5 % are found within 40 steps, and
+  more steps find less (a worker slowest in only 73 % of its slow steps was called data before);
 * a stage slower in every replica (pipeline stages of unequal cost) is compared only with itself and flags
   nothing: it is reported as a job-wide slowdown of kind `pipeline_stage`;
 * a slowdown that moves from worker to worker with the data (sequences of unequal length) never holds for
@@ -51,10 +53,19 @@ class Row:
 class Settings:
     min_peers: int = 3          # workers doing the same work in a step, the worker included
     min_steps: int = 10         # steps a worker is judged over before it may be flagged
-    slower: float = 0.20        # a step counts as slow at this much over the peers' median ...
-    consistent: float = 0.80    # ... and a worker is flagged when this share of its steps are slow
+    # A worker is a straggler when it is over its peers' median in a share of steps no chance would give
+    # (a binomial tail under `false_flag` over all the workers of an operation: each step's ranks are
+    # independent draws, so a healthy worker is over the median in half its steps), and its time is at
+    # least `min_effect` over theirs (median over its steps): step noise lowers the share, never the rule.
+    false_flag: float = 1e-4    # the chance that a healthy job's operation flags any worker
+    min_effect: float = 0.05
+    # the data note: the workers' times in a step spread wider than step noise spreads them (their
+    # coefficient of variation, median over the steps; 15 % lognormal noise gives 0.15, sequences of
+    # 0.7-1.6x the mean cost 0.23 more), and no worker is the slowest in most steps
+    data_spread: float = 0.20
+    slower: float = 0.20        # a step "has a slow worker" at this much over the peers' median (said in the note)
+    consistent: float = 0.80    # the data note needs no worker slowest in this share of those steps
     stage_slower: float = 0.20  # a stage this much over the others' median is a pipeline-stage slowdown
-    data_steps: float = 0.50    # a slowdown moving between workers: this share of steps has one worker slow
 
 
 @dataclass
@@ -65,7 +76,7 @@ class TimingFlag:
     op: str
     stage: int
     times_slower: float         # the median, over its steps, of its time over its peers' median
-    steps_slower: int
+    steps_slower: int           # the steps it was over its peers' median
     steps: int
 
     def to_dict(self) -> dict:
@@ -173,6 +184,7 @@ def judge(rows: Iterable[Row], s: Settings | None = None) -> Result:
             continue
         ratios: dict[str, list[float]] = defaultdict(list)
         step_medians: list[float] = []
+        spreads: list[float] = []
         slowest: list[str] = []   # the slowest worker of each step that has one clearly slow
         for _, per_rank in sorted(steps.items()):
             if len(per_rank) < s.min_peers:
@@ -181,6 +193,7 @@ def judge(rows: Iterable[Row], s: Settings | None = None) -> Result:
             if med <= 0:
                 continue
             step_medians.append(med)
+            spreads.append(statistics.pstdev(per_rank.values()) / statistics.fmean(per_rank.values()))
             for rank, t in per_rank.items():
                 ratios[rank].append(t / med)
             top = max(per_rank, key=lambda k: per_rank[k])
@@ -191,23 +204,40 @@ def judge(rows: Iterable[Row], s: Settings | None = None) -> Result:
                 out.not_judged.append(f"stage {stage} {op}: fewer than {s.min_peers} workers a step")
             continue
         flagged = []
+        alpha = s.false_flag / max(1, len(ratios))
         for rank, rs in sorted(ratios.items()):
-            slow = sum(1 for x in rs if x >= 1 + s.slower)
-            if len(rs) >= s.min_steps and slow >= s.consistent * len(rs) and statistics.median(rs) >= 1 + s.slower:
+            over = sum(1 for x in rs if x > 1.0)
+            effect = statistics.median(rs)
+            if len(rs) >= s.min_steps and effect >= 1 + s.min_effect and binomial_tail(over, len(rs), 0.5) < alpha:
                 node, gpus = where[rank]
-                flagged.append(TimingFlag(rank, node, gpus, op, stage, round(statistics.median(rs), 3), slow, len(rs)))
+                flagged.append(TimingFlag(rank, node, gpus, op, stage, round(effect, 3), over, len(rs)))
         out.flags += flagged
-        if not flagged and len(step_medians) >= s.min_steps and len(slowest) >= s.data_steps * len(step_medians):
-            # most steps have a worker well over its peers, but never the same one for long: the data's cost
-            top = max(slowest.count(r) for r in set(slowest)) / len(slowest)
+        if not flagged and len(step_medians) >= s.min_steps and statistics.median(spreads) >= s.data_spread:
+            # the workers spread wider than noise does, but no one of them stays apart: the data's cost
+            top = max(slowest.count(r) for r in set(slowest)) / len(slowest) if slowest else 0.0
             if top < s.consistent:
                 out.job_wide.append({"kind": "data", "stage": stage, "op": op,
+                                     "spread": round(statistics.median(spreads), 3),
                                      "steps_with_a_slow_worker": round(len(slowest) / len(step_medians), 3),
                                      "most_often_slowest": round(top, 3),
                                      "why": "a slow worker in most steps, a different one from step to step: the "
                                             "work's cost moves with the data, no worker is apart"})
     out.job_wide += _stage_slowdowns(cells, s)
     return out
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): the chance a healthy worker is over its peers' median in `k` of
+    `n` steps or more (summed in log space: n runs to thousands of steps)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+             for i in range(k, n + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
 def _stage_slowdowns(cells: dict[tuple[int, str], dict[int, dict[str, float]]], s: Settings) -> list[dict]:

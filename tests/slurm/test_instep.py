@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import sys
 import time
 
 import gpustate
+from conftest import REPO
 
 BUSY = {"clock_sm": 1980, "utilization": {"gpu": 96, "memory": 40}, "power_usage_mw": 610000,
         "clocks_event_reasons": 0}
@@ -383,3 +385,31 @@ def test_fleet_names_the_node_of_a_running_job_whose_sampler_died(mc):
         mc.wait(lambda: gone() == [{"job": job, "nodes": ["n6"]}], 60, "the dead sampler named")
         assert "no in-job sampler publishing on n6" in mc.gpufleet("fleet").stdout
         mc.run("scancel", job)
+
+
+def test_fleet_lemons_takes_a_jobs_own_timings_into_the_lemon_record(mc, tmp_path):
+    """`fleet lemons --timings FILE --job JOBID` end to end (#56): the job's slow worker, on n3, becomes a
+    `slow_timings` flag of n3 for that job, counted once in the lemon record however often the step runs."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from timings_traces import trace
+
+    job = mc.start_job("n3", 2, 120)
+    rows = trace("slow_worker", slow=(3, 1), factor=1.3, noise=0.15)
+    for r in rows:
+        r["node"] = "n3" if r["rank"] == 11 else "n4"
+    timings = tmp_path / "timings.jsonl"
+    timings.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    try:
+        outs = []
+        for _ in range(2):
+            r = mc.gpufleet("fleet", "lemons", "--timings", str(timings), "--job", job, "--json")
+            assert r.returncode == 0, r.stdout + r.stderr
+            outs.append(json.loads(r.stdout))
+        first, again = outs
+        mine = [f for f in first["flags"] if f["job"] == job]
+        assert {(f["node"], f["signature"]) for f in mine} == {("n3", "slow_timings")}, first["flags"]
+        assert first["new_flags"] == 1 and first["scores"].get("n3") == 1 and job in first["jobs"], first
+        assert again["new_flags"] == 0 and again["scores"].get("n3") == 1, again
+        assert first["reserved"] == [] and first["drained"] == []
+    finally:
+        mc.run("scancel", job, check=False)
