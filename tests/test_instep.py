@@ -281,10 +281,13 @@ def test_the_sampler_reads_only_the_job_s_gpus_and_the_flag_names_the_real_index
     from slurm_gpufleet.instep import samples_from_digests
     from slurm_gpufleet.jobgpus import handles_of, job_gpu_ids
 
-    assert job_gpu_ids({"SLURM_JOB_GPUS": "4,5,6,7"}) == {4, 5, 6, 7}
-    assert job_gpu_ids({"CUDA_VISIBLE_DEVICES": "GPU-1f2e,GPU-3a4b"}) is None  # UUIDs: every GPU
-    assert job_gpu_ids({"SLURM_JOB_GPUS": "", "CUDA_VISIBLE_DEVICES": "2,3"}) == {2, 3}
-    assert job_gpu_ids({}) is None
+    def ids(env):   # no device cgroup here (tests/test_jobgpus.py has the cgroup's cases)
+        return job_gpu_ids(env, cgroup_root="/nonexistent", proc_self="/nonexistent")
+
+    assert ids({"SLURM_JOB_GPUS": "4,5,6,7"}) == {4, 5, 6, 7}
+    assert ids({"CUDA_VISIBLE_DEVICES": "GPU-1f2e,GPU-3a4b"}) is None  # UUIDs: every GPU
+    assert ids({"SLURM_JOB_GPUS": "", "CUDA_VISIBLE_DEVICES": "2,3"}) == {2, 3}
+    assert ids({}) is None
 
     class Nvml:  # NVML indices in the reverse of the minor numbers' order (/dev/nvidia7 is index 0)
         def nvmlDeviceGetCount(self):

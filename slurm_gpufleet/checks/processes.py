@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..findings import Finding
+from ..jobgpus import slurm_id as slurm_number
 from ._util import num, readable_gpus
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ def check(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     for g in readable_gpus(ctx.snapshot):
         # Slurm's GPU numbers follow gres.conf File=/dev/nvidiaN: the minor number where we know it
-        slurm_id = g.minor_number if isinstance(g.minor_number, int) else g.index
+        slurm_id = slurm_number(g)
         if not ctx.policy.expect_idle and slurm_id not in ctx.idle_gpus:
             continue
         procs = g.processes or []

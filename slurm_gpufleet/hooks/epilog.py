@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .. import watchdog
+from ..jobgpus import slurm_id
 from .common import (
     INVENTORY_REASON,
     TIMEOUT_REASON,
@@ -129,7 +130,7 @@ def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | Non
         if start is None or at is None or not (start - 1 <= at <= now + 1):
             continue
         g = snap.gpu_by_pci(e.pci)
-        sid = None if g is None else (g.minor_number if isinstance(g.minor_number, int) else g.index)
+        sid = None if g is None else slurm_id(g)
         if gpus is not None and sid is not None and sid not in gpus:
             continue
         info = xid_info(e.xid)
@@ -144,8 +145,7 @@ def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | Non
                            f"nvswitch{e.switch if e.switch is not None else '?'} at line {e.line}: {e.message[:120]}",
                            xid=e.sxid, extra={"job_id": job}))
     for sid, before in (window.get("counters") or {}).items():
-        g = next((x for x in snap.gpus if str(x.minor_number if isinstance(x.minor_number, int) else x.index) == sid),
-                 None)
+        g = next((x for x in snap.gpus if str(slurm_id(x)) == sid), None)
         if g is None:
             continue
         after = _counters(g)
@@ -155,8 +155,7 @@ def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | Non
             out.append(Finding("job", "ok", "none", int(sid), f"memory errors during job {job}",
                                ", ".join(f"{k} +{d}" for k, d in grown.items()), extra={"job_id": job}))
     for sid, before in (window.get("fabric") or {}).items():
-        g = next((x for x in snap.gpus if str(x.minor_number if isinstance(x.minor_number, int) else x.index) == sid),
-                 None)
+        g = next((x for x in snap.gpus if str(slurm_id(x)) == sid), None)
         after = fabric_words(g) if g is not None else None
         if after != before:
             out.append(Finding("job_fabric", "ok", "none", int(sid), f"fabric {before} -> {after or 'not read'}",

@@ -7,6 +7,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from ..jobgpus import slurm_id
 from .common import log
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def _write_window(settings: SlurmSettings, node: str, job: str, snap: NodeSnapsh
     where the job uses IMEX: for the epilog (a small file, no database)."""
     counters, fabric = {}, {}
     for g in snap.gpus:
-        sid = g.minor_number if isinstance(g.minor_number, int) else g.index
+        sid = slurm_id(g)
         if gpus is None or sid in gpus:
             counters[str(sid)] = _counters(g)
             words = fabric_words(g)
