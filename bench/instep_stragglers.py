@@ -34,14 +34,20 @@ NODES, GPUS, STEP_S, NOMINAL_MHZ = 64, 8, 15.0, 1980.0
 
 
 def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: int = NODES,
-                bad_gpu_out: list | None = None, style: str = "nccl", noise: float = 1.5):
+                bad_gpu_out: list | None = None, style: str = "nccl", noise: float = 1.5,
+                power_noise: float = 10.0, offset: float = 0.0, energy: bool = False):
     """kind: healthy | throttled (one GPU's clock down, SwThermalSlowdown) | silent (a whole node 10%
     slower, clocks normal) | gpu_silent (one GPU 10% slower, clocks normal: it stays busy while the job's
     other GPUs, its own node's included, wait) | uniform.  Returns (samples, slowed node or None, onset
     t); `bad_gpu_out` gets the slowed GPU's index where one GPU is slowed.  `style`: "nccl" (the GPUs that
     wait for the slowest spin in NCCL's kernels: NVML shows them near 100 % busy, and their power follows the
     share of the step they compute) or "idle" (waiting GPUs' utilisation falls with their share).  `noise`:
-    the per-sample utilisation noise, in points."""
+    the per-sample utilisation noise, in points; `power_noise`: the per-sample power noise, watts (real
+    training jobs sampled every 15 s: 6-15 W on 300 W A40s, 15-17 W on 700 W H100s, mostly one-second
+    dips); `offset`: each GPU draws up to this share more or less than its model's law, for the whole job
+    (one H100 of eight drew +28 W; one rank of an H200 job 21 % less); `energy`: the samples carry NVML's
+    total energy counter, which integrates the power the GPU drew (its 15 s average varies by 2.5-2.9 W).
+    The offsets and the counter draw from generators of their own, so a seed gives the same job either way."""
     speed = {(n, g): rng.uniform(0.93, 1.07) for n in range(nodes) for g in range(GPUS)}
     capped = {k for k in speed if rng.random() < 0.05}
     bad_node = rng.randrange(nodes) if kind in ("throttled", "silent", "gpu_silent") else None
@@ -50,6 +56,10 @@ def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: 
         bad_gpu_out.append(bad_gpu)
     onset = rng.uniform(0.3, 0.6) * minutes * 60
     phase = rng.uniform(0, 2 * math.pi)
+    drawn = random.Random(f"{job}/offsets")
+    scale = {k: 1 + drawn.uniform(-offset, offset) for k in speed} if offset else {}
+    counter = random.Random(f"{job}/energy")
+    joules = {k: counter.uniform(1e6, 1e8) for k in speed} if energy else {}
     out = []
     for i in range(int(minutes * 60 / STEP_S)):
         t = i * STEP_S
@@ -74,9 +84,12 @@ def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: 
                 util = min(100.0, max(0.0, 97.0 * io_wait + rng.gauss(0, noise)))
             else:
                 util = min(100.0, max(0.0, 97.0 * share + rng.gauss(0, noise)))
-            power = 120 + 580 * 0.97 * share * clock[k] / NOMINAL_MHZ + rng.gauss(0, 10)
+            drawn_w = (120 + 580 * 0.97 * share * clock[k] / NOMINAL_MHZ) * scale.get(k, 1.0)
+            power = drawn_w + rng.gauss(0, power_noise)
+            if energy:
+                joules[k] += (drawn_w + counter.gauss(0, 2.7)) * STEP_S
             out.append(Sample(t, job, f"n{k[0]:03d}", k[1], clock[k] + rng.gauss(0, 8), power, util, thr[k],
-                              "NVIDIA H200"))
+                              "NVIDIA H200", energy_j=round(joules[k], 3) if energy else None))
     return out, (f"n{bad_node:03d}" if bad_node is not None else None), onset
 
 
@@ -96,12 +109,18 @@ def main() -> int:
     ap.add_argument("--noise", type=float, default=1.5, help="per-sample utilisation noise, points")
     ap.add_argument("--matrix", action="store_true",
                     help="both styles at 1.5, 3 and 5 points of noise; writes bench/results/instep_stragglers.json")
+    ap.add_argument("--power", action="store_true",
+                    help="the NCCL case at 0-60 W of per-sample power noise, with and without per-GPU offsets of "
+                         "up to 10 %%, judged on instantaneous power and on the energy counter side by side; writes "
+                         "bench/results/instep_power.json")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="with --matrix: where to write its JSON "
                     "(default bench/results/instep_stragglers.json; a 64-node run: instep_stragglers_64.json)")
     args = ap.parse_args()
     if args.matrix:
         return matrix(args)
+    if args.power:
+        return power_sweep(args)
     result = run(args.jobs, args.minutes, args.seed, args.nodes, args.style, args.noise)
     if args.json:
         print(json.dumps(result, indent=1))
@@ -130,7 +149,32 @@ def matrix(args) -> int:
     return 0
 
 
-def run(jobs: int, minutes: float, seed: int, nodes_per_job: int, style: str, noise: float) -> dict:
+def power_sweep(args) -> int:
+    """Per power-noise level and offset: precision and recall, judged on instantaneous power and on energy."""
+    out = []
+    print(f"{args.jobs} jobs of {args.nodes} nodes x {GPUS} GPUs (and 2-node jobs), {args.minutes:g} min each, "
+          f"seed {args.seed}, waiting GPUs spin in NCCL, utilisation noise {args.noise:g} points")
+    print(f"  {'power noise W':>13} {'offsets':>7}   {'instantaneous: precision recall uniform':<40} "
+          f"{'energy: precision recall uniform':<34}")
+    for power_noise in (0.0, 10.0, 20.0, 40.0, 60.0):
+        for offset in (0.0, 0.10):
+            cells, row = [], {"power_noise_w": power_noise, "offset": offset}
+            for energy in (False, True):
+                r = run(args.jobs, args.minutes, args.seed, args.nodes, "nccl", args.noise, power_noise, offset, energy)
+                name = "energy" if energy else "instantaneous"
+                row[name] = {k: r[k] for k in ("precision", "recall", "worst_latency_s",
+                                               "flags_on_uniformly_slow_jobs")}
+                cells.append(f"{r['precision']:>9.3f} {r['recall']:>6.3f} {r['flags_on_uniformly_slow_jobs']:>7}")
+            print(f"  {power_noise:>13g} {offset:>7.0%}   {cells[0]:<40} {cells[1]:<34}")
+            out.append(row)
+    path = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / "instep_power.json"
+    path.write_text(json.dumps({"jobs": args.jobs, "nodes_per_job": args.nodes, "minutes": args.minutes,
+                                "seed": args.seed, "util_noise": args.noise, "runs": out}, indent=1) + "\n")
+    return 0
+
+
+def run(jobs: int, minutes: float, seed: int, nodes_per_job: int, style: str, noise: float,
+        power_noise: float = 10.0, offset: float = 0.0, energy: bool = False) -> dict:
     rng = random.Random(seed)
     settings = Settings()
     kinds = [k for k, (_, per) in CASES.items() for _ in range(per)]
@@ -144,7 +188,7 @@ def run(jobs: int, minutes: float, seed: int, nodes_per_job: int, style: str, no
         gen = kind.removesuffix("_2node")
         gpu: list[int] = []
         samples, bad, onset = job_samples(rng, f"job{i}", minutes, gen, nodes=nodes, bad_gpu_out=gpu, style=style,
-                                          noise=noise)
+                                          noise=noise, power_noise=power_noise, offset=offset, energy=energy)
         n_samples += len(samples)
         t0 = time.process_time()
         flags = detect(samples, settings)

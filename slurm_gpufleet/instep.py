@@ -54,6 +54,10 @@ class Sample:
     temp_c: float | None = None
     pcie_mbps: float | None = None
     nvlink_mbps: float | None = None
+    # NVML's total energy counter (nvmlDeviceGetTotalEnergyConsumption), joules, cumulative: where a GPU's
+    # samples carry it, its window's power is the energy it used over the window, not the mean of
+    # instantaneous readings (which one-second dips move by tens of watts)
+    energy_j: float | None = None
 
 
 EXTRAS = ("temp_c", "pcie_mbps", "nvlink_mbps")
@@ -93,10 +97,21 @@ def _mad(values: list[float]) -> float:
 
 def windows_of(samples: Iterable[Sample], window_s: float) -> dict[str, dict[int, dict[tuple[str, int], list]]]:
     """job -> window index -> (node, gpu) -> [clock, power, util, throttle OR, model, {extra: mean}]
-    averaged (the extras only where samples gave them)."""
+    averaged (the extras only where samples gave them); power is the energy counter's rate over the window
+    where the GPU's samples carry it (from the last reading of the window before, so that windows abut)."""
     acc: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0.0, 0, 0, "", {}])))
-    for s in samples:
-        cell = acc[s.job][int(s.t // window_s)][(s.node, s.gpu)]
+    energy: dict = defaultdict(lambda: [0.0, 0.0])   # (job, window, node, gpu) -> [joules, seconds]
+    last: dict = {}                                    # (job, node, gpu) -> (t, joules) of its last reading
+    for s in sorted(samples, key=lambda x: x.t):
+        w = int(s.t // window_s)
+        if s.energy_j is not None:
+            before = last.get((s.job, s.node, s.gpu))
+            if before is not None and s.t > before[0] and s.energy_j >= before[1]:   # a counter reset is skipped
+                used = energy[(s.job, w, s.node, s.gpu)]
+                used[0] += s.energy_j - before[1]
+                used[1] += s.t - before[0]
+            last[(s.job, s.node, s.gpu)] = (s.t, s.energy_j)
+        cell = acc[s.job][w][(s.node, s.gpu)]
         cell[0] += s.sm_clock_mhz
         cell[1] += s.power_w
         cell[2] += s.sm_util
@@ -111,10 +126,16 @@ def windows_of(samples: Iterable[Sample], window_s: float) -> dict[str, dict[int
                 total[1] += 1
     out: dict = {}
     for job, by_window in acc.items():
-        out[job] = {w: {k: [c[0] / c[4], c[1] / c[4], c[2] / c[4], c[3], c[5],
+        out[job] = {w: {k: [c[0] / c[4], _power(energy.get((job, w, *k)), c[1] / c[4]), c[2] / c[4], c[3], c[5],
                             {n: v[0] / v[1] for n, v in c[6].items()}] for k, c in cells.items()}
                     for w, cells in by_window.items()}
     return out
+
+
+def _power(used: list[float] | None, mean_w: float) -> float:
+    """Watts over the window from the energy counter where it gave a rate, else the mean of the readings (a
+    counter that did not move is stuck: a GPU with power on uses energy)."""
+    return used[0] / used[1] if used is not None and used[1] > 0 and used[0] > 0 else mean_w
 
 
 def _beside(cells: dict[tuple[str, int], list], key: tuple[str, int | None]) -> dict[str, float]:
@@ -129,6 +150,11 @@ def _beside(cells: dict[tuple[str, int], list], key: tuple[str, int | None]) -> 
             out[name] = round(statistics.median(own), 1)
             out[f"job_median_{name}"] = round(statistics.median(job), 1)
     return out
+
+
+def _rise(now: float, start: float) -> float:
+    """How far a power position rose, as a share of where it started (0 where the start is none)."""
+    return now / start - 1.0 if start > 0 else 0.0
 
 
 def _band(shifts: list[float], s: Settings, spread: list[float] | None = None) -> tuple[float, float]:
@@ -184,7 +210,9 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
     # its utilisation, or its power where the peers' utilisation cannot move (they spin in NCCL's kernels,
     # busy to NVML, while their power falls)
     moved = {n: position[n] - base[n] for n in by_node if n in base}
-    moved_p = {n: position[("pn", n)] - base[("pn", n)] for n in moved if ("pn", n) in base}
+    # power moved as a share of the node's own start: a node (a GPU, below) that always draws more or less
+    # than its peers (tens of watts between healthy boards) moves by the same share as any other
+    moved_p = {n: _rise(position[("pn", n)], base[("pn", n)]) for n in moved if ("pn", n) in base}
     models: dict[str, list[str]] = defaultdict(list)
     whole: dict[str, dict] = {}  # silent nodes, joined to `apart` once the single GPUs are judged
     node_band: dict[str, tuple[float, float, float, float]] = {}
@@ -198,7 +226,7 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
                               spread.setdefault(("nodes-power", model), []))
         for n in members:
             by_util = moved[n] - med > band
-            by_power = moved_p.get(n, 0.0) - p_med > p_band and moved[n] - med >= -band and position[("pn", n)] > 1
+            by_power = moved_p.get(n, 0.0) - p_med > p_band and moved[n] - med >= -band and moved_p.get(n, 0.0) > 0
             if (by_util or by_power) and not any(k[0] == n for k in apart):
                 node_band[n] = (med, band, p_med, p_band)
                 whole[n] = {"signature": "silent_slow", "position": round(position[n], 3),
@@ -208,7 +236,7 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
     # single GPUs: one GPU that stays busy while every other GPU of the job (its own node's included)
     # waits more; its power holds too (a GPU at work), where its peers' drops
     gpu_moved = {k: position[k] - base[k] for k in cells if k in base}
-    power_moved = {k: position[("p", *k)] - base[("p", *k)] for k in gpu_moved if ("p", *k) in base}
+    power_moved = {k: _rise(position[("p", *k)], base[("p", *k)]) for k in gpu_moved if ("p", *k) in base}
     by_model: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for k in gpu_moved:
         by_model[cells[k][4]].append(k)
@@ -223,7 +251,7 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
         hot = [k for k in members if not any(a[0] == k[0] for a in apart) and (
             (gpu_moved[k] - med > band and power_moved.get(k, 0.0) >= p_med)
             or (power_moved.get(k, 0.0) - p_med > p_band and gpu_moved[k] - med >= -band
-                and position[("p", *k)] > 1))]  # drawing more than its peers now: at work, not merely less idle
+                and power_moved.get(k, 0.0) > 0))]  # drawing more than at its start: at work, not merely less idle
         per_node: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for k in hot:
             per_node[k[0]].append(k)
@@ -293,7 +321,8 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
 
 def parse_telemetry(lines: Iterable[str]) -> tuple[list[Sample], list[int]]:
     """JSON lines {"t", "job", "node", "gpu", "sm_clock_mhz", "power_w", "sm_util", "throttle"} (what the
-    sampler records; `model` optional): (the samples, the numbers of the lines that were not one)."""
+    sampler records; `model`, the extras and `energy_j`, NVML's energy counter in joules, optional): (the
+    samples, the numbers of the lines that were not one)."""
     import json
     import math
 
@@ -306,13 +335,14 @@ def parse_telemetry(lines: Iterable[str]) -> tuple[list[Sample], list[int]]:
             sample = Sample(float(d["t"]), str(d["job"]), str(d["node"]), int(d["gpu"]),
                             float(d["sm_clock_mhz"]), float(d["power_w"]), float(d["sm_util"]),
                             int(d.get("throttle") or 0), str(d.get("model") or ""),
-                            *(None if d.get(n) is None else float(d[n]) for n in EXTRAS))
+                            *(None if d.get(n) is None else float(d[n]) for n in EXTRAS),
+                            None if d.get("energy_j") is None else float(d["energy_j"]))
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             bad.append(number)
             continue
         # json reads NaN and Infinity: a value no GPU reports is a malformed line, never a window's mean
         values = (sample.t, sample.sm_clock_mhz, sample.power_w, sample.sm_util,
-                  *(getattr(sample, n) for n in EXTRAS if getattr(sample, n) is not None))
+                  *(getattr(sample, n) for n in (*EXTRAS, "energy_j") if getattr(sample, n) is not None))
         if all(math.isfinite(v) for v in values):
             samples.append(sample)
         else:

@@ -41,8 +41,9 @@ def pid_path(state_dir: str, job: str, node: str) -> str:
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 138, 139
 NVLINK_MAX_LINKS = 18  # NVML_NVLINK_MAX_LINKS
 # a row per GPU: what read_gpus gives, in this order; the digest keeps the first six as window means (the
-# NVLink counter becomes a rate) and publishes them in this order; older digests hold only the first four
-ROW = ("sm_clock_mhz", "power_w", "sm_util", "throttle", "temp_c", "pcie_mbps", "nvlink_kib")
+# NVLink counter becomes a rate) and publishes them in this order; older digests hold only the first four.
+# The energy counter is not published: where it answers, the window's power is its rate (instep.py)
+ROW = ("sm_clock_mhz", "power_w", "sm_util", "throttle", "temp_c", "pcie_mbps", "nvlink_kib", "energy_mj")
 
 
 class Links:
@@ -79,8 +80,9 @@ class Links:
 
 def read_gpus(nvml: Any, handles: list[Any], links: Links | None = None) -> list[list[float | None]]:
     """Per GPU, ROW: [SM clock MHz, power W, SM util %, throttle mask, temperature C, PCIe TX+RX MB/s,
-    NVLink TX+RX counter KiB].  The first four read 0 when NVML refuses them (the detector's inputs);
-    the others None where NVML does not give them (no NVLink on PCIe boards, no PCIe counters in a VM)."""
+    NVLink TX+RX counter KiB, total energy mJ].  The first four read 0 when NVML refuses them (the
+    detector's inputs); the others None where NVML does not give them (no NVLink on PCIe boards, no PCIe
+    counters in a VM, no energy counter before Volta)."""
     reads = (lambda h: nvml.nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM),
              lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
              lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu,
@@ -102,6 +104,10 @@ def read_gpus(nvml: Any, handles: list[Any], links: Links | None = None) -> list
             except Exception:
                 row.append(None)
         row.append(links.read(nvml, index, h) if links is not None else None)
+        try:
+            row.append(float(nvml.nvmlDeviceGetTotalEnergyConsumption(h)))
+        except Exception:
+            row.append(None)
         out.append(row)
     return out
 
@@ -123,6 +129,9 @@ class Digest:
         self.seen: list[list[float]] = []
         self.link: list[list[float]] = []
         self.prev: list[tuple[float, float] | None] = []
+        # per GPU, the same for the energy counter (mJ and seconds within the window, the last reading)
+        self.energy: list[list[float]] = []
+        self.prev_energy: list[tuple[float, float] | None] = []
         # the whole job's tally for its record (jobrecord.py): windows closed, and per GPU those with a
         # slowdown reason (power cap, HW slowdown, thermal, power brake)
         self.windows = 0
@@ -130,8 +139,13 @@ class Digest:
 
     def _means(self) -> list[list[Any]]:
         out = []
-        for s, seen, link in zip(self.sums, self.seen, self.link, strict=False):
+        for g, (s, seen, link) in enumerate(zip(self.sums, self.seen, self.link, strict=False)):
             row: list[Any] = [round(v / self.n, 1) for v in s[:3]] + [int(s[3])]
+            used = self.energy[g] if g < len(self.energy) else None
+            # the power the GPU drew over the window, from its energy (a counter that did not move is stuck:
+            # a GPU with power on uses energy)
+            if used is not None and used[1] > 0 and used[0] > 0:
+                row[1] = round(used[0] / 1000.0 / used[1], 1)
             row.append(round(s[4] / seen[0], 1) if seen[0] else None)
             row.append(round(s[5] / seen[1], 1) if seen[1] else None)
             row.append(round(link[0] * 1.024 / 1000 / link[1], 1) if link[1] > 0 else None)  # KiB/s -> MB/s
@@ -159,8 +173,11 @@ class Digest:
             self.current, self.n = w, 0
             self.sums = [[0.0, 0.0, 0.0, 0, 0.0, 0.0] for _ in rows]
             self.seen, self.link = [[0, 0] for _ in rows], [[0.0, 0.0] for _ in rows]
+            self.energy = [[0.0, 0.0] for _ in rows]
         if len(self.prev) != len(rows):
             self.prev = [None] * len(rows)
+        if len(self.prev_energy) != len(rows):
+            self.prev_energy = [None] * len(rows)
         for g, (s, r) in enumerate(zip(self.sums, rows, strict=False)):
             s[0] += r[0]
             s[1] += r[1]
@@ -177,6 +194,13 @@ class Digest:
                     self.link[g][0] += counter - before[1]
                     self.link[g][1] += t - before[0]
                 self.prev[g] = (t, counter)
+            mj = r[7] if len(r) > 7 else None
+            if mj is not None:
+                before = self.prev_energy[g]
+                if before is not None and mj >= before[1] and t > before[0]:
+                    self.energy[g][0] += mj - before[1]
+                    self.energy[g][1] += t - before[0]
+                self.prev_energy[g] = (t, mj)
         self.n += 1
         return closed
 

@@ -330,7 +330,7 @@ def test_the_sampler_reads_temperature_and_pcie_and_nvlink_throughput_where_nvml
         kib = int(t * 2000)
         probe["devices"][1]["nvlink_throughput_kib"] = {"value": {"tx": [kib, kib], "rx": [0, 0]}}
         rows = read_gpus(nvml, handles, links)
-        assert rows[0][4:] == [34.0, 1.645, None] and rows[1][4:6] == [34.0, 1.645], rows
+        assert rows[0][4:7] == [34.0, 1.645, None] and rows[1][4:6] == [34.0, 1.645], rows
         closed = digest.add(t, rows)
     assert closed and links.of == {0: None, 1: [0, 1]}  # GPU 0 has no NVLink: asked once, never again
     means = digest.to_dict()["b"][0][1]
@@ -572,3 +572,63 @@ def test_at_fleet_size_the_samplers_write_every_few_windows_and_never_read_their
     d = {"j": "7", "ws": 60, "b": [], "w": [[100, []]], "pe": 21}
     assert summary.live_digests({"7": d}, now=101 * 60 + 20 * 60) and not summary.live_digests(
         {"7": {**d, "pe": 0}}, now=101 * 60 + 20 * 60)
+
+
+def test_at_60_w_of_power_noise_the_energy_counter_finds_the_silent_gpu_and_offsets_flag_nothing():
+    """The NCCL case at real noise (#56): 60 W of per-sample power noise, each GPU drawing up to 10 % more or
+    less than its peers for the whole job.  With the energy counter in the samples, the silent GPU alone is
+    flagged within 5 minutes, and healthy and uniformly slow jobs flag nothing; judged on the instantaneous
+    readings, the same jobs lose it (the noise knob moves the result)."""
+    found = {True: 0, False: 0}
+    seeds = (21, 22, 23, 24)
+    for seed in seeds:
+        for energy in (True, False):
+            gpu: list[int] = []
+            samples, bad, onset = job_samples(random.Random(seed), "j", 20, "gpu_silent", nodes=8, bad_gpu_out=gpu,
+                                              style="nccl", power_noise=60.0, offset=0.10, energy=energy)
+            flags = detect(samples)
+            exact = [(f.node, f.gpu) for f in flags] == [(bad, gpu[0])]
+            found[energy] += exact
+            if energy:
+                assert exact and flags[0].t_flagged - onset <= 300, (seed, flags)
+    assert found[True] == len(seeds) and found[False] < len(seeds), found
+    for seed, kind in ((25, "uniform"), (26, "healthy"), (27, "healthy")):
+        samples, _, _ = job_samples(random.Random(seed), "j", 20, kind, nodes=8, style="nccl", power_noise=60.0,
+                                    offset=0.10, energy=True)
+        assert detect(samples) == [], kind
+
+
+def test_a_window_s_power_is_its_energy_over_its_time_and_a_stuck_counter_is_not_used():
+    from slurm_gpufleet.instep import Sample, windows_of
+
+    def samples(step_j):
+        return [Sample(t, "j", "n1", 0, 1980.0, 700.0 if i % 2 else 300.0, 97.0, energy_j=1e6 + i * step_j)
+                for i, t in enumerate((0.0, 15.0, 30.0, 45.0, 60.0, 75.0))]
+
+    cells = windows_of(samples(15 * 520.0), 60.0)["j"]
+    assert [round(cells[w][("n1", 0)][1], 1) for w in (0, 1)] == [520.0, 520.0]   # not the readings' 500
+    stuck = windows_of(samples(0.0), 60.0)["j"]
+    assert round(stuck[0][("n1", 0)][1], 1) == 500.0   # the readings' mean
+
+
+def test_the_sampler_s_window_power_comes_from_the_energy_counter_where_it_moves():
+    from slurm_gpufleet.sampler import Digest
+
+    digest = Digest("7", 60.0, 3)
+    for i, t in enumerate((0.0, 15.0, 30.0, 45.0, 60.0)):
+        noisy = 640.0 if i % 2 else 560.0   # instantaneous readings around a dip
+        digest.add(t, [[1980, noisy, 97, 0, None, None, None, 5e8 + i * 15 * 612_000.0]])
+    assert digest.to_dict()["b"][0][1][0][1] == 612.0
+    still = Digest("7", 60.0, 3)
+    for t in (0.0, 15.0, 30.0, 45.0, 60.0):
+        still.add(t, [[1980, 600.0, 97, 0, None, None, None, 5e8]])
+    assert still.to_dict()["b"][0][1][0][1] == 600.0
+
+
+def test_telemetry_lines_may_carry_the_energy_counter_and_a_non_finite_one_is_malformed():
+    from slurm_gpufleet.instep import parse_telemetry
+
+    line = {"t": 0, "job": "j", "node": "n1", "gpu": 0, "sm_clock_mhz": 1980, "power_w": 600, "sm_util": 97}
+    samples, bad = parse_telemetry([json.dumps({**line, "energy_j": 12.5}), json.dumps(line),
+                                    json.dumps({**line, "energy_j": float("nan")}).replace("NaN", "NaN")])
+    assert [s.energy_j for s in samples] == [12.5, None] and bad == [3]

@@ -165,6 +165,10 @@ class NvmlReplay:
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         return self._dev(h, "power_usage_mw")
 
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        """mJ since the driver loaded (Volta on); the H200 capture did not record it: "not recorded"."""
+        return self._dev(h, "total_energy_mj")
+
     def nvmlDeviceGetPowerManagementLimit(self, h: int) -> int:
         return self._dev(h, "power_limit_mw")
 
