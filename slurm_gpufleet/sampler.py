@@ -187,20 +187,10 @@ class Digest:
                 if len(r) > k and r[k] is not None:
                     s[k] += r[k]
                     self.seen[g][k - 4] += 1
-            counter = r[6] if len(r) > 6 else None
-            if counter is not None:
-                before = self.prev[g]
-                if before is not None and counter >= before[1] and t > before[0]:
-                    self.link[g][0] += counter - before[1]
-                    self.link[g][1] += t - before[0]
-                self.prev[g] = (t, counter)
-            mj = r[7] if len(r) > 7 else None
-            if mj is not None:
-                before = self.prev_energy[g]
-                if before is not None and mj >= before[1] and t > before[0]:
-                    self.energy[g][0] += mj - before[1]
-                    self.energy[g][1] += t - before[0]
-                self.prev_energy[g] = (t, mj)
+            if len(r) > 6 and r[6] is not None:
+                self.prev[g] = _grown(self.link[g], self.prev[g], t, r[6])
+            if len(r) > 7 and r[7] is not None:
+                self.prev_energy[g] = _grown(self.energy[g], self.prev_energy[g], t, r[7])
         self.n += 1
         return closed
 
@@ -210,6 +200,15 @@ class Digest:
         if self.gpus is not None:
             out["g"] = list(self.gpus)
         return out
+
+
+def _grown(total: list[float], before: tuple[float, float] | None, t: float, value: float) -> tuple[float, float]:
+    """A cumulative counter's growth since its last reading, and the seconds it took, added to `total` (a
+    counter that went back, reset, is skipped); returns this reading, the next one's `before`."""
+    if before is not None and value >= before[1] and t > before[0]:
+        total[0] += value - before[1]
+        total[1] += t - before[0]
+    return (t, value)
 
 
 def digest_for(job: str, settings: Any, gpus: list[int] | None = None) -> Digest:

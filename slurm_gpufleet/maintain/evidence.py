@@ -37,6 +37,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..perf.stats import binomial_upper_tail
+
 SIGNALS = ("xid_soft", "xid_hard", "ecc", "verdict", "job_fail", "row_remap")
 MIN_HISTORY_NODE_HOURS = 100.0
 CANARY, CONTROL = "canary", "control"
@@ -141,21 +143,6 @@ class SignalEvidence:
         return cls(d["canary_events"], d["canary_node_hours"], d["control_events"], d["control_node_hours"],
                    d["llr"], d.get("history_events", 0), d.get("history_node_hours", 0.0),
                    d.get("history_expected", 0.0))
-
-
-def binomial_upper_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p), in log space (n may be thousands of events)."""
-    if k <= 0:
-        return 1.0
-    if k > n or p <= 0:
-        return 0.0
-    if p >= 1:
-        return 1.0
-    lp, lq = math.log(p), math.log1p(-p)
-    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
-             for i in range(k, n + 1)]
-    top = max(terms)
-    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
 def poisson_upper_tail(k: int, mean: float) -> float:

@@ -30,6 +30,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .stats import binomial_upper_tail
+
 COLUMNS = ("rank", "dp", "stage", "step", "op", "start", "duration", "node", "gpus")
 # words of an operation's name that make it communication (its time includes waiting for the slowest peer)
 COMM_WORDS = ("reduce", "gather", "all-to-all", "alltoall", "all_to_all", "broadcast", "send", "recv", "comm",
@@ -208,7 +210,7 @@ def judge(rows: Iterable[Row], s: Settings | None = None) -> Result:
         for rank, rs in sorted(ratios.items()):
             over = sum(1 for x in rs if x > 1.0)
             effect = statistics.median(rs)
-            if len(rs) >= s.min_steps and effect >= 1 + s.min_effect and binomial_tail(over, len(rs), 0.5) < alpha:
+            if len(rs) >= s.min_steps and effect >= 1 + s.min_effect and binomial_upper_tail(over, len(rs), 0.5) < alpha:
                 node, gpus = where[rank]
                 flagged.append(TimingFlag(rank, node, gpus, op, stage, round(effect, 3), over, len(rs)))
         out.flags += flagged
@@ -224,20 +226,6 @@ def judge(rows: Iterable[Row], s: Settings | None = None) -> Result:
                                             "work's cost moves with the data, no worker is apart"})
     out.job_wide += _stage_slowdowns(cells, s)
     return out
-
-
-def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p): the chance a healthy worker is over its peers' median in `k` of
-    `n` steps or more (summed in log space: n runs to thousands of steps)."""
-    if k <= 0:
-        return 1.0
-    if k > n:
-        return 0.0
-    lp, lq = math.log(p), math.log1p(-p)
-    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
-             for i in range(k, n + 1)]
-    top = max(terms)
-    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
 
 
 def _stage_slowdowns(cells: dict[tuple[int, str], dict[int, dict[str, float]]], s: Settings) -> list[dict]:
