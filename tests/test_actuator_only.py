@@ -38,9 +38,28 @@ def test_no_module_but_the_actuator_calls_a_backend_write():
                 if "actuator" not in target.lower() and not target.startswith("Actuator("):
                     found.append(f"{rel}:{node.lineno} {target}.{node.func.attr}(")
             if isinstance(node, ast.Name) and node.id == "writer_of" or \
-                    isinstance(node, ast.Attribute) and node.attr == "_ReadOnly__backend":
+                    isinstance(node, ast.Attribute) and node.attr in ("_ReadOnly__backend", "_writer",
+                                                                      "_Actuator__writer", "__writer"):
                 found.append(f"{rel}:{node.lineno} takes a writer")
     assert found == []
+
+
+def test_an_actuator_holds_its_writer_out_of_reach_and_takes_only_a_declared_actor():
+    """The writer behind an actuator has no name outside slurm/actuator.py (name-mangled, and the scan
+    above refuses any access to it), and an actor ownership does not declare gets no actuator at all."""
+    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.ownership import ACTORS, MAINTAIN
+
+    class Recorder:
+        def nodes(self):
+            return []
+
+    actuator = Actuator(Recorder(), MAINTAIN)
+    assert not hasattr(actuator, "_writer") and not hasattr(actuator, "writer")
+    for actor in ("simulate", "admin", ""):
+        with pytest.raises(ValueError, match="no actor ownership declares"):
+            Actuator(Recorder(), actor)
+    assert set(ACTORS) == {"health", "maintain", "straggler"}
 
 
 def test_a_backend_is_handed_out_read_only_and_only_the_actuator_takes_its_writer(tmp_path):

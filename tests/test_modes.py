@@ -161,6 +161,7 @@ def test_observe_mode_changes_no_node_state_from_any_program(tmp_path, hung):
         assert extra["v"] == "drain" and extra["obs"].startswith("drain: memory gpu5 row remapping failed")
 
 
+@pytest.mark.slow   # waits out the read timeout (about 3 s)
 def test_full_mode_drains_a_hung_nvml_within_its_bound(tmp_path):
     bin_dir, gpus, env = _node(tmp_path, "full", hung=True)
     calls, wall, r = healthcheck(bin_dir, env)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import ast
 import json
 
+import pytest
 from support import REPO, run_cli
 from test_simulate import EXCERPT
 
 
+@pytest.mark.slow   # a whole simulation, twice (about 2 s)
 def test_maintain_simulate_prints_from_the_json_it_gives():
     args = ("maintain", "simulate", "--sacct", EXCERPT, "--nodes", "6", "--rollout-at", "30", "--jobs", "1",
             "--domain-size", "3")

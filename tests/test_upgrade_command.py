@@ -16,6 +16,7 @@ from support import REPO
 from slurm_gpufleet.maintain.upgrade import run
 
 
+@pytest.mark.slow   # waits out a killed apply's command (about 2 s)
 def test_a_command_left_by_a_killed_apply_is_waited_for_not_run_beside(tmp_path):
     lock = tmp_path / "run" / "n1.lock"
     started, ended = tmp_path / "first-started", tmp_path / "first-ended"

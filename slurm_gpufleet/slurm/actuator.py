@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 
 from . import effects as E
 from .base import NodeInfo, SlurmError, writer_of
-from .ownership import MAINTAIN, RESERVATION_PREFIXES, left_alone, may_drain, owner, owns
+from .ownership import ACTORS, MAINTAIN, RESERVATION_PREFIXES, left_alone, may_drain, owner, owns
 from .reasons import same
 
 log = logging.getLogger("slurm-gpufleet")
@@ -95,10 +95,12 @@ class Actuator:
         its name (policy.Policy.mode_of: actors over many nodes); a write about a job or a reservation by
         name follows the one node's mode, and is not judged where the actor has many (its own jobs and
         reservations exist only where their node's mode let them be made)."""
+        if actor not in ACTORS:
+            raise ValueError(f"{actor!r} is no actor ownership declares ({', '.join(ACTORS)})")
         if actor in UNPLANNED and settings is None:
             raise TypeError(f"the {actor} actor needs the [slurm] settings: its drains go through the breaker")
         self.backend = backend             # its reads (the breaker's fleet)
-        self._writer = writer_of(backend)   # its writes: held here and nowhere else
+        self.__writer = writer_of(backend)   # its writes: held here and nowhere else
         self.actor = actor
         self.settings = settings
         self.fleet = fleet
@@ -180,7 +182,7 @@ class Actuator:
             else:
                 fresh.append((info, reason))
         for reason, names in relabel.items():
-            if self._call(out, self._writer.set_reason_nodes, names, reason, *([fields] if fields else [])):
+            if self._call(out, self.__writer.set_reason_nodes, names, reason, *([fields] if fields else [])):
                 out.reason_set += names
         return fresh
 
@@ -189,7 +191,7 @@ class Actuator:
         for info, reason in pairs:
             by_reason.setdefault(reason, []).append(info.name)
         for reason, names in by_reason.items():
-            if self._call(out, self._writer.drain_nodes, names, reason, *([fields] if fields else [])):
+            if self._call(out, self.__writer.drain_nodes, names, reason, *([fields] if fields else [])):
                 out.done += names
 
     def drain_domain(self, domain: str, nodes: list[NodeInfo], reason: str, domains: int) -> Applied:
@@ -252,11 +254,11 @@ class Actuator:
         return out
 
     def set_reason(self, nodes: list[NodeInfo], reason: str, fields: dict[str, str] | None = None) -> Applied:
-        return self._owned(nodes, self._writer.set_reason_nodes, reason, *([fields] if fields else []),
+        return self._owned(nodes, self.__writer.set_reason_nodes, reason, *([fields] if fields else []),
                            skip=lambda i: same(i.reason, reason), verb="set reason")
 
     def resume(self, nodes: list[NodeInfo], fields: dict[str, str] | None = None) -> Applied:
-        return self._owned(nodes, self._writer.resume_nodes, *([fields] if fields else []), verb="resume")
+        return self._owned(nodes, self.__writer.resume_nodes, *([fields] if fields else []), verb="resume")
 
     def reboot_asap(self, nodes: list[NodeInfo], reason: str, next_state: str = "RESUME") -> Applied:
         """`scontrol reboot ASAP`: Slurm drains the node and reboots it once it is empty.  An unplanned
@@ -277,7 +279,7 @@ class Actuator:
 
     def _reboots(self, nodes: list[NodeInfo], reason: str, next_state: str, out: Applied) -> None:
         names = [i.name for i in nodes]
-        if names and self._call(out, self._writer.reboot_asap_nodes, names, reason, next_state):
+        if names and self._call(out, self.__writer.reboot_asap_nodes, names, reason, next_state):
             out.done = names
 
     # -- the rest of what we write ----------------------------------------------------------------
@@ -285,34 +287,34 @@ class Actuator:
         """The node's published summary and features (Extra or Comment, AvailableFeatures, ActiveFeatures),
         in one write.  A drain, reason or resume carries them in its own write instead (`fields`)."""
         if fields:
-            self._writer.set_fields(node, fields)
+            self.__writer.set_fields(node, fields)
 
     def set_weight(self, names: list[str], weight: int) -> None:
         for name in names:
             self._may("set weight", name)
-        self._writer.set_weight_nodes(names, weight)
+        self.__writer.set_weight_nodes(names, weight)
 
     def create_reservation(self, name: str, nodes: list[str], start: float | None, minutes: int) -> None:
         self._ours(name, "create")
         for node in nodes:
             self._may("reserve", node)
-        self._writer.create_reservation(name, nodes, start, minutes)
+        self.__writer.create_reservation(name, nodes, start, minutes)
 
     def update_reservation(self, name: str, nodes: list[str]) -> None:
         self._ours(name, "update")
         for node in nodes:
             self._may("reserve", node)
-        self._writer.update_reservation(name, nodes)
+        self.__writer.update_reservation(name, nodes)
 
     def postpone_reservation(self, name: str, start: float) -> None:
         self._ours(name, "postpone")
         self._may("reserve")
-        self._writer.postpone_reservation(name, start)
+        self.__writer.postpone_reservation(name, start)
 
     def delete_reservation(self, name: str) -> None:
         self._ours(name, "delete")
         self._may("release reservation")
-        self._writer.delete_reservation(name)
+        self.__writer.delete_reservation(name)
 
     def _ours(self, name: str, verb: str) -> None:
         """An actor changes only the reservations of its own prefix."""
@@ -325,45 +327,45 @@ class Actuator:
     def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,
                    comment: str, output: str = "/dev/null") -> str:
         self._may("submit a job", node)
-        return self._writer.submit_job(name, node, reservation, partition, command, minutes, comment, output)
+        return self.__writer.submit_job(name, node, reservation, partition, command, minutes, comment, output)
 
     def submit_array(self, name: str, partition: str, tasks: int, command: str, output: str, chdir: str) -> str:
         self._may("submit a job array")
-        return self._writer.submit_array(name, partition, tasks, command, output, chdir)
+        return self.__writer.submit_array(name, partition, tasks, command, output, chdir)
 
     def set_job_comment(self, job_id: str, text: str) -> None:
-        self._writer.set_job_comment(job_id, text)
+        self.__writer.set_job_comment(job_id, text)
 
     def signal_job(self, job_id: str, signal: str, batch: bool) -> None:
         self._may("signal a job")
-        self._writer.signal_job(job_id, signal, batch)
+        self.__writer.signal_job(job_id, signal, batch)
 
     def requeue_jobs(self, job_ids: list[str]) -> None:
         self._may("requeue")
-        self._writer.requeue_jobs(job_ids)
+        self.__writer.requeue_jobs(job_ids)
 
     def cancel_jobs(self, job_ids: list[str]) -> None:
         self._may("cancel a job")
-        self._writer.cancel_jobs(job_ids)
+        self.__writer.cancel_jobs(job_ids)
 
     # a job's own record and its requeue away from the node that failed it (no ownership: the job's)
     def set_admin_comment(self, job_id: str, text: str, accounted: bool = False, field: str = "AdminComment") -> None:
         if accounted:
-            self._writer.set_accounted_admin_comment(job_id, text, field)
+            self.__writer.set_accounted_admin_comment(job_id, text, field)
         else:
-            self._writer.set_admin_comment(job_id, text)
+            self.__writer.set_admin_comment(job_id, text)
 
     def set_excluded_nodes(self, job_id: str, nodes: list[str]) -> None:
         self._may("requeue")
-        self._writer.set_excluded_nodes(job_id, nodes)
+        self.__writer.set_excluded_nodes(job_id, nodes)
 
     def release_jobs(self, job_ids: list[str]) -> None:
         self._may("requeue")
-        self._writer.release_jobs(job_ids)
+        self.__writer.release_jobs(job_ids)
 
     def hold_jobs(self, job_ids: list[str]) -> None:
         self._may("requeue")
-        self._writer.hold_jobs(job_ids)
+        self.__writer.hold_jobs(job_ids)
 
     def holds(self, info: NodeInfo) -> bool:
         """Whether this actor may change the node's reason or resume it: its own drain (the health actor

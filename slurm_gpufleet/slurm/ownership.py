@@ -36,6 +36,9 @@ def rack_of_reason(reason: str) -> str | None:
     return (rest.split() or [None])[0] if rest is not None else None
 
 FREE, HEALTH, MAINTAIN, STRAGGLER, HOOK, OTHER = "free", "health", "maintain", "straggler", "hook", "other"
+# who may write to Slurm (slurm/actuator.py takes no other): the health check and its hooks, a rollout and
+# its simulations' jobs, the straggler and lemon steps
+ACTORS = (HEALTH, MAINTAIN, STRAGGLER)
 
 # the reservations each actor makes, by name: it changes and deletes only those (a rollout's MAINT slots;
 # the lemon hold of a node under a deep check, which a rollout leaves alone)
