@@ -21,6 +21,7 @@ import sys
 import time
 
 from .common import Setup, log
+from .jobs import state_of
 
 REQUEUE_WAIT_S = 120.0
 # the states of a job Slurm sent back to the queue; REQUEUED: still completing (its epilogs run)
@@ -37,16 +38,12 @@ def pause(started: float) -> None:
     time.sleep(0.5 if time.monotonic() - started < 10 else 2.0)
 
 
-def state_of(fields: dict[str, str]) -> str:
-    return ((fields.get("JobState") or "").split() or [""])[0]
-
-
 # job states in which Slurm holds a job its prolog failed, requeued (22.05: "launch_failed_requeued_held")
 _HELD_REASONS = ("launch_failed_requeued_held", "JobHeldAdmin", "JobHeldUser")
 
 
 def requeue_away(backend, setup: Setup, job: str, node: str, reason: str, deadline: float) -> str | None:
-    """The job this node's prolog failed, once Slurm has requeued it: the node excluded (requeue.decide),
+    """A job this node's fault sent back to the queue, once Slurm has requeued it: the node excluded (requeue.decide),
     the job released to run elsewhere, or held where its fault requeues passed `max_fault_requeues`; both
     said in the job's record.  Returns what was done, for the node's history."""
     from .. import jobrecord
@@ -104,25 +101,30 @@ def after_step(setup: Setup, backend, history, step, carried, hook: str, job: st
     reason = carried.action.reason or words_of(step.info.reason or "") or step.info.reason or "held for a fault"
     if hook == "epilog" and job:
         start_helper(setup, job, reason)
-    done = send_away_left(backend, setup, history, setup.node, reason, skip=job)
+    done = send_away_left(backend, setup, history, setup.node, reason, skip=job, hook=hook)
     for said in done:
         log.info("%s", said)
     return done
 
 
-def start_helper(setup: Setup, job: str, reason: str) -> None:
-    """The epilog's job, once Slurm has requeued it: a detached helper waits for it (the job is pending only
-    after its epilogs end) and sends it away; the epilog's exit is not delayed."""
-    code = ("import sys; from slurm_gpufleet.hooks.away import send_away_when_requeued; "
-            "sys.exit(send_away_when_requeued(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] or None))")
+def detach(code: str, args: list[str], what: str) -> None:
+    """Run `code` (Python) in a detached helper with `args` as its argv, this package importable: the hook
+    that starts it exits at once (slurmd waits for the hook, and Slurm acts only after it)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root + (":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
     try:
-        subprocess.Popen([sys.executable, "-c", code, setup.node, job, reason, setup.policy.path or ""],
-                         start_new_session=True, env=env, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen([sys.executable, "-c", code, *args], start_new_session=True, env=env,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError as exc:
-        log.warning("could not start the requeue helper for job %s: %s", job, exc)
+        log.warning("could not start %s: %s", what, exc)
+
+
+def start_helper(setup: Setup, job: str, reason: str) -> None:
+    """The epilog's job, once Slurm has requeued it: a detached helper waits for it (the job is pending only
+    after its epilogs end) and sends it away; the epilog's exit is not delayed."""
+    detach("import sys; from slurm_gpufleet.hooks.away import send_away_when_requeued; "
+           "sys.exit(send_away_when_requeued(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] or None))",
+           [setup.node, job, reason, setup.policy.path or ""], f"the requeue helper for job {job}")
 
 
 def send_away_when_requeued(node: str, job: str, reason: str, config: str | None) -> int:
@@ -152,7 +154,7 @@ def send_away_when_requeued(node: str, job: str, reason: str, config: str | None
 
 
 def send_away_left(backend, setup: Setup, history, node: str, reason: str, skip: str | None = None,
-                   now: float | None = None) -> list[str]:
+                   now: float | None = None, hook: str = "healthcheck") -> list[str]:
     """The jobs this node's prologs started and no epilog ended (the node or its slurmd died under them),
     read once each: one Slurm requeued is sent away; one still running here is read again at a later check;
     one gone, ended or running elsewhere needs nothing.  Returns what was done, each kept in the history
@@ -171,8 +173,7 @@ def send_away_left(backend, setup: Setup, history, node: str, reason: str, skip:
             log.warning("job %s not read: %s", job, exc)
             break   # Slurm does not answer: the next check reads them
         state = state_of(fields) if fields is not None else ""
-        if fields is not None and state not in REQUEUED_STATES and state in _LIVE and \
-                node in expand_hostlist(fields.get("NodeList") or ""):
+        if fields is not None and state in _LIVE and node in expand_hostlist(fields.get("NodeList") or ""):
             continue   # still running here (a drain lets it finish): its epilog ends it
         if state == "REQUEUED":
             continue   # requeued, still completing: pending at a later check
@@ -182,7 +183,7 @@ def send_away_left(backend, setup: Setup, history, node: str, reason: str, skip:
                 continue
         else:
             said = f"job {job}: {state.lower() or 'gone'}, not requeued from {node}: nothing to send away"
-        history.record_action(node, "healthcheck", "requeue", reason, said, True)
+        history.record_action(node, hook, "requeue", reason, said, True)
         done.append(said)
     return done
 

@@ -91,6 +91,11 @@ LIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "REQUEUED", "RE
                "RESIZING", "SIGNALING", "STAGE_OUT")
 
 
+def state_of(fields: dict[str, str]) -> str:
+    """A job's base state as `scontrol show job` gives it ("COMPLETING" of "COMPLETING+..." or "")."""
+    return ((fields.get("JobState") or "").split() or [""])[0]
+
+
 def record_part(backend, actuator, job: str, node: str, part: dict, tries: int = 6, sleep=time.sleep,
                 rand=None, field: str = "AdminComment") -> bool:
     """This node's part of the job's record (jobrecord.py) into its AdminComment, merged with what the job's
@@ -111,7 +116,7 @@ def record_part(backend, actuator, job: str, node: str, part: dict, tries: int =
     for _ in range(tries):
         fields = backend.job_fields(job)
         # a job with no readable state (an answer that is not a job's) is taken as ended: accounting has it
-        ended = fields is None or ((fields.get("JobState") or "").split() or [""])[0] not in LIVE_STATES
+        ended = fields is None or state_of(fields) not in LIVE_STATES
         if ended:
             current = backend.accounted_admin_comment(job, field)
             if current is None:

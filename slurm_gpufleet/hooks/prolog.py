@@ -5,12 +5,10 @@ opens no database."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 from .. import watchdog
-from .away import pause
+from .away import detach, pause
 from .common import (
     INVENTORY_REASON,
     TIMEOUT_REASON,
@@ -143,16 +141,9 @@ def _async_reason(setup: Setup, reason: str, job: str | None = None) -> None:
     """Slurm's own reason for a failed prolog is just "Prolog error".  A detached helper waits for
     slurmctld to drain the node, then puts our detailed reason in its place, and sends the job Slurm
     requeued to run elsewhere (prolog exit is not delayed)."""
-    code = ("import sys; from slurm_gpufleet.hooks.prolog import replace_hook_reason; "
-            "sys.exit(replace_hook_reason(sys.argv[1], sys.argv[2], sys.argv[3] or None, job=sys.argv[4] or None))")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root + (":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
-    try:
-        subprocess.Popen([sys.executable, "-c", code, setup.node, reason, setup.policy.path or "", job or ""],
-                         start_new_session=True, env=env, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except OSError as exc:
-        log.warning("could not start the reason update: %s", exc)
+    detach("import sys; from slurm_gpufleet.hooks.prolog import replace_hook_reason; "
+           "sys.exit(replace_hook_reason(sys.argv[1], sys.argv[2], sys.argv[3] or None, job=sys.argv[4] or None))",
+           [setup.node, reason, setup.policy.path or "", job or ""], "the reason update")
 
 
 # the helper's wait for slurmctld's drain (then away.REQUEUE_WAIT_S for its requeue): each within seconds on
