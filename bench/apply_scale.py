@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from slurm_gpufleet.maintain.planner import make_plan  # noqa: E402
 from slurm_gpufleet.maintain.reconcile import Engine  # noqa: E402
-from slurm_gpufleet.maintain.simslurm import SimExecutor
-from slurm_gpufleet.maintain.simulate import SimFleet  # noqa: E402
 from slurm_gpufleet.maintain.store import Store  # noqa: E402
 from slurm_gpufleet.policy import parse_policy  # noqa: E402
+from slurm_gpufleet.simulators.rollout import SimFleet  # noqa: E402
+from slurm_gpufleet.simulators.simslurm import SimExecutor
 
 POLICY = parse_policy("""
 [maintain]

@@ -26,10 +26,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from slurm_gpufleet import evaluate  # noqa: E402
-from slurm_gpufleet.datafiles import CAPTURES as SHARED  # noqa: E402
-from slurm_gpufleet.readers import read_report  # noqa: E402
+from slurm_gpufleet.common.datafiles import CAPTURES as SHARED  # noqa: E402
 from slurm_gpufleet.readers.nvml import NvmlReader  # noqa: E402
 from slurm_gpufleet.readers.nvml_replay import NvmlReplay  # noqa: E402
+from slurm_gpufleet.readers.report import read_report  # noqa: E402
 
 
 def median_ms(fn, repeat: int, clock=time.perf_counter) -> float:

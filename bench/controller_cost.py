@@ -52,8 +52,8 @@ BUDGET_CORES, BUDGET_WRITES = 0.1, 20.0
 def sampler_extra() -> str:
     """A node's summary with one job's digest as a sampler publishes it: 8 GPUs, the windows it keeps."""
     sys.path.insert(0, str(REPO))
-    from slurm_gpufleet import sampler
     from slurm_gpufleet.policy import SlurmSettings
+    from slurm_gpufleet.slowgpus import sampler
 
     digest = sampler.digest_for("4242", SlurmSettings())
     for t in range(0, 60 * 6, 15):
@@ -184,9 +184,9 @@ def measure(args, env: dict[str, str], cdir: Path, read_every: float, reads_per_
             "reads": nodes / fleet_every + nodes / args.window, "writes": nodes / args.window},
         f"quiet checks every {fleet_every:g} s, shared directory": {"reads": nodes / fleet_every, "writes": 0.0},
     }
-    from slurm_gpufleet import sampler
+    from slurm_gpufleet.judging.summary import heartbeat_s, quiet_read_bound
     from slurm_gpufleet.policy import SlurmSettings
-    from slurm_gpufleet.summary import heartbeat_s, quiet_read_bound
+    from slurm_gpufleet.slowgpus import sampler
 
     shipped = SlurmSettings()   # the product's defaults, by name: nothing of this bench's own
     shipped_every = quiet_read_bound(shipped, nodes)

@@ -20,10 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from slurm_gpufleet.datafiles import HELIOS_SACCT, open_text  # noqa: E402
+from slurm_gpufleet.common.datafiles import HELIOS_SACCT, open_text  # noqa: E402
 from slurm_gpufleet.maintain.sacct import read_sacct  # noqa: E402
-from slurm_gpufleet.maintain.simulate import simulate  # noqa: E402
 from slurm_gpufleet.policy import parse_policy  # noqa: E402
+from slurm_gpufleet.simulators.rollout import simulate  # noqa: E402
 
 UPGRADE_MIN = 20
 

@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from slurm_gpufleet import evaluate  # noqa: E402
-from slurm_gpufleet.checks import CHECKS  # noqa: E402
-from slurm_gpufleet.datafiles import GB_SESSIONS  # noqa: E402
+from slurm_gpufleet.common.datafiles import GB_SESSIONS  # noqa: E402
+from slurm_gpufleet.judging.checks import CHECKS  # noqa: E402
 from slurm_gpufleet.readers.nvml import NvmlReader  # noqa: E402
 from slurm_gpufleet.readers.nvml_replay import NvmlReplay  # noqa: E402
 

@@ -42,10 +42,10 @@ import json, sys
 tree, case = sys.argv[1], json.loads(sys.argv[2])
 sys.path.insert(0, tree)
 from dataclasses import replace
-from slurm_gpufleet.datafiles import HELIOS_SACCT, open_text
-from slurm_gpufleet.maintain.failures import Rates
+from slurm_gpufleet.common.datafiles import HELIOS_SACCT, open_text
+from slurm_gpufleet.simulators.failures import Rates
 from slurm_gpufleet.maintain.sacct import read_sacct
-from slurm_gpufleet.maintain.simulate import budget_of, simulate
+from slurm_gpufleet.simulators.rollout import budget_of, simulate
 from slurm_gpufleet.policy import parse_policy
 
 with open_text(str(HELIOS_SACCT)) as fh:
@@ -64,7 +64,7 @@ if case["kind"] == "replay":
                      | {"budget": out["assumptions"]["max_unavailable_nodes"],
                         "done": m.get("done", True), "nodes_upgraded": m.get("nodes_upgraded")}))
 else:
-    from slurm_gpufleet.maintain.trials import trial
+    from slurm_gpufleet.simulators.trials import trial
     out = simulate(trace, nodes=nodes, gpus_per_node=8, strategies=(), rollout_at_h=260, max_unavailable="10%",
                    policy=policy, assumption="runtime-ceil-hour", upgrade_minutes=20, rates=rates)
     running, sim_policy = out["_running"], out["_policy"]

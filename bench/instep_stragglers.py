@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from slurm_gpufleet.instep import Sample, Settings, detect  # noqa: E402
+from slurm_gpufleet.slowgpus.instep import Sample, Settings, detect  # noqa: E402
 
 NODES, GPUS, STEP_S, NOMINAL_MHZ = 64, 8, 15.0, 1980.0
 

@@ -1,5 +1,5 @@
 """What the in-job sampler costs a node (issue 22: under 5 ms of CPU per sample of 8 GPUs, under 30 MB
-resident): the sampler's own read and window code (slurm_gpufleet/sampler.py) over NVML, in a process of
+resident): the sampler's own read and window code (slurm_gpufleet/slowgpus/sampler.py) over NVML, in a process of
 its own.  Without a GPU it reads the recorded H200 state through tests/fake_pynvml (a replay, so the NVML
 part is not a real driver's cost); on a GPU node run it with --live for nvidia-ml-py against the driver.
 
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 def child(samples: int) -> None:
     import pynvml
 
-    from slurm_gpufleet.sampler import Digest, Links, read_gpus
+    from slurm_gpufleet.slowgpus.sampler import Digest, Links, read_gpus
 
     pynvml.nvmlInit()
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]

@@ -28,14 +28,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from slurm_gpufleet.datafiles import HELIOS_SACCT as TRACE  # noqa: E402
-from slurm_gpufleet.datafiles import open_text  # noqa: E402
-from slurm_gpufleet.maintain import simulate as sim_module  # noqa: E402
-from slurm_gpufleet.maintain.failures import DELTA_SOFT_RATE, Rates  # noqa: E402
+from slurm_gpufleet.common.datafiles import HELIOS_SACCT as TRACE  # noqa: E402
+from slurm_gpufleet.common.datafiles import open_text  # noqa: E402
 from slurm_gpufleet.maintain.pool import default_jobs  # noqa: E402
 from slurm_gpufleet.maintain.sacct import read_sacct  # noqa: E402
-from slurm_gpufleet.maintain.trials import gate_trials  # noqa: E402
 from slurm_gpufleet.policy import default_policy  # noqa: E402
+from slurm_gpufleet.simulators import rollout as sim_module  # noqa: E402
+from slurm_gpufleet.simulators.failures import DELTA_SOFT_RATE, Rates  # noqa: E402
+from slurm_gpufleet.simulators.trials import gate_trials  # noqa: E402
 
 CASES = {
     "default": {"nodes": 150, "rollout_at_h": 240.0, "budget": "10%", "rates": None, "seeds": 0},

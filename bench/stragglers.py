@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from slurm_gpufleet.datafiles import H200_REAL  # noqa: E402
-from slurm_gpufleet.perf.stats import outliers  # noqa: E402
+from slurm_gpufleet.common.datafiles import H200_REAL  # noqa: E402
+from slurm_gpufleet.common.stats import outliers  # noqa: E402
 
 PROBE = H200_REAL / "perf_probe.json"
 from slurm_gpufleet.policy import SlurmSettings  # noqa: E402

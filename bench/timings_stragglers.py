@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from timings_traces import trace  # noqa: E402
 
-from slurm_gpufleet.perf.timings import judge, parse  # noqa: E402
+from slurm_gpufleet.slowgpus.timings import judge, parse  # noqa: E402
 
 FACTORS = (1.1, 1.15, 1.3, 2.0)
 NOISES = (0.05, 0.10, 0.15)

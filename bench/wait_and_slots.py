@@ -17,11 +17,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from slurm_gpufleet.datafiles import HELIOS_SACCT, open_text  # noqa: E402
+from slurm_gpufleet.common.datafiles import HELIOS_SACCT, open_text  # noqa: E402
 from slurm_gpufleet.maintain import strategy  # noqa: E402
 from slurm_gpufleet.maintain.sacct import read_sacct  # noqa: E402
-from slurm_gpufleet.maintain.simulate import simulate  # noqa: E402
 from slurm_gpufleet.policy import load_policy  # noqa: E402
+from slurm_gpufleet.simulators.rollout import simulate  # noqa: E402
 
 
 def run(trace, policy, nodes: int, at: float, slots: bool) -> dict:

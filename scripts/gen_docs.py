@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write the documentation's generated reference pages (docs/reference/*.md) from the code and the data files
-(slurm_gpufleet/docgen.py).  tests/test_docs.py fails when a page differs from what this writes.
+(slurm_gpufleet/cli/docgen.py).  tests/test_docs.py fails when a page differs from what this writes.
 
     python scripts/gen_docs.py           # write them
     python scripts/gen_docs.py --check   # exit 1 naming the pages that differ, writing nothing
@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from slurm_gpufleet.docgen import pages  # noqa: E402
+from slurm_gpufleet.cli.docgen import pages  # noqa: E402
 
 
 def main() -> int:

@@ -21,9 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from slurm_gpufleet import evaluate  # noqa: E402
-from slurm_gpufleet.readers import read_report  # noqa: E402
 from slurm_gpufleet.readers.compare import diff_snapshots  # noqa: E402
 from slurm_gpufleet.readers.nvml import NvmlReader  # noqa: E402
+from slurm_gpufleet.readers.report import read_report  # noqa: E402
 
 
 def wall(cmd: list[str], runs: int) -> list[float]:

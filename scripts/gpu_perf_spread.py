@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from slurm_gpufleet import evaluate  # noqa: E402
-from slurm_gpufleet.perf.probe import available_library, measure  # noqa: E402
 from slurm_gpufleet.readers.nvml import NvmlReader  # noqa: E402
+from slurm_gpufleet.readers.probe import available_library, measure  # noqa: E402
 
 
 def competitor(gpu: int, stop: threading.Event) -> None:

@@ -15,19 +15,24 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# The domains, lowest first: a module may import its own domain and those before it, never one after
+# (tests/test_layout.py holds it; each folder's docstring says what it owns).
+DOMAINS = ("common", "catalogs", "policy", "readers", "judging", "slurm", "remedy", "records", "slowgpus",
+           "maintain", "simulators", "hooks", "cli")
+
 _PUBLIC = {
     # check a node
-    "Finding": "findings", "verdict": "findings",
-    "Report": "pipeline", "Source": "pipeline", "evaluate": "pipeline", "gather": "pipeline",
+    "Finding": "judging.findings", "verdict": "judging.findings",
+    "Report": "judging.pipeline", "Source": "judging.pipeline", "evaluate": "judging.pipeline", "gather": "judging.pipeline",
     "NodePolicy": "policy", "Policy": "policy", "PolicyError": "policy", "load_policy": "policy",
-    "ReportError": "readers", "read_report": "readers", "read_report_file": "readers",
-    "UNSUPPORTED": "snapshot", "Gpu": "snapshot", "NodeSnapshot": "snapshot",
+    "ReportError": "readers.report", "read_report": "readers.report", "read_report_file": "readers.report",
+    "UNSUPPORTED": "readers.snapshot", "Gpu": "readers.snapshot", "NodeSnapshot": "readers.snapshot",
     # read a fleet, plan and run a rollout
     "FleetState": "maintain.fleet", "make_plan": "maintain.planner", "Plan": "maintain.plan",
     "Engine": "maintain.reconcile", "Runner": "maintain.runner", "Store": "maintain.store",
     # simulate
-    "read_sacct": "maintain.sacct", "simulate": "maintain.simulate", "SimFleet": "maintain.simulate",
-    "SimExecutor": "maintain.simslurm", "fleet_faults": "faultsim",
+    "read_sacct": "maintain.sacct", "simulate": "simulators.rollout", "SimFleet": "simulators.rollout",
+    "SimExecutor": "simulators.simslurm", "fleet_faults": "simulators.faultsim",
     # act on Slurm
     "get_backend": "slurm", "Actuator": "slurm.actuator",
 }
@@ -37,23 +42,23 @@ __all__ = ["UNSUPPORTED", "Actuator", "Engine", "Finding", "FleetState", "Gpu", 
            "read_report_file", "read_sacct", "simulate", "verdict"]
 
 if TYPE_CHECKING:
-    from .faultsim import fleet_faults
-    from .findings import Finding, verdict
+    from .judging.findings import Finding, verdict
+    from .judging.pipeline import Report, Source, evaluate, gather
     from .maintain.fleet import FleetState
     from .maintain.plan import Plan
     from .maintain.planner import make_plan
     from .maintain.reconcile import Engine
     from .maintain.runner import Runner
     from .maintain.sacct import read_sacct
-    from .maintain.simslurm import SimExecutor
-    from .maintain.simulate import SimFleet, simulate
     from .maintain.store import Store
-    from .pipeline import Report, Source, evaluate, gather
     from .policy import NodePolicy, Policy, PolicyError, load_policy
-    from .readers import ReportError, read_report, read_report_file
+    from .readers.report import ReportError, read_report, read_report_file
+    from .readers.snapshot import UNSUPPORTED, Gpu, NodeSnapshot
+    from .simulators.faultsim import fleet_faults
+    from .simulators.rollout import SimFleet, simulate
+    from .simulators.simslurm import SimExecutor
     from .slurm import get_backend
     from .slurm.actuator import Actuator
-    from .snapshot import UNSUPPORTED, Gpu, NodeSnapshot
 
 
 def __getattr__(name: str) -> Any:

@@ -13,7 +13,7 @@ from support import H200
 
 def _trusted_tmp() -> str:
     """Where tests keep their files: the health check, hooks and `maintain` refuse configs, templates and
-    state in a directory others can write (slurm_gpufleet/trust.py), and /tmp is one.  Root's tests use
+    state in a directory others can write (slurm_gpufleet/policy/trust.py), and /tmp is one.  Root's tests use
     /var/lib/gpufleet-tests, a user's ~/.cache/gpufleet-tests; GPUFLEET_TEST_TMP names another."""
     base = os.environ.get("GPUFLEET_TEST_TMP") or (
         "/var/lib/gpufleet-tests" if os.geteuid() == 0 else os.path.expanduser("~/.cache/gpufleet-tests"))
@@ -28,7 +28,7 @@ os.environ["TMPDIR"] = tempfile.tempdir = _trusted_tmp()
 
 @pytest.fixture(scope="session")
 def h200_xml_snapshot():
-    from slurm_gpufleet.readers import read_report_file
+    from slurm_gpufleet.readers.report import read_report_file
 
     return read_report_file(str(H200 / "nvidia-smi-q.xml"))
 
@@ -56,10 +56,10 @@ def rollout_budget_invariant(monkeypatch):
     from slurm_gpufleet.maintain import states as S
     from slurm_gpufleet.maintain.reconcile import Engine
     from slurm_gpufleet.maintain.schedule import held, waves_as_stages
-    from slurm_gpufleet.maintain.simslurm import SimSlurm
     from slurm_gpufleet.maintain.strategy import strategy as strategy_named
     from slurm_gpufleet.maintain.units import StepView
     from slurm_gpufleet.maintain.world import read_world
+    from slurm_gpufleet.simulators.simslurm import SimSlurm
 
     step = Engine.step
 

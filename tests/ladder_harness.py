@@ -1,6 +1,6 @@
 """The health check's harness for one fault, run as its own process: the product's `hooks.common.act` on a
 node read through NVML (the recorded-NVML pynvml on PYTHONPATH, as the mini-cluster's nodes read theirs),
-with the site's reset command a real program, and the in-memory Slurm (maintain/simslurm.py, which the
+with the site's reset command a real program, and the in-memory Slurm (simulators/simslurm.py, which the
 contract test holds to the real one) as the backend.  Between runs it plays what the world does: time
 passes (the validation job ends), a reboot asked for happens (a new boot in the kernel log, the fault
 gone where a reboot clears it), an admin repairs a node drained for inspection and says `fleet repaired`.
@@ -88,10 +88,10 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
     os.environ.update(SLURMD_NODENAME=NODE, GPUFLEET_FAKE_NVML_DIR=str(gpus))
 
     from slurm_gpufleet.hooks.common import _setup, act, read_node
-    from slurm_gpufleet.maintain.simslurm import SimSlurm
-    from slurm_gpufleet.maintain.simulate import Simulator
-    from slurm_gpufleet.pipeline import evaluate
+    from slurm_gpufleet.judging.pipeline import evaluate
     from slurm_gpufleet.remedy.handback import hand_back
+    from slurm_gpufleet.simulators.rollout import Simulator
+    from slurm_gpufleet.simulators.simslurm import SimSlurm
     from slurm_gpufleet.slurm.actuator import Actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
 
@@ -112,8 +112,8 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
 
     strike()
     boot, repaired = sim.nodes[0].boot, False
-    from slurm_gpufleet.history import History, db_path
-    from slurm_gpufleet.summary import parse
+    from slurm_gpufleet.judging.summary import parse
+    from slurm_gpufleet.records.history import History, db_path
 
     history = History(db_path(str(state), NODE))
     statuses: list[str] = []   # the case's status as the node published it, each change

@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from slurm_gpufleet.datafiles import H200_REAL as H200
-from slurm_gpufleet.datafiles import PUBLIC
+from slurm_gpufleet.common.datafiles import H200_REAL as H200
+from slurm_gpufleet.common.datafiles import PUBLIC
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -17,13 +17,13 @@ if not (H200 / "nvidia-smi-q.xml").is_file():  # fail loudly: these tests are th
 
 
 def trusted(path: Path) -> Path:
-    """A file of the repository as root's programs may read it (slurm_gpufleet/trust.py): the file itself
+    """A file of the repository as root's programs may read it (slurm_gpufleet/policy/trust.py): the file itself
     where the clone's path passes the rule, else a copy in the tests' own trusted directory (conftest.py).
     A clone under /tmp fails it: /tmp is writable by everyone."""
     import shutil
     import tempfile
 
-    from slurm_gpufleet.trust import problem
+    from slurm_gpufleet.policy.trust import problem
 
     if problem(str(path)) is None:
         return path
@@ -45,7 +45,7 @@ def trusted_tree() -> Path:
     import shutil
     import tempfile
 
-    from slurm_gpufleet.trust import problem
+    from slurm_gpufleet.policy.trust import problem
 
     if problem(str(REPO / "slurm_gpufleet" / "__init__.py")) is None:
         return REPO
@@ -71,7 +71,7 @@ def trusted_python() -> str:
     import subprocess
     import tempfile
 
-    from slurm_gpufleet.trust import problem
+    from slurm_gpufleet.policy.trust import problem
 
     if problem(sys.executable) is None:
         return sys.executable

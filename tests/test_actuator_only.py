@@ -19,7 +19,7 @@ BACKEND_WRITES = {"set_fields", "set_field", "set_features", "drain_nodes", "res
                   "set_excluded_nodes", "release_jobs", "hold_jobs"}
 # the backends themselves, the in-memory Slurm of the simulator, and the actuator
 ALLOWED = {"slurm/actuator.py", "slurm/commands.py", "slurm/pyslurm_backend.py", "slurm/base.py",
-           "maintain/simslurm.py"}
+           "simulators/simslurm.py"}
 
 
 def test_no_module_but_the_actuator_calls_a_backend_write():
@@ -169,9 +169,9 @@ def test_at_run_time_every_write_to_the_in_memory_slurm_comes_from_the_actuator(
     engine's batched writes) on the in-memory Slurm: every write it receives is made by slurm/actuator.py."""
     import sys
 
-    from slurm_gpufleet.faultsim import Fault, _fault_run, load_model
-    from slurm_gpufleet.maintain.simslurm import SimSlurm
-    from slurm_gpufleet.maintain.simulate import SimJob
+    from slurm_gpufleet.simulators.faultsim import Fault, _fault_run, load_model
+    from slurm_gpufleet.simulators.rollout import SimJob
+    from slurm_gpufleet.simulators.simslurm import SimSlurm
 
     seen: dict[str, int] = {}
     elsewhere: list[str] = []

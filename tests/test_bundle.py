@@ -11,8 +11,7 @@ import pytest
 from support import run_cli
 from test_engine import T0, drive
 
-from slurm_gpufleet.maintain import states as S
-from slurm_gpufleet.maintain.bundle import (
+from slurm_gpufleet.catalogs.bundle import (
     Bundle,
     first_difference,
     parse_firmware,
@@ -20,13 +19,14 @@ from slurm_gpufleet.maintain.bundle import (
     unread_parts,
     version_key,
 )
+from slurm_gpufleet.maintain import states as S
 from slurm_gpufleet.maintain.plan import PlanError
 from slurm_gpufleet.maintain.planner import make_plan
 from slurm_gpufleet.maintain.reconcile import Engine
-from slurm_gpufleet.maintain.simslurm import SimExecutor
-from slurm_gpufleet.maintain.simulate import SimFleet
 from slurm_gpufleet.maintain.store import Store
 from slurm_gpufleet.policy import parse_policy
+from slurm_gpufleet.simulators.rollout import SimFleet
+from slurm_gpufleet.simulators.simslurm import SimExecutor
 
 OLD = {"driver": "570.172.08", "kernel": "6.1.0-28-amd64", "vbios": "96.00.A5.00.1A"}
 NEW = {"driver": "580.159.04", "kernel": "6.1.0-31-amd64", "vbios": "96.00.AF.00.01"}

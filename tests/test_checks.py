@@ -5,9 +5,9 @@ import datetime as dt
 import pytest
 
 from slurm_gpufleet import evaluate
-from slurm_gpufleet.checks import CHECKS
+from slurm_gpufleet.judging.checks import CHECKS
 from slurm_gpufleet.policy import parse_policy
-from slurm_gpufleet.snapshot import (
+from slurm_gpufleet.readers.snapshot import (
     DcgmDiag,
     DcgmResult,
     HostFacts,
@@ -273,7 +273,7 @@ def test_slow_gpu_names_its_likely_cause(h200):
 def test_a_node_that_says_nothing_of_its_gpus_where_some_are_expected_is_never_healthy():
     from slurm_gpufleet import evaluate
     from slurm_gpufleet.policy import parse_policy
-    from slurm_gpufleet.snapshot import NodeSnapshot
+    from slurm_gpufleet.readers.snapshot import NodeSnapshot
 
     empty = NodeSnapshot(source="test")
     found = [f for f in evaluate(empty, parse_policy("[defaults]\nexpected_gpus = 8\n")).findings
@@ -291,7 +291,7 @@ def test_a_node_that_says_nothing_of_its_gpus_where_some_are_expected_is_never_h
 def test_the_summary_says_whether_the_node_is_on_its_group_s_driver_and_firmware(h200, toml, fw_ok):
     """`fw_ok`, a number a job selects on: 0 where the driver or firmware check found the node off its
     group's pins, 1 otherwise; `suspect` and `lemon` start at 0 (the ladder and `fleet lemons` set them)."""
-    from slurm_gpufleet.summary import encode
+    from slurm_gpufleet.judging.summary import encode
 
     report = evaluate(h200, parse_policy(toml), today=dt.date(2026, 11, 29))
     data = encode(report, report.verdict)

@@ -118,7 +118,7 @@ def test_a_call_that_holds_the_interpreter_is_still_ended_by_the_watchdog_s_back
     """A C call that holds the interpreter (a backtracking pattern over a long line) holds the watchdog's
     timer thread too: the backstop process ends the run at twice --timeout and BACKSTOP_MARGIN_S more,
     where it ran for minutes before."""
-    from slurm_gpufleet.watchdog import BACKSTOP_MARGIN_S
+    from slurm_gpufleet.common.watchdog import BACKSTOP_MARGIN_S
 
     started = time.monotonic()
     r = run_cli("check", "--timeout", "1", env={"PYTHONPATH": str(REPO / "tests/fake_pynvml/gil") + ":" + str(REPO)},
@@ -225,6 +225,6 @@ def test_a_bundle_target_has_its_grammar_before_it_reaches_a_template(tmp_path, 
 @pytest.mark.parametrize("release", ["6.1.0-28-amd64", "6.8.0-45-generic", "5.14.0-427.13.1.el9_4.x86_64",
                                      "6.12.9+bpo-amd64", "6.1"])
 def test_real_kernel_releases_have_the_grammar(release):
-    from slurm_gpufleet.maintain.bundle import target_problem
+    from slurm_gpufleet.catalogs.bundle import target_problem
 
     assert target_problem("kernel", release) is None

@@ -2,7 +2,7 @@ import datetime as dt
 
 import pytest
 
-from slurm_gpufleet.compat import evaluate, max_cuda_for_driver
+from slurm_gpufleet.catalogs.compat import evaluate, max_cuda_for_driver
 
 TODAY = dt.date(2026, 11, 29)
 
@@ -68,8 +68,8 @@ def test_branch_policy_refuses_new_feature_branches_in_check_and_gate(h200, tmp_
 
 
 def test_cve_exposure_from_the_bulletin_data():
-    from slurm_gpufleet.catalog import security_data
-    from slurm_gpufleet.compat import cves_for, safe_version
+    from slurm_gpufleet.catalogs import security_data
+    from slurm_gpufleet.catalogs.compat import cves_for, safe_version
 
     rows = security_data()["cve"]
     assert len(rows) >= 40 and all(r["source"].startswith("github.com/NVIDIA/product-security@") for r in rows)

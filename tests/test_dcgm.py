@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from support import REPO
 
-from slurm_gpufleet.checks import Context
-from slurm_gpufleet.checks.dcgm import check
+from slurm_gpufleet.judging.checks import Context
+from slurm_gpufleet.judging.checks.dcgm import check
 from slurm_gpufleet.readers.dcgm import read_diag
-from slurm_gpufleet.snapshot import Gpu, NodeSnapshot
+from slurm_gpufleet.readers.snapshot import Gpu, NodeSnapshot
 
 sys.path.insert(0, str(REPO / "tests"))
 from fake_slurm.node import setup  # noqa: E402

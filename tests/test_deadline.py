@@ -11,7 +11,7 @@ from test_engine import drive, rollout
 
 from slurm_gpufleet.maintain import states as S
 from slurm_gpufleet.maintain.deadline import DeadlineError, checkpointing, parse_deadline, plan_deadline
-from slurm_gpufleet.maintain.simulate import SimFleet
+from slurm_gpufleet.simulators.rollout import SimFleet
 from slurm_gpufleet.slurm.base import JobInfo, SlurmError
 
 T0 = 1_800_000_000.0

@@ -8,7 +8,7 @@ import re
 
 from support import REPO
 
-from slurm_gpufleet import docgen
+from slurm_gpufleet.cli import docgen
 
 
 def test_the_generated_reference_pages_are_current():

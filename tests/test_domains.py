@@ -10,13 +10,13 @@ import pytest
 from test_engine import MAINTAIN, T0, TARGET, drive, drive_crashing
 
 from slurm_gpufleet.maintain import states as S
-from slurm_gpufleet.maintain.domains import FROM_CONFIG, FROM_SLURM, from_config, parse_topology
 from slurm_gpufleet.maintain.planner import make_plan
 from slurm_gpufleet.maintain.reconcile import Engine
-from slurm_gpufleet.maintain.simslurm import SimExecutor
-from slurm_gpufleet.maintain.simulate import SimFleet
 from slurm_gpufleet.maintain.store import Store
 from slurm_gpufleet.policy import PolicyError, parse_policy
+from slurm_gpufleet.simulators.rollout import SimFleet
+from slurm_gpufleet.simulators.simslurm import SimExecutor
+from slurm_gpufleet.slurm.domains import FROM_CONFIG, FROM_SLURM, from_config, parse_topology
 
 TOPOLOGY_24_11 = ("BlockName=b1 BlockIndex=0 Nodes=node[00001-00004] BlockSize=4\n"
                   "BlockName=b2 BlockIndex=1 Nodes=node[00005-00008] BlockSize=4\n")

@@ -15,11 +15,11 @@ from slurm_gpufleet.maintain import states as S
 from slurm_gpufleet.maintain.planner import make_plan
 from slurm_gpufleet.maintain.reconcile import Engine
 from slurm_gpufleet.maintain.schedule import slot_times
-from slurm_gpufleet.maintain.simslurm import SimExecutor
-from slurm_gpufleet.maintain.simulate import SimFleet
 from slurm_gpufleet.maintain.store import Store
 from slurm_gpufleet.maintain.writes import Writes
 from slurm_gpufleet.policy import parse_policy
+from slurm_gpufleet.simulators.rollout import SimFleet
+from slurm_gpufleet.simulators.simslurm import SimExecutor
 
 T0 = 1_800_000_000.0
 TARGET = "580.159.04"
@@ -234,8 +234,8 @@ def test_slots_follow_free_times_window_and_gates():
 
 
 def test_one_driver_per_rollout_and_overlapping_plans_are_refused(tmp_path):
+    from slurm_gpufleet.common.progress import Progress
     from slurm_gpufleet.maintain.runner import RolloutError, Runner
-    from slurm_gpufleet.progress import Progress
 
     fleet = SimFleet(6)
     engine, store, plan, executor = rollout(tmp_path, fleet)
@@ -269,8 +269,8 @@ def test_a_dead_holder_does_not_block_resume(tmp_path):
 
 def test_apply_rides_out_a_slurm_outage(tmp_path):
     """slurmctld away for a few steps (a restart, a failover): apply waits and goes on; too long ends it."""
+    from slurm_gpufleet.common.progress import Progress
     from slurm_gpufleet.maintain.runner import Runner
-    from slurm_gpufleet.progress import Progress
     from slurm_gpufleet.slurm.base import SlurmError
 
     fleet = SimFleet(4)
@@ -394,7 +394,7 @@ def _unread_module(fleet, odd: str, engine, plan, store, reads_after: int | None
     """The rollout with max_failures 0, `odd` publishing no module flavour after its reboot (its module not
     loaded at the first check); its health check publishes the flavour `reads_after` steps into its
     validation (None: never)."""
-    from slurm_gpufleet.summary import stamp
+    from slurm_gpufleet.judging.summary import stamp
 
     seen = {"steps": 0}
 
@@ -428,8 +428,8 @@ def test_a_value_not_read_yet_after_the_reboot_is_read_again_never_a_mismatch(tm
 
 
 def test_a_value_that_stays_unread_returns_the_node_unverified_and_says_so(tmp_path):
+    from slurm_gpufleet.cli.output import status_text
     from slurm_gpufleet.maintain.status import rollout_status
-    from slurm_gpufleet.output import status_text
 
     fleet = SimFleet(4)
     odd = "node00003"
@@ -644,8 +644,8 @@ def test_a_failure_reason_with_a_quote_and_over_120_characters_settles(tmp_path)
 
 
 def test_abort_while_slurm_is_away_is_recorded_and_carried_out_when_it_answers(tmp_path):
+    from slurm_gpufleet.common.progress import Progress
     from slurm_gpufleet.maintain.runner import Runner
-    from slurm_gpufleet.progress import Progress
     from slurm_gpufleet.slurm.base import SlurmError
 
     fleet = SimFleet(4)
@@ -671,8 +671,8 @@ def test_abort_while_slurm_is_away_is_recorded_and_carried_out_when_it_answers(t
 
 
 def test_a_quiet_apply_says_what_it_waits_for(tmp_path):
+    from slurm_gpufleet.common.progress import Progress
     from slurm_gpufleet.maintain.runner import Runner
-    from slurm_gpufleet.progress import Progress
 
     fleet = SimFleet(3)
     fleet.add_job("long", 0, 8, T0 + 3 * 3600)
@@ -770,8 +770,8 @@ def test_a_halted_rollout_holds_nothing_but_its_failed_nodes(tmp_path):
     """Halted (the canary failed validation), the rollout waits for an admin: no slot of a waiting node
     stays (their MAINT reservations would begin and hold nodes idle until someone comes), and
     `maintain status` says what it waits for, since when, and that it holds only the failed node."""
+    from slurm_gpufleet.cli.output import status_text
     from slurm_gpufleet.maintain.status import rollout_status
-    from slurm_gpufleet.output import status_text
 
     fleet = SimFleet(8)
     for i in range(1, 8):

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from slurm_gpufleet.imex import ImexState, job_imex, job_uses_imex, judge, parse_domain, read_imex
+from slurm_gpufleet.judging.imex import ImexState, job_imex, job_uses_imex, judge, parse_domain, read_imex
+from slurm_gpufleet.judging.summary import stamp
 from slurm_gpufleet.policy import SlurmSettings
+from slurm_gpufleet.remedy.escalation import ready_to_resume, reason_for, trigger
 from slurm_gpufleet.slurm.base import NodeInfo
 from slurm_gpufleet.slurm.breaker import would_trip, would_trip_domain
-from slurm_gpufleet.slurm.escalation import ready_to_resume, reason_for, trigger
-from slurm_gpufleet.summary import stamp
 
 NOW = 1_800_000_000.0
 
@@ -177,11 +177,11 @@ def test_a_rack_whose_trays_registered_no_gpu_is_drained_once_as_a_rack(tmp_path
     from test_fabric import read, session
 
     from slurm_gpufleet.hooks.common import _setup, act
-    from slurm_gpufleet.maintain.simslurm import SimSlurm
-    from slurm_gpufleet.maintain.simulate import Simulator
-    from slurm_gpufleet.pipeline import evaluate
+    from slurm_gpufleet.judging.pipeline import evaluate
+    from slurm_gpufleet.judging.summary import parse
+    from slurm_gpufleet.simulators.rollout import Simulator
+    from slurm_gpufleet.simulators.simslurm import SimSlurm
     from slurm_gpufleet.slurm.ownership import rack_of_reason
-    from slurm_gpufleet.summary import parse
 
     config = tmp_path / "gpufleet.toml"
     config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\nbreaker_threshold = "50%"\nrack_escalate_nodes = 3\n')
@@ -210,7 +210,7 @@ def test_a_rack_whose_trays_registered_no_gpu_is_drained_once_as_a_rack(tmp_path
     assert all(not shown[n].drained for n in names[4:])
     # a tray whose check read it free before the rack's drain and wrote its own reason after it: its next
     # escalation gives it the domain's reason back, so the rack comes back as one
-    from slurm_gpufleet.slurm.escalation import escalate, strays
+    from slurm_gpufleet.remedy.escalation import escalate, strays
 
     rack_reason = shown[names[2]].reason
     slurm.set_reason_nodes([names[2]], "fabric gpu0 fabric registration failed: insufficient resources [gpufleet]")
@@ -232,12 +232,12 @@ def test_a_tray_whose_summary_was_cleared_keeps_the_domain_its_history_saw(tmp_p
     `fdl`, so it still counts for its rack.  Only a change of domain adds a row to the history."""
     from test_fabric import read, session
 
-    from slurm_gpufleet.history import History, db_path
     from slurm_gpufleet.hooks.common import _setup, act
-    from slurm_gpufleet.maintain.simslurm import SimSlurm
-    from slurm_gpufleet.maintain.simulate import Simulator
-    from slurm_gpufleet.pipeline import evaluate
-    from slurm_gpufleet.summary import parse
+    from slurm_gpufleet.judging.pipeline import evaluate
+    from slurm_gpufleet.judging.summary import parse
+    from slurm_gpufleet.records.history import History, db_path
+    from slurm_gpufleet.simulators.rollout import Simulator
+    from slurm_gpufleet.simulators.simslurm import SimSlurm
 
     config = tmp_path / "gpufleet.toml"
     config.write_text(f'[slurm]\nstate_dir = "{tmp_path}/state"\nbreaker_threshold = "50%"\n')
@@ -268,7 +268,7 @@ def test_a_tray_whose_summary_was_cleared_keeps_the_domain_its_history_saw(tmp_p
 
 
 def test_a_tray_on_its_reset_or_reboot_rung_holds_its_fault_for_the_rack():
-    from slurm_gpufleet.slurm.escalation import fault_of
+    from slurm_gpufleet.remedy.escalation import fault_of
 
     plain = fault_of("fabric gpu0 NVLink switch tray degraded [gpufleet]")
     assert plain == ("fabric", "NVLink switch tray degraded")
@@ -296,10 +296,10 @@ class _Fleet:
 
 
 def test_a_rack_fault_its_rack_mate_holds_is_the_rack_s_not_the_tray_s():
-    from slurm_gpufleet.findings import Finding
+    from slurm_gpufleet.judging.findings import Finding
     from slurm_gpufleet.policy import DomainSpec
     from slurm_gpufleet.remedy.decide import NodeHistory, decide
-    from slurm_gpufleet.slurm.escalation import due_with
+    from slurm_gpufleet.remedy.escalation import due_with
 
     domains = (DomainSpec("rack1", ("t1", "t2", "t3")), DomainSpec("rack2", ("u1",)))
     rebooting = node("t1", "validate after reboot: fabric gpu0 NVLink switch tray degraded [gpufleet]")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from slurm_gpufleet.maintain.evidence import CANARY, CONTROL, NOT_WORSE, OPEN, WORSE, Gate
-from slurm_gpufleet.maintain.failures import poisson
+from slurm_gpufleet.simulators.failures import poisson
 
 
 def run(rng, effect: float, steps: int = 400, canary_nodes: int = 30, control_nodes: int = 270,

@@ -11,9 +11,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from slurm_gpufleet import exitcodes
 from slurm_gpufleet.cli import cli
-from slurm_gpufleet.docgen import _commands
+from slurm_gpufleet.cli.docgen import _commands
+from slurm_gpufleet.common import exitcodes
 
 
 def _command(name: str) -> click.Command:

@@ -9,15 +9,15 @@ import tomllib
 import pytest
 
 from slurm_gpufleet import evaluate
-from slurm_gpufleet.checks import Context
-from slurm_gpufleet.checks import fabric as fabric_check
-from slurm_gpufleet.datafiles import GB_SESSIONS
+from slurm_gpufleet.common.datafiles import GB_SESSIONS
+from slurm_gpufleet.judging.checks import Context
+from slurm_gpufleet.judging.checks import fabric as fabric_check
 from slurm_gpufleet.policy import parse_policy
-from slurm_gpufleet.readers import read_report_file
 from slurm_gpufleet.readers.kernel_log import parse_kernel_log, parse_xid_line
 from slurm_gpufleet.readers.nvml import NvmlReader
 from slurm_gpufleet.readers.nvml_replay import NvmlReplay
-from slurm_gpufleet.snapshot import FabricManager, HostFacts, NodeSnapshot, XidEvent
+from slurm_gpufleet.readers.report import read_report_file
+from slurm_gpufleet.readers.snapshot import FabricManager, HostFacts, NodeSnapshot, XidEvent
 
 FAULTS = tomllib.loads((GB_SESSIONS / "fabric_faults.toml").read_text())
 SESSIONS = ["gb200-tray", "gb300-board"]
@@ -96,7 +96,7 @@ def test_degraded_bandwidth_follows_the_site_policy():
 
 def test_clique_zero_is_healthy_on_a_single_node_hgx_board():
     # the real H100 x8 capture: Completed / Success / clique 0 / zero UUID on an HGX board is normal
-    from slurm_gpufleet.datafiles import PUBLIC
+    from slurm_gpufleet.common.datafiles import PUBLIC
 
     snap = read_report_file(str(PUBLIC / "nvidia-smi" / "healthy_h200_1.txt"))
     assert snap.gpus[0].fabric.clique_id == 0
@@ -146,8 +146,8 @@ def test_nvlink5_count_and_speed_are_judged_per_model():
 
 
 def test_summary_publishes_the_fabric_and_domains_are_discovered_from_it():
-    from slurm_gpufleet.maintain.domains import discover, fabric_domain
-    from slurm_gpufleet.summary import fabric_fields
+    from slurm_gpufleet.judging.summary import fabric_fields
+    from slurm_gpufleet.slurm.domains import discover, fabric_domain
 
     fields = fabric_fields(read(session("gb200-tray")))
     assert fields == {"fab": "C", "clq": 32766, "cuid": "4f6a7c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b"}
@@ -241,7 +241,7 @@ def test_nvlink5_fatal_lines_take_the_decode_sheets_rule_by_sub_code_and_error_s
     """NVIDIA's decode sheet keys Xid 149 NETIR_LINK_EVT by its sub-code (bits 20-25 of the first register)
     and the error status (the second): sub-code 33 resolves RESET_GPU, sub-code 38 IGNORE (a warning, though
     the line says Fatal).  Registers that match no rule fall back to the unit's row; the rule is named."""
-    from slurm_gpufleet.catalog import nvlink5_action
+    from slurm_gpufleet.catalogs import nvlink5_action
 
     def line(intrinfo: int, status: int = 0, word: str = "Fatal") -> str:
         return (f"[171167.7] NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT {word} XC0 i0 Link 01 "
@@ -268,7 +268,7 @@ def test_nvlink5_fatal_lines_take_the_decode_sheets_rule_by_sub_code_and_error_s
 
 
 def test_caused_by_previous_xid_counts_the_cause_once():
-    from slurm_gpufleet.summary import event_counters
+    from slurm_gpufleet.judging.summary import event_counters
 
     lines = ["NVRM: Xid (PCI:0008:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 01 (0x021425c6 0x0)",
              "NVRM: Xid (PCI:0008:01:00): 45, pid=7, name=python, Ch 00000010, caused by previous Xid 149",
@@ -411,10 +411,10 @@ def test_fleet_domains_lists_the_nvlink_domains_the_nodes_publish(tmp_path):
 def test_every_key_the_summary_carries_is_a_declared_one():
     """`summary.Summary` is the one list of published keys: what the encoder makes from a GB200 tray with
     Xids, a failed check and a deep check's figures, and the sampler's digest, are all in it."""
-    from slurm_gpufleet.findings import Finding
-    from slurm_gpufleet.pipeline import Report
-    from slurm_gpufleet.snapshot import PerfSample
-    from slurm_gpufleet.summary import Summary, encode
+    from slurm_gpufleet.judging.findings import Finding
+    from slurm_gpufleet.judging.pipeline import Report
+    from slurm_gpufleet.judging.summary import Summary, encode
+    from slurm_gpufleet.readers.snapshot import PerfSample
 
     snap = read(session("gb200-tray"))
     snap.xid_events, snap.boots_seen = parse_kernel_log(
@@ -429,7 +429,7 @@ def test_every_key_the_summary_carries_is_a_declared_one():
 
 
 def test_rows_remapped_are_published_for_the_evidence_gate():
-    from slurm_gpufleet.summary import event_counters
+    from slurm_gpufleet.judging.summary import event_counters
 
     snap = read(session("gb200-tray"))
     before = event_counters(snap).get("rr", 0)
@@ -467,7 +467,7 @@ def test_nvml_fabric_mask_every_field_and_the_undefined_2_bit_value():
     from types import SimpleNamespace
 
     from slurm_gpufleet.readers.nvml import decode_fabric
-    from slurm_gpufleet.snapshot import Fabric
+    from slurm_gpufleet.readers.snapshot import Fabric
 
     def info(mask, status=0):
         return SimpleNamespace(state=3, status=status, cliqueId=7, clusterUuid=bytes(range(1, 17)), healthMask=mask,

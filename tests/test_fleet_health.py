@@ -8,12 +8,12 @@ import pytest
 from support import H200, run_cli
 
 from slurm_gpufleet import evaluate, read_report_file
-from slurm_gpufleet.checkpoint import advise, daly_interval, lost_fraction
-from slurm_gpufleet.findings import Finding
-from slurm_gpufleet.history import History
-from slurm_gpufleet.perf.fleet import failure_history, from_history
-from slurm_gpufleet.perf.stats import mad, median, outliers, robust_z
-from slurm_gpufleet.snapshot import PerfSample
+from slurm_gpufleet.common.stats import mad, median, outliers, robust_z
+from slurm_gpufleet.judging.findings import Finding
+from slurm_gpufleet.readers.snapshot import PerfSample
+from slurm_gpufleet.records.checkpoint import advise, daly_interval, lost_fraction
+from slurm_gpufleet.records.history import History
+from slurm_gpufleet.slowgpus.fleet import failure_history, from_history
 
 
 def test_median_mad_and_robust_z():
@@ -124,7 +124,7 @@ def test_metrics_carry_perf_and_faults():
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from slurm_gpufleet.metrics import registry_for
+    from slurm_gpufleet.records.metrics import registry_for
 
     snap = read_report_file(str(H200 / "nvidia-smi-q.xml"))
     snap.gpus[0].remapped_rows.pending = True
@@ -163,7 +163,7 @@ def test_fleet_report_renders(tmp_path):
 
 
 def test_probe_without_a_gpu_library_says_so():
-    from slurm_gpufleet.perf import probe
+    from slurm_gpufleet.readers import probe
 
     if probe.available_library() is not None:
         pytest.skip("a GPU library is installed here")
@@ -194,7 +194,7 @@ def test_check_judges_against_a_fleet_baseline(tmp_path):
 
 
 def test_the_published_baseline_is_each_models_median_over_enough_peers():
-    from slurm_gpufleet.perf.fleet import baseline_by_model
+    from slurm_gpufleet.slowgpus.fleet import baseline_by_model
 
     samples = [(f"n{i}/gpu0", "H200", v) for i, v in enumerate((4000.0, 4100.0, 3000.0, 4200.0))]
     samples += [("m1/gpu0", "A100", 1900.0), ("m2/gpu3", "A100", 1800.0)]
@@ -207,7 +207,7 @@ def test_history_on_a_fresh_node_survives_concurrent_hooks_and_prunes(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from slurm_gpufleet.history import History; h = History(sys.argv[1]); "
+    code = ("import sys; from slurm_gpufleet.records.history import History; h = History(sys.argv[1]); "
             "h.record_run('n1', sys.argv[2], 'ok', []); h.prune(); h.close()")
     for attempt in range(3):
         path = tmp_path / f"fresh{attempt}.db"
@@ -215,7 +215,7 @@ def test_history_on_a_fresh_node_survives_concurrent_hooks_and_prunes(tmp_path):
                  for hook in ("healthcheck", "prolog", "epilog", "healthcheck", "prolog", "epilog")]
         errors = [p.communicate(timeout=60)[1] for p in procs]
         assert all(p.returncode == 0 for p in procs), errors
-        from slurm_gpufleet.history import History
+        from slurm_gpufleet.records.history import History
 
         h = History(str(path))
         assert len(h.runs(limit=100)) == 6

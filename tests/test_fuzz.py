@@ -16,17 +16,17 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from support import H200, PUBLIC
 
 from slurm_gpufleet import evaluate
-from slurm_gpufleet.history import History
+from slurm_gpufleet.judging.summary import from_node as published
+from slurm_gpufleet.judging.summary import published_at
 from slurm_gpufleet.maintain.sacct import SacctError, read_sacct
 from slurm_gpufleet.policy import PolicyError, parse_policy
-from slurm_gpufleet.readers import ReportError, read_report
 from slurm_gpufleet.readers.ib import COUNTERS, read_ib
 from slurm_gpufleet.readers.kernel_log import parse_kernel_log, read_kernel_log
+from slurm_gpufleet.readers.report import ReportError, read_report
+from slurm_gpufleet.readers.snapshot import NodeSnapshot
+from slurm_gpufleet.records.history import History
 from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
 from slurm_gpufleet.slurm.commands import parse_node_json, parse_node_text
-from slurm_gpufleet.snapshot import NodeSnapshot
-from slurm_gpufleet.summary import from_node as published
-from slurm_gpufleet.summary import published_at
 
 TEXT = (H200 / "nvidia-smi-q.txt").read_text()
 XML = (H200 / "nvidia-smi-q.xml").read_text()

@@ -10,10 +10,10 @@ import pytest
 from test_engine import drive, rollout
 
 from slurm_gpufleet.maintain import states as S
-from slurm_gpufleet.maintain.failures import poisson
 from slurm_gpufleet.maintain.reconcile import Engine
-from slurm_gpufleet.maintain.simulate import SimFleet
 from slurm_gpufleet.maintain.store import Store
+from slurm_gpufleet.simulators.failures import poisson
+from slurm_gpufleet.simulators.rollout import SimFleet
 
 GATED = ('[maintain]\nwaves = [4, 8, "100%"]\nmax_unavailable = 4\nmax_unavailable_per_partition = "100%"\n'
          'canary_per_combo = 0\ngate = "evidence"\ngate_signals = ["xid_soft", "job_fail"]\n'
@@ -132,8 +132,8 @@ def test_a_canary_worse_at_confidence_waits_for_approval_holding_nothing(tmp_pat
     """At the soak's bound a canary worse than the control at gate_confidence, but short of the sequential
     test's halt line, waits for `maintain approve`: every waiting node stays in service (no slot of the
     rollout holds it), `maintain status` says what it waits for, since when, and that it holds 0 nodes."""
+    from slurm_gpufleet.cli.output import status_text
     from slurm_gpufleet.maintain.status import rollout_status
-    from slurm_gpufleet.output import status_text
 
     fleet = SimFleet(12)
     publish_old(fleet)
@@ -323,7 +323,7 @@ HARD = GATED.replace('gate_signals = ["xid_soft", "job_fail"]', 'gate_signals = 
 def test_a_driver_whose_failures_drain_their_node_is_halted(tmp_path):
     # the hard Xid and the drain verdict are published in the write that drains the node, and its jobs end
     # NODE_FAIL: the gate counts them for the node that left its cohort (before, all of it counted 0)
-    from slurm_gpufleet.maintain.failures import Hazards, Rates, hazard_step
+    from slurm_gpufleet.simulators.failures import Hazards, Rates, hazard_step
 
     fleet = SimFleet(40)
     publish_old(fleet)

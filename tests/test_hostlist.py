@@ -6,7 +6,7 @@ import json
 import pytest
 from support import REPO, run_cli
 
-from slurm_gpufleet.hostlist import fold, fold_short, grouped
+from slurm_gpufleet.common.hostlist import fold, fold_short, grouped
 
 
 def test_fold_and_group():
@@ -54,14 +54,14 @@ def test_fleet_and_plan_text_fold_at_12500_nodes(tmp_path):
 @pytest.mark.parametrize("expr,n", [("gpu[001-128]", 128), ("g[1-4],h[1-2]", 6), ("g[1-3,7,10-11]", 6),
                                     ("r[1-2]-n[01-18]", 36), ("g[0-10/2]", 6), ("gpu01", 1), ("", 0)])
 def test_a_host_list_is_sized_without_making_its_names(expr, n):
-    from slurm_gpufleet.hostlist import size
+    from slurm_gpufleet.common.hostlist import size
 
     assert size(expr) == n
 
 
 def test_a_host_list_past_the_bound_is_refused_before_it_is_made():
     """gpu[1-99999999] grew to 17 GB as ClusterShell made every name; now one line, at once."""
-    from slurm_gpufleet.hostlist import MAX_HOSTS, expand
+    from slurm_gpufleet.common.hostlist import MAX_HOSTS, expand
 
     with pytest.raises(ValueError, match="names 99,999,999 nodes; at most 100,000"):
         expand("gpu[1-99999999]")

@@ -10,10 +10,10 @@ import shutil
 import pytest
 from support import REPO, run_cli
 
-from slurm_gpufleet.pipeline import evaluate
+from slurm_gpufleet.judging.pipeline import evaluate
 from slurm_gpufleet.policy import parse_policy
 from slurm_gpufleet.readers.ib import read_ib, remember
-from slurm_gpufleet.snapshot import NodeSnapshot
+from slurm_gpufleet.readers.snapshot import NodeSnapshot
 
 TREES = REPO / "slurm_gpufleet" / "data" / "captures" / "public" / "infiniband"
 H100 = TREES / "h100-gpud"
@@ -247,11 +247,11 @@ def test_mlx5_kernel_lines_of_a_failed_card_or_link_are_read_and_judged_in_the_c
 def test_the_summary_carries_the_network_and_fleet_shows_it_per_group(tree, tmp_path):
     """A node publishes its ports down, slow and whose counters grew (summary `ib`); `fleet` counts them per
     group with their nodes."""
+    from slurm_gpufleet.cli.output import inventory_text
+    from slurm_gpufleet.judging.summary import encode
     from slurm_gpufleet.maintain.fleet import FleetNode, FleetState
     from slurm_gpufleet.maintain.inventory import inventory
-    from slurm_gpufleet.output import inventory_text
     from slurm_gpufleet.slurm.base import NodeInfo
-    from slurm_gpufleet.summary import encode
 
     memory = tmp_path / "ib-counters-n1.json"
     judge(tree, memory=memory)

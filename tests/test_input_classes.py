@@ -7,8 +7,8 @@ import pytest
 from support import H200
 
 from slurm_gpufleet import evaluate
-from slurm_gpufleet.readers import read_report
 from slurm_gpufleet.readers.kernel_log import parse_kernel_log
+from slurm_gpufleet.readers.report import read_report
 
 TEXT = (H200 / "nvidia-smi-q.txt").read_text()
 XML = (H200 / "nvidia-smi-q.xml").read_text()

@@ -31,7 +31,7 @@ def test_install_writes_runnable_wrappers_and_is_idempotent(tmp_path):
     assert f"HealthCheckProgram={prefix}/sbin/slurm-gpufleet-healthcheck" in conf
     assert "HealthCheckInterval=120" in conf and f"Prolog={prefix}/sbin/slurm-gpufleet-prolog" in conf
     # the skeleton is all comments but this prefix's commands: it loads, and gives the defaults but those
-    from slurm_gpufleet.install import prefixed_commands
+    from slurm_gpufleet.hooks.install import prefixed_commands
 
     skeleton = prefix / "etc" / "gpufleet.toml"
     defaults = load_policy(None)
@@ -82,7 +82,7 @@ def test_install_refuses_relative_paths(tmp_path):
 def test_health_check_limit_leaves_the_watchdog_time_to_drain(release, interval, read, timeout, notes):
     """slurmd 26.05 kills a run at HealthCheckTimeout (seen: interval 5, limit 4, runs of 4.8 s under load
     were killed before they published); a limit under read_timeout_s would also kill the watchdog."""
-    from slurm_gpufleet.install import health_check_limit, slurm_conf_lines
+    from slurm_gpufleet.hooks.install import health_check_limit, slurm_conf_lines
 
     got, said = health_check_limit(interval, read, release)
     assert got == timeout
@@ -153,7 +153,7 @@ def test_install_suggests_extra_constraints_where_slurm_has_it_and_always_the_ac
 
 
 def test_install_says_where_sacct_and_sacctmgr_are_missing_beside_scontrol(tmp_path):
-    from slurm_gpufleet.install import accounting_notes
+    from slurm_gpufleet.hooks.install import accounting_notes
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -1,4 +1,4 @@
-"""In-job straggler detection (slurm_gpufleet/instep.py) on generated jobs (bench/instep_stragglers.py's
+"""In-job straggler detection (slurm_gpufleet/slowgpus/instep.py) on generated jobs (bench/instep_stragglers.py's
 model): both signatures flagged, a job slow everywhere and the healthy spread flag nothing, persistence
 is required, and `fleet stragglers --telemetry` reads recorded samples with bad lines named."""
 
@@ -14,7 +14,7 @@ from support import REPO, BusyNvml, run_cli
 sys.path.insert(0, str(REPO / "bench"))
 from instep_stragglers import job_samples  # noqa: E402
 
-from slurm_gpufleet.instep import Settings, detect  # noqa: E402
+from slurm_gpufleet.slowgpus.instep import Settings, detect  # noqa: E402
 
 
 def test_both_signatures_are_flagged_and_name_the_slowed_node():
@@ -73,8 +73,8 @@ def test_digests_a_window_apart_still_flag_the_throttled_node():
     throttled from window 4 on; whichever node closed its newest window first, the flag holds."""
     from types import SimpleNamespace
 
-    from slurm_gpufleet.instep import samples_from_digests
-    from slurm_gpufleet.sampler import digest_for
+    from slurm_gpufleet.slowgpus.instep import samples_from_digests
+    from slurm_gpufleet.slowgpus.sampler import digest_for
 
     settings = SimpleNamespace(instep_window_s=2.0, instep_windows=3)
 
@@ -133,7 +133,7 @@ def test_the_sampler_stops_when_its_job_s_cgroup_is_gone(tmp_path):
     import time
     from types import SimpleNamespace
 
-    from slurm_gpufleet import sampler
+    from slurm_gpufleet.slowgpus import sampler
 
     class Unreachable:  # Slurm away: publishing fails, sampling goes on
         def node(self, name):
@@ -167,8 +167,9 @@ def test_two_multi_node_jobs_on_one_node_keep_a_digest_each(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from slurm_gpufleet import sampler, summary
-    from slurm_gpufleet.instep import samples_from_digests
+    from slurm_gpufleet.judging import summary
+    from slurm_gpufleet.slowgpus import sampler
+    from slurm_gpufleet.slowgpus.instep import samples_from_digests
 
     class Node:  # the node's Extra, as Slurm keeps it between the two samplers' writes
         extra = json.dumps({"gpufleet": 1, "v": "ok", "gpus": "8xNVIDIA H200"})
@@ -217,7 +218,7 @@ def test_one_slow_gpu_is_flagged_by_name_and_two_node_jobs_are_judged():
 def _job(utils_before: dict, utils_after: dict, windows: int = 8, onset_window: int = 3) -> list:
     """Exact samples (no noise), four a window of 60 s: every GPU at `utils_before[(node, gpu)]` until the
     onset window, at `utils_after` from it; power follows utilisation."""
-    from slurm_gpufleet.instep import Sample
+    from slurm_gpufleet.slowgpus.instep import Sample
 
     out = []
     for i in range(windows * 4):
@@ -257,7 +258,7 @@ def test_on_a_two_node_job_the_gap_between_the_nodes_counts_whole():
 def test_one_wide_window_does_not_widen_the_band():
     """The band's deviation is read over the job's recent windows: one window whose spread reads three
     times wider leaves it where the others put it (one window's MAD over 16 GPUs swings by half)."""
-    from slurm_gpufleet.instep import _band
+    from slurm_gpufleet.slowgpus.instep import _band
 
     s = Settings()
     calm = [0.0, 0.01, -0.01, 0.02, -0.02, 0.005, -0.005, 0.0]
@@ -277,9 +278,9 @@ def test_the_sampler_reads_only_the_job_s_gpus_and_the_flag_names_the_real_index
     import json
     from types import SimpleNamespace
 
-    from slurm_gpufleet import sampler
-    from slurm_gpufleet.instep import samples_from_digests
-    from slurm_gpufleet.jobgpus import handles_of, job_gpu_ids
+    from slurm_gpufleet.readers.jobgpus import handles_of, job_gpu_ids
+    from slurm_gpufleet.slowgpus import sampler
+    from slurm_gpufleet.slowgpus.instep import samples_from_digests
 
     def ids(env):   # no device cgroup here (tests/test_jobgpus.py has the cgroup's cases)
         return job_gpu_ids(env, cgroup_root="/nonexistent", proc_self="/nonexistent")
@@ -318,9 +319,9 @@ def test_the_sampler_reads_temperature_and_pcie_and_nvlink_throughput_where_nvml
     sys.path.insert(0, str(REPO / "tests" / "slurm"))
     import gpustate
 
-    from slurm_gpufleet.instep import Sample, samples_from_digests
     from slurm_gpufleet.readers.nvml_replay import NvmlReplay
-    from slurm_gpufleet.sampler import Digest, Links, read_gpus
+    from slurm_gpufleet.slowgpus.instep import Sample, samples_from_digests
+    from slurm_gpufleet.slowgpus.sampler import Digest, Links, read_gpus
 
     probe = gpustate.healthy_state(2, "n1")
     nvml = NvmlReplay(probe)
@@ -351,7 +352,7 @@ def test_the_sampler_reads_temperature_and_pcie_and_nvlink_throughput_where_nvml
 
 
 def test_a_telemetry_line_with_a_non_finite_temperature_is_malformed():
-    from slurm_gpufleet.instep import parse_telemetry
+    from slurm_gpufleet.slowgpus.instep import parse_telemetry
 
     good = {"t": 0, "job": "1", "node": "n1", "gpu": 0, "sm_clock_mhz": 1980, "power_w": 700, "sm_util": 99}
     lines = [json.dumps({**good, "temp_c": 61.5}), json.dumps(good).replace("}", ', "temp_c": NaN}')]
@@ -360,7 +361,7 @@ def test_a_telemetry_line_with_a_non_finite_temperature_is_malformed():
 
 
 def test_without_cgroups_the_sampler_asks_slurm_only_when_no_slurmstepd_of_its_job_runs_here(tmp_path):
-    from slurm_gpufleet import sampler
+    from slurm_gpufleet.slowgpus import sampler
 
     proc = tmp_path / "proc"
     for pid, cmd in ((10, b"slurmstepd: [42.0]\x00"), (11, b"python\x00train.py\x00"), (12, b"slurmstepd: [7.extern]\x00")):
@@ -400,7 +401,7 @@ def test_two_samplers_of_one_node_never_drop_each_others_window(tmp_path):
     import time
     from types import SimpleNamespace
 
-    from slurm_gpufleet import sampler
+    from slurm_gpufleet.slowgpus import sampler
     from slurm_gpufleet.slurm.base import NodeInfo
 
     class Slurm:
@@ -447,7 +448,7 @@ def test_with_a_shared_directory_the_samplers_ask_slurm_nothing_and_stragglers_r
     import time
     from types import SimpleNamespace
 
-    from slurm_gpufleet import sampler
+    from slurm_gpufleet.slowgpus import sampler
 
     share = tmp_path / "share"
     state = tmp_path / "state"
@@ -526,8 +527,9 @@ def test_at_fleet_size_the_samplers_write_every_few_windows_and_never_read_their
     import time
     from types import SimpleNamespace
 
-    from slurm_gpufleet import sampler, summary
+    from slurm_gpufleet.judging import summary
     from slurm_gpufleet.policy import SlurmSettings
+    from slurm_gpufleet.slowgpus import sampler
 
     defaults = SlurmSettings(state_dir=str(tmp_path))
     assert sampler.publish_every(defaults, 12_500) == 21 and sampler.publish_every(defaults, 300) == 1
@@ -599,7 +601,7 @@ def test_at_60_w_of_power_noise_the_energy_counter_finds_the_silent_gpu_and_offs
 
 
 def test_a_window_s_power_is_its_energy_over_its_time_and_a_stuck_counter_is_not_used():
-    from slurm_gpufleet.instep import Sample, windows_of
+    from slurm_gpufleet.slowgpus.instep import Sample, windows_of
 
     def samples(step_j):
         return [Sample(t, "j", "n1", 0, 1980.0, 700.0 if i % 2 else 300.0, 97.0, energy_j=1e6 + i * step_j)
@@ -612,7 +614,7 @@ def test_a_window_s_power_is_its_energy_over_its_time_and_a_stuck_counter_is_not
 
 
 def test_the_sampler_s_window_power_comes_from_the_energy_counter_where_it_moves():
-    from slurm_gpufleet.sampler import Digest
+    from slurm_gpufleet.slowgpus.sampler import Digest
 
     digest = Digest("7", 60.0, 3)
     for i, t in enumerate((0.0, 15.0, 30.0, 45.0, 60.0)):
@@ -626,7 +628,7 @@ def test_the_sampler_s_window_power_comes_from_the_energy_counter_where_it_moves
 
 
 def test_telemetry_lines_may_carry_the_energy_counter_and_a_non_finite_one_is_malformed():
-    from slurm_gpufleet.instep import parse_telemetry
+    from slurm_gpufleet.slowgpus.instep import parse_telemetry
 
     line = {"t": 0, "job": "j", "node": "n1", "gpu": 0, "sm_clock_mhz": 1980, "power_w": 600, "sm_util": 97}
     samples, bad = parse_telemetry([json.dumps({**line, "energy_j": 12.5}), json.dumps(line),

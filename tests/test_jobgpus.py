@@ -9,8 +9,8 @@ import ast
 
 from support import REPO
 
-from slurm_gpufleet.jobgpus import cgroup_gpu_minors, job_gpu_ids, slurm_id
-from slurm_gpufleet.snapshot import Gpu
+from slurm_gpufleet.readers.jobgpus import cgroup_gpu_minors, job_gpu_ids, slurm_id
+from slurm_gpufleet.readers.snapshot import Gpu
 
 
 def _cgroup(tmp_path, lines: list[str], uid="1000", job="77"):

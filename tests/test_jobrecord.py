@@ -10,10 +10,10 @@ import time
 import pytest
 from support import run_cli
 
-from slurm_gpufleet import jobrecord
-from slurm_gpufleet.findings import Finding
-from slurm_gpufleet.output import job_text
-from slurm_gpufleet.requeue import decide
+from slurm_gpufleet.cli.output import job_text
+from slurm_gpufleet.judging.findings import Finding
+from slurm_gpufleet.records import jobrecord
+from slurm_gpufleet.remedy.requeue import decide
 
 
 def test_the_record_is_one_segment_of_the_admin_comment_and_leaves_the_rest_alone():
@@ -149,7 +149,7 @@ def test_the_samplers_throttling_tally_reaches_the_nodes_part(tmp_path):
     epilog turns the tally into the share per GPU (where at least 10 %) in its node's part, and removes it."""
     from types import SimpleNamespace
 
-    from slurm_gpufleet import sampler
+    from slurm_gpufleet.slowgpus import sampler
 
     digest = sampler.digest_for("42", SimpleNamespace(instep_window_s=1.0, instep_windows=3), gpus=[2, 5])
     for tick in range(41):   # 10 windows of four samples; GPU 5 under SwThermalSlowdown in the last four
@@ -172,7 +172,7 @@ def test_the_epilog_attributes_an_nvswitch_sxid_inside_the_jobs_window_to_it():
 
     from slurm_gpufleet.hooks.epilog import job_findings
     from slurm_gpufleet.readers.kernel_log import read_kernel_log
-    from slurm_gpufleet.snapshot import NodeSnapshot
+    from slurm_gpufleet.readers.snapshot import NodeSnapshot
 
     start = time_.time() - 60
     inside = dt.datetime.fromtimestamp(start + 30).astimezone().isoformat()
@@ -196,8 +196,8 @@ def test_a_fabric_or_imex_change_during_the_job_reaches_its_record(tmp_path):
 
     from slurm_gpufleet.hooks.epilog import imex_change, job_findings
     from slurm_gpufleet.hooks.jobs import _window_path, _write_window
-    from slurm_gpufleet.imex import job_imex
-    from slurm_gpufleet.snapshot import Fabric, Gpu, NodeSnapshot
+    from slurm_gpufleet.judging.imex import job_imex
+    from slurm_gpufleet.readers.snapshot import Fabric, Gpu, NodeSnapshot
 
     def node(*summaries):
         return NodeSnapshot(host="n1", gpus=[Gpu(index=i, minor_number=i,

@@ -11,9 +11,9 @@ sys.path.insert(0, str(REPO / "tests" / "slurm"))
 from gpustate import elf_module, nvidia_module  # noqa: E402
 
 from slurm_gpufleet import evaluate
-from slurm_gpufleet.checks.kernel import reboot_problem
-from slurm_gpufleet.readers import read_report_file
+from slurm_gpufleet.judging.checks.kernel import reboot_problem
 from slurm_gpufleet.readers.host import SIGNATURE_MAGIC, read_host
+from slurm_gpufleet.readers.report import read_report_file
 
 DRIVER = "580.159.04"  # what the real H200 capture runs
 RUNNING = "6.1.0-28-amd64"

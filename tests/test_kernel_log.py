@@ -107,7 +107,7 @@ def test_a_binary_kernel_log_never_stops_a_nodes_own_check(tmp_path):
     # the health check reads its kernel log leniently (strict=False): said in its log, the GPUs still judged
     from support import H200
 
-    from slurm_gpufleet.pipeline import Source, gather
+    from slurm_gpufleet.judging.pipeline import Source, gather
 
     junk = tmp_path / "kmsg"
     junk.write_bytes(b"\x00\x01" * 100)

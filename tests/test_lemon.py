@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_gpufleet import lemon as L
-from slurm_gpufleet.findings import Finding
-from slurm_gpufleet.instep import Flag
-from slurm_gpufleet.lemon_store import LemonStore
+from slurm_gpufleet.judging.findings import Finding
+from slurm_gpufleet.slowgpus import lemon as L
+from slurm_gpufleet.slowgpus.instep import Flag
+from slurm_gpufleet.slowgpus.lemon_store import LemonStore
 from slurm_gpufleet.slurm.base import NodeInfo
 
 NOW = 1_800_000_000.0
@@ -131,7 +131,7 @@ def test_the_record_counts_distinct_jobs_since_the_last_case_closed(tmp_path):
 def test_metrics_export_the_flags_the_scores_and_the_cases():
     from prometheus_client import generate_latest
 
-    from slurm_gpufleet.metrics import lemon_registry
+    from slurm_gpufleet.records.metrics import lemon_registry
 
     text = generate_latest(lemon_registry([flag("n1", "11"), Flag("11", "n2", None, NOW, "silent_slow")],
                                           {"n1": 2, "n2": 1}, [checking()], 2)).decode()
@@ -213,7 +213,7 @@ def lemon_settings(tmp_path):
 
 
 def test_a_step_reserves_and_submits_then_a_confirmed_check_drains_and_releases(tmp_path):
-    from slurm_gpufleet.lemon_step import run_step
+    from slurm_gpufleet.slowgpus.lemon_step import run_step
 
     slurm = LemonSlurm([node("n1"), *(node(f"n{i}", "IDLE") for i in range(2, 41))])
     store = LemonStore(str(tmp_path / "lemons.db"))
@@ -237,7 +237,7 @@ def test_a_step_reserves_and_submits_then_a_confirmed_check_drains_and_releases(
 
 
 def test_a_reservation_slurm_refuses_is_named_and_no_check_is_submitted(tmp_path):
-    from slurm_gpufleet.lemon_step import run_step
+    from slurm_gpufleet.slowgpus.lemon_step import run_step
 
     slurm = LemonSlurm([node("n1")], fail={"create_reservation"})
     store = LemonStore(str(tmp_path / "lemons.db"))
@@ -252,9 +252,9 @@ def test_a_reservation_slurm_refuses_is_named_and_no_check_is_submitted(tmp_path
 def test_a_new_flag_goes_into_its_running_jobs_record_once(tmp_path):
     """Issue 47: what the in-job detector found goes into the job's own record while it runs, beside what
     another tool keeps in its AdminComment; a flag seen again writes nothing."""
-    from slurm_gpufleet import jobrecord
-    from slurm_gpufleet.lemon_step import run_step
-    from slurm_gpufleet.output import job_text
+    from slurm_gpufleet.cli.output import job_text
+    from slurm_gpufleet.records import jobrecord
+    from slurm_gpufleet.slowgpus.lemon_step import run_step
 
     slurm = LemonSlurm([node("n1"), node("n2")])
     slurm.admin_comments["10"] = "site note"
@@ -275,8 +275,8 @@ def test_a_node_s_lemon_score_is_written_into_its_summary_only_when_it_changes(t
     import json
     from dataclasses import replace
 
-    from slurm_gpufleet.lemon_step import run_step
-    from slurm_gpufleet.summary import lemon_news
+    from slurm_gpufleet.judging.summary import lemon_news
+    from slurm_gpufleet.slowgpus.lemon_step import run_step
 
     class Publishing(LemonSlurm):
         def set_fields(self, name, fields):

@@ -63,8 +63,8 @@ def test_node_rows_follow_this_store_s_writes_and_another_process_s(tmp_path):
     connection commits (an admin's `maintain abort` in another process) are both seen at the next read,
     equal to what SQL reads from the file."""
     from slurm_gpufleet.maintain.planner import make_plan
-    from slurm_gpufleet.maintain.simulate import SimFleet
     from slurm_gpufleet.policy import parse_policy
+    from slurm_gpufleet.simulators.rollout import SimFleet
 
     fleet = SimFleet(3)
     plan = make_plan(fleet.fleet_state(), "580.95.05", [n.name for n in fleet.sim.nodes],

@@ -6,7 +6,7 @@ from slurm_gpufleet import evaluate
 from slurm_gpufleet.readers.compare import diff_snapshots
 from slurm_gpufleet.readers.nvml import NvmlReader, parse_module_version
 from slurm_gpufleet.readers.nvml_replay import NvmlReplay
-from slurm_gpufleet.snapshot import UNSUPPORTED
+from slurm_gpufleet.readers.snapshot import UNSUPPORTED
 
 
 def read(probe, level="quick"):

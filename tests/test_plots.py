@@ -3,7 +3,7 @@
 import re
 from types import SimpleNamespace
 
-from slurm_gpufleet.maintain.plots import simulation_html
+from slurm_gpufleet.simulators.plots import simulation_html
 
 
 def test_legend_outside_the_data_and_one_hours_axis():

@@ -1,4 +1,4 @@
-"""One way to say how far long work is (slurm_gpufleet/progress.py), for the simulators' pools, the fault
+"""One way to say how far long work is (slurm_gpufleet/common/progress.py), for the simulators' pools, the fault
 simulator and `maintain apply`: quiet when quick, a bar redrawn on a terminal and ended before anything
 else prints, spaced plain lines in a log."""
 
@@ -9,7 +9,7 @@ import io
 
 from support import REPO
 
-from slurm_gpufleet.progress import Progress
+from slurm_gpufleet.common.progress import Progress
 
 
 class Terminal(io.StringIO):
@@ -76,4 +76,4 @@ def test_the_package_has_one_progress_and_one_percentile():
             if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name.lstrip("_") in ("Progress",
                                                                                               "percentile"):
                 defined.setdefault(node.name.lstrip("_"), []).append(str(path.relative_to(REPO)))
-    assert defined == {"Progress": ["slurm_gpufleet/progress.py"], "percentile": ["slurm_gpufleet/maintain/trials.py"]}
+    assert defined == {"Progress": ["slurm_gpufleet/common/progress.py"], "percentile": ["slurm_gpufleet/simulators/trials.py"]}

@@ -2,9 +2,9 @@ import pytest
 from support import H200, PUBLIC, public_index
 
 from slurm_gpufleet import evaluate
-from slurm_gpufleet.readers import ReportError, read_report, read_report_file
 from slurm_gpufleet.readers.compare import diff_snapshots
-from slurm_gpufleet.snapshot import UNSUPPORTED
+from slurm_gpufleet.readers.report import ReportError, read_report, read_report_file
+from slurm_gpufleet.readers.snapshot import UNSUPPORTED
 
 
 def test_h200_xml_reads_every_domain(h200):
@@ -165,7 +165,7 @@ def test_a_report_line_of_60000_spaces_reads_in_linear_time():
     def edit(lines, at):
         return lines[:at] + ["    Foo" + " " * 60_000 + "bar", " " * 60_000 + "x"] + lines[at:]
 
-    code = ("import sys; from slurm_gpufleet.readers import read_report; "
+    code = ("import sys; from slurm_gpufleet.readers.report import read_report; "
             "print(read_report(sys.stdin.buffer.read()).gpus[0].ecc.volatile_dram_uncorrected)")
     out = subprocess.run([sys.executable, "-c", code], input=_h200_text_with(edit).encode(), capture_output=True,
                          timeout=20)

@@ -3,7 +3,7 @@ that makes them ours (slurm/reasons.py); reasons written before the mark stay ou
 
 from __future__ import annotations
 
-from slurm_gpufleet.findings import Finding
+from slurm_gpufleet.judging.findings import Finding
 from slurm_gpufleet.remedy.decide import NodeHistory, decide
 from slurm_gpufleet.slurm import reasons
 from slurm_gpufleet.slurm.actions import make_reason

@@ -28,7 +28,7 @@ def test_a_module_in_checks_is_a_check_with_no_other_edit(tmp_path):
     # a copy of the package, so that tests running beside this one never see the probe
     shutil.copytree(PACKAGE, tmp_path / "slurm_gpufleet", ignore=shutil.ignore_patterns("__pycache__", "data"))
     (tmp_path / "slurm_gpufleet" / "data").symlink_to(PACKAGE / "data")
-    (tmp_path / "slurm_gpufleet" / "checks" / "registration_probe.py").write_text(PROBE)
+    (tmp_path / "slurm_gpufleet" / "judging" / "checks" / "registration_probe.py").write_text(PROBE)
     r = run_cli("check", "--nvidia-smi-q", str(H200 / "nvidia-smi-q.xml"), "--json",
                 env={"PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -8,7 +8,7 @@ import json
 from support import run_cli
 from test_remedy_harnesses import _harness
 
-from slurm_gpufleet.reliability import cause_of, figures, incidents
+from slurm_gpufleet.records.reliability import cause_of, figures, incidents
 
 CLASSES = {"memory": "ecc", "pcie": "pcie", "xid": "xid"}
 DAY = 86400.0

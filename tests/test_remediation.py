@@ -186,7 +186,7 @@ def test_an_xid_a_reset_answered_no_longer_counts_in_its_boot():
 
 
 def test_the_reset_command_is_an_argv_and_a_missing_one_is_a_failed_reset():
-    from slurm_gpufleet.remediation import render, run_reset
+    from slurm_gpufleet.remedy.ladder import render, run_reset
 
     assert render("nvidia-smi -r -i {gpus}", "n1", [0, 3]) == ["nvidia-smi", "-r", "-i", "0,3"]
     assert render("/x/reset --node={node} '{gpus}'", "n1", [2]) == ["/x/reset", "--node=n1", "2"]
@@ -207,9 +207,9 @@ def test_bad_ladder_settings_are_one_line_errors(tmp_path, body, error):
 
 
 def test_every_reset_or_reboot_action_has_a_ladder_and_every_xid_class_exists():
-    from slurm_gpufleet.catalog import remediation_data, xid_catalog
-    from slurm_gpufleet.findings import ACTIONS
-    from slurm_gpufleet.remediation import rungs_for
+    from slurm_gpufleet.catalogs import remediation_data, xid_catalog
+    from slurm_gpufleet.judging.findings import ACTIONS
+    from slurm_gpufleet.remedy.ladder import rungs_for
 
     data = remediation_data()
     for action, ladder in data["ladder"].items():
@@ -245,7 +245,7 @@ def test_an_xid_that_asks_for_a_reset_is_answered_by_one_and_not_reset_again(tmp
     (None, 2, 4000, "unverified"), (None, 1, 4000, "unverified"),
 ])
 def test_a_validation_job_is_waited_for_passed_retried_or_failed(state, attempt, waited, want):
-    from slurm_gpufleet.returning import judge
+    from slurm_gpufleet.remedy.returning import judge
 
     assert judge(state, attempt, 1, waited, 1800) == want
     # the validation's own tools could not run (returning.DEPENDENCY_EXIT): never a failure of the GPUs
@@ -337,7 +337,7 @@ def test_one_remedy_of_a_node_at_a_time(tmp_path):
 def test_fleet_cases_lists_repairs_first_then_the_most_recent_as_its_help_says():
     from types import SimpleNamespace
 
-    from slurm_gpufleet.remediation import fleet_cases
+    from slurm_gpufleet.remedy.ladder import fleet_cases
 
     day = 86400.0
     nodes = [SimpleNamespace(name="n1", reason="", cases=[("xid", 1, 1 * day, 1 * day, "watch")]),
@@ -448,7 +448,7 @@ def test_a_hold_for_a_configuration_fix_is_a_case_of_its_own_until_its_checks_ru
     assert [c[:2] + c[4:] for c in again] == [["mode_change", 0, "config"]], again
 
     from slurm_gpufleet.maintain.fleet import FleetNode
-    from slurm_gpufleet.remediation import fleet_cases
+    from slurm_gpufleet.remedy.ladder import fleet_cases
 
     node = FleetNode(name="n9", state="IDLE", reason=shown["reason"], cases=again)
     row = fleet_cases([node])[0]

@@ -34,7 +34,7 @@ def _harness(tmp_path, kind: str, level: str, *flags: str) -> dict:
 
 
 def _simulator(cls: str, level: str) -> list[str]:
-    from slurm_gpufleet.faultsim import Fault, _fault_run, load_model
+    from slurm_gpufleet.simulators.faultsim import Fault, _fault_run, load_model
 
     model = load_model()
     c = next(c for c in model.classes if c.name == cls)
@@ -118,18 +118,18 @@ def test_a_suspect_is_held_in_its_own_reservation_then_released_or_drained_for_r
 def test_a_suspect_reservation_left_by_a_run_that_stopped_half_way_is_taken_as_it_is(tmp_path):
     """The reservation was made, the run stopped before the history said so: the next run's create is
     refused (as slurmctld refuses a name in use), and the node is held in the one there."""
-    from slurm_gpufleet.findings import Finding
-    from slurm_gpufleet.history import History
-    from slurm_gpufleet.maintain.simslurm import SimSlurm
-    from slurm_gpufleet.maintain.simulate import Simulator
-    from slurm_gpufleet.pipeline import Report
+    from slurm_gpufleet.judging.findings import Finding
+    from slurm_gpufleet.judging.pipeline import Report
     from slurm_gpufleet.policy import Policy, SlurmSettings
+    from slurm_gpufleet.readers.snapshot import Gpu, NodeSnapshot
+    from slurm_gpufleet.records.history import History
     from slurm_gpufleet.remedy.carrier import Carrier
     from slurm_gpufleet.remedy.decide import Ladder
+    from slurm_gpufleet.simulators.rollout import Simulator
+    from slurm_gpufleet.simulators.simslurm import SimSlurm
     from slurm_gpufleet.slurm.actuator import Actuator
     from slurm_gpufleet.slurm.base import SlurmError
     from slurm_gpufleet.slurm.ownership import HEALTH
-    from slurm_gpufleet.snapshot import Gpu, NodeSnapshot
 
     class Slurm(SimSlurm):
         def create_reservation(self, name, nodes, start, minutes):
@@ -156,18 +156,18 @@ def test_the_prolog_decides_on_the_carrier_with_the_ladder_s_reason(tmp_path, mo
     """The prolog runs the carrier (hooks/prolog._carried): a fault fails the job with the ladder's reason,
     here a repair (the class's attempts capped), and the breaker and the mode are asked as for a drain;
     slurmd makes the drain itself, so the carrier writes none."""
-    from slurm_gpufleet.findings import Finding
-    from slurm_gpufleet.history import History
-    from slurm_gpufleet.maintain.simslurm import SimSlurm
-    from slurm_gpufleet.maintain.simulate import Simulator
-    from slurm_gpufleet.pipeline import Report
+    from slurm_gpufleet.judging.findings import Finding
+    from slurm_gpufleet.judging.pipeline import Report
     from slurm_gpufleet.policy import Policy, SlurmSettings
+    from slurm_gpufleet.readers.snapshot import Gpu, NodeSnapshot
+    from slurm_gpufleet.records.history import History
     from slurm_gpufleet.remedy.carrier import Carrier
     from slurm_gpufleet.remedy.decide import Ladder
+    from slurm_gpufleet.simulators.rollout import Simulator
+    from slurm_gpufleet.simulators.simslurm import SimSlurm
     from slurm_gpufleet.slurm import breaker
     from slurm_gpufleet.slurm.actuator import Actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
-    from slurm_gpufleet.snapshot import Gpu, NodeSnapshot
 
     sim = Simulator([], 2, 8)
     slurm = SimSlurm(sim)
@@ -202,18 +202,18 @@ def test_a_validation_job_slurm_forgot_is_read_from_its_output_or_left_unverifie
     how it ended (the submitted script's last line); where it says nothing, past the job's time limit, or
     where the validation's own tools could not run (exit 75: dcgmi hung, its host engine unreachable), the
     outcome is `unverified`: the node back in service, never drained, and `fleet cases` says so."""
-    from slurm_gpufleet.findings import Finding
-    from slurm_gpufleet.history import History
-    from slurm_gpufleet.maintain.simslurm import SimSlurm
-    from slurm_gpufleet.maintain.simulate import Simulator
-    from slurm_gpufleet.pipeline import Report
+    from slurm_gpufleet.judging.findings import Finding
+    from slurm_gpufleet.judging.pipeline import Report
     from slurm_gpufleet.policy import Policy, SlurmSettings
+    from slurm_gpufleet.readers.snapshot import Gpu, NodeSnapshot
+    from slurm_gpufleet.records.history import History
     from slurm_gpufleet.remedy.carrier import Carrier, validation_output
     from slurm_gpufleet.remedy.decide import Ladder
-    from slurm_gpufleet.returning import EXIT_MARK, reservation_name
+    from slurm_gpufleet.remedy.returning import EXIT_MARK, reservation_name
+    from slurm_gpufleet.simulators.rollout import Simulator
+    from slurm_gpufleet.simulators.simslurm import SimSlurm
     from slurm_gpufleet.slurm.actuator import Actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
-    from slurm_gpufleet.snapshot import Gpu, NodeSnapshot
 
     sim = Simulator([], 2, 8)
     slurm = SimSlurm(sim)

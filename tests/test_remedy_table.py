@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from slurm_gpufleet.findings import Finding
+from slurm_gpufleet.judging.findings import Finding
 from slurm_gpufleet.remedy import table as T
 from slurm_gpufleet.remedy.decide import Ladder, NodeHistory, decide
 from slurm_gpufleet.slurm.base import NodeInfo

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from slurm_gpufleet.history import History
 from slurm_gpufleet.hooks.away import after_step, send_away_left
 from slurm_gpufleet.hooks.common import Setup
-from slurm_gpufleet.jobrecord import with_requeue
 from slurm_gpufleet.policy import load_policy
+from slurm_gpufleet.records.history import History
+from slurm_gpufleet.records.jobrecord import with_requeue
 from slurm_gpufleet.remedy.table import DRAINED, IN_SERVICE, SUSPECT
 from slurm_gpufleet.slurm.base import NodeInfo
 

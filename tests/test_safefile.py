@@ -1,4 +1,4 @@
-"""The one way the tool writes a file (slurm_gpufleet/safefile.py), and the writers that go through it: a
+"""The one way the tool writes a file (slurm_gpufleet/common/safefile.py), and the writers that go through it: a
 planted symbolic link of another user's is never written through, a device or a FIFO is written as a
 stream and never replaced by a file, a regular file is replaced whole."""
 
@@ -11,7 +11,7 @@ import threading
 import pytest
 from support import run_cli
 
-from slurm_gpufleet.safefile import UnsafeTarget, write_file
+from slurm_gpufleet.common.safefile import UnsafeTarget, write_file
 
 ROOT = os.geteuid() == 0
 

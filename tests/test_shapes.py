@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 from support import REPO
 
-from slurm_gpufleet import exitcodes
 from slurm_gpufleet.cli import cli
+from slurm_gpufleet.common import exitcodes
 
 VALUES = [None, 5, -1, 10**400, 1.5, "x", "", [], {}, ["a"], {"a": 1}, True]
 
@@ -112,8 +112,8 @@ def _toml(v) -> str:
 def test_a_rates_file_of_any_shape_is_a_rates_error_or_a_bounded_draw(tmp_path):
     """Every key of a failure class and every top-level table at every TOML kind, and rates of 1e300 (a
     draw for ever before): RatesError in one line, or a model whose draw is bounded."""
-    from slurm_gpufleet.catalog import failure_classes_data
-    from slurm_gpufleet.faultsim import RatesError, draw_faults, load_model
+    from slurm_gpufleet.catalogs import failure_classes_data
+    from slurm_gpufleet.simulators.faultsim import RatesError, draw_faults, load_model
 
     base = failure_classes_data()
     first = base["class"][0]
@@ -135,7 +135,7 @@ def test_a_rates_file_of_any_shape_is_a_rates_error_or_a_bounded_draw(tmp_path):
 
 def test_a_document_past_its_size_is_refused_before_it_is_read(tmp_path, monkeypatch):
     """A saved fleet, a plan, a baseline or a timings file is read whole only within MAX_DOCUMENT_BYTES."""
-    from slurm_gpufleet import shapes
+    from slurm_gpufleet.common import shapes
     from slurm_gpufleet.maintain.fleet import FleetState
 
     big = tmp_path / "fleet.json"

@@ -8,11 +8,11 @@ import time
 
 from support import run_cli
 
+from slurm_gpufleet.judging.summary import heartbeat_s, stamp
 from slurm_gpufleet.maintain.fleet import FleetNode, FleetState
 from slurm_gpufleet.maintain.inventory import silent
 from slurm_gpufleet.policy import Policy, SlurmSettings
 from slurm_gpufleet.slurm.base import NodeInfo
-from slurm_gpufleet.summary import heartbeat_s, stamp
 
 
 def test_an_unchanged_summary_is_written_again_once_a_heartbeat_old():

@@ -6,10 +6,10 @@ import json
 import pytest
 from support import REPO, run_cli
 
-from slurm_gpufleet.datafiles import HELIOS_SACCT, open_text
+from slurm_gpufleet.common.datafiles import HELIOS_SACCT, open_text
 from slurm_gpufleet.maintain.sacct import SacctError, assume_limit, duration_s, read_sacct
-from slurm_gpufleet.maintain.simulate import SimJob, Simulator, simulate
 from slurm_gpufleet.policy import parse_policy
+from slurm_gpufleet.simulators.rollout import SimJob, Simulator, simulate
 
 HEADER = "JobIDRaw|User|Submit|Start|End|Elapsed|NNodes|AllocTRES|State|Timelimit"
 
@@ -45,7 +45,7 @@ def test_times_with_an_offset_mix_with_local_ones():
 
 
 def test_time_limits_are_from_the_history_only_where_it_gives_them():
-    from slurm_gpufleet.maintain.simulate import time_limits_label
+    from slurm_gpufleet.simulators.rollout import time_limits_label
 
     row = "|u|2020-09-01T00:00:00|2020-09-01T00:00:00|2020-09-01T01:00:00|01:00:00|1|gres/gpu=1|COMPLETED|"
     empty = read_sacct([HEADER, "1" + row, "2" + row + "UNLIMITED"])
@@ -213,7 +213,7 @@ def test_wait_then_kill_needs_a_deadline_in_one_line():
 
 
 def _excerpt_replay(rates, seed=1, config="", strategies=("gpufleet", "reboot-asap"), nodes=40):
-    from slurm_gpufleet.maintain.failures import Rates
+    from slurm_gpufleet.simulators.failures import Rates
 
     with open_text(EXCERPT) as fh:
         trace = read_sacct(fh)
@@ -261,7 +261,7 @@ def test_event_driven_replays_skip_steps_and_keep_every_figure(monkeypatch):
     """The engine is not stepped for a job that ends on nodes the rollout is through with: the figures
     are those of stepping on every job end, with failures drawn; with an evidence gate (judged on what
     has accumulated by each step) every event still steps."""
-    from slurm_gpufleet.maintain import simulate as sim_module
+    from slurm_gpufleet.simulators import rollout as sim_module
 
     counts = {}
     original = sim_module.GpufleetController.step
@@ -283,7 +283,7 @@ def test_event_driven_replays_skip_steps_and_keep_every_figure(monkeypatch):
 
 @pytest.mark.slow  # replays in subprocesses: the slow tier (make test-fast stays under 60 s)
 def test_strategies_in_processes_give_the_figures_of_one_process():
-    from slurm_gpufleet.progress import Progress
+    from slurm_gpufleet.common.progress import Progress
 
     with open_text(EXCERPT) as fh:
         trace = read_sacct(fh)
@@ -329,7 +329,7 @@ def test_a_replay_stopped_at_a_time_says_how_far_each_rollout_got_and_counts_the
 
 
 def test_waits_in_a_cut_replay_count_a_job_still_waiting_until_the_stop():
-    from slurm_gpufleet.maintain.simulate import waits
+    from slurm_gpufleet.simulators.rollout import waits
 
     started, waiting, later = (SimJob("1", 0.0, 10.0, 100.0, 1, 8), SimJob("2", 50.0, 10.0, 100.0, 1, 8),
                                SimJob("3", 500.0, 10.0, 100.0, 1, 8))
@@ -339,7 +339,7 @@ def test_waits_in_a_cut_replay_count_a_job_still_waiting_until_the_stop():
 
 
 def test_failure_options_become_rates_or_one_clear_error():
-    from slurm_gpufleet.maintain.failures import DELTA_SOFT_RATE, Rates, rates_of
+    from slurm_gpufleet.simulators.failures import DELTA_SOFT_RATE, Rates, rates_of
 
     assert rates_of(None, None) is None
     assert rates_of(6.5, None, 3.0) == Rates(6.5, DELTA_SOFT_RATE, 3.0)  # Delta's soft rate beside a failure rate
@@ -355,7 +355,7 @@ def test_a_replay_run_here_says_how_far_it_has_gone_in_simulated_hours(monkeypat
     import itertools
     import types
 
-    from slurm_gpufleet.maintain import simulate as sim_module
+    from slurm_gpufleet.simulators import rollout as sim_module
 
     ticks = itertools.count(0, 2)  # every look at the clock is 2 s later: the watch speaks at every event
     monkeypatch.setattr(sim_module, "time", types.SimpleNamespace(monotonic=lambda: next(ticks)))
@@ -400,7 +400,7 @@ def test_the_simulated_slurm_s_node_read_is_a_fresh_one_after_any_change():
     import random
     from dataclasses import asdict
 
-    from slurm_gpufleet.maintain.simslurm import SimSlurm
+    from slurm_gpufleet.simulators.simslurm import SimSlurm
 
     rng = random.Random(11)
     sim = Simulator([], 30, 8)
@@ -423,7 +423,7 @@ def test_the_simulated_slurm_s_node_read_is_a_fresh_one_after_any_change():
 def test_the_trials_alone_run_the_history_only_up_to_the_rollout_with_the_same_load():
     """--no-replay (no strategies): no baseline replay, and the history runs only to the rollout's start;
     the load the --seeds trials start from (the jobs running then) is the same as a full run's."""
-    from slurm_gpufleet.maintain.failures import Rates
+    from slurm_gpufleet.simulators.failures import Rates
 
     with open(EXCERPT) as fh:
         trace = read_sacct(fh)

@@ -8,9 +8,9 @@ import copy
 import pytest
 
 from slurm_gpufleet import evaluate
-from slurm_gpufleet.checks.fabric import needs_fabric_manager
+from slurm_gpufleet.judging.checks.fabric import needs_fabric_manager
 from slurm_gpufleet.policy import parse_policy
-from slurm_gpufleet.snapshot import FabricManager, HostFacts, NvLink
+from slurm_gpufleet.readers.snapshot import FabricManager, HostFacts, NvLink
 
 
 def board(h200, name: str, gpus: int = 8, active: int | None = 18, slots: int = 18, fm: FabricManager | None = None):
@@ -85,7 +85,7 @@ def test_a_sites_own_model_reaches_the_fabric_manager_question(h200):
 
 
 def test_every_model_with_nvlink_names_its_link_speed_and_a_slow_bridge_link_is_found(h200):
-    from slurm_gpufleet.catalog import gpu_models
+    from slurm_gpufleet.catalogs import gpu_models
 
     for m in gpu_models():
         if m.nvlink_links:

@@ -131,7 +131,7 @@ def _modules_of_a_run(env) -> dict:
 
 def test_a_health_check_records_and_publishes_without_sqlite_utils_or_click(tmp_path):
     """slurmd runs it every interval on every node: its history goes through the standard sqlite3."""
-    from slurm_gpufleet.history import History
+    from slurm_gpufleet.records.history import History
 
     bin_dir, gpus, env = setup(tmp_path)
     fault(gpus, 5, "row_remap_failure")  # a drain: the run records its findings and its action
@@ -159,7 +159,7 @@ def test_a_run_that_gives_way_to_the_previous_one_loads_no_check(tmp_path):
         fcntl.flock(held, fcntl.LOCK_EX)
         out = _modules_of_a_run(env)
     assert out["rc"] == 0
-    assert "slurm_gpufleet.checks" not in out["modules"] and "slurm_gpufleet.pipeline" not in out["modules"], out
+    assert "slurm_gpufleet.judging.checks" not in out["modules"] and "slurm_gpufleet.judging.pipeline" not in out["modules"], out
     assert not (bin_dir / "calls.jsonl").exists(), "a run that gave way asked Slurm nothing"
     assert not (tmp_path / "state" / "n9.db").exists()
 
@@ -226,8 +226,8 @@ def test_the_health_check_keeps_what_slurm_shows_for_the_samplers_to_write_besid
     import json as json_
     from types import SimpleNamespace
 
-    from slurm_gpufleet import sampler
     from slurm_gpufleet.policy import SlurmSettings
+    from slurm_gpufleet.slowgpus import sampler
 
     bin_dir, gpus, env = setup(tmp_path)
     _healthcheck(bin_dir, env)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from slurm_gpufleet.findings import Finding
+from slurm_gpufleet.judging.findings import Finding
 from slurm_gpufleet.remedy.decide import Ladder, NodeHistory, decide
 from slurm_gpufleet.slurm.actions import is_ours, make_reason
 from slurm_gpufleet.slurm.base import NodeInfo, SlurmError
@@ -207,7 +207,7 @@ def test_escalated_reason_says_why():
 
 
 def test_history_counts_clean_runs_and_reboots(tmp_path):
-    from slurm_gpufleet.history import History
+    from slurm_gpufleet.records.history import History
 
     h = History(str(tmp_path / "n1.db"))
     assert oct((tmp_path / "n1.db").stat().st_mode & 0o777) == "0o600"

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from slurm_gpufleet.snapshot import UNSUPPORTED, NodeSnapshot, known, normalize_pci
+from slurm_gpufleet.readers.snapshot import UNSUPPORTED, NodeSnapshot, known, normalize_pci
 
 
 def test_json_round_trip_keeps_every_field(h200):

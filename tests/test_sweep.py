@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from slurm_gpufleet.policy import parse_policy
+from slurm_gpufleet.remedy.sweep import due_nodes, load_last, run_step, save_last
 from slurm_gpufleet.slurm.base import NodeInfo
 from slurm_gpufleet.slurm.commands import parse_node_text
-from slurm_gpufleet.sweep import due_nodes, load_last, run_step, save_last
 
 NOW = 1_800_000_000.0
 POLICY = parse_policy('[[group]]\nname = "swept"\nnodes = "n[1-6]"\nsweep_interval_h = 24\nsweep_idle_min = 30\n')

@@ -1,4 +1,4 @@
-"""A job's own per-rank timings (`fleet stragglers --timings`, perf/timings.py): the slow data-parallel
+"""A job's own per-rank timings (`fleet stragglers --timings`, slowgpus/timings.py): the slow data-parallel
 worker is flagged by name, node and GPUs; stages of unequal cost and data-dependent step times flag
 nothing and say which kind they are; communication is never judged."""
 
@@ -11,7 +11,7 @@ import pytest
 from support import run_cli
 from timings_traces import trace
 
-from slurm_gpufleet.perf.timings import TimingsError, as_instep_flags, judge, parse
+from slurm_gpufleet.slowgpus.timings import TimingsError, as_instep_flags, judge, parse
 
 
 def judged(rows):

@@ -1,4 +1,4 @@
-"""Root trusts only root's files (slurm_gpufleet/trust.py): each refused case, and what the programs slurmd
+"""Root trusts only root's files (slurm_gpufleet/policy/trust.py): each refused case, and what the programs slurmd
 runs do on refusal (the packaged defaults, one ALERT line, never the config's program)."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import sys
 import pytest
 from support import REPO, run_cli
 
-from slurm_gpufleet import trust
-from slurm_gpufleet.policy import parse_policy
+from slurm_gpufleet.policy import parse_policy, trust
 
 sys.path.insert(0, str(REPO / "tests"))
 from fake_slurm.node import healthcheck, setup  # noqa: E402
@@ -112,7 +111,7 @@ def test_the_health_check_never_runs_a_program_from_an_untrusted_config(tmp_path
 
 def _two_node_plan(tmp_path):
     """A plan of two simulated nodes, written by `maintain plan --fleet` as an admin would."""
-    from slurm_gpufleet.maintain.simulate import SimFleet
+    from slurm_gpufleet.simulators.rollout import SimFleet
 
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps(SimFleet(2).fleet_state().to_dict()))
@@ -268,7 +267,7 @@ def test_a_bare_program_is_found_on_roots_path_never_the_callers(tmp_path):
 
 
 def _bare_programs(marker) -> None:
-    from slurm_gpufleet.remediation import run_reset
+    from slurm_gpufleet.remedy.ladder import run_reset
 
     assert trust.root_program("true") in ("/usr/bin/true", "/bin/true")
     assert trust.root_program("./true") is None and trust.root_program("/opt/x/reset") == "/opt/x/reset"

@@ -8,8 +8,8 @@ import sys
 
 import click
 
-from .. import exitcodes
-from ..readers import ReportError
+from ..common import exitcodes
+from ..readers.report import ReportError
 
 INTERNAL_ERROR = 70  # EX_SOFTWARE: a bug in slurm-gpufleet, never a verdict
 
@@ -21,11 +21,11 @@ def _fail(message: str, code: int) -> None:
 
 def _load_policy(config: str | None, trusted: bool = False, read_only: bool = False):
     """trusted: the command runs programs or writes state as root (maintain, breaker): a config, template,
-    program or state path others could write is refused in one line, exit 2 (slurm_gpufleet/trust.py), the
+    program or state path others could write is refused in one line, exit 2 (slurm_gpufleet/policy/trust.py), the
     config judged before it is parsed.  read_only: the command runs nothing and writes nothing as root
     (`plan --fleet`, `fleet --fleet`, `simulate`): an untrusted config is read, with one warning line."""
     from ..policy import PolicyError, config_path, load_policy
-    from ..trust import problem, refusals
+    from ..policy.trust import problem, refusals
 
     path, required = config_path(config)
     if path is not None and not required and not os.path.exists(path):
@@ -110,8 +110,8 @@ def cli() -> None:
 def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: float, live_kmsg: bool = True,
                     host_root: str | None = None, ib_sysfs: str | None = None, ibstat: str | None = None):
     """Read GPU state under the watchdog; one line and exit 3 (nothing readable) or 2 (no such file)."""
-    from .. import watchdog
-    from ..pipeline import Source, gather
+    from ..common import watchdog
+    from ..judging.pipeline import Source, gather
 
     if live_kmsg and kmsg is None and not report and os.access("/dev/kmsg", os.R_OK):
         kmsg = "/dev/kmsg"  # a live check of this node: its own kernel log too
@@ -130,7 +130,7 @@ def _gather_or_exit(report: str | None, kmsg: str | None, level: str, timeout: f
 
 
 def _read_or_exit(path: str):
-    from ..readers import read_report_file
+    from ..readers.report import read_report_file
 
     try:
         return read_report_file(path)
@@ -158,8 +158,8 @@ def _cache_dir(policy) -> str | None:
 
 def _backend(policy):
     """Slurm through the config's programs: never one a config others could write names."""
+    from ..policy.trust import refusals
     from ..slurm import SlurmError, get_backend
-    from ..trust import refusals
 
     refused = refusals(policy)
     if refused:
@@ -186,10 +186,10 @@ def _fleet(policy, fleet_file: str | None):
 
 
 def _domains(policy, backend, nodes=None):
-    """The failure domains (maintain/domains.discover): the config's [[domain]] rows, else Slurm's blocks
+    """The failure domains (slurm/domains.discover): the config's [[domain]] rows, else Slurm's blocks
     (topology/block), else the NVLink domains the nodes publish (`nodes`, the caller's one read)."""
-    from ..maintain.domains import discover, from_config
     from ..slurm import SlurmError
+    from ..slurm.domains import discover, from_config
 
     if policy.domains or backend is None:
         return discover(policy.domains, None, nodes)
@@ -203,7 +203,7 @@ def _domains(policy, backend, nodes=None):
 def _write_atomic(path: str, text: str) -> None:
     """An output file the command was asked for (`--out`, `-o`, `--html`, `--plot`), written whole
     (safefile.write_file); one that cannot be written is a bad option: one line, exit 2."""
-    from ..safefile import write_file
+    from ..common.safefile import write_file
 
     try:
         write_file(path, text)

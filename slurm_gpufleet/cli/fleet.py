@@ -10,8 +10,8 @@ import time
 
 import click
 
-from .. import exitcodes
-from ..faultsim import ALL_STRATEGIES as FAULT_STRATEGIES
+from ..common import exitcodes
+from ..simulators.faultsim import ALL_STRATEGIES as FAULT_STRATEGIES
 from .common import (
     Finite,
     _backend,
@@ -48,7 +48,7 @@ def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_jso
     if ctx.invoked_subcommand is not None:
         return
     from ..maintain.inventory import inventory
-    from ..output import inventory_text
+    from .output import inventory_text
 
     policy = _load_policy(config, read_only=bool(fleet_file))
     interval = None
@@ -61,7 +61,7 @@ def fleet(ctx: click.Context, config: str | None, fleet_file: str | None, as_jso
             interval = None
     inv = inventory(_fleet(policy, fleet_file), policy, interval)
     if textfile:
-        from ..metrics import write_fleet_textfile
+        from ..records.metrics import write_fleet_textfile
 
         try:
             write_fleet_textfile(textfile, inv)
@@ -92,7 +92,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
     """Slow GPUs per model: robust outliers (median/MAD) among at least N peers, never a fixed number.
     With --running or --telemetry: the nodes of each running job compared with that job's other nodes
     (instep.py); with --timings: each worker of a job against the workers doing the same work
-    (perf/timings.py).  These flags feed no drain here (`fleet lemons` takes them)."""
+    (slowgpus/timings.py).  These flags feed no drain here (`fleet lemons` takes them)."""
     ctx.ensure_object(dict)
     if as_json:
         ctx.obj["as_json"] = True
@@ -102,7 +102,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
         _instep_telemetry(telemetry, _load_policy((ctx.obj or {}).get("config")))
     if running:
         _instep_running(ctx.obj)
-    from ..perf.fleet import drains, from_history, from_published, from_results_file, stragglers
+    from ..slowgpus.fleet import drains, from_history, from_published, from_results_file, stragglers
     from ..slurm import SlurmError
 
     opts = ctx.obj or {}
@@ -127,7 +127,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
         if not policy.slurm.drain_stragglers:
             _fail("--drain needs drain_stragglers = true in [slurm] (opt-in)", exitcodes.USAGE)
         backend = backend or _backend(policy)
-        from ..hostlist import fold
+        from ..common.hostlist import fold
         from ..slurm.actuator import Actuator
         from ..slurm.ownership import STRAGGLER
 
@@ -172,7 +172,7 @@ def _instep_running(opts: dict) -> None:
         nodes = _backend(policy).nodes()
     except SlurmError as exc:
         _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
-    from ..sampler import flags_of_published
+    from ..slowgpus.sampler import flags_of_published
 
     flags, jobs, published = flags_of_published(nodes, policy.slurm)
     if opts.get("as_json"):
@@ -231,7 +231,7 @@ def fleet_cases(ctx: click.Context, as_json: bool) -> None:
     or validation under way) or `watch` (remedied, still counted).  What needs you first, then the most
     recent.  Read from what every node publishes (one read of the fleet)."""
     from ..maintain.fleet import FleetNode
-    from ..remediation import CASE_FIELDS, fleet_cases
+    from ..remedy.ladder import CASE_FIELDS, fleet_cases
     from ..slurm import SlurmError
 
     policy = _load_policy(ctx.obj["config"], read_only=bool(ctx.obj["fleet_file"]))
@@ -246,7 +246,7 @@ def fleet_cases(ctx: click.Context, as_json: bool) -> None:
     if as_json or ctx.obj["as_json"]:
         click.echo(json.dumps({"fields": list(CASE_FIELDS), "cases": rows}, indent=1))
         return
-    from ..output import cases_text
+    from .output import cases_text
 
     click.echo("\n".join(cases_text(rows)))
 
@@ -262,7 +262,7 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
     through a validation run in a maintenance reservation of its own (`validation_command`; where that is
     "", after its clean runs).  Nodes someone else drained are not touched.  Exit 1 when any was left."""
 
-    from ..hostlist import expand, fold
+    from ..common.hostlist import expand, fold
     from ..remedy.handback import hand_back
     from ..slurm import SlurmError
     from ..slurm.actuator import Actuator
@@ -318,8 +318,8 @@ def fleet_sweep(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     with `sweep_interval_h`, idle `sweep_idle_min` and not swept within the interval, get the deep check as
     a job in `sweep_partition`, whose jobs any user job preempts (docs/slurm.md, "Idle sweeps"); at most
     `sweep_max_nodes` at once.  One read of the nodes, one of the sweep jobs."""
+    from ..remedy.sweep import run_step
     from ..slurm import SlurmError
-    from ..sweep import run_step
 
     policy = _load_policy(ctx.obj["config"])
     if not policy.slurm.sweep_partition and not dry_run:
@@ -334,7 +334,7 @@ def fleet_sweep(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 
         click.echo(json.dumps(asdict(step), indent=1))
     else:
-        from ..hostlist import fold
+        from ..common.hostlist import fold
 
         click.echo(f"due: {fold(step.due) or 'none'}; sweeping: {fold(step.running) or 'none'}"
                    + (f"; submitted: {', '.join(f'{n} (job {j})' for n, j in step.submitted.items())}"
@@ -354,7 +354,7 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
     """The failure domains (NVLink racks, Slurm blocks) and where they come from: the config's [[domain]],
     else Slurm's topology blocks, else the NVLink domain each node's GPUs registered in, as its health
     check publishes it (cluster UUID and clique).  Per domain: its nodes, and those out of service."""
-    from ..hostlist import fold
+    from ..common.hostlist import fold
 
     policy = _load_policy(ctx.obj["config"])
     fleet_file = ctx.obj["fleet_file"]
@@ -367,7 +367,7 @@ def fleet_domains(ctx: click.Context, as_json: bool) -> None:
     if as_json or ctx.obj["as_json"]:
         click.echo(json.dumps({"source": domains.source, "domains": rows}, indent=1))
         return
-    from ..output import domains_text
+    from .output import domains_text
 
     click.echo("\n".join(domains_text(domains.source, rows)))
 
@@ -455,9 +455,9 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
               exitcodes.USAGE)
     if switch_share is not None and not domain_size:
         _fail("--switch-share needs --domain-size N (the nodes a switch-side fault takes together)", exitcodes.USAGE)
-    from ..datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
-    from ..faultsim import STRATEGIES, RatesError, fleet_faults, load_model
+    from ..common.datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
     from ..maintain.sacct import SacctError, read_sacct
+    from ..simulators.faultsim import STRATEGIES, RatesError, fleet_faults, load_model
 
     try:
         model = load_model(rates_file)
@@ -466,7 +466,7 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
     fleet_nodes = node_count
     fault_log = None
     if fault_log_file:
-        from ..faultlog import FaultLogError, read
+        from ..simulators.faultlog import FaultLogError, read
 
         try:
             fault_log = read(fault_log_file)
@@ -487,7 +487,7 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
         _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
     except SacctError as exc:
         _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
-    from ..progress import Progress
+    from ..common.progress import Progress
 
     progress = Progress(quiet_s=2.0, every_s=1.0)  # a long simulation says how far it is, from 2 s on
     try:
@@ -511,16 +511,16 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
         click.echo(left_out, err=True)
     series = out.pop("_series")
     if plot_file:
-        from ..faultsim import fleet_html
+        from .output import faults_html
 
         try:
-            _write_atomic(plot_file, fleet_html(out, series))
+            _write_atomic(plot_file, faults_html(out, series))
         except OSError as exc:
             _fail(f"{plot_file}: {exc.strerror or exc}", exitcodes.USAGE)
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    from ..output import fleet_text
+    from .output import fleet_text
 
     click.echo(fleet_text(out))
 
@@ -534,7 +534,7 @@ FLEET_ONLY = ("sacct_file", "node_count", "gpus_per_node", "rates_file", "hc_int
 def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every_h: float | None,
                       restart_minutes: float | None, days: float | None, strategies: tuple[str, ...], seed: int,
                       as_json: bool) -> None:
-    from ..faultsim import one_job
+    from ..simulators.faultsim import one_job
 
     if node_mtbf_hours is None or checkpoint_every_h is None:
         _fail("--one-job needs --node-mtbf-hours M and --checkpoint-every HOURS", exitcodes.USAGE)
@@ -544,7 +544,7 @@ def _simulate_one_job(gpus: int, node_mtbf_hours: float | None, checkpoint_every
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
-    from ..output import one_job_text
+    from .output import one_job_text
 
     click.echo("\n".join(one_job_text(out)))
 
@@ -573,9 +573,9 @@ def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, timing
     """
     import sqlite3
 
-    from ..hostlist import fold
-    from ..lemon_step import run_step
-    from ..lemon_store import LemonStore
+    from ..common.hostlist import fold
+    from ..slowgpus.lemon_step import run_step
+    from ..slowgpus.lemon_store import LemonStore
     from ..slurm import SlurmError
 
     opts = ctx.obj or {}
@@ -587,13 +587,13 @@ def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, timing
         nodes = backend.nodes()
     except SlurmError as exc:
         _fail(f"cannot read the fleet: {exc}", exitcodes.USAGE)
-    from ..sampler import flags_of_published
+    from ..slowgpus.sampler import flags_of_published
 
     flags, jobs, published = flags_of_published(nodes, policy.slurm)
     if timings:
         if not timings_job:
             _fail("--timings needs --job JOBID: the job the timings are of", exitcodes.USAGE)
-        from ..perf.timings import as_instep_flags
+        from ..slowgpus.timings import as_instep_flags
 
         result, rows = _read_timings(timings)
         flags += as_instep_flags(result, timings_job, max(r.start for r in rows))
@@ -613,7 +613,7 @@ def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, timing
            "submitted": step.submitted, "drained": step.drained, "breaker_blocked": step.breaker_blocked,
            "released": step.released, "notes": step.notes, "errors": errors, "dry_run": dry_run}
     if textfile:
-        from ..metrics import write_lemon_textfile
+        from ..records.metrics import write_lemon_textfile
 
         try:
             write_lemon_textfile(textfile, flags, step.scores, list(step.cases.values()), s.lemon_jobs)
@@ -649,7 +649,7 @@ def _case_dict(c) -> dict:
 
 def _read_timings(path: str):
     """The judged timings file, or one line and exit 2 (unreadable) or 3 (no row)."""
-    from ..perf.timings import TimingsError, judge, read_file
+    from ..slowgpus.timings import TimingsError, judge, read_file
 
     try:
         rows, bad = read_file(path)
@@ -695,7 +695,7 @@ def _timings(path: str, as_json: bool) -> None:
 def _instep_telemetry(path: str, policy) -> None:
     """Exit 0 no flag, 1 flags, 2 unreadable file, 3 no sample in it.  The config's in-job settings
     (`instep_window_s`, `instep_windows`) judge, as they judge the running jobs."""
-    from ..instep import Settings, detect, parse_telemetry
+    from ..slowgpus.instep import Settings, detect, parse_telemetry
 
     try:
         with click.open_file(path, encoding="utf-8", errors="replace") as fh:
@@ -724,8 +724,8 @@ def fleet_report(ctx: click.Context, history_dir: str, out: str | None, days: fl
     """The fleet's reliability per node group from the nodes' histories: incidents per node-day, mean time
     between incidents, time to repair (automatic and manual), holds that found nothing, nodes out by cause,
     the remedies that worked; with --out, the HTML report."""
-    from ..output import reliability_text
-    from ..reliability import report
+    from ..records.reliability import report
+    from .output import reliability_text
 
     policy = _load_policy((ctx.obj or {}).get("config"))
     if not os.path.isdir(history_dir):
@@ -733,11 +733,11 @@ def fleet_report(ctx: click.Context, history_dir: str, out: str | None, days: fl
     now = time.time()
     rel = report(history_dir, policy, now - days * 86400, now)
     if out:
-        from ..perf.report import fleet_html
+        from ..slowgpus.report import fleet_html
 
         _write_atomic(out, fleet_html(history_dir, policy, rel))
     if textfile:
-        from ..metrics import write_reliability_textfile
+        from ..records.metrics import write_reliability_textfile
 
         try:
             write_reliability_textfile(textfile, rel)

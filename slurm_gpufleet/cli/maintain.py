@@ -10,7 +10,7 @@ import time
 
 import click
 
-from .. import exitcodes
+from ..common import exitcodes
 from ..maintain.strategy import SIMULATED, STRATEGIES
 from .common import (
     Finite,
@@ -80,8 +80,8 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
     cannot be kept.
     """
 
+    from ..catalogs.bundle import parse_firmware_targets
     from ..maintain import report
-    from ..maintain.bundle import parse_firmware_targets
     from ..maintain.planner import PlanError, make_plan
 
     try:
@@ -102,14 +102,14 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
     if not (target_driver or target_kernel or firmware or firmware_by_model):
         _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware, or a [bundle] in "
               "the config", exitcodes.USAGE)
-    from ..maintain.bundle import target_problem
+    from ..catalogs.bundle import target_problem
 
     for part, version in (("driver", target_driver), ("kernel", target_kernel),
                           *[(c, ver) for fw in (firmware, *firmware_by_model.values()) for c, ver in fw.items()]):
         if version and target_problem(part, version):
             _fail(f"--target-{part if part in ('driver', 'kernel') else 'firmware'}: "
                   f"{target_problem(part, version)}", exitcodes.USAGE)
-    from ..hostlist import expand
+    from ..common.hostlist import expand
 
     try:
         names = expand(nodeset)
@@ -164,9 +164,9 @@ def _with_budget(policy, max_unavailable: str | None):
 
 
 def _runner(config: str | None):
+    from ..common.progress import Progress
     from ..maintain.runner import Runner
     from ..maintain.store import Store
-    from ..progress import Progress
 
     policy = _load_policy(config, trusted=True)
     with _rollout_errors(policy.maintain.db):
@@ -226,7 +226,7 @@ def maintain_apply(plan_file: str, config: str | None, as_json: bool) -> None:
     from ..maintain.planner import Plan, PlanError
 
     try:
-        from ..shapes import load_json
+        from ..common.shapes import load_json
 
         plan = Plan.from_dict(load_json(plan_file))
     except (OSError, ValueError, TypeError, PlanError) as exc:
@@ -251,8 +251,8 @@ def _preflight(plan_file: str, plan, config: str | None) -> None:
     """What `apply` checks before it records anything: the plan file is one only root could have written
     (it decides what root does to the fleet), Slurm answers within 5 s, and it has every node of the plan.
     Exit 2, nothing recorded."""
+    from ..policy.trust import problem
     from ..slurm import SlurmError, get_backend
-    from ..trust import problem
 
     refused = problem(plan_file)
     if refused:
@@ -268,7 +268,7 @@ def _preflight(plan_file: str, plan, config: str | None) -> None:
               exitcodes.USAGE)
     missing = [n for n in wanted if n not in here]
     if missing:
-        from ..hostlist import fold_short
+        from ..common.hostlist import fold_short
 
         made = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan.created))
         _fail(f"{plan_file}: {len(missing)} of its {len(wanted)} node(s) are not in this cluster: "
@@ -328,7 +328,7 @@ def maintain_status(config: str | None, as_json: bool) -> None:
     """The latest rollout: state, counts per node state, every node, the last events."""
     from ..maintain.status import rollout_status
     from ..maintain.store import Store
-    from ..output import status_text
+    from .output import status_text
 
     policy = _load_policy(config, trusted=True)
     if not os.path.exists(policy.maintain.db):
@@ -418,10 +418,10 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
                       as_json: bool) -> None:
     """Replay a job history on a simulated fleet and compare rollout strategies (same planner code).
     A run that takes more than a few seconds says how far it is on stderr."""
+    from ..common.progress import Progress
     from ..maintain.pool import default_jobs
     from ..maintain.sacct import SacctError, assume_limit, read_sacct
-    from ..maintain.simulate import simulate
-    from ..progress import Progress
+    from ..simulators.rollout import simulate
 
     jobs = jobs or default_jobs()
     progress = Progress()
@@ -441,7 +441,7 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     except (ValueError, TypeError):
         _fail(f"--time-limit-assumption {time_limit_assumption!r}: use runtime-ceil-hour, factor:X or partition:LIMIT",
               exitcodes.USAGE)
-    from ..datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
+    from ..common.datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
 
     history_label = sacct_file or HELIOS_LABEL
     sacct_file = sacct_file or str(HELIOS_SACCT)
@@ -463,9 +463,9 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     if "wait-then-kill" in strategies and deadline_h is None:
         _fail("--strategy wait-then-kill needs --deadline DURATION (72h, 3d)", exitcodes.USAGE)
     from ..maintain.deadline import DeadlineError
-    from ..maintain.failures import rates_of
     from ..maintain.strategy import compared_by_default
-    from ..maintain.trials import gate_trials
+    from ..simulators.failures import rates_of
+    from ..simulators.trials import gate_trials
 
     default = compared_by_default(deadline=deadline_h is not None)
     try:
@@ -507,12 +507,12 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     result["assumptions"]["job_history"] = history_label
     result["gating_jobs"] = next((r.gating_jobs for r in results.values() if r.gating_jobs), [])
     if plot_file:
-        from ..maintain.plots import simulation_html
+        from ..simulators.plots import simulation_html
 
         _write_atomic(plot_file, simulation_html(result, results))
     if as_json:
         click.echo(json.dumps(result, indent=1))
         return
-    from ..output import simulation_text
+    from .output import simulation_text
 
     click.echo("\n".join(simulation_text(result, node_count)))

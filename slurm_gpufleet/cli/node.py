@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from .. import exitcodes
-from ..readers import ReportError
+from ..common import exitcodes
+from ..readers.report import ReportError
 from .common import (
     Finite,
     _backend,
@@ -67,8 +67,8 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
 
     Exit codes: 0 ok or warn, 1 reboot or drain, 2 usage or config error, 3 no readable GPU state.
     """
-    from ..output import check_text
-    from ..pipeline import evaluate
+    from ..judging.pipeline import evaluate
+    from .output import check_text
 
     if report and snapshot_file:
         _fail("give --nvidia-smi-q or --snapshot, not both", exitcodes.USAGE)
@@ -98,7 +98,7 @@ def check(report: str | None, snapshot_file: str | None, kmsg: str | None, confi
 
 def _perf_baseline(source: str, policy) -> dict[str, dict[str, float]]:
     """{model: {"mem_bw_gbps": median}} from a JSON file, or from what the fleet publishes to Slurm."""
-    from ..perf.fleet import baseline_by_model, baseline_from_file, from_published
+    from ..slowgpus.fleet import baseline_by_model, baseline_from_file, from_published
 
     if source == "slurm":
         from ..slurm import SlurmError
@@ -126,7 +126,7 @@ def reboot_check(driver: str, kernel: str | None, host_root: str, as_json: bool)
 
     Exit codes: 0 yes, 1 no (one line says why), 2 usage error.
     """
-    from ..checks.kernel import reboot_problem
+    from ..judging.checks.kernel import reboot_problem
     from ..readers.host import read_host
 
     try:
@@ -192,9 +192,9 @@ def job(job_id: str, config: str | None, as_json: bool) -> None:
 
     Exit codes: 0 shown (or nothing to say), 2 no such job or Slurm unreadable.
     """
-    from .. import jobrecord
-    from ..output import job_text
+    from ..records import jobrecord
     from ..slurm import SlurmError
+    from .output import job_text
 
     if not job_id.replace("_", "").replace("+", "").isdigit():
         _fail(f"{job_id}: not a job id", exitcodes.USAGE)
@@ -241,9 +241,9 @@ def job(job_id: str, config: str | None, as_json: bool) -> None:
 def xid(file: str, as_json: bool) -> None:
     """List the GPU Xid and NVSwitch SXid events in a kernel log (FILE or - for stdin), with the catalog's
     action."""
-    from ..catalog import nvlink5_action, sxid_action, xid_info
-    from ..output import sxid_text, xid_text
+    from ..catalogs import nvlink5_action, sxid_action, xid_info
     from ..readers.kernel_log import kernel_log_text, read_kernel_log
+    from .output import sxid_text, xid_text
 
     try:
         data = sys.stdin.buffer.read() if file == "-" else open(file, "rb").read()
@@ -296,7 +296,7 @@ def xid(file: str, as_json: bool) -> None:
 @json_option
 def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_json: bool) -> None:
     """Can DRIVER run this architecture and CUDA version?  Exit 0 yes, 1 no, 2 bad input."""
-    from .. import compat as compat_mod
+    from ..catalogs import compat as compat_mod
 
     if arch and cc:
         _fail("give --arch or --cc, not both", exitcodes.USAGE)
@@ -308,7 +308,7 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
         except ValueError:
             _fail(f"{label} {value!r} is not a version number", exitcodes.USAGE)
     if arch and compat_mod.architecture(arch) is None:
-        from ..catalog import find_model
+        from ..catalogs import find_model
 
         names = ", ".join(a["name"] for a in compat_mod.compat_data()["architecture"])
         model = find_model(arch)
@@ -349,7 +349,7 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
 def slurm_conf(bin_dir: str, interval: int, node_state: str, reboot_program: str | None,
                slurm_version: str | None, config: str | None) -> None:
     """Print the slurm.conf lines that wire slurm-gpufleet into Slurm."""
-    from ..install import detect_slurm_version, slurm_conf_lines
+    from ..hooks.install import detect_slurm_version, slurm_conf_lines
 
     if not bin_dir.startswith("/"):
         _fail("--bin-dir must be absolute: slurmd runs these programs with no PATH", exitcodes.USAGE)
@@ -394,7 +394,7 @@ def _read_timeout_of(config: str | None) -> float:
 
 def _node_state_of(node_state: str, version: str | None) -> None:
     """A HealthCheckNodeState Slurm would refuse is a usage error, before anything is printed or written."""
-    from ..install import node_state_problem
+    from ..hooks.install import node_state_problem
 
     problem = node_state_problem(node_state, version)
     if problem:
@@ -402,7 +402,7 @@ def _node_state_of(node_state: str, version: str | None) -> None:
 
 
 def _health_check_notes(interval: int, read_timeout_s: float, version: str | None, node_state: str = "ANY") -> None:
-    from ..install import accounting_notes, health_check_limit, node_state_notes
+    from ..hooks.install import accounting_notes, health_check_limit, node_state_notes
 
     for note in (health_check_limit(interval, read_timeout_s, version)[1] + node_state_notes(node_state)
                  + accounting_notes()):
@@ -467,7 +467,7 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
     """Write the three programs slurmd runs (wrappers with an absolute interpreter), a commented config
     skeleton, the upgrade template sample and the slurm.conf lines for these paths.  Idempotent; an
     existing config or template is never overwritten."""
-    from ..install import apply_install, detect_slurm_version, plan_install
+    from ..hooks.install import apply_install, detect_slurm_version, plan_install
 
     for label, value in (("--prefix", prefix), ("--python", python), ("--config", config),
                          ("--slurm-conf", slurm_conf), ("--reboot-program", reboot_program)):
@@ -479,8 +479,8 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
     read = _read_timeout_of(config or os.path.join(prefix, "etc", "gpufleet.toml"))
     items = plan_install(prefix, python or sys.executable, config, slurm_conf, interval, reboot_program,
                          version, read, node_state)
-    from ..install import make_state_dir
-    from ..trust import problem
+    from ..hooks.install import make_state_dir
+    from ..policy.trust import problem
 
     # what slurmd will run as root, and the config it reads, must be root's alone (trust.py); so must the
     # interpreter the wrappers name and the package it imports (this one's, when it is this interpreter)
@@ -527,8 +527,8 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
 def metrics(report: str | None, snapshot_file: str | None, kmsg: str | None, config: str | None, node: str | None,
             level: str, textfile: str, timeout: float) -> None:
     """Write Prometheus metrics (verdicts, findings, ECC/remap counters, throttle reasons, performance)."""
-    from ..metrics import write_textfile
-    from ..pipeline import evaluate
+    from ..judging.pipeline import evaluate
+    from ..records.metrics import write_textfile
 
     policy = _load_policy(config)
     snap = _gather_or_exit(report or snapshot_file, kmsg, level, timeout)
@@ -556,7 +556,7 @@ def history(config: str | None, node: str | None, db: str | None, since: str | N
     its outcome (in observe mode, what full mode would have done)."""
     import socket
 
-    from ..history import HistoryError, parse_since, read_recent
+    from ..records.history import HistoryError, parse_since, read_recent
 
     policy = _load_policy(config)
     node = node or socket.gethostname().split(".")[0]
@@ -568,7 +568,7 @@ def history(config: str | None, node: str | None, db: str | None, since: str | N
     if as_json:
         click.echo(json.dumps({"node": node, **seen}, indent=1))
         return
-    from ..output import history_text
+    from .output import history_text
 
     click.echo("\n".join(history_text(node, seen)))
 
@@ -589,8 +589,8 @@ def advise() -> None:
 def advise_checkpoint(job_gpus: int, checkpoint_cost: float, gpu_mtbf_hours: float | None, history_dir: str | None,
                       config: str | None, as_json: bool) -> None:
     """The job's MTBF and the checkpoint interval that minimises expected lost work (Young/Daly)."""
-    from ..checkpoint import advise as make_advice
-    from ..perf.fleet import failure_history
+    from ..records.checkpoint import advise as make_advice
+    from ..slowgpus.fleet import failure_history
 
     failures = gpu_hours = None
     if gpu_mtbf_hours is None:

@@ -41,7 +41,7 @@ def sampler_main(argv: list[str]) -> int:
 def _sampler(argv: list[str]) -> int:
     import os
 
-    from .. import sampler
+    from ..slowgpus import sampler
     from .common import _backend, _setup
 
     job, node = argv[0], argv[1]
@@ -50,7 +50,7 @@ def _sampler(argv: list[str]) -> int:
         return 0
     import pynvml
 
-    from ..jobgpus import job_gpu_ids
+    from ..readers.jobgpus import job_gpu_ids
     from .quiet import fleet_size, read_every
 
     conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"

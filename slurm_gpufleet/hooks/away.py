@@ -46,8 +46,8 @@ def requeue_away(backend, setup: Setup, job: str, node: str, reason: str, deadli
     """A job this node's fault sent back to the queue, once Slurm has requeued it: the node excluded (requeue.decide),
     the job released to run elsewhere, or held where its fault requeues passed `max_fault_requeues`; both
     said in the job's record.  Returns what was done, for the node's history."""
-    from .. import jobrecord
-    from ..requeue import decide
+    from ..records import jobrecord
+    from ..remedy.requeue import decide
     from ..slurm import SlurmError
     from ..slurm import effects as E
     from .common import actuator_for
@@ -130,7 +130,7 @@ def start_helper(setup: Setup, job: str, reason: str) -> None:
 def send_away_when_requeued(node: str, job: str, reason: str, config: str | None) -> int:
     """The helper the epilog starts: a job that is not being requeued (it completed, failed, was cancelled)
     is left at the first read; one that is, is sent away once it is pending."""
-    from ..history import History, db_path
+    from ..records.history import History, db_path
     from ..slurm import SlurmError
     from .common import KeptHistory, _backend, _setup
 

@@ -17,18 +17,18 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import watchdog
+from ..common import watchdog
+from ..judging.summary import encode as encode_summary
+from ..judging.summary import keep_published, live_digests, published_at, write_private
+from ..judging.summary import parse as parse_summary
 from ..policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
 from ..slurm.reasons import ours
-from ..summary import encode as encode_summary
-from ..summary import keep_published, live_digests, published_at, write_private
-from ..summary import parse as parse_summary
 
 if TYPE_CHECKING:
-    from ..findings import Finding
-    from ..pipeline import Report
+    from ..judging.findings import Finding
+    from ..judging.pipeline import Report
+    from ..readers.snapshot import NodeSnapshot
     from ..slurm.base import NodeInfo
-    from ..snapshot import NodeSnapshot
 
 # The checks, readers and Slurm layer are imported inside the functions that use them: slurmd starts a
 # health check every interval whether the last one ended or not, and a run that only finds the previous
@@ -76,7 +76,7 @@ def _setup(hook: str, config: str | None, node: str | None, job: str | None = No
     node = node or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     setup_logging(hook, node, job)
     path, required = config_path(config)
-    from ..trust import problem, refusals
+    from ..policy.trust import problem, refusals
 
     path = path if (required or (path and os.path.exists(path))) else None
     # judged before a byte of it is parsed: a file others could write never reaches the parser
@@ -133,7 +133,7 @@ def last_good_policy(path: str | None, error: str) -> tuple[Policy, str]:
     directory the broken file names, where it still says, else the default one), or else the packaged
     defaults in observe mode, with the file's [slurm] where that part still loads.  Never wider than before:
     a group that no longer parses keeps the mode it had, and with nothing kept nothing is changed in Slurm."""
-    from ..trust import problem
+    from ..policy.trust import problem
 
     state_dir, slurm = _slurm_of_broken(path)
     kept = os.path.join(state_dir, LAST_GOOD_CONFIG)
@@ -204,7 +204,7 @@ def read_node(setup: Setup, level: str = "quick", host: bool = True) -> NodeSnap
     """The node's one read (pipeline.gather): its GPUs through live NVML (`deep` adds the measurements),
     its kernel log, and (`host`) its kernels and modules.  What cannot be read is logged, never allowed
     to hide the GPUs' own state.  The prolog skips the host: it judges only what a job would meet now."""
-    from ..pipeline import Source, gather
+    from ..judging.pipeline import Source, gather
 
     settings, node = setup.settings, setup.node
     pol = setup.policy.for_node(node)
@@ -262,8 +262,8 @@ def note_repair(setup: Setup, info, now: float | None = None, snap=None) -> floa
     for repair (an admin's bare resume: the time of that summary, the last check that saw it held).  Kept on the node, so that what was logged before it never
     counts again (`forget_repaired`), nor its GPUs' lifetime counters as `snap` reads them now.  Returns the
     repair time newly kept, or None."""
-    from ..returning import cause_of, is_validate
-    from ..summary import from_node
+    from ..judging.summary import from_node
+    from ..remedy.returning import cause_of, is_validate
 
     if info is None:
         return None
@@ -283,7 +283,7 @@ def note_repair(setup: Setup, info, now: float | None = None, snap=None) -> floa
         return None
     path = _repaired_path(setup.settings.state_dir, setup.node)
     try:
-        from ..checks.memory import counter_key, lifetime_counters
+        from ..judging.checks.memory import counter_key, lifetime_counters
 
         counters = {counter_key(g): lifetime_counters(g) for g in (snap.gpus if snap is not None else []) if not g.lost}
         write_private(path, json.dumps({"at": at, "reason": info.reason[:200], "counters": counters}).encode())
@@ -330,7 +330,7 @@ def warn_unmatched_groups(setup: Setup) -> None:
         log.warning("group %s (nodes = \"%s\") matches no node of %s: its settings apply nowhere (a typo in its "
                     "host list?)", name, nodes, conf)
     try:
-        from ..safefile import write_file
+        from ..common.safefile import write_file
 
         write_file(marker, seen, mode=0o600, make_dirs=True)
     except OSError:
@@ -386,10 +386,10 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     Slurm calls: the node's state (one read, unless the caller has it), the fleet only when a drain is
     about to happen (the breaker counts it), and one write that carries both the change and the summary;
     a quiet run writes only when its summary changed."""
-    from ..findings import verdict
-    from ..history import History, db_path
+    from ..judging.findings import verdict
+    from ..readers.snapshot import known
+    from ..records.history import History, db_path
     from ..slurm import SlurmError
-    from ..snapshot import known
 
     findings = report.findings + (extra_findings or [])
     final = verdict(findings)
@@ -487,7 +487,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
 def _last_domain(node: str, data: dict, shown, history, none_readable: bool) -> None:
     """GPUs in a fabric of which none joined it (a tray whose registrations all failed), or no GPU readable at
     all: the node keeps the NVLink domain it last published, or, where its published summary is gone, the
-    one its history last saw, marked `fdl`, and still counts for its rack (slurm/escalation.py).  GPUs that
+    one its history last saw, marked `fdl`, and still counts for its rack (remedy/escalation.py).  GPUs that
     have no fabric (another board now) publish none.  A domain registered this run is remembered."""
     if isinstance(data.get("cuid"), str) and isinstance(data.get("clq"), int):
         history.remember_domain(node, data["clq"], data["cuid"])
@@ -517,14 +517,14 @@ def _keep_view(setup: Setup, info: NodeInfo, step, done, data: dict | None, hist
 def carrier_for(setup: Setup, history, backend, actuator, hook: str):
     """The remedy carrier of this node, with the node's own GPU reset: the site's reset command, the
     kernel log's mark, a read of the GPUs under the watchdog, within what slurmd leaves a health check."""
-    from ..remediation import mark_reset, run_reset
     from ..remedy.carrier import Carrier, GpuReset
     from ..remedy.decide import Ladder
+    from ..remedy.ladder import mark_reset, run_reset
 
     settings, node = setup.settings, setup.node
 
     def reread():
-        from ..pipeline import evaluate
+        from ..judging.pipeline import evaluate
 
         _start_watchdog(setup, 1, None)
         try:
@@ -634,7 +634,7 @@ _UNREAD = object()
 
 def heartbeat(settings: SlurmSettings) -> float:
     """This node's heartbeat (summary.heartbeat_s) at the fleet size slurm.conf gives (kept, not parsed)."""
-    from ..summary import heartbeat_s
+    from ..judging.summary import heartbeat_s
     from .quiet import fleet_size
 
     return heartbeat_s(settings, fleet_size(settings.state_dir,

@@ -8,8 +8,8 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from .. import watchdog
-from ..jobgpus import slurm_id
+from ..common import watchdog
+from ..readers.jobgpus import slurm_id
 from .common import (
     INVENTORY_REASON,
     TIMEOUT_REASON,
@@ -23,12 +23,12 @@ from .common import (
 from .jobs import _counters, _job_gpus, _window_path, fabric_words
 
 if TYPE_CHECKING:
-    from ..findings import Finding
-    from ..snapshot import NodeSnapshot
+    from ..judging.findings import Finding
+    from ..readers.snapshot import NodeSnapshot
 
 
 def run(argv: list[str] | None = None) -> int:
-    from .. import sampler
+    from ..slowgpus import sampler
 
     job = os.environ.get("SLURM_JOB_ID")
     node = os.environ.get("SLURMD_NODENAME")
@@ -41,9 +41,9 @@ def run(argv: list[str] | None = None) -> int:
         sampler.stop(setup.settings.state_dir, job, setup.node)  # and its pid file
         if setup.settings.instep_share_dir:
             sampler.drop_shared(setup.settings.instep_share_dir, job, setup.node)
-    from ..findings import verdict
-    from ..pipeline import evaluate
-    from ..readers import ReportError
+    from ..judging.findings import verdict
+    from ..judging.pipeline import evaluate
+    from ..readers.report import ReportError
 
     # slurmd drains a node whose epilog fails: in observe mode the epilog never fails, whatever it met
     observe = setup.policy.mode_of(setup.node) == "observe"
@@ -65,7 +65,7 @@ def run(argv: list[str] | None = None) -> int:
             window = {}
     gpus = _job_gpus() or (frozenset(window["gpus"]) if window.get("gpus") else None)
     report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
-    from ..imex import job_imex
+    from ..judging.imex import job_imex
 
     imex_words, imex_found = job_imex(os.environ, setup.settings)
     extra = job_findings(snap, job, gpus, window) + imex_found + imex_change(window, imex_words, job)
@@ -89,8 +89,8 @@ def run(argv: list[str] | None = None) -> int:
 def _record(setup, job: str, extra: list, report, result: str) -> None:
     """What happened to the job's GPUs here, in the job's own record (jobrecord.py): nothing is written when
     there is nothing to say, so a quiet job costs slurmctld nothing."""
-    from .. import jobrecord
-    from ..findings import verdict
+    from ..judging.findings import verdict
+    from ..records import jobrecord
     from ..slurm import SlurmError
     from ..slurm.actions import make_reason, worst
     from .common import _backend, actuator_for
@@ -98,7 +98,7 @@ def _record(setup, job: str, extra: list, report, result: str) -> None:
 
     findings = report.findings + extra
     action = f"{result}: {make_reason(worst(findings))}" if verdict(findings) in ("reboot", "drain") else None
-    from ..sampler import throttle_shares
+    from ..slowgpus.sampler import throttle_shares
 
     part = jobrecord.node_part(extra, action, throttle_shares(setup.settings.state_dir, job, setup.node))
     if not part:
@@ -117,8 +117,8 @@ def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | Non
 
     Severity "ok": these record what happened to the job; what the node needs is the normal checks' call.
     """
-    from ..catalog import xid_info
-    from ..findings import Finding
+    from ..catalogs import xid_info
+    from ..judging.findings import Finding
     from ..readers.kernel_log import boot_epoch, event_epoch
 
     out: list[Finding] = []
@@ -165,7 +165,7 @@ def job_findings(snap: NodeSnapshot, job: str | None, gpus: frozenset[int] | Non
 
 def imex_change(window: dict, now: str | None, job: str | None) -> list[Finding]:
     """The IMEX state the prolog saw beside the one now, where the job uses IMEX and it changed."""
-    from ..findings import Finding
+    from ..judging.findings import Finding
 
     before = window.get("imex")
     if before is None or now is None or now == before:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from .. import watchdog
+from ..common import watchdog
 from .common import (
     INVENTORY_REASON,
     TIMEOUT_REASON,
@@ -51,8 +51,8 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     if not judge_only:
         warn_unmatched_groups(setup)
-    from ..pipeline import evaluate
-    from ..readers import ReportError
+    from ..judging.pipeline import evaluate
+    from ..readers.report import ReportError
 
     # observe mode (staged enablement) touches nothing, not even for a hung or unreadable GPU
     acts = not judge_only and setup.policy.for_node(setup.node).mode != "observe"
@@ -116,7 +116,7 @@ def run(argv: list[str] | None = None) -> int:
         _read_return_view(setup, backend, snap.slurm)
         report = evaluate(snap, setup.policy, host=setup.node, expect_idle=idle or None)
     if args.confirm:
-        from ..lemon import confirming
+        from ..slowgpus.lemon import confirming
 
         found = confirming(report.findings)
         return _confirm(setup, f"{found.check} gpu{found.gpu}: {found.message}" if found.gpu is not None
@@ -129,7 +129,7 @@ def run(argv: list[str] | None = None) -> int:
             print(one_line(fault_words(worst(report.findings))))
             return 1
         if snap.dcgm is not None and snap.dcgm.error:   # DCGM's own fault: a validation unverified, not failed
-            from ..returning import DEPENDENCY_EXIT
+            from ..remedy.returning import DEPENDENCY_EXIT
 
             print(one_line(f"dcgm: {snap.dcgm.error}"))
             return DEPENDENCY_EXIT
@@ -181,14 +181,14 @@ def _quiet(setup: Setup, snap):
     running = quiet.job_running_here()
     if running is None:
         return False, None, None
-    from ..pipeline import evaluate
+    from ..judging.pipeline import evaluate
     from .common import encode_summary
 
     report = evaluate(snap, setup.policy, host=setup.node, expect_idle=(not running) or None)
     if report.verdict != view["verdict"] or quiet.comparable(encode_summary(report, report.verdict)) != view["summary"]:
         return False, report, running
-    from ..history import History, db_path
-    from ..snapshot import known
+    from ..readers.snapshot import known
+    from ..records.history import History, db_path
     from .common import KeptHistory
 
     history = KeptHistory(History, db_path(s.state_dir, setup.node))
@@ -242,7 +242,7 @@ def _one_run_at_a_time(setup: Setup) -> bool:
 
 def _confirm(setup, finding: str) -> int:
     """The lemon check found the node slow: say so where `fleet lemons` reads it, the job's comment."""
-    from ..lemon import CONFIRMED_PREFIX
+    from ..slowgpus.lemon import CONFIRMED_PREFIX
     from ..slurm.actions import JOB_COMMENT_MAX
 
     print(finding)

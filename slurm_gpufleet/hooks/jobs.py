@@ -7,12 +7,12 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from ..jobgpus import slurm_id
+from ..readers.jobgpus import slurm_id
 from .common import log
 
 if TYPE_CHECKING:
     from ..policy import SlurmSettings
-    from ..snapshot import NodeSnapshot
+    from ..readers.snapshot import NodeSnapshot
 
 
 def _job_nodes() -> int:
@@ -29,7 +29,7 @@ def _job_nodes() -> int:
 
 
 def _job_gpus() -> frozenset[int] | None:
-    from ..jobgpus import job_gpu_ids
+    from ..readers.jobgpus import job_gpu_ids
 
     return job_gpu_ids(os.environ)
 
@@ -52,7 +52,7 @@ def _write_window(settings: SlurmSettings, node: str, job: str, snap: NodeSnapsh
                 fabric[str(sid)] = words
     path = _window_path(settings, node, job)
     try:
-        from ..safefile import write_file
+        from ..common.safefile import write_file
 
         write_file(path, json.dumps({"start": time.time(), "gpus": sorted(gpus) if gpus else None,
                                      "counters": counters, **({"fabric": fabric} if fabric else {}),
@@ -64,7 +64,7 @@ def _write_window(settings: SlurmSettings, node: str, job: str, snap: NodeSnapsh
 def fabric_words(g) -> str | None:
     """A GPU's NVLink fabric in words, `completed/healthy` (state, then health where the driver gives it),
     or None where the GPU has no fabric (no NVLink fabric on its board, or not read)."""
-    from ..snapshot import known
+    from ..readers.snapshot import known
 
     state = known(g.fabric.state)
     if state is None or state == "not_supported":
@@ -74,7 +74,7 @@ def fabric_words(g) -> str | None:
 
 
 def _counters(g) -> dict[str, int | None]:
-    from ..snapshot import known
+    from ..readers.snapshot import known
 
     def n(v):
         v = known(v)
@@ -109,7 +109,7 @@ def record_part(backend, actuator, job: str, node: str, part: dict, tries: int =
     into the job's SystemComment instead."""
     import random
 
-    from .. import jobrecord
+    from ..records import jobrecord
     from ..slurm.effects import AdminComment
 
     rand = rand or random.random

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from .. import watchdog
+from ..common import watchdog
 from .away import detach, pause
 from .common import (
     INVENTORY_REASON,
@@ -28,10 +28,10 @@ def run(argv: list[str] | None = None) -> int:
     setup = _setup("prolog", None, None, job)
     if setup is None:
         return 0  # our config problem must not stop jobs
-    from ..findings import verdict
-    from ..pipeline import evaluate
-    from ..readers import ReportError
-    from ..snapshot import known
+    from ..judging.findings import verdict
+    from ..judging.pipeline import evaluate
+    from ..readers.report import ReportError
+    from ..readers.snapshot import known
 
     # slurmd drains the node for the failed prolog; the helper then puts our reason on it
     observe = setup.policy.for_node(setup.node).mode == "observe"  # staged enablement: never fail a job
@@ -55,7 +55,7 @@ def run(argv: list[str] | None = None) -> int:
     watchdog.cancel()
     gpus = _job_gpus()
     report = evaluate(snap, setup.policy, host=setup.node, idle_gpus=gpus)
-    from ..imex import job_imex
+    from ..judging.imex import job_imex
 
     # IMEX is the job's to judge (imex.py): only a job that uses it, never an idle node
     imex_words, imex_found = job_imex(os.environ, setup.settings)
@@ -64,14 +64,14 @@ def run(argv: list[str] | None = None) -> int:
     if job:
         _write_window(setup.settings, setup.node, job, snap, gpus, imex_words)
         if report.verdict not in ("reboot", "drain") and _job_nodes() >= 2:
-            from .. import sampler
+            from ..slowgpus import sampler
 
             try:  # the straggler view of a multi-node job (instep.py); a failure must not stop the job
                 sampler.start(setup.settings.state_dir, job, setup.node)
             except OSError as exc:
                 log.warning("in-job sampler not started: %s", exc)
     if report.verdict in ("reboot", "drain"):
-        from ..history import History, db_path
+        from ..records.history import History, db_path
 
         history = KeptHistory(History, db_path(setup.settings.state_dir, setup.node))
         history.record_run(setup.node, "prolog", report.verdict, report.findings, job_id=job,
@@ -156,8 +156,8 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
     setup = _setup("prolog", config, node)
     if setup is None:
         return 0
+    from ..remedy.escalation import reason_after_prolog
     from ..slurm import SlurmError
-    from ..slurm.escalation import reason_after_prolog
     from ..slurm.ownership import HEALTH, SLURM_HOOK_REASONS, owner_of_reason
     from .common import actuator_for
 
@@ -173,7 +173,7 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
                 said = reason_after_prolog(actuator_for(setup, backend), backend, setup.settings,
                                            setup.policy.domains, info, reason, modes=setup.policy.mode_of)
                 log.info("replaced '%s' with '%s'", info.reason, reason)
-                from ..history import History, db_path
+                from ..records.history import History, db_path
 
                 history = KeptHistory(History, db_path(setup.settings.state_dir, node))
                 history.record_action(node, "prolog", "set_reason", reason, f"was '{info.reason}'", True)

@@ -64,7 +64,7 @@ def keep(state_dir: str, node: str, verdict: str, summary: dict[str, Any] | None
             "slurmd": slurmd_mark(), "config": config_mark(config_path),
             "err": bool(summary.get("err"))}   # the tool's own fault published: a run that meets one reads
     try:
-        from ..safefile import write_file
+        from ..common.safefile import write_file
 
         write_file(target, json.dumps(view), mode=0o600)
     except OSError:
@@ -82,7 +82,7 @@ def read_every(settings: Any, slurm_conf: str | None = None) -> float:
     """How long a quiet node goes without reading Slurm: `slurm_read_every_s`, stretched so that the whole
     fleet's quiet runs make at most `slurm_reads_per_s` reads a second (the fleet: slurm.conf's nodes,
     counted once per change of the file); 0 where every run reads."""
-    from ..summary import quiet_read_bound
+    from ..judging.summary import quiet_read_bound
 
     if float(settings.slurm_read_every_s) <= 0:
         return 0.0
@@ -111,7 +111,7 @@ def fleet_size(state_dir: str, slurm_conf: str) -> int | None:
     if hosts is None:
         return None
     try:
-        from ..safefile import write_file
+        from ..common.safefile import write_file
 
         write_file(kept, f"{mark} {len(hosts)}", mode=0o600)
     except OSError:
@@ -122,7 +122,7 @@ def fleet_size(state_dir: str, slurm_conf: str) -> int | None:
 def fresh_view(state_dir: str, node: str, every_s: float, config_path: str | None,
                now: float | None = None) -> dict[str, Any] | None:
     """The kept view, where a run may rely on it instead of reading Slurm; None otherwise."""
-    from ..summary import read_fresh
+    from ..judging.summary import read_fresh
 
     if every_s <= 0:
         return None
@@ -137,6 +137,6 @@ def fresh_view(state_dir: str, node: str, every_s: float, config_path: str | Non
 def job_running_here(proc_root: str = "/proc") -> bool | None:
     """A slurmstepd runs on this node (a job's step, its batch script or its extern step); None where /proc
     cannot be read."""
-    from ..jobgpus import slurmstepd_here
+    from ..readers.jobgpus import slurmstepd_here
 
     return slurmstepd_here(None, proc_root)

@@ -37,9 +37,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..perf.stats import binomial_upper_tail
+from ..common.stats import binomial_upper_tail
+from ..policy import SIGNALS
 
-SIGNALS = ("xid_soft", "xid_hard", "ecc", "verdict", "job_fail", "row_remap")
 MIN_HISTORY_NODE_HOURS = 100.0
 CANARY, CONTROL = "canary", "control"
 WORSE, NOT_WORSE, OPEN = "worse", "not_worse", "open"
@@ -273,7 +273,7 @@ def exposure_s(signals: tuple[str, ...], worse_ratio: float, confidence: float, 
     """How long `canary_nodes` in service take to expect `expected_events_needed` events on the densest
     gated signal at a healthy fleet's rates (per node-day, data/base_rates.toml): the evidence the gate
     needs before the next stage.  None without a canary or without a rate for any gated signal."""
-    from ..catalog import base_rates
+    from ..catalogs import base_rates
 
     rates = base_rates() if rates is None else rates
     densest = max((rates[s] for s in signals if rates.get(s)), default=0.0)

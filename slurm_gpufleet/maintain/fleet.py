@@ -11,10 +11,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import summary
-from ..shapes import check_fields, kind_ok, load_json
+from ..catalogs.bundle import Bundle
+from ..common.shapes import check_fields, kind_ok, load_json
+from ..judging import summary
 from ..slurm.base import JobInfo, NodeInfo, Reservation
-from .bundle import Bundle
 
 
 def _check_node(i: int, n: dict[str, Any]) -> None:
@@ -41,8 +41,8 @@ class FleetNode:
     inforom: str | None = None             # InfoROM image version(s)
     config_refused: bool = False           # its health check refused the config (trust.py): on defaults
     error: str | None = None               # why its checks cannot run as configured (summary "err")
-    fabric_domain: str | None = None       # the NVLink domain its GPUs registered in (maintain/domains.py)
-    # the remediation ladder's open cases: [class, attempts, first, last, status] (remediation.py)
+    fabric_domain: str | None = None       # the NVLink domain its GPUs registered in (slurm/domains.py)
+    # the remediation ladder's open cases: [class, attempts, first, last, status] (remedy/ladder.py)
     cases: list[list[Any]] = field(default_factory=list)
     observed: str | None = None            # observe mode: what its health check would have done
     network: dict[str, Any] | None = None  # its InfiniBand ports down, slow, counters grew (summary "ib")
@@ -76,7 +76,7 @@ class FleetNode:
             node.observed = published.get("obs")
             node.network = published.get("ib") if isinstance(published.get("ib"), dict) else None
             node.sampled_jobs = sorted(summary.live_digests(published.get("is"), time.time()))
-            from .domains import fabric_domain
+            from ..slurm.domains import fabric_domain
 
             node.fabric_domain = fabric_domain(published)
         return node

@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import summary
+from ..judging import summary
 from . import states as S
 from .evidence import (
     CANARY,

@@ -88,7 +88,7 @@ def _network(members) -> dict[str, Any]:
 def _exposure(members) -> list[dict[str, Any]]:
     """Per driver the group runs: the nodes exposed to CVEs of NVIDIA's bulletins, and the first safe
     version on that branch (None: the branch gets no fix)."""
-    from .. import compat
+    from ..catalogs import compat
 
     by_driver: dict[str, list[str]] = defaultdict(list)
     for node, _ in members:
@@ -114,7 +114,7 @@ def silent(fleet: FleetState, policy: Policy, interval_s: float | None = None) -
     """No news is not good news: the nodes in service whose summary is older than SILENT_AFTER heartbeats
     (summary.heartbeat_s: an unchanged summary is written again that often), or than as many health-check
     intervals, or that publish none; `after_s` is that bound."""
-    from ..summary import SILENT_AFTER, heartbeat_s, published_at
+    from ..judging.summary import SILENT_AFTER, heartbeat_s, published_at
 
     after = SILENT_AFTER * max(heartbeat_s(policy.slurm, len(fleet.nodes)), float(interval_s or 0))
     nodes = []
@@ -134,7 +134,7 @@ def samplers_gone(fleet: FleetState, policy: Policy) -> list[dict[str, Any]]:
     windows sampler.publish_every spaces them by, and two more), with the nodes whose summary holds no live
     digest of the job: their sampler died, and the job's straggler view is blind there.  Not judged where
     the samplers write to a shared directory (instep_share_dir) instead of Slurm."""
-    from ..sampler import publish_every
+    from ..slowgpus.sampler import publish_every
 
     s = policy.slurm
     if s.instep_share_dir or s.publish == "none":

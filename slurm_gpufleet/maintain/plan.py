@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .bundle import Bundle, firmware_for
+from ..catalogs.bundle import Bundle, firmware_for
 
 INF = float("inf")
 
@@ -70,7 +70,7 @@ class Plan:
     slots: dict[str, list[float]] = field(default_factory=dict)
     # node -> the running job that decides its slot, and when that job ends by its limit
     decided_by: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # the rest of the bundle moved in the same drain (maintain/bundle.py)
+    # the rest of the bundle moved in the same drain (catalogs/bundle.py)
     target_kernel: str | None = None
     target_firmware: dict[str, str] = field(default_factory=dict)
     # node -> its bundle before the rollout ({"driver", "kernel", "firmware"}): what rollback returns to
@@ -141,7 +141,7 @@ class Plan:
         if data.get("plan_version") != 1:
             raise PlanError("not a slurm-gpufleet plan (plan_version 1)")
         data = {k: v for k, v in data.items() if k not in ("plan_version", "nodes")}
-        from ..shapes import check_fields
+        from ..common.shapes import check_fields
 
         try:
             if isinstance(data.get("domains"), list):  # written as a list, read back as name -> nodes

@@ -14,15 +14,14 @@ import time
 from collections import defaultdict, deque
 from typing import Any
 
-from .. import compat
-from ..amounts import count_of
-from ..catalog import find_model
-from ..checks.compatibility import branch_refused
-from ..hostlist import fold_short
+from ..catalogs import compat, find_model
+from ..catalogs.bundle import Bundle, at_least, firmware_for, unpublished, wanted
+from ..common.amounts import count_of
+from ..common.hostlist import fold_short
+from ..judging.checks.compatibility import branch_refused
 from ..policy import MaintainSettings, Policy
+from ..slurm.domains import Domains
 from ..slurm.ownership import ROLLOUT_RESERVATION_PREFIX
-from .bundle import Bundle, at_least, firmware_for, unpublished, wanted
-from .domains import Domains
 from .fleet import FleetState
 from .plan import INF, Budget, Plan, PlanError, Wave
 from .schedule import plan_slots, soak_of, stage_soak_s, waves_as_stages, widening

@@ -116,7 +116,7 @@ def run_task(folder: str, index: int) -> None:
     with open(os.path.join(folder, "calls.pkl"), "rb") as fh:
         calls = pickle.load(fh)  # noqa: S301 - written by this user, in a directory only it can write
     result = calls[index]()
-    from ..safefile import write_file
+    from ..common.safefile import write_file
 
     write_file(os.path.join(folder, f"{index}.json"), json.dumps(result), mode=0o600)
 

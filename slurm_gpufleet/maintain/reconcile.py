@@ -26,10 +26,10 @@ from ..policy import Policy
 from ..slurm import effects as E
 from ..slurm.actuator import Actuator
 from ..slurm.base import SlurmError
+from ..slurm.domains import FROM_SLURM
 from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX
 from ..slurm.reasons import same
 from . import states as S
-from .domains import FROM_SLURM
 from .executor import Executor
 from .gate import step as gate_step
 from .plan import Plan

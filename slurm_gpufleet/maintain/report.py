@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
-from ..hostlist import fold, fold_short, grouped
+from ..common.hostlist import fold, fold_short, grouped
 from .planner import INF, Plan
 from .schedule import unit_of
 

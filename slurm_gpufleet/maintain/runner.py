@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..common.progress import Progress
 from ..policy import Policy
-from ..progress import Progress
 from ..slurm.base import SlurmError
 from . import states as S
 from .executor import Executor, PoolExecutor
@@ -58,7 +58,7 @@ class Runner:
         return self.resume(plan["id"])
 
     def _held(self, active: dict[str, Any], plan: dict[str, Any]) -> str:
-        from ..hostlist import fold
+        from ..common.hostlist import fold
 
         theirs = {r["node"] for r in self.store.nodes(active["id"]) if r["state"] not in S.FINAL}
         mine = {n for w in plan["waves"] for n in w["nodes"]}
@@ -198,7 +198,7 @@ def can_change_slurm(scontrol: str) -> tuple[bool, str]:
 def waiting_for(store: Store, rid: str, now: float) -> str:
     """What a rollout that changed nothing since the last line waits for: the nodes under way and their
     state, else the next node's slot (from the plan) and when it begins."""
-    from ..hostlist import fold_short
+    from ..common.hostlist import fold_short
 
     rows = store.nodes(rid)
     busy: dict[str, list[str]] = {}

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..hostlist import fold
+from ..common.hostlist import fold
 from ..slurm.ownership import ROLLOUT_RESERVATION_PREFIX
 from . import states as S
 

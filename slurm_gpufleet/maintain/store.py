@@ -9,7 +9,7 @@ from typing import Any
 
 import sqlite_utils
 
-from ..sqlitedb import open_db
+from ..common.sqlitedb import open_db
 from . import states as S
 from .plan import Plan
 

@@ -18,14 +18,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import summary
+from ..catalogs.bundle import Bundle, first_difference, restricted, unread, unread_parts
+from ..judging import summary
 from ..slurm import effects as E
 from ..slurm.base import NodeInfo
 from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX, owns
 from ..slurm.reasons import MAINTAIN as MAINTAIN_WORDS
 from ..slurm.reasons import ours
 from . import states as S
-from .bundle import Bundle, first_difference, restricted, unread, unread_parts
 from .plan import Plan
 from .schedule import waves_as_stages
 from .strategy import Strategy

@@ -70,7 +70,7 @@ def read_world(slurm: Any, now: float, validation_job: str | None = None,
     if ended:
         world.ended = slurm.ended_jobs()
     if blocks:
-        from .domains import parse_topology
+        from ..slurm.domains import parse_topology
 
         world.blocks = parse_topology(slurm.topology()).members
     if validation_job:

@@ -7,7 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..hostlist import fold
+from ..common.hostlist import fold
 from ..slurm import effects as E
 from ..slurm.base import NodeInfo, SlurmError
 

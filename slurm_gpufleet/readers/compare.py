@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..snapshot import UNSUPPORTED, NodeSnapshot
+from .snapshot import UNSUPPORTED, NodeSnapshot
 
 # Fields that differ between sources by design, not by error.
 VOLATILE = {"timestamp", "source", "level", "host", "kernel_release", "errors", "error_text",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ..snapshot import DcgmDiag, DcgmResult
+from .snapshot import DcgmDiag, DcgmResult
 
 # how much of dcgmi's output is read (a level 4 run on 8 GPUs prints well under 1 MiB)
 MAX_OUTPUT_BYTES = 16 << 20

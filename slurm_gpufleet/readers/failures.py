@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..snapshot import NODE_ERRORS, Gpu, NodeSnapshot, normalize_pci
+from .snapshot import NODE_ERRORS, Gpu, NodeSnapshot, normalize_pci
 
 _NODE_PATTERNS = [
     (re.compile(r"Driver/library version mismatch", re.I), "driver_library_mismatch"),

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..snapshot import FabricManager, HostFacts, KernelFacts, KernelModule
+from .snapshot import FabricManager, HostFacts, KernelFacts, KernelModule
 
 # NVIDIA's own name, and Debian's (its DKMS package builds nvidia-current.ko, loaded under the alias nvidia)
 MODULE_NAMES = frozenset(f"{name}.ko{ext}" for name in ("nvidia", "nvidia-current") for ext in ("", ".xz", ".gz", ".zst"))
@@ -233,7 +233,7 @@ def next_boot_release(base: Path, running: str | None) -> tuple[str | None, str 
 
 
 def _is_release(text: str) -> bool:
-    from ..maintain.bundle import KERNEL_GRAMMAR  # the one grammar of a kernel release (a light module)
+    from ..catalogs.bundle import KERNEL_GRAMMAR  # the one grammar of a kernel release (a light module)
 
     return len(text) <= 128 and KERNEL_GRAMMAR.fullmatch(text) is not None   # a path component, never too long
 
@@ -298,7 +298,7 @@ def read_fabric_manager(systemctl: str | None = None, uptime_s: float | None = N
     systemctl is root's own (trust.ROOT_PATH), never the caller's PATH."""
     import subprocess
 
-    from ..trust import root_program
+    from ..policy.trust import root_program
 
     systemctl = systemctl or root_program("systemctl")
     if systemctl is None:
@@ -339,7 +339,7 @@ def remember_fabric_manager(fm: FabricManager, path: str, now: float, probe_s: f
         samples.append((now, fm.restarts))
         fm.restarts_in_window = fm.restarts - min(n for _, n in samples)
     try:
-        from ..safefile import write_file
+        from ..common.safefile import write_file
 
         write_file(path, json.dumps({"failures": failures[-10:], "restarts": samples[-50:]}), mode=0o600)
     except OSError:

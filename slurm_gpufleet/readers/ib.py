@@ -13,7 +13,7 @@ import os
 import re
 import time
 
-from ..snapshot import IbPort, IbState
+from .snapshot import IbPort, IbState
 
 # the counters whose growth the check judges (data/ib_counters.toml says how much of each is too much)
 COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors", "link_error_recovery", "local_link_integrity_errors",
@@ -131,7 +131,7 @@ def remember(state: IbState, path: str, now: float | None = None) -> None:
             if isinstance(old, int) and value > old:
                 port.grew[counter] = value - old
     try:
-        from ..safefile import write_file
+        from ..common.safefile import write_file
 
         write_file(path, json.dumps({"at": now, "ports": {f"{p.device}/{p.port}": p.counters for p in state.ports}}),
                    mode=0o600)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..snapshot import NicEvent, SXidEvent, XidEvent, normalize_pci
+from .snapshot import NicEvent, SXidEvent, XidEvent, normalize_pci
 
 # Header forms, as the open GPU kernel modules print them (src/nvidia/src/kernel/gpu/rc/kernel_rc.c,
 # krcReportXid: "NVRM: Xid (" attr "): %d, pid=%s, name=%s, %s%s" or "NVRM: Xid (" attr "): %d, %s%s",
@@ -75,7 +75,7 @@ _TS_ISO = re.compile(r"(?P<ts>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?
 _TS_CTIME = re.compile(r"\[(?P<ts>(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3}\s+\d+ \d{2}:\d{2}:\d{2} \d{4})\]")
 _TS_SYSLOG = re.compile(r"^(?P<ts>\w{3}\s+\d+ \d{2}:\d{2}:\d{2})\s")
 _KMSG = re.compile(r"^\d+,\d+,(?P<usec>\d+),[^;]*;")
-# What slurm-gpufleet writes to the kernel log after it reset a GPU (remediation.py), one line per GPU:
+# What slurm-gpufleet writes to the kernel log after it reset a GPU (remedy/ladder.py), one line per GPU:
 # the Xids logged for that GPU before it in the same boot were answered by the reset
 RESET_MARK = "slurm-gpufleet: GPU reset PCI:"
 _RESET = re.compile(re.escape(RESET_MARK) + r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)")
@@ -199,7 +199,7 @@ _MLX5_PCI = re.compile(r"mlx5_core\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-
 
 @functools.cache
 def _nic_patterns() -> tuple[tuple[str, re.Pattern], ...]:
-    from ..catalog import mlx5_events
+    from ..catalogs import mlx5_events
 
     return tuple((row["name"], re.compile(row["pattern"])) for row in mlx5_events())
 

@@ -11,15 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..snapshot import (
-    UNSUPPORTED,
-    Fabric,
-    Gpu,
-    NodeSnapshot,
-    NvLink,
-    Process,
-    clock_reasons_from_mask,
-)
+from .snapshot import UNSUPPORTED, Fabric, Gpu, NodeSnapshot, NvLink, Process, clock_reasons_from_mask
 
 # nvmlDeviceGetArchitecture -> name (nvml.h nvmlDeviceArchitecture_t)
 ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing", 7: "Ampere",

@@ -9,16 +9,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..snapshot import (
-    UNSUPPORTED,
-    Gpu,
-    NodeSnapshot,
-    NvLink,
-    Process,
-)
 from . import values as v
 from .errors import ReportError
 from .failures import apply_failure_texts
+from .snapshot import UNSUPPORTED, Gpu, NodeSnapshot, NvLink, Process
 
 
 @dataclass

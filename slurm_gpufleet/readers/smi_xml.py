@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..snapshot import UNSUPPORTED, Gpu, NodeSnapshot, NvLink, Process
 from . import values as v
 from .errors import ReportError
+from .snapshot import UNSUPPORTED, Gpu, NodeSnapshot, NvLink, Process
 
 
 def _t(el: ET.Element | None, path: str) -> str | None:

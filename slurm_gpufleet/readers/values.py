@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..snapshot import UNSUPPORTED, _Unsupported
+from .snapshot import UNSUPPORTED, _Unsupported
 
 # nvidia-smi prints these when a value is not there for this device or cannot be read.
 _NOT_AVAILABLE = {"n/a", "[n/a]", "not supported", "[not supported]", "unknown error", "[unknown error]",
@@ -135,7 +135,7 @@ def to_fabric(state: str | None, status: str | None, clique: str | None, cluster
     names (summary, bandwidth, route_recovery_in_progress, route_unhealthy, access_timeout_recovery,
     incorrect_configuration).  N/A everywhere (no NVSwitch) is "not supported"; a value nvidia-smi
     never prints is kept as "unknown:<it>" for the check to name, never guessed."""
-    from ..snapshot import Fabric
+    from .snapshot import Fabric
 
     fab = Fabric()
     if state is None:

@@ -44,10 +44,10 @@ from .table import (
 )
 
 if TYPE_CHECKING:
-    from ..findings import Finding
-    from ..pipeline import Report
-    from ..remediation import ResetResult
+    from ..judging.findings import Finding
+    from ..judging.pipeline import Report
     from ..slurm.base import NodeInfo
+    from .ladder import ResetResult
 
 log = logging.getLogger("slurm-gpufleet")
 
@@ -56,7 +56,7 @@ log = logging.getLogger("slurm-gpufleet")
 class GpuReset:
     """How this caller resets GPUs and reads them again (the carrier's one edge to the node).
 
-    run(gpus, timeout_s): the site's reset command (remediation.run_reset) or the simulator's;
+    run(gpus, timeout_s): the site's reset command (remedy/ladder.run_reset) or the simulator's;
     reread(): the GPUs read and judged again (expect_idle), raising ReportError/OSError when unreadable;
     mark(pci_ids): say in the kernel log that these GPUs were reset; why not, or None;
     time_left(): seconds this run may still give the reset and its read (a health check's share of
@@ -111,7 +111,7 @@ class Carrier:
 
     # -- a run's decision ---------------------------------------------------------------------------
     def step(self, hook: str, info: NodeInfo, report: Report, extra: list[Finding] | None = None) -> Step:
-        from ..findings import verdict
+        from ..judging.findings import verdict
 
         findings = report.findings + (extra or [])
         final = verdict(findings)
@@ -142,8 +142,8 @@ class Carrier:
                 action = self._decide(info, report, final, findings)
                 if final in ("ok", "warn") and self.settings.validation_command and action.kind == "none":
                     # fixed: back to work only through a validation run (returning.py)
-                    from ..returning import validate_reason
                     from ..slurm.actions import fault_words
+                    from .returning import validate_reason
 
                     action = Action("set_reason", reason=validate_reason(f"reset: {fault_words(reset_fault)}"),
                         why="the reset fixed it: a validation run before it returns")
@@ -178,9 +178,9 @@ class Carrier:
         self.moves.append((str(before), str(after), kind))
 
     def _decide(self, info: NodeInfo, report: Report, final: str, findings: list[Finding]) -> Action:
-        from ..remediation import gpus_idle, reset_targets
+        from ..readers.snapshot import known
         from ..slurm.actions import worst
-        from ..snapshot import known
+        from .ladder import gpus_idle, reset_targets
 
         s = report.snapshot
         f = worst(findings, "reboot")
@@ -195,7 +195,7 @@ class Carrier:
         """A reset- or reboot-fixable rack-level finding: would the node's drain for it escalate its rack?
         Read once a run (the fleet, on this path alone)."""
         from ..slurm.actions import make_reason
-        from ..slurm.escalation import RACK_CHECKS, due_with
+        from .escalation import RACK_CHECKS, due_with
 
         if f is None or f.check not in RACK_CHECKS or info.drained or info.down or info.rebooting:
             return False
@@ -207,10 +207,10 @@ class Carrier:
     # -- carrying it out ------------------------------------------------------------------------------
     def carry(self, step: Step, hook: str, fields: dict[str, str] | None = None) -> Carried:
         """The node's one write: the action, with `fields` riding in it.  Returns what was done."""
-        from ..returning import validate_reason
         from ..slurm import SlurmError
         from ..slurm.ownership import rack_of_reason
         from ..slurm.reasons import words_of
+        from .returning import validate_reason
 
         action, info, node, settings = step.action, step.info, self.node, self.settings
         out = Carried(action)
@@ -234,7 +234,7 @@ class Carrier:
                     self.history.record_action(node, hook, "breaker", action.reason, out.blocked, True)
                     action = Action("none", why=f"the job runs, the node is not drained: breaker open: {out.blocked}")
             elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
-                from ..slurm.escalation import resume_domain
+                from .escalation import resume_domain
 
                 said = resume_domain(self.backend, settings, self.policy.domains, info, modes=self.policy.mode_of)
                 # the summary and features are this node's alone: they go out in a write of their own
@@ -250,7 +250,7 @@ class Carrier:
                     if suspect_reservation(node) not in {r.name for r in self.backend.reservations()}:
                         raise
                     log.warning("suspect reservation %s already there: held as it is", suspect_reservation(node))
-                from ..remediation import class_of
+                from .ladder import class_of
 
                 self.history.start_suspect(node, class_of(action.finding), action.fault or "", action.reason)
                 self._record_remedy(action, info.boot_time)
@@ -282,7 +282,7 @@ class Carrier:
         except SlurmError as exc:
             out.ok, out.error = False, str(exc)
         if out.ok and action.kind in ("drain", "set_reason") and out.published and _rack_fault(step.findings):
-            from ..slurm.escalation import escalate
+            from .escalation import escalate
 
             said = escalate(self.backend, settings, self.policy.domains, node, clock=self.actuator.clock,
                            modes=self.policy.mode_of)
@@ -316,7 +316,7 @@ class Carrier:
 
     # -- the ladder's record ----------------------------------------------------------------------------
     def _record_remedy(self, action: Action, boot: str | None, outcome: str = "pending", detail: str = "") -> None:
-        from ..remediation import class_of
+        from .ladder import class_of
 
         if action.finding is not None:
             self.history.record_remedy(self.node, class_of(action.finding), action.fault or "", action.rung, boot,
@@ -346,13 +346,13 @@ class Carrier:
 
     def cases(self, info: NodeInfo, step: Step | None = None) -> list[list]:
         """The node's open cases as the summary carries them (`fleet cases` reads them fleet-wide in one
-        read): [class, attempts, first, last (epoch s), status], status (remediation.CASE_STATUSES)
+        read): [class, attempts, first, last (epoch s), status], status (remedy/ladder.CASE_STATUSES)
         `validation_failed` (drained for repair after its validation run failed), `repair` (drained for a
         repair: the cap, or what survived its reboots), `running` (the ladder is on it: a reset, a reboot,
         the validation run before it returns) or `watch` (remedied, still counted within the window).
         `step`: this run's, whose write the summary rides in: the cases as they stand after it."""
-        from ..remediation import class_of, is_repair
         from ..slurm.reasons import says
+        from .ladder import class_of, is_repair
 
         cases = self.history.cases(info.name, self.settings.attempt_window_s) or []
         held = self._config_hold(info, step)
@@ -390,8 +390,8 @@ class Carrier:
         """A node drained for a finding that asks for a configuration fix (a driver off its pins, ECC off, a
         compute mode, Slurm's own view of the node): no rung of the ladder fixes it, so it is a case of its
         own, status `config`, from when the hold began until its checks run clean."""
-        from ..remediation import class_of
         from ..slurm.actions import worst
+        from .ladder import class_of
 
         if step is None or step.after != DRAINED:
             return None
@@ -407,11 +407,11 @@ class Carrier:
         """Drain the node (no job may land during the reset), run the reset on the idle GPUs, mark it in the
         kernel log, read the GPUs again.  Returns (report, what Slurm now shows) or, where nothing was
         reset, why."""
-        from ..findings import verdict
-        from ..readers import ReportError
-        from ..remediation import reset_targets
+        from ..judging.findings import verdict
+        from ..readers.report import ReportError
+        from ..readers.snapshot import known
         from ..slurm.actions import fault_key
-        from ..snapshot import known
+        from .ladder import reset_targets
 
         settings, node, history = self.settings, self.node, self.history
         if self.gpu_reset is None:
@@ -462,8 +462,8 @@ class Carrier:
         """The node runs clean after a reset or a repair: its own maintenance reservation, the node resumed
         into it (no user job can land), the validation job submitted there.  Returns the action done, or
         None where it could not start (said in the log; the next run tries again)."""
-        from ..returning import JOB_NAME, cause_of, reservation_name, wrapped
         from ..slurm import SlurmError
+        from .returning import JOB_NAME, cause_of, reservation_name, wrapped
 
         settings, node, history = self.settings, self.node, self.history
         # Slurm appends to a reboot's reason what it did (": reboot issued : reboot complete"); a retry keeps
@@ -497,10 +497,10 @@ class Carrier:
     def _follow_validation(self, info: NodeInfo, final: str) -> NodeInfo | None:
         """An open validation (the node's history says so; no Slurm call otherwise): read its job, then pass,
         retry or fail it.  Returns what Slurm shows of the node where this changed it."""
-        from ..returning import DEPENDENCY_EXIT, FAILED, JOB_NAME, ending_of, judge, reservation_name
         from ..slurm import SlurmError
         from ..slurm.actions import one_line
         from ..slurm.reasons import ours
+        from .returning import DEPENDENCY_EXIT, FAILED, JOB_NAME, ending_of, judge, reservation_name
 
         history, node, settings = self.history, self.node, self.settings
         opened = history.open_validation(info.name)
@@ -576,7 +576,7 @@ class Carrier:
 
 
 UNVERIFIED = "unverified"   # a validation whose job's outcome could not be read: its state, and its case's status
-VALIDATION_FAILED = "repair validation failed"   # a reason's first words: a repair reason (remediation.is_repair)
+VALIDATION_FAILED = "repair validation failed"   # a reason's first words: a repair reason (remedy/ladder.is_repair)
 SUSPECT_HOLD_MINUTES = 7 * 24 * 60   # the suspect reservation's length: deleted when the hold ends
 VALIDATION_COMMENT = "gpufleet validation of"   # the validation job's comment, as submitted
 
@@ -622,7 +622,7 @@ def _rack_fault(findings: list[Finding]) -> bool:
     """The node's worst finding is one a rack can cause (fabric, NVLink), remedied or drained: its drain
     may be the rack's."""
     from ..slurm.actions import worst
-    from ..slurm.escalation import RACK_CHECKS
+    from .escalation import RACK_CHECKS
 
     f = worst(findings)
     return f is not None and f.severity in ("reboot", "drain") and f.check in RACK_CHECKS

@@ -4,7 +4,7 @@ Rules an admin can rely on:
 * a node drained, down or rebooting by anyone else is never touched, and its reason never replaced;
 * we resume only nodes whose reason carries our prefix (or the "Prolog error"/"Epilog error" drain our
   own prolog/epilog caused), and only after `clean_runs_to_resume` clean runs in a row;
-* the remediation ladder (remediation.py, data/remediation.toml), cheapest first: a fault a GPU reset
+* the remediation ladder (remedy/ladder.py, data/remediation.toml), cheapest first: a fault a GPU reset
   fixes gets one reset of its idle GPUs (the node drained first, so no job lands during it; a busy node
   is drained and waits for its jobs), then `scontrol reboot ASAP` once per boot (nextstate=DOWN and a
   validation run before it returns, where `validation_command` is set: remedy/carrier.py); still
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..findings import Finding
+from ..judging.findings import Finding
 from ..slurm import reasons
 from ..slurm.actions import fault_key, fault_words, make_reason, worst
 from ..slurm.base import NodeInfo
@@ -75,7 +75,7 @@ class Ladder:
 
 def suspect_classes() -> tuple[str, ...]:
     """The classes the ladder data marks for the suspect rung."""
-    from ..catalog import remediation_data
+    from ..catalogs import remediation_data
 
     return tuple(remediation_data().get("suspect", {}).get("classes", []))
 
@@ -101,11 +101,11 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
            *, ladder: Ladder | None = None, gpus_idle: bool = False, now: float | None = None,
            rack_due: bool = False) -> Action:
     """host: the node's HostFacts (readers/host.py), when read; driver: the driver it runs; gpus_idle: no
-    process on the GPUs a reset of the worst finding would take (remediation.reset_targets); now: the
+    process on the GPUs a reset of the worst finding would take (remedy/ladder.reset_targets); now: the
     clock (a suspect's re-checks are timed by it; None: every run is one); rack_due: the worst finding is
     a rack-level one its rack-mates hold too, so that the node's drain escalates its rack
-    (slurm/escalation.due_with): the rack's fault, no rung of the node's own."""
-    from ..remediation import class_of, is_repair, repair_reason, rungs_for
+    (remedy/escalation.due_with): the rack's fault, no rung of the node's own."""
+    from .ladder import class_of, is_repair, repair_reason, rungs_for
 
     ladder = ladder or Ladder()
     if reboots_before_drain is not None:
@@ -129,7 +129,7 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
     if verdict in ("ok", "warn"):
         if held:
             if history.clean_runs >= clean_runs_to_resume:
-                from ..returning import is_validate
+                from .returning import is_validate
 
                 if is_validate(node.reason):  # returning.py: back to work only through a validation run
                     return Action("validate", why=f"{history.clean_runs} clean runs in a row: validation run next")
@@ -168,7 +168,7 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
                               finding=f, rung="reset")
             # a reset needs the GPUs idle: no new job lands meanwhile, the running ones go on
             return _drain(node, ours, make_reason(f), f"reset-fixable: {f.message}; reset when the node is idle", key)
-        from ..checks.kernel import reboot_problem
+        from ..judging.checks.kernel import reboot_problem
 
         problem = reboot_problem(host, driver) if host is not None else None
         if problem:
@@ -200,7 +200,7 @@ def _suspect(verdict: str, findings: list[Finding], held: dict, ladder: Ladder, 
     """A node held as a suspect: a clean re-check every suspect_recheck_s counts, suspect_passes of them
     release it; a re-check that finds its fault drains it for repair.  Another class's fault is not the
     suspect's: None, and the ladder takes it as it would any (the carrier ends the hold)."""
-    from ..remediation import class_of
+    from .ladder import class_of
 
     due = now is None or now - max(held["since"], held["last_pass"] or 0.0) >= ladder.suspect_recheck_s
     if verdict in ("ok", "warn"):

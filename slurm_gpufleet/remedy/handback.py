@@ -24,8 +24,8 @@ def hand_back(actuator: Any, nodes: list[Any], dry_run: bool = False) -> HandBac
     """Each held node whose state the table lets an admin move to `returning` gets the reason `validate after
     repair [gpufleet]`; others' nodes, a rack's trays (the domain returns whole) and nodes the actuator does
     not hold are left, each with why.  `dry_run`: what would be marked, nothing written."""
-    from ..returning import validate_reason
     from ..slurm.ownership import left_alone
+    from .returning import validate_reason
 
     out = HandBack(free=[i.name for i in nodes if not i.drained])
     movable = []

@@ -114,9 +114,9 @@ def legal(old: RemedyState, new: RemedyState, by: str = LADDER) -> bool:
 def state_of(node: NodeInfo, validating: bool = False, suspect: bool = False) -> RemedyState:
     """Where the node stands, from what Slurm shows of it; `validating`, `suspect`: its history has a
     validation job, a suspect hold open."""
-    from ..remediation import is_repair
-    from ..returning import is_validate
     from ..slurm.ownership import HEALTH, HOOK, owner, rack_of_reason
+    from .ladder import is_repair
+    from .returning import is_validate
 
     held = node.drained or node.down or node.rebooting
     if not held:
@@ -138,8 +138,8 @@ def target_of(kind: str, reason: str, rung: str, before: RemedyState) -> RemedyS
     """Where an action of decide's takes the node, as `state_of` will read it back off Slurm (a drain
     "after N reboots" is the repair rung in the history, and a plain drain in Slurm: it resumes itself
     once an inspection leaves it running clean)."""
-    from ..remediation import is_repair
-    from ..returning import is_validate
+    from .ladder import is_repair
+    from .returning import is_validate
 
     if kind in ("drain", "set_reason", "fail"):   # fail: the prolog's (slurmd drains the node for it)
         if is_repair(reason):

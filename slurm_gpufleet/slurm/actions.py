@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ..findings import RANK, Finding
+from ..judging.findings import RANK, Finding
 from .ownership import (  # noqa: F401  (re-exported: one place names them)
     HEALTH,
     HOOK,

@@ -74,7 +74,7 @@ def view_of(info: NodeInfo):
     """The snapshot's SlurmView of a node as Slurm shows it: its GPUs summed over every `gpu` entry of its
     Gres ("gpu:h200:4,gpu:1g.18gb:14(S:0)"); None where its Gres names no GPU at all (a site that does not
     schedule GPUs as GRES: unknown, never judged)."""
-    from ..snapshot import SlurmView
+    from ..readers.snapshot import SlurmView
 
     gres = "" if info.gres in ("(null)", "None") else info.gres
     counts = [int(m.group(1)) for m in _GRES_GPU.finditer(gres)]

@@ -46,7 +46,7 @@ class Trip:
 
 def limit_of(threshold: int | str, total: int) -> int:
     """The breaker's limit over `total`: a share rounds down, it guards (amounts.count_of)."""
-    from ..amounts import count_of
+    from ..common.amounts import count_of
 
     return count_of(threshold, total, round_up=False)
 
@@ -54,7 +54,7 @@ def limit_of(threshold: int | str, total: int) -> int:
 def would_trip(fleet: list[NodeInfo], node: str, threshold: int | str, window_s: float,
                now: float | None = None) -> Trip | None:
     """Would draining `node` now pass the threshold?  Pure: the fleet as one read of Slurm shows it.
-    Every node out counts, a rack escalation's by its nodes (slurm/escalation.py): racks drained whole and
+    Every node out counts, a rack escalation's by its nodes (remedy/escalation.py): racks drained whole and
     single drains together never pass the node fraction."""
     now = time.time() if now is None else now
     recent = _recent(fleet, now, window_s) - {node}
@@ -111,7 +111,7 @@ def state(path: str) -> dict[str, Any] | None:
 
 def open_(path: str, node: str, why: str) -> None:
     record = {"opened_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "node": node, "why": why}
-    from ..safefile import write_file
+    from ..common.safefile import write_file
 
     # the first to trip keeps its record
     write_file(path, json.dumps(record), mode=0o600, make_dirs=True, exclusive=True)

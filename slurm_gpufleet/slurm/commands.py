@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 
-from ..hostlist import fold
+from ..common.hostlist import fold
 from .actions import job_comment, one_line
 from .base import JobInfo, NodeInfo, Reservation, SlurmError
 
@@ -20,8 +20,6 @@ _WHOLE_LINE = ("OS=", "Reason=", "Comment=", "Extra=")
 _REASON_SUFFIX = re.compile(r"\s*\[(?P<user>[^@\]]+)@(?P<time>[^\]]*)\]\s*$")
 
 
-# every Slurm program this backend runs, found beside `scontrol` (trust.py judges each one root runs)
-SLURM_PROGRAMS = ("scontrol", "squeue", "sinfo", "sbatch", "scancel", "sacct", "sacctmgr")
 
 
 class CommandBackend:
@@ -134,7 +132,7 @@ class CommandBackend:
         return None
 
     def topology(self) -> str:
-        """`scontrol show topology`: the block topology's text (maintain/domains.py reads it).  A release
+        """`scontrol show topology`: the block topology's text (slurm/domains.py reads it).  A release
         or cluster without a topology plugin answers no blocks."""
         try:
             return self._run("show", "topology")
@@ -360,7 +358,7 @@ def expand_hostlist(expr: str) -> list[str]:
     expr = expr.strip()
     if not expr or expr in ("(null)", "None"):
         return []
-    from ..hostlist import expand
+    from ..common.hostlist import expand
 
     return expand(expr)
 

@@ -46,7 +46,7 @@ def slurm_release(scontrol: str, cache_dir: str | None, ask: Callable[[], str]) 
     release = parse_release(ask())
     if path and key:
         try:
-            from ..safefile import write_file
+            from ..common.safefile import write_file
 
             os.makedirs(cache_dir, mode=0o700, exist_ok=True)
             write_file(path, json.dumps({"key": key, "release": list(release)}), mode=0o600)

@@ -311,7 +311,7 @@ $(accounting_lines)
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,batch_sched_delay=0$sched_extra
-# idle sweeps (slurm_gpufleet/sweep.py) give way by partition priority: a test adds a sweep partition of
+# idle sweeps (slurm_gpufleet/remedy/sweep.py) give way by partition priority: a test adds a sweep partition of
 # a lower PriorityTier at run time; the partitions below share one tier, so nothing preempts among them
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL

@@ -216,13 +216,13 @@ def test_what_differs_by_release_is_handled(mc, release_env):
 
 
 def test_the_in_memory_slurm_shows_what_real_slurm_shows(mc, release_env):
-    """The simulator's Slurm (maintain/simslurm.py) against the real one: one scenario of the writes a
+    """The simulator's Slurm (simulators/simslurm.py) against the real one: one scenario of the writes a
     rollout makes, each through the same backend method; after each, what the two show must be the same
     (a reason with quotes and past 120 characters, a reason change, a resume, a reservation's create,
     update, postpone and delete, a reboot)."""
     import time
 
-    from slurm_gpufleet.maintain.simulate import SimFleet
+    from slurm_gpufleet.simulators.rollout import SimFleet
 
     real = CommandBackend(mc.run("which", "scontrol").stdout.strip())
     fleet = SimFleet(len(mc.nodes), now=time.time())

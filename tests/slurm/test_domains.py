@@ -12,7 +12,7 @@ import pytest
 from conftest import BLOCKS, _reset, internal_errors
 from test_maintain import OLD, TARGET, apply_sampling, leftovers
 
-from slurm_gpufleet.hostlist import fold
+from slurm_gpufleet.common.hostlist import fold
 from slurm_gpufleet.slurm.commands import expand_hostlist
 
 DOMAINS = {"b1": ["n1", "n2", "n3", "n4"], "b2": ["n5", "n6", "n7", "n8"]}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from slurm_gpufleet.summary import lemon_news, parse
+from slurm_gpufleet.judging.summary import lemon_news, parse
 
 pytestmark = pytest.mark.release("sbatch --extra on the node's Extra (extra_constraints, 23.11 on)")
 

@@ -299,7 +299,7 @@ def test_with_a_shared_directory_the_samplers_write_nothing_to_slurm_and_the_thr
         assert {(f["node"], f["job"], f["signature"]) for f in flags} == {("n2", job, "throttled")}, flags
         # none of this job's digests went to Slurm (an earlier test's job may linger in a summary a quiet run
         # has not rewritten: not this job's samplers' doing)
-        from slurm_gpufleet.summary import digests
+        from slurm_gpufleet.judging.summary import digests
 
         assert not [n for n in nodes if job in digests(json.loads(mc.node(n).get("Extra") or "{}").get("is"))], \
             "a digest of this job went to Slurm"
@@ -320,7 +320,7 @@ def test_without_cgroups_a_sampler_whose_epilog_never_ran_ends_within_a_window_o
 
     from support import BusyNvml
 
-    from slurm_gpufleet import sampler
+    from slurm_gpufleet.slowgpus import sampler
     from slurm_gpufleet.slurm.commands import CommandBackend
 
     class Nvml(BusyNvml):

@@ -27,7 +27,7 @@ import time
 import pytest
 from conftest import REPO, start_cluster
 
-from slurm_gpufleet import summary
+from slurm_gpufleet.judging import summary
 from slurm_gpufleet.slurm.commands import slurm_time
 
 pytestmark = [pytest.mark.image,

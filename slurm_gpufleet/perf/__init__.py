@@ -1,1 +1,0 @@
-"""Slow-GPU detection: short measurements on the node, robust statistics across the fleet."""
