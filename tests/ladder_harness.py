@@ -92,7 +92,7 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
     from slurm_gpufleet.remedy.handback import hand_back
     from slurm_gpufleet.simulators.rollout import Simulator
     from slurm_gpufleet.simulators.simslurm import SimSlurm
-    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.actuator import make_actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
 
     setup = _setup("healthcheck", str(config), NODE)
@@ -144,7 +144,7 @@ reset_command = "/bin/sh {work}/reset.sh {work} {{node}}"
             # an admin repairs it, and hands it back through its validation run
             gpustate.write_atomic(healthy, str(gpus / f"{NODE}.json"))
             kmsg.write_text("")
-            hand_back(Actuator(slurm, HEALTH, setup.settings), [info])   # `fleet repaired`
+            hand_back(make_actuator(slurm, HEALTH, setup.settings), [info])   # `fleet repaired`
             repaired = True
         done = not (info.drained or info.down or info.rebooting) and history.open_validation(NODE) is None \
             and history.open_suspect(NODE) is None

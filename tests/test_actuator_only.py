@@ -35,11 +35,13 @@ def test_no_module_but_the_actuator_calls_a_backend_write():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in BACKEND_WRITES:
                 target = ast.unparse(node.func.value)
-                if "actuator" not in target.lower() and not target.startswith("Actuator("):
+                if "actuator" not in target.lower() and not target.startswith("make_actuator("):
                     found.append(f"{rel}:{node.lineno} {target}.{node.func.attr}(")
             if isinstance(node, ast.Name) and node.id == "writer_of" or \
                     isinstance(node, ast.Attribute) and node.attr in ("_ReadOnly__backend", "_writer",
-                                                                      "_Actuator__writer", "__writer"):
+                                                                      "_Actuator__writer", "__writer") or \
+                    isinstance(node, (ast.Name, ast.Attribute, ast.alias)) and "_MINT" in (
+                        getattr(node, "id", None), getattr(node, "attr", None), getattr(node, "name", None)):
                 found.append(f"{rel}:{node.lineno} takes a writer")
     assert found == []
 
@@ -47,26 +49,70 @@ def test_no_module_but_the_actuator_calls_a_backend_write():
 def test_an_actuator_holds_its_writer_out_of_reach_and_takes_only_a_declared_actor():
     """The writer behind an actuator has no name outside slurm/actuator.py (name-mangled, and the scan
     above refuses any access to it), and an actor ownership does not declare gets no actuator at all."""
-    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.actuator import make_actuator
     from slurm_gpufleet.slurm.ownership import ACTORS, MAINTAIN
 
     class Recorder:
         def nodes(self):
             return []
 
-    actuator = Actuator(Recorder(), MAINTAIN)
+    actuator = make_actuator(Recorder(), MAINTAIN)
     assert not hasattr(actuator, "_writer") and not hasattr(actuator, "writer")
     for actor in ("simulate", "admin", ""):
         with pytest.raises(ValueError, match="no actor ownership declares"):
-            Actuator(Recorder(), actor)
+            make_actuator(Recorder(), actor)
     assert set(ACTORS) == {"health", "maintain", "straggler"}
+
+
+# the one place each program obtains its write power (make_actuator), by module: the hooks (health check,
+# prolog, epilog), the in-job sampler, `fleet lemons`, `fleet sweep`, the other commands, the rollout
+# engine and the fault simulator.  Everything else is handed an actuator.
+ACTUATOR_MADE_IN = {"hooks/common.py", "slowgpus/sampler.py", "slowgpus/lemon_step.py", "remedy/sweep.py",
+                    "cli/common.py", "maintain/reconcile.py", "simulators/faultsim.py"}
+
+
+def test_an_actuator_is_made_in_one_place_per_program_and_only_through_the_factory():
+    """By the AST: no module but slurm/actuator.py calls Actuator(...); make_actuator is called once in
+    each program's module and nowhere else."""
+    package = REPO / "slurm_gpufleet"
+    direct, made = [], {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func).rsplit(".", 1)[-1]
+                if name == "Actuator" and rel != "slurm/actuator.py":
+                    direct.append(f"{rel}:{node.lineno}")
+                if name == "make_actuator":
+                    made.setdefault(rel, []).append(node.lineno)
+    assert direct == []
+    assert set(made) == ACTUATOR_MADE_IN
+    assert {rel: lines for rel, lines in made.items() if len(lines) > 1} == {}
+
+
+def test_an_actuator_made_around_the_factory_is_refused_at_run_time():
+    from slurm_gpufleet.slurm.actuator import Actuator, make_actuator
+    from slurm_gpufleet.slurm.ownership import MAINTAIN
+
+    class Recorder:
+        def nodes(self):
+            return []
+
+    with pytest.raises(PermissionError, match="make_actuator alone"):
+        Actuator(Recorder(), MAINTAIN)
+    with pytest.raises(PermissionError, match="make_actuator alone"):
+        Actuator(Recorder(), MAINTAIN, mint=object())
+    made = make_actuator(Recorder(), MAINTAIN)
+    narrower = made.seeing(fleet=[], modes="observe")
+    assert (narrower.actor, narrower.fleet, narrower.mode("n1")) == (MAINTAIN, [], "observe")
+    assert (made.fleet, made.mode("n1")) == (None, "full")
 
 
 def test_a_backend_is_handed_out_read_only_and_only_the_actuator_takes_its_writer(tmp_path):
     """At run time: what `get_backend` gives every entry point reads, and refuses every write; asking for
     the writer from anywhere but slurm/actuator.py is refused; the actuator made with it writes."""
     from slurm_gpufleet.slurm import ReadOnly, get_backend
-    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.actuator import make_actuator
     from slurm_gpufleet.slurm.base import WRITES, writer_of
     from slurm_gpufleet.slurm.ownership import MAINTAIN
 
@@ -81,7 +127,7 @@ def test_a_backend_is_handed_out_read_only_and_only_the_actuator_takes_its_write
     with pytest.raises(AttributeError):
         backend.drain_nodes = print
     recorder = Recorder()
-    Actuator(ReadOnly(recorder), MAINTAIN).delete_reservation("gpufleet_abc_s1")
+    make_actuator(ReadOnly(recorder), MAINTAIN).delete_reservation("gpufleet_abc_s1")
     assert recorder.calls == [("delete_reservation", "gpufleet_abc_s1")]
 
 
@@ -95,11 +141,11 @@ class Recorder:
 
 def test_reservations_are_changed_only_under_the_actors_own_prefix():
     from slurm_gpufleet.slurm import effects as E
-    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.actuator import make_actuator
     from slurm_gpufleet.slurm.ownership import MAINTAIN
 
     backend = Recorder()
-    rollout = Actuator(backend, MAINTAIN)
+    rollout = make_actuator(backend, MAINTAIN)
     rollout.apply(E.Release("gpufleet_abc_s1"))
     with pytest.raises(SlurmError, match="may not delete reservation gpufleet-lemon-n1"):
         rollout.apply(E.Release("gpufleet-lemon-n1"))
@@ -113,35 +159,35 @@ def test_reservations_are_changed_only_under_the_actors_own_prefix():
 def test_an_unplanned_actor_without_settings_is_refused_and_its_reboots_meet_the_breaker(tmp_path):
     from slurm_gpufleet.policy import default_policy
     from slurm_gpufleet.slurm import breaker
-    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.actuator import make_actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
 
     with pytest.raises(TypeError, match="breaker"):
-        Actuator(Recorder(), HEALTH)
+        make_actuator(Recorder(), HEALTH)
     settings = default_policy().slurm
     settings = dataclasses.replace(settings, state_dir=str(tmp_path))
     breaker.open_(settings.breaker_path, "n9", "3 of 20 nodes (limit 2)")
     backend = Recorder()
     node = NodeInfo(name="n1", state="IDLE")
-    done = Actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "memory gpu1 remap pending [gpufleet]")
+    done = make_actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "memory gpu1 remap pending [gpufleet]")
     assert done.blocked == ["n1"] and done.done == [] and "3 of 20" in (done.breaker or "")
     assert backend.calls == []
     breaker.reset(settings.breaker_path)
-    done = Actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "memory gpu1 remap pending [gpufleet]")
+    done = make_actuator(backend, HEALTH, settings, fleet=[node]).reboot_asap([node], "memory gpu1 remap pending [gpufleet]")
     assert done.done == ["n1"] and backend.calls[0][0] == "reboot_asap_nodes"
 
 
 def test_typed_effects_clean_their_reasons_and_apply_keeps_ownership_and_prefixes(tmp_path):
     from slurm_gpufleet.policy import SlurmSettings
     from slurm_gpufleet.slurm import effects as E
-    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.actuator import make_actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
 
     drain = E.Drain((NodeInfo("n1", "IDLE"),), 'xid gpu1 "quoted"\nsecond line' + "x" * 200 + " [gpufleet]")
     assert "\n" not in drain.reason and '"' not in drain.reason and len(drain.reason) <= 120
     backend = Recorder()
     backend.nodes = lambda: [NodeInfo("n1", "IDLE"), NodeInfo("n2", "IDLE", {"DRAIN"}, "admin: PSU")]
-    health = Actuator(backend, HEALTH, SlurmSettings(breaker_threshold=10, state_dir=str(tmp_path)))
+    health = make_actuator(backend, HEALTH, SlurmSettings(breaker_threshold=10, state_dir=str(tmp_path)))
     done = health.apply(E.Drain((NodeInfo("n1", "IDLE"), NodeInfo("n2", "IDLE", {"DRAIN"}, "admin: PSU")), "x [gpufleet]"),
                         E.Reserve("gpufleet-suspect-n1", ("n1",), None, 60), E.Release("gpufleet-validate-n1"),
                         E.Weight(("n1",), 5))

@@ -211,14 +211,16 @@ def test_a_rack_whose_trays_registered_no_gpu_is_drained_once_as_a_rack(tmp_path
     # a tray whose check read it free before the rack's drain and wrote its own reason after it: its next
     # escalation gives it the domain's reason back, so the rack comes back as one
     from slurm_gpufleet.remedy.escalation import escalate, strays
+    from slurm_gpufleet.slurm.actuator import make_actuator
+    from slurm_gpufleet.slurm.ownership import HEALTH
 
     rack_reason = shown[names[2]].reason
     slurm.set_reason_nodes([names[2]], "fabric gpu0 fabric registration failed: insufficient resources [gpufleet]")
     assert [n.name for n in strays([slurm.node(n) for n in names[:4]])] == [names[2]]
-    said = escalate(slurm, setup.settings, setup.policy.domains, names[2], clock=lambda: sim.now)
+    said = escalate(make_actuator(slurm, HEALTH, setup.settings, clock=lambda: sim.now), setup.policy.domains, names[2])
     assert said == f"rack nvl-4f6a7c1e-32766 drained: {names[2]} given its reason"
     assert slurm.node(names[2]).reason == rack_reason
-    assert escalate(slurm, setup.settings, setup.policy.domains, names[2], clock=lambda: sim.now) is None
+    assert escalate(make_actuator(slurm, HEALTH, setup.settings, clock=lambda: sim.now), setup.policy.domains, names[2]) is None
     # a healthy run publishes its own domain again, without the mark
     monkeypatch.setenv("SLURMD_NODENAME", names[5])
     setup = _setup("healthcheck", str(config), names[5])

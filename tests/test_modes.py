@@ -14,7 +14,7 @@ import pytest
 from support import REPO
 
 from slurm_gpufleet.slurm import effects as E
-from slurm_gpufleet.slurm.actuator import Actuator, NotPermitted
+from slurm_gpufleet.slurm.actuator import NotPermitted, make_actuator
 from slurm_gpufleet.slurm.base import NodeInfo
 
 sys.path.insert(0, str(REPO / "tests"))
@@ -73,7 +73,7 @@ def test_every_effect_is_held_to_the_node_groups_mode(tmp_path, mode):
     writes = []
     for node in (free, ours):
         rec = Recorder([node, NodeInfo("n2", "IDLE", frozenset())])
-        refused = _apply_each(Actuator(rec, "health", settings, modes=mode), _every_effect(node))
+        refused = _apply_each(make_actuator(rec, "health", settings, modes=mode), _every_effect(node))
         writes += rec.writes
     records = {"set_fields", "set_admin_comment", "set_job_comment"}
     if mode in ("observe", "a-typo"):  # an unknown mode never widens what may be written
@@ -93,7 +93,7 @@ def test_a_node_left_by_its_mode_is_said_so_and_a_fleet_actor_holds_each_node_to
     policy = parse_policy('[[group]]\nname = "new"\nnodes = "n[1-2]"\nmode = "observe"\n')
     fleet = [NodeInfo(f"n{i}", "IDLE", frozenset()) for i in range(1, 5)]
     rec = Recorder(fleet)
-    actuator = Actuator(rec, "straggler", SlurmSettings(state_dir=str(tmp_path), breaker_threshold="100%"),
+    actuator = make_actuator(rec, "straggler", SlurmSettings(state_dir=str(tmp_path), breaker_threshold="100%"),
                         fleet=fleet, modes=policy.mode_of)
     done = actuator.drain_each([(n, "slow [gpufleet]") for n in fleet])
     assert done.done == ["n3", "n4"]
@@ -198,7 +198,7 @@ def test_fleet_repaired_is_the_tables_admin_move_held_to_ownership_and_mode(tmp_
              held("n4", "rack nvl72-a: 3 trays with fabric faults in 600 s [gpufleet]"),
              held("n5", "memory gpu5 row remapping failed [gpufleet]"), NodeInfo("n6", "IDLE")]
     rec = Recorder(nodes)
-    actuator = Actuator(rec, "health", SlurmSettings(state_dir=str(tmp_path)), modes=policy.mode_of)
+    actuator = make_actuator(rec, "health", SlurmSettings(state_dir=str(tmp_path)), modes=policy.mode_of)
     dry = hand_back(actuator, nodes, dry_run=True)
     assert rec.writes == [] and dry.marked == ["n1", "n2", "n5"]
     done = hand_back(actuator, nodes)

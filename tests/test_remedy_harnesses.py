@@ -127,7 +127,7 @@ def test_a_suspect_reservation_left_by_a_run_that_stopped_half_way_is_taken_as_i
     from slurm_gpufleet.remedy.decide import Ladder
     from slurm_gpufleet.simulators.rollout import Simulator
     from slurm_gpufleet.simulators.simslurm import SimSlurm
-    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.actuator import make_actuator
     from slurm_gpufleet.slurm.base import SlurmError
     from slurm_gpufleet.slurm.ownership import HEALTH
 
@@ -143,7 +143,7 @@ def test_a_suspect_reservation_left_by_a_run_that_stopped_half_way_is_taken_as_i
     settings = SlurmSettings(state_dir=str(tmp_path))
     history = History(str(tmp_path / "h.db"), clock=lambda: sim.now)
     carrier = Carrier("node00001", Policy(slurm=settings), history, slurm,
-                      Actuator(slurm, HEALTH, settings, clock=lambda: sim.now), Ladder(suspect_classes=("pcie",)))
+                      make_actuator(slurm, HEALTH, settings, clock=lambda: sim.now), Ladder(suspect_classes=("pcie",)))
     finding = Finding("pcie", "drain", "inspect_hardware", 2, "PCIe x4 < x16")
     report = Report("drain", [finding], NodeSnapshot(host="node00001", gpus=[Gpu(k, processes=[]) for k in range(8)]))
     done = carrier.carry(carrier.step("healthcheck", slurm.node("node00001"), report), "healthcheck")
@@ -166,7 +166,7 @@ def test_the_prolog_decides_on_the_carrier_with_the_ladder_s_reason(tmp_path, mo
     from slurm_gpufleet.simulators.rollout import Simulator
     from slurm_gpufleet.simulators.simslurm import SimSlurm
     from slurm_gpufleet.slurm import breaker
-    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.actuator import make_actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
 
     sim = Simulator([], 2, 8)
@@ -177,7 +177,7 @@ def test_the_prolog_decides_on_the_carrier_with_the_ladder_s_reason(tmp_path, mo
     group = "observe" if mode == "observe" else "full"
     history = History(str(tmp_path / "h.db"), clock=lambda: sim.now)
     carrier = Carrier("node00001", Policy(slurm=settings), history, slurm,
-                      Actuator(slurm, HEALTH, settings, clock=lambda: sim.now, modes=group),
+                      make_actuator(slurm, HEALTH, settings, clock=lambda: sim.now, modes=group),
                       Ladder(max_attempts=1, mode=group))
     finding = Finding("memory", "reboot", "reset_gpu", 1, "row remap pending")
     report = Report("reboot", [finding], NodeSnapshot(host="node00001", gpus=[Gpu(k, processes=[]) for k in range(8)]))
@@ -212,7 +212,7 @@ def test_a_validation_job_slurm_forgot_is_read_from_its_output_or_left_unverifie
     from slurm_gpufleet.remedy.returning import EXIT_MARK, reservation_name
     from slurm_gpufleet.simulators.rollout import Simulator
     from slurm_gpufleet.simulators.simslurm import SimSlurm
-    from slurm_gpufleet.slurm.actuator import Actuator
+    from slurm_gpufleet.slurm.actuator import make_actuator
     from slurm_gpufleet.slurm.ownership import HEALTH
 
     sim = Simulator([], 2, 8)
@@ -230,7 +230,7 @@ def test_a_validation_job_slurm_forgot_is_read_from_its_output_or_left_unverifie
         with open(validation_output(str(tmp_path), "4242"), "w") as fh:
             fh.write(f"host engine unreachable\n{EXIT_MARK}{said.split()[1]}\n")
     sim.now = 31 * 60 + 121.0   # past its time limit and the grace
-    carrier = Carrier(node, Policy(slurm=settings), history, slurm, Actuator(slurm, HEALTH, settings,
+    carrier = Carrier(node, Policy(slurm=settings), history, slurm, make_actuator(slurm, HEALTH, settings,
                       clock=lambda: sim.now), Ladder())
     ok = Report("ok", [Finding("memory", "ok", "none", None, "fine")],
                 NodeSnapshot(host=node, gpus=[Gpu(k, processes=[]) for k in range(8)]))

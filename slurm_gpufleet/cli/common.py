@@ -170,6 +170,14 @@ def _backend(policy):
         _fail(str(exc), exitcodes.USAGE)
 
 
+def _actuator(backend, actor: str, policy, **kwargs):
+    """The command's write power: its actor's actuator, held to each node's own group mode (and, for an
+    unplanned actor, the breaker of `[slurm]`)."""
+    from ..slurm.actuator import make_actuator
+
+    return make_actuator(backend, actor, policy.slurm, modes=policy.mode_of, **kwargs)
+
+
 def _fleet(policy, fleet_file: str | None):
     from ..maintain.fleet import FleetState
     from ..slurm import SlurmError

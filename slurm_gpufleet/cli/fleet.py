@@ -14,6 +14,7 @@ from ..common import exitcodes
 from ..simulators.faultsim import ALL_STRATEGIES as FAULT_STRATEGIES
 from .common import (
     Finite,
+    _actuator,
     _backend,
     _domains,
     _fail,
@@ -128,7 +129,6 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
             _fail("--drain needs drain_stragglers = true in [slurm] (opt-in)", exitcodes.USAGE)
         backend = backend or _backend(policy)
         from ..common.hostlist import fold
-        from ..slurm.actuator import Actuator
         from ..slurm.ownership import STRAGGLER
 
         try:  # one read of the fleet: each node's state, and the breaker's count
@@ -139,7 +139,7 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
         for node in unknown:
             click.echo(f"{node}: not in Slurm, not drained", err=True)
         try:
-            done = Actuator(backend, STRAGGLER, policy.slurm, fleet=fleet, modes=policy.mode_of).drain_each(pairs)
+            done = _actuator(backend, STRAGGLER, policy, fleet=fleet).drain_each(pairs)
         except SlurmError as exc:
             _fail(f"could not drain: {exc}", exitcodes.USAGE)
         drained = done.done
@@ -265,7 +265,6 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
     from ..common.hostlist import expand, fold
     from ..remedy.handback import hand_back
     from ..slurm import SlurmError
-    from ..slurm.actuator import Actuator
     from ..slurm.ownership import HEALTH
 
     try:
@@ -283,7 +282,7 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
     unknown = [n for n in wanted if n not in nodes]
     if unknown:
         _fail(f"{len(unknown)} node(s) not in Slurm: {fold(unknown)}", exitcodes.USAGE)
-    actuator = Actuator(backend, HEALTH, policy.slurm, modes=policy.mode_of)
+    actuator = _actuator(backend, HEALTH, policy)
     try:
         done = hand_back(actuator, [nodes[n] for n in wanted], dry_run)
     except SlurmError as exc:

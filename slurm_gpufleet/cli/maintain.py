@@ -14,6 +14,7 @@ from ..common import exitcodes
 from ..maintain.strategy import SIMULATED, STRATEGIES
 from .common import (
     Finite,
+    _actuator,
     _backend,
     _cache_dir,
     _domains,
@@ -488,11 +489,10 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
         runner = None
         if slurm_array:
             from ..maintain.pool import in_slurm_array
-            from ..slurm.actuator import Actuator
             from ..slurm.ownership import MAINTAIN
 
             backend = _backend(policy)
-            actuator = Actuator(backend, MAINTAIN)   # the simulation's array jobs are the maintain command's
+            actuator = _actuator(backend, MAINTAIN, policy)   # the simulation's array jobs are the maintain command's
 
             def runner(calls, say, what):
                 return in_slurm_array(calls, slurm_array, actuator, backend, os.getcwd(), say, what)

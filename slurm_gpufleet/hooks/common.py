@@ -353,10 +353,10 @@ def _start_watchdog(setup: Setup, code: int, on_timeout) -> object:
 def actuator_for(setup: Setup, backend, actor: str | None = None, **kwargs):
     """The actuator of a program that acts for its node: every write held to ownership, the breaker and the
     node group's mode (observe writes no change of state; quarantine never reboots)."""
-    from ..slurm.actuator import Actuator
+    from ..slurm.actuator import make_actuator
     from ..slurm.ownership import HEALTH
 
-    return Actuator(backend, actor or HEALTH, setup.settings, modes=setup.policy.mode_of(setup.node), **kwargs)
+    return make_actuator(backend, actor or HEALTH, setup.settings, modes=setup.policy.mode_of(setup.node), **kwargs)
 
 
 def _drain_if_free(setup: Setup, reason: str) -> None:

@@ -170,8 +170,8 @@ def replace_hook_reason(node: str, reason: str, config: str | None, wait_s: floa
         try:
             info = backend.node(node)
             if info.drained and info.reason in SLURM_HOOK_REASONS:
-                said = reason_after_prolog(actuator_for(setup, backend), backend, setup.settings,
-                                           setup.policy.domains, info, reason, modes=setup.policy.mode_of)
+                said = reason_after_prolog(actuator_for(setup, backend), setup.policy.domains, info, reason,
+                                           modes=setup.policy.mode_of)
                 log.info("replaced '%s' with '%s'", info.reason, reason)
                 from ..records.history import History, db_path
 

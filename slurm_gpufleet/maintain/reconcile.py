@@ -24,7 +24,7 @@ from typing import Any
 
 from ..policy import Policy
 from ..slurm import effects as E
-from ..slurm.actuator import Actuator
+from ..slurm.actuator import make_actuator
 from ..slurm.base import SlurmError
 from ..slurm.domains import FROM_SLURM
 from ..slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX
@@ -89,6 +89,7 @@ class Engine:
                  on_event: Callable[[str, str | None, str, dict[str, int]], None] | None = None):
         self.store = store
         self.slurm = slurm
+        self.actuator = make_actuator(slurm, MAINTAIN)   # the engine's one write power
         self.policy = policy
         self.s = policy.maintain
         self.executor = executor
@@ -400,7 +401,7 @@ class Engine:
         return state
 
     def _flush(self, rid: str, writes: Writes, world: World, cap: int | None = None) -> int:
-        made = writes.flush(self.slurm, world.nodes, cap)
+        made = writes.flush(self.actuator, world.nodes, cap)
         # the reservations this step deleted are gone from its read too: a turn back in the same step
         # (auto_rollback) reads the same world, and must not delete them again
         failed = " ".join(writes.errors)
@@ -417,7 +418,7 @@ class Engine:
         for node, reservation, partition in submit:
             minutes = -(-self.s.validation_job_timeout_s // 60)
             try:
-                job_id = Actuator(self.slurm, MAINTAIN).apply(E.Submit(
+                job_id = self.actuator.apply(E.Submit(
                     validation_job_name(rid), node, reservation, partition, self.s.validation_job, minutes,
                     f"gpufleet validation of {node}"))[0]
             except SlurmError as exc:
@@ -515,7 +516,7 @@ class Engine:
         rows = [row for row in self.store.nodes(rid) if row["weight"] is not None]
         for row in rows:
             writes.weight[row["weight"]].add(row["node"])
-        writes.flush(self.slurm, world.nodes if world else None)
+        writes.flush(self.actuator, world.nodes if world else None)
         self.store.apply(rid, [(row["node"], None, "", {"weight": None}) for row in rows], now)
         for error in writes.errors:
             self.store.audit(rid, None, "slurm call failed at cleanup", error, now)

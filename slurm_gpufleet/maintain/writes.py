@@ -84,18 +84,16 @@ class Writes:
                     or self.delete or self.given_up or self.reason or self.create or self.weight or self.comments
                     or self.signals or self.requeue or self.cancel)
 
-    def flush(self, slurm: Any, nodes: dict[str, NodeInfo] | None = None, cap: int | None = None) -> int:
+    def flush(self, actuator: Any, nodes: dict[str, NodeInfo] | None = None, cap: int | None = None) -> int:
         """Every write goes through the actuator (ownership: only what a rollout may touch; its own
         reservation prefix), node states with the nodes as this step's read showed them.  The cap bounds
         node changes and postponed slots; new reservations, nodes leaving reservations (and reservations
         deleted) and a deadline plan's few job calls always go (UNCAPPED)."""
-        from ..slurm.actuator import Actuator, Applied
-        from ..slurm.ownership import MAINTAIN
+        from ..slurm.actuator import Applied
 
         self.made: list[tuple[str, str]] = []
-        actuator = Actuator(slurm, MAINTAIN)
         if nodes is None and (self.resume or self.drain or self.reboot or self.reason):
-            nodes = {n.name: n for n in slurm.nodes()}  # a caller without a read (cleanup): one, for ownership
+            nodes = {n.name: n for n in actuator.backend.nodes()}  # a caller without a read (cleanup): one, for ownership
         effects = self.effects(nodes or {})
         capped = [e for e in effects if not isinstance(e, UNCAPPED)]
         for effect in capped[:cap] + [e for e in effects if isinstance(e, UNCAPPED)]:

@@ -97,7 +97,7 @@ class Carrier:
     policy: Any                        # policy.Policy: [slurm], the node group's mode, [[domain]], [models]
     history: Any                       # history.History (or hooks.common.KeptHistory around one)
     backend: Any                       # for reads: the validation job's state, the fleet for escalation
-    actuator: Any                      # slurm.actuator.Actuator(backend, HEALTH, settings): every write, as
+    actuator: Any                      # slurm.actuator.make_actuator(backend, HEALTH, settings): every write, as
                                        # typed effects (slurm/effects.py) through its `apply`
     ladder: Ladder
     gpu_reset: GpuReset | None = None
@@ -236,7 +236,7 @@ class Carrier:
             elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
                 from .escalation import resume_domain
 
-                said = resume_domain(self.backend, settings, self.policy.domains, info, modes=self.policy.mode_of)
+                said = resume_domain(self.actuator, self.policy.domains, info, modes=self.policy.mode_of)
                 # the summary and features are this node's alone: they go out in a write of their own
                 action = Action("resume" if said.startswith("rack ") and " resumed: " in said else "none", why=said)
             elif action.kind == "resume":
@@ -284,8 +284,7 @@ class Carrier:
         if out.ok and action.kind in ("drain", "set_reason") and out.published and _rack_fault(step.findings):
             from .escalation import escalate
 
-            said = escalate(self.backend, settings, self.policy.domains, node, clock=self.actuator.clock,
-                           modes=self.policy.mode_of)
+            said = escalate(self.actuator, self.policy.domains, node, modes=self.policy.mode_of)
             if said:
                 self.history.record_action(node, hook, "rack", "", said, True)
         if action.kind != "none" or not out.ok:

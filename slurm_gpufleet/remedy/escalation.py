@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from dataclasses import dataclass
 
 from ..judging.summary import from_node, published_at
@@ -79,15 +78,15 @@ def reason_for(t: Trigger) -> str:
     return ours(f"{RACK} {t.domain} {t.why}")
 
 
-def escalate(backend, settings, policy_domains, node: str, clock=time.time, modes="full") -> str | None:
+def escalate(actuator, policy_domains, node: str, modes="full") -> str | None:
     """After `node` was drained for a fabric/NVLink finding: drain its domain whole if the domain calls
-    for it.  Returns what was done, for the log; never raises for Slurm's sake (the node's own drain
-    stands either way).  `modes`: each member's node-group mode (policy.Policy.mode_of): an observe member
-    is left as it is."""
-    from ..slurm.actuator import Actuator
+    for it, through the caller's actuator (its backend, settings and clock).  Returns what was done, for
+    the log; never raises for Slurm's sake (the node's own drain stands either way).  `modes`: each
+    member's node-group mode (policy.Policy.mode_of): an observe member is left as it is."""
     from ..slurm.base import SlurmError
 
-    found = _fleet_domain(backend, policy_domains, node)
+    settings, clock = actuator.settings, actuator.clock
+    found = _fleet_domain(actuator.backend, policy_domains, node)
     if found is None:
         return None
     fleet, domains, domain = found
@@ -95,14 +94,13 @@ def escalate(backend, settings, policy_domains, node: str, clock=time.time, mode
     members = [by_name[m] for m in domains.members[domain] if m in by_name]
     escalated = [n for n in members if rack_of_reason(n.reason) == domain]
     if escalated:
-        return _join(backend, settings, fleet, domain, escalated[0].reason, strays(members), clock, modes)
+        return _join(actuator.seeing(fleet, modes), domain, escalated[0].reason, strays(members))
     t = trigger(domain, members, settings.rack_escalate_nodes, settings.rack_escalate_window_s, clock())
     if t is None:
         return None
     reason = reason_for(t)
     try:
-        done = Actuator(backend, HEALTH, settings, fleet=fleet, clock=clock, modes=modes).drain_domain(
-            domain, members, reason, len(domains.members))
+        done = actuator.seeing(fleet, modes).drain_domain(domain, members, reason, len(domains.members))
     except SlurmError as exc:
         log.error("rack escalation of %s failed: %s", domain, exc)
         return f"rack {domain} not drained: {exc}"
@@ -114,15 +112,14 @@ def escalate(backend, settings, policy_domains, node: str, clock=time.time, mode
     return f"rack {domain} drained: {reason}"
 
 
-def reason_after_prolog(actuator, backend, settings, policy_domains, info: NodeInfo, reason: str,
-                        clock=time.time, modes="full") -> str | None:
+def reason_after_prolog(actuator, policy_domains, info: NodeInfo, reason: str, modes="full") -> str | None:
     """A failed prolog's node, which slurmd drained as "Prolog error": our reason in its place, through
     the actuator, and a fabric fault the prolog caught counted for its rack too.  Returns what the rack
     escalation did, if anything (hooks/prolog.replace_hook_reason and the fault simulator both)."""
     actuator.set_reason([info], reason)
     if fault_of(reason) is None:
         return None
-    return escalate(backend, settings, policy_domains, info.name, clock=clock, modes=modes)
+    return escalate(actuator, policy_domains, info.name, modes=modes)
 
 
 def strays(members: list[NodeInfo]) -> list[NodeInfo]:
@@ -133,14 +130,13 @@ def strays(members: list[NodeInfo]) -> list[NodeInfo]:
             and fault_of(n.reason) is not None]
 
 
-def _join(backend, settings, fleet, domain: str, reason: str, late: list[NodeInfo], clock, modes) -> str | None:
-    from ..slurm.actuator import Actuator
+def _join(actuator, domain: str, reason: str, late: list[NodeInfo]) -> str | None:
     from ..slurm.base import SlurmError
 
     if not late:
         return None  # already escalated: its members carry the domain's reason
     try:
-        done = Actuator(backend, HEALTH, settings, fleet=fleet, clock=clock, modes=modes).set_reason(late, reason)
+        done = actuator.set_reason(late, reason)
     except SlurmError as exc:
         log.error("rack %s: %s not given its reason: %s", domain, ", ".join(n.name for n in late), exc)
         return None
@@ -196,11 +192,12 @@ def ready_to_resume(domain: str, members: list[NodeInfo], drained_at: float | No
     return ours
 
 
-def resume_domain(backend, settings, policy_domains, info: NodeInfo, modes="full") -> str:
+def resume_domain(actuator, policy_domains, info: NodeInfo, modes="full") -> str:
     """A rack-escalated node whose own checks pass: resume the whole domain when every member passes.
     One write over the members, with no fields: the deciding node's summary is its own, published apart."""
-    from ..slurm.actuator import Actuator
     from ..slurm.base import SlurmError
+
+    backend = actuator.backend
     from ..slurm.domains import discover, fabric_domain
 
     domain = rack_of_reason(info.reason)
@@ -215,5 +212,5 @@ def resume_domain(backend, settings, policy_domains, info: NodeInfo, modes="full
     ready = ready_to_resume(domain or "", members, info.reason_time, clean_now=info.name)
     if ready is None:
         return f"waiting for every member of rack {domain} to pass its checks"
-    done = Actuator(backend, HEALTH, settings, modes=modes).resume(ready)
+    done = actuator.seeing(modes=modes).resume(ready)
     return f"rack {domain} resumed: {', '.join(done.done)}" if done.done else f"rack {domain} not resumed"

@@ -72,7 +72,7 @@ def run_step(backend: Any, policy, now: float | None = None, dry_run: bool = Fal
     """Raises SlurmError when the nodes or the sweep jobs cannot be read (nothing written then)."""
     from ..slurm import SlurmError
     from ..slurm import effects as E
-    from ..slurm.actuator import Actuator
+    from ..slurm.actuator import make_actuator
     from ..slurm.ownership import HEALTH
 
     settings = policy.slurm
@@ -87,7 +87,7 @@ def run_step(backend: Any, policy, now: float | None = None, dry_run: bool = Fal
         if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
             active[comment.rsplit(" ", 1)[-1]] = (job_id, state)
     step.running = sorted(active)
-    actuator = Actuator(backend, HEALTH, settings, modes=policy.mode_of)
+    actuator = make_actuator(backend, HEALTH, settings, modes=policy.mode_of)
     stale = [job_id for node, (job_id, state) in active.items()
              if state == "PENDING" and now - last.get(node, now) > settings.sweep_minutes * 60]
     if stale and not dry_run:

@@ -761,7 +761,7 @@ class _Lab:
 
         from ..policy import DomainSpec, Policy, SlurmSettings
         from ..records.history import History
-        from ..slurm.actuator import Actuator
+        from ..slurm.actuator import make_actuator
         from ..slurm.ownership import HEALTH
         from .simslurm import SimSlurm
 
@@ -784,7 +784,7 @@ class _Lab:
         # the fleet's nodes in one file (a node's own file holds one): each node's rows found by its name
         for table in ("runs", "actions", "reboots", "remedies", "case_closes", "validations", "suspects"):
             self.history.conn.execute(f"create index if not exists [sim_{table}_node] on [{table}] (node)")
-        self.actuator = Actuator(self.slurm, HEALTH, self.settings, clock=lambda: sim.now, modes=ladder.mode)
+        self.actuator = make_actuator(self.slurm, HEALTH, self.settings, clock=lambda: sim.now, modes=ladder.mode)
         self.position = {n.name: i for i, n in enumerate(sim.nodes)}
         self.blocked = False
         # the ladder without its reset rung: the same finding under the reboot-first action
@@ -829,9 +829,8 @@ class _Lab:
                 from ..remedy.escalation import reason_after_prolog
 
                 self.slurm.prolog_failed(node.name)
-                reason_after_prolog(self.actuator, self.slurm, self.settings, self.policy.domains,
-                                    self.slurm.node(node.name), done.action.reason, clock=lambda: self.sim.now,
-                                    modes=self.ladder.mode)
+                reason_after_prolog(self.actuator, self.policy.domains, self.slurm.node(node.name),
+                                    done.action.reason, modes=self.ladder.mode)
         from ..slurm import breaker
 
         # held back by the breaker: this node's write, or its rack's escalation after it

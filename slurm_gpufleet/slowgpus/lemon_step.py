@@ -40,7 +40,7 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     modes: each node's group mode (policy.Policy.mode_of): an observe node is neither held nor drained."""
     from ..slurm import SlurmError
     from ..slurm import effects as E
-    from ..slurm.actuator import Actuator
+    from ..slurm.actuator import make_actuator
     from ..slurm.ownership import STRAGGLER
 
     added: list[Flag] = []
@@ -65,7 +65,7 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     if dry_run:
         return step
     errors = step.errors
-    actuator = Actuator(backend, STRAGGLER, settings, fleet=nodes, modes=modes)
+    actuator = make_actuator(backend, STRAGGLER, settings, fleet=nodes, modes=modes)
     for node in d.reserve:
         try:
             actuator.apply(E.Reserve(L.reservation_name(node), (node,), None, int(settings.lemon_hold_hours * 60)))

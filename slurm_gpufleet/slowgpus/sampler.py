@@ -226,7 +226,7 @@ def publish(backend: Any, node: str, field: str, digest: dict[str, Any], setting
     into the copy the node's last writer kept (summary.kept_published, younger than `kept_for_s`), so that
     slurmctld is only written to; read from Slurm where there is no such copy."""
     from ..judging import summary
-    from ..slurm.actuator import Actuator
+    from ..slurm.actuator import make_actuator
     from ..slurm.ownership import HEALTH
 
     data = summary.kept_published(settings.state_dir, node, field, kept_for_s) if kept_for_s > 0 else None
@@ -238,7 +238,7 @@ def publish(backend: Any, node: str, field: str, digest: dict[str, Any], setting
             return  # someone else's text: never overwritten
     # one digest per job: two multi-node jobs sharing the node each keep theirs
     data["is"] = {**summary.digests(data.get("is")), str(digest["j"]): digest}
-    Actuator(backend, HEALTH, settings).publish(node, {field: json.dumps(data, separators=(",", ":"))})
+    make_actuator(backend, HEALTH, settings).publish(node, {field: json.dumps(data, separators=(",", ":"))})
     summary.keep_published(settings.state_dir, node, field, data)
 
 

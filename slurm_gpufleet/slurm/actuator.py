@@ -34,6 +34,7 @@ Writes are batched: one Slurm call per distinct change over a host list.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -85,9 +86,24 @@ class Applied:
     errors: list[str] = field(default_factory=list)
 
 
+# what make_actuator hands the constructor: an Actuator made any other way is refused at run time, and
+# tests/test_actuator_only.py refuses any other module's use of this name
+_MINT = object()
+
+
+def make_actuator(backend, actor: str, settings=None, *, fleet: list[NodeInfo] | None = None,
+                  clock=time.time, modes: str | Callable[[str], str] = "full") -> Actuator:
+    """The one way to obtain write power: an actuator for an actor ownership declares (ownership.ACTORS).
+    Each program calls it once (tests/test_actuator_only.py lists where); a narrower view for one call
+    (another fleet read, each member's mode) is `Actuator.seeing`, the same writer."""
+    if actor not in ACTORS:
+        raise ValueError(f"{actor!r} is no actor ownership declares ({', '.join(ACTORS)})")
+    return Actuator(backend, actor, settings, fleet=fleet, clock=clock, modes=modes, mint=_MINT)
+
+
 class Actuator:
     def __init__(self, backend, actor: str, settings=None, *, fleet: list[NodeInfo] | None = None,
-                 clock=time.time, modes: str | Callable[[str], str] = "full"):
+                 clock=time.time, modes: str | Callable[[str], str] = "full", mint: object = None):
         """settings: the [slurm] settings (breaker threshold, window, file); an unplanned actor without them
         is a programming error, never a silently unguarded drain.
         fleet: a fleet read the caller already holds (the breaker then reads none).
@@ -95,8 +111,8 @@ class Actuator:
         its name (policy.Policy.mode_of: actors over many nodes); a write about a job or a reservation by
         name follows the one node's mode, and is not judged where the actor has many (its own jobs and
         reservations exist only where their node's mode let them be made)."""
-        if actor not in ACTORS:
-            raise ValueError(f"{actor!r} is no actor ownership declares ({', '.join(ACTORS)})")
+        if mint is not _MINT:
+            raise PermissionError("an Actuator is made by slurm.actuator.make_actuator alone")
         if actor in UNPLANNED and settings is None:
             raise TypeError(f"the {actor} actor needs the [slurm] settings: its drains go through the breaker")
         self.backend = backend             # its reads (the breaker's fleet)
@@ -106,6 +122,17 @@ class Actuator:
         self.fleet = fleet
         self.clock = clock
         self.modes = modes
+
+    def seeing(self, fleet: list[NodeInfo] | None = None,
+               modes: str | Callable[[str], str] | None = None) -> Actuator:
+        """The same actuator (its actor, settings, clock and writer) with a fleet read the caller holds (the
+        breaker reads none) or each node's own mode: a rack's members are judged each by its own group."""
+        view = copy.copy(self)
+        if fleet is not None:
+            view.fleet = fleet
+        if modes is not None:
+            view.modes = modes
+        return view
 
     # -- the mode rule ----------------------------------------------------------------------------
     def mode(self, node: str | None) -> str:
