@@ -68,7 +68,7 @@ def test_an_actuator_holds_its_writer_out_of_reach_and_takes_only_a_declared_act
 # prolog, epilog), the in-job sampler, `fleet lemons`, `fleet sweep`, the other commands, the rollout
 # engine and the fault simulator.  Everything else is handed an actuator.
 ACTUATOR_MADE_IN = {"hooks/common.py", "slowgpus/sampler.py", "slowgpus/lemon_step.py", "remedy/sweep.py",
-                    "cli/common.py", "maintain/reconcile.py", "simulators/faultsim.py"}
+                    "cli/common.py", "maintain/reconcile.py", "simulators/faultrun.py"}
 
 
 def test_an_actuator_is_made_in_one_place_per_program_and_only_through_the_factory():

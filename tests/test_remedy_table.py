@@ -130,3 +130,13 @@ def test_heat_is_a_cool_off_drain_with_slurm_s_exit_until_its_attempts_are_cappe
     assert quarantine.kind == "drain" and quarantine.resume_after_s is None
     fan = [Finding("thermal", "drain", "inspect_hardware", 2, "fan error")]
     assert decide(idle, "drain", fan, NodeHistory(), 3, ladder=ladder).resume_after_s is None
+
+
+def test_every_kind_of_action_has_its_handler_in_the_carrier_and_no_other_word_is_an_action():
+    from slurm_gpufleet.remedy.carrier import CARRY
+    from slurm_gpufleet.remedy.decide import Action, Kind
+
+    assert set(CARRY) == set(Kind)
+    assert Action("drain").kind is Kind.DRAIN and Action("drain").kind == "drain"
+    with pytest.raises(ValueError):
+        Action("drian")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..slurm import effects as E
-from .decide import Action, Ladder, decide
+from .decide import Action, Kind, Ladder, decide
 from .table import (
     DRAINED,
     IN_SERVICE,
@@ -206,88 +206,29 @@ class Carrier:
 
     # -- carrying it out ------------------------------------------------------------------------------
     def carry(self, step: Step, hook: str, fields: dict[str, str] | None = None) -> Carried:
-        """The node's one write: the action, with `fields` riding in it.  Returns what was done."""
+        """The node's one write: the action, with `fields` riding in it, by its kind's handler (CARRY).
+        Returns what was done."""
         from ..slurm import SlurmError
-        from ..slurm.ownership import rack_of_reason
-        from ..slurm.reasons import words_of
-        from .returning import validate_reason
 
-        action, info, node, settings = step.action, step.info, self.node, self.settings
+        action, info, node = step.action, step.info, self.node
         out = Carried(action)
         try:
-            if action.kind == "drain":
-                if action.resume_after_s and _has_resume_after(self.backend):
-                    fields = {**(fields or {}), "resumeafter": str(action.resume_after_s)}
-                (done,) = self.actuator.apply(E.Drain((info,), action.reason, fields or None))
-                out.published = bool(done.done or done.reason_set)
-                if done.blocked:
-                    out.blocked = done.breaker
-                    self.history.record_action(node, hook, "breaker", action.reason, out.blocked, True)
-                    action = Action("none", why=f"not drained, breaker open: {out.blocked}")
-            elif action.kind == "set_reason":
-                out.published = bool(self.actuator.apply(E.SetReason((info,), action.reason, fields or None))[0].done)
-            elif action.kind == "fail":
-                # slurmd drains the node for the failed prolog; the breaker is asked first, as for our drains
-                (done,) = self.actuator.apply(E.FailProlog((info,)))
-                if done.breaker:
-                    out.blocked = done.breaker
-                    self.history.record_action(node, hook, "breaker", action.reason, out.blocked, True)
-                    action = Action("none", why=f"the job runs, the node is not drained: breaker open: {out.blocked}")
-            elif action.kind == "resume" and rack_of_reason(info.reason) is not None:
-                from .escalation import resume_domain
-
-                said = resume_domain(self.actuator, self.policy.domains, info, modes=self.policy.mode_of)
-                # the summary and features are this node's alone: they go out in a write of their own
-                action = Action("resume" if said.startswith("rack ") and " resumed: " in said else "none", why=said)
-            elif action.kind == "resume":
-                out.published = bool(self.actuator.apply(E.Resume((info,), fields or None))[0].done)
-            elif action.kind == "suspect":
-                try:
-                    self.actuator.apply(E.Reserve(suspect_reservation(node), (node,), None, SUSPECT_HOLD_MINUTES))
-                except SlurmError:
-                    # one left by a run that stopped between the reservation and its record: held already
-                    # (a read on this path alone)
-                    if suspect_reservation(node) not in {r.name for r in self.backend.reservations()}:
-                        raise
-                    log.warning("suspect reservation %s already there: held as it is", suspect_reservation(node))
-                from .ladder import class_of
-
-                self.history.start_suspect(node, class_of(action.finding), action.fault or "", action.reason)
-                self._record_remedy(action, info.boot_time)
-            elif action.kind == "suspect_pass":
-                self.history.pass_suspect(node)
-            elif action.kind == "release":
-                self._end_suspect("released")
-            elif action.kind == "reboot":
-                if settings.validation_command:
-                    # back to work only through a validation run (returning.py): the node comes back DOWN with
-                    # this reason (Slurm adds ": reboot issued : reboot complete"), not resumed by Slurm
-                    action.reason = validate_reason(f"reboot: {words_of(action.reason) or action.reason}")
-                    (done,) = self.actuator.apply(E.Reboot((info,), action.reason, "DOWN"))
-                else:
-                    (done,) = self.actuator.apply(E.Reboot((info,), action.reason))
-                if done.blocked:
-                    out.blocked = done.breaker
-                    self.history.record_action(node, hook, "breaker", action.reason, out.blocked, True)
-                    action = Action("none", why=f"not rebooted, breaker open: {out.blocked}")
-                elif done.done:
-                    self.history.record_reboot(node, action.fault or "", info.boot_time)
-                    self._record_remedy(action, info.boot_time)
-            if action.rung in ("repair", "cool_off") and action.kind in ("drain", "set_reason", "fail") \
+            action = CARRY[action.kind](self, step, action, out, hook, fields)
+            if action.rung in ("repair", "cool_off") and action.kind in (Kind.DRAIN, Kind.SET_REASON, Kind.FAIL) \
                     and not out.blocked:
                 self._record_remedy(action, info.boot_time)
-            if action.kind in ("drain", "reboot") and step.before == SUSPECT and not out.blocked:
+            if action.kind in (Kind.DRAIN, Kind.REBOOT) and step.before == SUSPECT and not out.blocked:
                 # held out of service now by the drain: the suspect's reservation goes
                 self._end_suspect("repair" if action.rung == "repair" else "ended")
         except SlurmError as exc:
             out.ok, out.error = False, str(exc)
-        if out.ok and action.kind in ("drain", "set_reason") and out.published and _rack_fault(step.findings):
+        if out.ok and action.kind in (Kind.DRAIN, Kind.SET_REASON) and out.published and _rack_fault(step.findings):
             from .escalation import escalate
 
             said = escalate(self.actuator, self.policy.domains, node, modes=self.policy.mode_of)
             if said:
                 self.history.record_action(node, hook, "rack", "", said, True)
-        if action.kind != "none" or not out.ok:
+        if action.kind != Kind.NONE or not out.ok:
             self.history.record_action(node, hook, action.kind, action.reason, action.why, out.ok, out.error)
             (log.info if out.ok else log.error)("%s %s%s: %s%s", hook, action.kind,
                                                 f" '{action.reason}'" if action.reason else "", action.why,
@@ -296,6 +237,92 @@ class Carrier:
             log.info("%s verdict %s: %s", hook, step.final, action.why)
         out.action = action
         return out
+
+    # -- the handlers, one per kind (CARRY below): each makes its writes and returns the action as done ---
+    def _blocked(self, out: Carried, hook: str, action: Action, done, why: str) -> Action:
+        """A write the breaker held back: said in the history, and the action becomes none."""
+        out.blocked = done.breaker
+        self.history.record_action(self.node, hook, "breaker", action.reason, out.blocked, True)
+        return Action(Kind.NONE, why=f"{why}: {out.blocked}")
+
+    def _carry_drain(self, step: Step, action: Action, out: Carried, hook: str, fields) -> Action:
+        if action.resume_after_s and _has_resume_after(self.backend):
+            fields = {**(fields or {}), "resumeafter": str(action.resume_after_s)}
+        (done,) = self.actuator.apply(E.Drain((step.info,), action.reason, fields or None))
+        out.published = bool(done.done or done.reason_set)
+        return self._blocked(out, hook, action, done, "not drained, breaker open") if done.blocked else action
+
+    def _carry_set_reason(self, step: Step, action: Action, out: Carried, hook: str, fields) -> Action:
+        out.published = bool(self.actuator.apply(E.SetReason((step.info,), action.reason, fields or None))[0].done)
+        return action
+
+    def _carry_fail(self, step: Step, action: Action, out: Carried, hook: str, fields) -> Action:
+        # slurmd drains the node for the failed prolog; the breaker is asked first, as for our drains
+        (done,) = self.actuator.apply(E.FailProlog((step.info,)))
+        if done.breaker:
+            return self._blocked(out, hook, action, done, "the job runs, the node is not drained: breaker open")
+        return action
+
+    def _carry_resume(self, step: Step, action: Action, out: Carried, hook: str, fields) -> Action:
+        from ..slurm.ownership import rack_of_reason
+
+        if rack_of_reason(step.info.reason) is None:
+            out.published = bool(self.actuator.apply(E.Resume((step.info,), fields or None))[0].done)
+            return action
+        from .escalation import resume_domain
+
+        said = resume_domain(self.actuator, self.policy.domains, step.info, modes=self.policy.mode_of)
+        # the summary and features are this node's alone: they go out in a write of their own
+        return Action(Kind.RESUME if said.startswith("rack ") and " resumed: " in said else Kind.NONE, why=said)
+
+    def _carry_suspect(self, step: Step, action: Action, out: Carried, hook: str, fields) -> Action:
+        from ..slurm import SlurmError
+        from .ladder import class_of
+
+        node = self.node
+        try:
+            self.actuator.apply(E.Reserve(suspect_reservation(node), (node,), None, SUSPECT_HOLD_MINUTES))
+        except SlurmError:
+            # one left by a run that stopped between the reservation and its record: held already
+            # (a read on this path alone)
+            if suspect_reservation(node) not in {r.name for r in self.backend.reservations()}:
+                raise
+            log.warning("suspect reservation %s already there: held as it is", suspect_reservation(node))
+        self.history.start_suspect(node, class_of(action.finding), action.fault or "", action.reason)
+        self._record_remedy(action, step.info.boot_time)
+        return action
+
+    def _carry_suspect_pass(self, step: Step, action: Action, out: Carried, hook: str, fields) -> Action:
+        self.history.pass_suspect(self.node)
+        return action
+
+    def _carry_release(self, step: Step, action: Action, out: Carried, hook: str, fields) -> Action:
+        self._end_suspect("released")
+        return action
+
+    def _carry_reboot(self, step: Step, action: Action, out: Carried, hook: str, fields) -> Action:
+        from ..slurm.reasons import words_of
+        from .returning import validate_reason
+
+        info = step.info
+        if self.settings.validation_command:
+            # back to work only through a validation run (returning.py): the node comes back DOWN with
+            # this reason (Slurm adds ": reboot issued : reboot complete"), not resumed by Slurm
+            action.reason = validate_reason(f"reboot: {words_of(action.reason) or action.reason}")
+            (done,) = self.actuator.apply(E.Reboot((info,), action.reason, "DOWN"))
+        else:
+            (done,) = self.actuator.apply(E.Reboot((info,), action.reason))
+        if done.blocked:
+            return self._blocked(out, hook, action, done, "not rebooted, breaker open")
+        if done.done:
+            self.history.record_reboot(self.node, action.fault or "", info.boot_time)
+            self._record_remedy(action, info.boot_time)
+        return action
+
+    def _carry_nothing(self, step: Step, action: Action, out: Carried, hook: str, fields) -> Action:
+        """A reset and a validation run were carried out in `step` (before the node's one write); none
+        writes nothing."""
+        return action
 
     def _end_suspect(self, state: str) -> None:
         """The suspect hold ends: its reservation deleted (one already gone is no error), its row closed."""
@@ -607,6 +634,15 @@ def _fail_job(action: Action, findings: list[Finding]) -> Action:
 # `scontrol update ... state=drain resumeafter=S` (and the in-memory Slurm): Slurm 23.02 on
 RESUME_AFTER_SINCE = (23, 2)
 
+
+# kind -> its handler: every Kind has one (tests/test_remedy_table.py holds it)
+CARRY = {
+    Kind.DRAIN: Carrier._carry_drain, Kind.SET_REASON: Carrier._carry_set_reason, Kind.FAIL: Carrier._carry_fail,
+    Kind.RESUME: Carrier._carry_resume, Kind.SUSPECT: Carrier._carry_suspect,
+    Kind.SUSPECT_PASS: Carrier._carry_suspect_pass, Kind.RELEASE: Carrier._carry_release,
+    Kind.REBOOT: Carrier._carry_reboot, Kind.RESET: Carrier._carry_nothing, Kind.VALIDATE: Carrier._carry_nothing,
+    Kind.NONE: Carrier._carry_nothing,
+}
 
 def _has_resume_after(backend) -> bool:
     """Whether this Slurm resumes a drained node by itself (ResumeAfter); unknown is no: the health check's

@@ -23,6 +23,7 @@ there); remedy/table.py holds the states and moves every action makes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 
 from ..judging.findings import Finding
 from ..slurm import reasons
@@ -80,20 +81,37 @@ def suspect_classes() -> tuple[str, ...]:
     return tuple(remediation_data().get("suspect", {}).get("classes", []))
 
 
+class Kind(StrEnum):
+    """What an action asks of Slurm: one handler each in the carrier's table (remedy/carrier.py).  A kind
+    is its own word in the history and the logs (a StrEnum: "drain" == Kind.DRAIN)."""
+
+    DRAIN = "drain"
+    SET_REASON = "set_reason"
+    RESUME = "resume"
+    REBOOT = "reboot"
+    RESET = "reset"
+    VALIDATE = "validate"
+    SUSPECT = "suspect"            # hold it in its own reservation
+    SUSPECT_PASS = "suspect_pass"  # a clean re-check counted
+    RELEASE = "release"            # the hold ends
+    FAIL = "fail"                  # the prolog's: it fails, slurmd drains the node
+    NONE = "none"
+
+
 @dataclass
 class Action:
     """What the health check asks of Slurm for a node, and why."""
 
-    # drain | set_reason | resume | reboot | reset | validate | suspect (hold it in its own reservation) |
-    # suspect_pass (a clean re-check counted) | release (the hold ends) | fail (the prolog's: it fails, slurmd
-    # drains the node; remedy/carrier.py) | none
-    kind: str
+    kind: Kind
     reason: str = ""
     why: str = ""
     fault: str | None = None
     finding: Finding | None = None   # what a reset or reboot remedies (its class, its GPUs)
     rung: str = ""                   # the ladder's rung this action is: reset, reboot, suspect, cool_off, repair
     resume_after_s: int | None = None  # a cool-off drain: Slurm resumes the node by itself after this
+
+    def __post_init__(self) -> None:
+        self.kind = Kind(self.kind)   # a word no handler carries is refused here, not at the write
 
 
 def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeHistory,
