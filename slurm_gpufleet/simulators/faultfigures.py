@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .faultsim import Fault
+from .faultmodel import Fault
 
 
 def figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:

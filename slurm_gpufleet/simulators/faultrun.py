@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .failures import MAX_BATCH_REQUEUE
-from .faultsim import CRASH_S, EPILOG_S, Fault, FaultModel
+from .faultmodel import CRASH_S, EPILOG_S, Fault, FaultModel
 from .rollout import Controller, Simulator
 
 
