@@ -86,3 +86,8 @@ def test_the_order_test_sees_an_import_against_the_order(tmp_path):
     probe.write_text("def f():\n    from ..cli import output\n")
     found = list(_imports("slurm_gpufleet.readers.probe", probe, False))
     assert found == [(2, "slurm_gpufleet.cli", "output")]
+
+
+def test_no_module_is_over_600_lines():
+    long = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}

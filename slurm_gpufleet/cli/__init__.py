@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from . import fleet, maintain, node  # noqa: F401  (each registers its commands on the top group)
+from . import fleet, fleet_simulate, maintain, node, slurm_setup  # noqa: F401  (each registers its commands on the top group)
 from .common import INTERNAL_ERROR, cli
 
 __all__ = ["cli", "main"]

@@ -20,9 +20,21 @@ from typing import TYPE_CHECKING
 from ..common import watchdog
 from ..judging.summary import encode as encode_summary
 from ..judging.summary import keep_published, live_digests, published_at, write_private
-from ..judging.summary import parse as parse_summary
 from ..policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
 from ..slurm.reasons import ours
+from .goodconfig import (
+    LAST_GOOD_CONFIG,  # noqa: F401  (as callers name them)
+    keep_good_config,
+    last_good_policy,
+)
+from .published import (
+    _OTHERS,
+    _feature_fields,
+    _news,
+    _shown,
+    driver_features,  # noqa: F401  (as callers name them)
+    heartbeat,
+)
 
 if TYPE_CHECKING:
     from ..judging.findings import Finding
@@ -104,82 +116,6 @@ def _setup(hook: str, config: str | None, node: str | None, job: str | None = No
     global _ERROR_LOG
     _ERROR_LOG = os.path.join(policy.slurm.state_dir, ERROR_LOG_NAME)
     return Setup(node, policy, policy.slurm, refused[0].where if refused else None, config_error)
-
-
-# the last config that loaded, kept by the programs Slurm runs so that a config that stops loading (a typo,
-# a half-copied file) narrows nothing away: they go on with it, and say so
-LAST_GOOD_CONFIG = "last-good-config.toml"
-
-
-def keep_good_config(path: str, state_dir: str) -> None:
-    """A copy of the config that just loaded, where it differs from the kept one (one small read a run)."""
-    kept = os.path.join(state_dir, LAST_GOOD_CONFIG)
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read()
-        try:
-            with open(kept, "rb") as fh:
-                if fh.read() == text:
-                    return
-        except OSError:
-            pass
-        write_private(kept, text)
-    except OSError as exc:
-        log.warning("the config that loaded not kept in %s: %s", state_dir, exc)
-
-
-def last_good_policy(path: str | None, error: str) -> tuple[Policy, str]:
-    """The policy to run on when `path` does not load: the copy of the last one that did (in the state
-    directory the broken file names, where it still says, else the default one), or else the packaged
-    defaults in observe mode, with the file's [slurm] where that part still loads.  Never wider than before:
-    a group that no longer parses keeps the mode it had, and with nothing kept nothing is changed in Slurm."""
-    from ..policy.trust import problem
-
-    state_dir, slurm = _slurm_of_broken(path)
-    kept = os.path.join(state_dir, LAST_GOOD_CONFIG)
-    if os.path.exists(kept) and problem(kept) is None:
-        try:
-            return load_policy(kept), f"the last config that loaded ({kept})"
-        except PolicyError as exc:
-            log.error("the kept config %s does not load either: %s", kept, exc)
-    policy = default_policy()
-    policy.slurm = slurm
-    policy.defaults = {"mode": "observe"}
-    return policy, "the packaged defaults in observe mode (no config has loaded here yet)"
-
-
-def _slurm_of_broken(path: str | None) -> tuple[str, SlurmSettings]:
-    """The state directory and [slurm] settings a config that does not load still gives, where they do."""
-    import tomllib
-
-    from ..policy import SLURM_VALIDATORS, _KeyLines, _site_section
-
-    default = SlurmSettings()
-    if not path:
-        return default.state_dir, default
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read(1 << 20).decode("utf-8", "replace")
-    except OSError:
-        return default.state_dir, default
-    try:
-        data = tomllib.loads(text)
-    except (ValueError, RecursionError):  # not TOML at all: its state_dir line, where one is plain
-        import re
-
-        said = re.search(r'(?m)^[ \t]*state_dir[ \t]*=[ \t]*"(/[^"\n]*)"[ \t]*$', text)
-        return (said.group(1) if said else default.state_dir), default
-    table = data.get("slurm") if isinstance(data, dict) else None
-    if not isinstance(table, dict):
-        return default.state_dir, default
-    try:
-        slurm = SlurmSettings(**_site_section({"slurm": table}, "slurm", SLURM_VALIDATORS, path, _KeyLines(text)))
-        return slurm.state_dir, slurm
-    except (PolicyError, TypeError, ValueError):
-        pass
-    state_dir = table.get("state_dir")
-    good = isinstance(state_dir, str) and os.path.isabs(state_dir)
-    return (state_dir if good else default.state_dir), default
 
 
 # slurmd discards what a health check prints, so an internal error is also kept on the node, one line each
@@ -582,81 +518,6 @@ class KeptHistory:
                 self._fail(exc)
                 return empty.get(name)
         return call
-
-
-def driver_features(prefix: str, driver: str | None, cuda: str | None) -> list[str]:
-    """gpufleet_drv580, gpufleet_drv580.159.04, gpufleet_cuda13.0: what a job can --constraint on."""
-    out = []
-    if driver:
-        out += [f"{prefix}drv{driver.split('.')[0]}", f"{prefix}drv{driver}"]
-    if cuda:
-        out.append(f"{prefix}cuda{cuda}")
-    return out
-
-
-def _feature_fields(info, prefix: str, driver: str | None, cuda: str | None) -> dict[str, str]:
-    """Our features, when they changed; every feature without our prefix stays as the site set it."""
-    want = driver_features(prefix, driver, cuda)
-    if not want:
-        return {}  # nothing readable: keep what the node had rather than pretend it has no driver
-    if sorted(f for f in info.features if f.startswith(prefix)) == sorted(want) and \
-            sorted(f for f in info.active_features if f.startswith(prefix)) == sorted(want):
-        return {}
-    available = [f for f in info.features if not f.startswith(prefix)] + want
-    active = [f for f in info.active_features if not f.startswith(prefix)] + want
-    return {"availablefeatures": ",".join(available), "activefeatures": ",".join(active)}
-
-
-def _older_than_slurmd(old: dict, info) -> bool:
-    """Published before this slurmd started: the first check after a restart or a reboot always
-    publishes, even unchanged (an upgrade repeated after a crash installs the same driver again, and a
-    rollout validates only from a summary newer than its command)."""
-    if info.slurmd_start is None:
-        return False
-    published = published_at(old)
-    return published is None or published < info.slurmd_start
-
-
-_OTHERS = object()  # the field holds someone else's text
-
-
-def _shown(info, field: str) -> dict | object | None:
-    """The field's summary as Slurm shows it: ours parsed, None when empty, _OTHERS for foreign text."""
-    current = info.extra if field == "extra" else info.comment
-    if not current:
-        return None
-    old = parse_summary(current)
-    return _OTHERS if old is None else old
-
-
-_UNREAD = object()
-
-
-def heartbeat(settings: SlurmSettings) -> float:
-    """This node's heartbeat (summary.heartbeat_s) at the fleet size slurm.conf gives (kept, not parsed)."""
-    from ..judging.summary import heartbeat_s
-    from .quiet import fleet_size
-
-    return heartbeat_s(settings, fleet_size(settings.state_dir,
-                                            os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"))
-
-
-def _news(info, field: str, data: dict, shown=_UNREAD, heartbeat_s: float | None = None) -> str | None:
-    """The summary to write, or None: someone else's text is never overwritten, and an unchanged
-    summary is written only once per slurmd start, or again once it is `heartbeat_s` old (its `t`
-    renewed, so that `fleet` tells a node that stopped checking from one with nothing new).  `shown`:
-    what _shown read already, if it did."""
-    if shown is _UNREAD:
-        shown = _shown(info, field)
-    if shown is _OTHERS:
-        return None
-    if shown is not None:
-        same = {k: v for k, v in shown.items() if k != "t"} == {k: v for k, v in data.items() if k != "t"}
-        at = published_at(shown)
-        aged = heartbeat_s is not None and (at is None or time.time() - at >= heartbeat_s)
-        if same and not _older_than_slurmd(shown, info) and not aged:
-            return None
-    return json.dumps(data, separators=(",", ":"))
 
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from .failures import MAX_BATCH_REQUEUE
 from .faultmodel import CRASH_S, EPILOG_S, Fault, FaultModel
-from .rollout import Controller, Simulator
+from .jobsim import Controller, Simulator
 
 
 @dataclass(frozen=True)
