@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from support import REPO
 
 from slurm_gpufleet.cli import docgen
@@ -16,6 +17,24 @@ def test_the_generated_reference_pages_are_current():
              if not (REPO / "docs" / "reference" / name).exists()
              or (REPO / "docs" / "reference" / name).read_text() != text]
     assert stale == [], f"docs/reference/{stale} differ from the code: run `python scripts/gen_docs.py`"
+
+
+def test_the_lifecycle_pictures_are_drawn_from_the_tables_the_code_runs():
+    """docs/remedies.md opens with the remedy machine as remedy/table.MOVES gives it today, and every move
+    of both tables is an edge of its picture."""
+    from slurm_gpufleet.maintain.states import TRANSITIONS, Direction
+    from slurm_gpufleet.remedy.table import MOVES
+
+    for page, _, _ in docgen.EMBEDDED:
+        text = (REPO / "docs" / page).read_text()
+        assert docgen.with_blocks(page, text) == text, f"docs/{page}: run `python scripts/gen_docs.py`"
+    picture = docgen.remedy_diagram()
+    assert all(f"    {a} --> {b}" in picture for (a, b) in MOVES if a != b)
+    assert picture.count(" --> ") == 1 + sum(1 for a, b in MOVES if a != b)
+    forward = docgen.rollout_diagram("forward")
+    assert forward.count(" --> ") == sum(len(t) for t in TRANSITIONS[Direction.FORWARD].values())
+    with pytest.raises(ValueError, match="no <!-- remedy-machine -->"):
+        docgen.with_blocks("remedies.md", "# a page without its block\n")
 
 
 def test_every_command_option_key_and_metric_is_documented():

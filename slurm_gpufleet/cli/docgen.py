@@ -348,9 +348,66 @@ def benchmarks() -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- the two lifecycles, drawn from their tables
+def remedy_diagram() -> str:
+    """A node's remedies as a Mermaid state diagram, drawn from remedy/table.MOVES: every move between two
+    states (a move to itself is a new reason for the same hold, left out), labelled where Slurm or an
+    admin makes it rather than the ladder."""
+    from ..remedy.table import IN_SERVICE, LADDER, MOVES
+
+    lines = ["```mermaid", "stateDiagram-v2", f"    [*] --> {IN_SERVICE}"]
+    lines += [f"    {a} --> {b}" + ("" if by == LADDER else f": {by}") for (a, b), (by, _) in MOVES.items() if a != b]
+    return "\n".join(lines + ["```"]) + "\n"
+
+
+def rollout_diagram(direction: str) -> str:
+    """One direction of a rollout's node states (maintain/states.TRANSITIONS) as a Mermaid state diagram."""
+    from ..maintain.states import TRANSITIONS, Direction
+
+    table = TRANSITIONS[Direction(direction)]
+    lines = ["```mermaid", "stateDiagram-v2"]
+    lines += [f"    {a} --> {b}" for a, targets in table.items() for b in sorted(targets)]
+    return "\n".join(lines + ["```"]) + "\n"
+
+
+def lifecycles() -> str:
+    from ..maintain.states import Direction
+    from ..remedy.table import MOVES
+
+    out = [HEADER, "# Lifecycles\n", "The two machines of the tool, drawn from the tables the code runs: a node's "
+           "remedies (`slurm_gpufleet/remedy/table.py`; [remedies.md](../remedies.md)) and a rollout's nodes "
+           "(`slurm_gpufleet/maintain/states.py`; [rollouts.md](../rollouts.md)).  A move not in its table is refused "
+           "at run time.\n", "## A node's remedies\n", remedy_diagram(),
+           "Every move, and who makes it (`ladder`: the health check, prolog or epilog through the actuator):\n",
+           _table(["from", "to", "by", "when"], [[a, b, by, why] for (a, b), (by, why) in MOVES.items()]),
+           "## A rollout's nodes\n"]
+    for d in Direction:
+        out += [f"### {d.value}\n", rollout_diagram(d.value)]
+    return "\n".join(out)
+
+
+# pages the hand-written docs hold a generated block of: (page, marker, what writes the block)
+EMBEDDED = (("remedies.md", "remedy-machine", remedy_diagram),
+            ("rollouts.md", "rollout-machine", lambda: rollout_diagram("forward")))
+
+
+def with_blocks(name: str, text: str) -> str:
+    """A hand-written page with its generated blocks as the code gives them today (between
+    `<!-- NAME -->` and `<!-- /NAME -->`)."""
+    for page, marker, make in EMBEDDED:
+        if page != name:
+            continue
+        start, end = f"<!-- {marker} -->\n", f"<!-- /{marker} -->"
+        i, j = text.find(start), text.find(end)
+        if i < 0 or j < i:
+            raise ValueError(f"docs/{page} has no {start.strip()} ... {end} block")
+        text = text[: i + len(start)] + make() + text[j:]
+    return text
+
+
 # ---------------------------------------------------------------- all of them
 PAGES = {"commands.md": commands, "settings.md": settings, "exit-codes.md": exit_codes,
-         "metrics.md": metrics_page, "catalogs.md": catalogs, "benchmarks.md": benchmarks}
+         "metrics.md": metrics_page, "catalogs.md": catalogs, "benchmarks.md": benchmarks, "lifecycles.md": lifecycles}
 
 
 def pages() -> dict[str, str]:
