@@ -89,6 +89,46 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
     state = saved or new_state()
     now = v.world.now
     gate = _gate(s, state)
+    c = _count(v, state, gate, ended)
+    out = GateOutcome(state, float(state["passed"]))
+    strata = _strata(gate, c, state, history, out)
+    out.recorded = [(m, drv, sig, int(e), h) for (m, drv, sig), (e, h) in c.recorded.items()]
+    verdict, why = gate.verdict()
+    state.update(t=now, ev=gate.to_dict(), last=c.seen, jobs=c.current_jobs, decision=verdict, why=why, strata=strata)
+    if verdict == WORSE:
+        out.halt = f"evidence gate: {why}"
+        out.audits.append(("gate worse", why))
+        return out
+    if boundary <= state["passed"] or boundary < 1:
+        return out
+    if boundary not in widening(v.canary, v.stage_nodes):
+        # a wave no wider than the one before, the nodes upgraded not doubled since the last soak: none
+        state.update(passed=boundary, boundary=None, since=None, waiting=None, waiting_since=None)
+        out.allowed = float(boundary)
+        out.audits.append(("gate passed", f"stage {boundary}: no soak (no wider than the one before, the nodes "
+                                          "upgraded not yet doubled); the test goes "
+                                          "on at every step"))
+        return out
+    return _soak(v, s, state, gate, c.who, boundary, verdict, why, now, out)
+
+
+@dataclass
+class _Counts:
+    """What one step counted: per GPU model, the cohorts' events per signal and node-hours; the old
+    drivers' record; the counters as seen now (the next step's baseline)."""
+
+    who: dict[str, str]
+    leaving: dict[str, str]
+    model: dict[str, str]
+    events: dict[str, dict[str, dict[str, int]]]
+    hours: dict[str, dict[str, float]]
+    recorded: dict[tuple[str, str, str], list[float]]
+    seen: dict[str, list[Any]]
+    current_jobs: list[str]
+
+
+def _count(v: Any, state: dict[str, Any], gate: Gate, ended: list[tuple[str, str, list[str]]]) -> _Counts:
+    now = v.world.now
     who = cohorts(v)
     last: dict[str, list[Any]] = state["last"]
     # a node of a cohort that left service since the last step (drained, down) still counts what it did:
@@ -144,9 +184,16 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
                     events[model[n]]["job_fail"][cohort] += 1
                 if cohort == CONTROL:
                     recorded[(model[n], driver[n], "job_fail")][0] += 1
-    out = GateOutcome(state, float(state["passed"]))
+    return _Counts(who, leaving, model, events, hours, recorded, seen, current_jobs)
+
+
+def _strata(gate: Gate, c: _Counts, state: dict[str, Any], history, out: GateOutcome) -> dict[str, Any]:
+    """Each GPU model's canary judged against its control peers in service, else against the fleet's
+    recorded rate on the drivers being replaced (said once in the audit when the basis changes)."""
+    who, model, events, hours = c.who, c.model, c.events, c.hours
     strata = {}
-    for m in sorted({model[n] for n, c in (*who.items(), *leaving.items()) if c == CANARY}):
+    strata = {}
+    for m in sorted({model[n] for n, c in (*who.items(), *c.leaving.items()) if c == CANARY}):
         canary = sum(1 for n, c in who.items() if c == CANARY and model[n] == m)
         control = sum(1 for n, c in who.items() if c == CONTROL and model[n] == m)
         if control:
@@ -166,23 +213,13 @@ def step(v: Any, saved: dict[str, Any] | None, s: Any, boundary: int, ended: lis
                 f"({strata[m]['history_node_hours']} node-h)" if judged else
                 f"the fleet's record holds under {MIN_HISTORY_NODE_HOURS:g} node-h of it: not judged, "
                 "the soak limits and `maintain approve` decide")))
-    out.recorded = [(m, drv, sig, int(e), h) for (m, drv, sig), (e, h) in recorded.items()]
-    verdict, why = gate.verdict()
-    state.update(t=now, ev=gate.to_dict(), last=seen, jobs=current_jobs, decision=verdict, why=why, strata=strata)
-    if verdict == WORSE:
-        out.halt = f"evidence gate: {why}"
-        out.audits.append(("gate worse", why))
-        return out
-    if boundary <= state["passed"] or boundary < 1:
-        return out
-    if boundary not in widening(v.canary, v.stage_nodes):
-        # a wave no wider than the one before, the nodes upgraded not doubled since the last soak: none
-        state.update(passed=boundary, boundary=None, since=None, waiting=None, waiting_since=None)
-        out.allowed = float(boundary)
-        out.audits.append(("gate passed", f"stage {boundary}: no soak (no wider than the one before, the nodes "
-                                          "upgraded not yet doubled); the test goes "
-                                          "on at every step"))
-        return out
+    return strata
+
+
+def _soak(v: Any, s: Any, state: dict[str, Any], gate: Gate, who: dict[str, str], boundary: int, verdict: str,
+          why: str, now: float, out: GateOutcome) -> GateOutcome:
+    """A stage boundary's soak: passed (approved, not worse, exposed enough, or the soak's bound), or
+    waiting (for more exposure, or for an admin's approval)."""
     # the exposure the test needs: how long the canary in service takes to expect the events that show a
     # `gate_worse_ratio` times worse driver (schedule.stage_soak_s, as the plan's slots have it)
     canary_nodes = sum(1 for c in who.values() if c == CANARY)

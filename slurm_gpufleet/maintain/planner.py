@@ -141,27 +141,7 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
         raise PlanError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
     bundle = Bundle(target, kernel, dict(firmware or {}))
     by_model = {m: dict(fw) for m, fw in (firmware_by_model or {}).items() if fw}
-    if bundle.empty and not by_model:
-        raise PlanError("nothing to roll out: give --target-driver, --target-kernel or --target-firmware")
-    if target is not None:
-        try:
-            compat.parse_version(target)
-        except ValueError:
-            raise PlanError(f"target driver {target!r} is not a version number") from None
-    missing = [n for n in names if n not in fleet.nodes]
-    if missing:
-        raise PlanError(f"{len(missing)} node(s) not in the fleet: {fold_short(missing, 80)}")
-    models_here = {fleet.nodes[n].model or "unknown" for n in names}
-    known = sorted(m for m in models_here if m != "unknown")
-    if bundle.firmware and len(known) > 1:  # one model's VBIOS flashed on another's GPUs: never by default
-        counts = ", ".join(f"{m} (x{sum(1 for n in names if fleet.nodes[n].model == m)})" for m in known)
-        first = next(iter(bundle.firmware))
-        raise PlanError(f"--target-firmware {first}={bundle.firmware[first]} names no GPU model, and the nodes have "
-                        f"{len(known)}: {counts}; give it per model, e.g. --target-firmware \"{known[0]}:{first}=...\"")
-    for model in by_model:  # a target for no node here is a typo, or the wrong fleet: never silently nothing
-        if not any(firmware_for(m, {model: {}}) is not None for m in models_here):
-            raise PlanError(f"--target-firmware for {model!r} matches no node's GPU model "
-                            f"(here: {', '.join(sorted(models_here))})")
+    _check_request(fleet, names, target, bundle, by_model)
     now = time.time() if now is None else now
     today = today or dt.date.fromtimestamp(now)
     s: MaintainSettings = policy.maintain
@@ -192,22 +172,7 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     if plan.refused:
         return plan
 
-    others = fleet.reserved_by_others(ROLLOUT_RESERVATION_PREFIX)
-    todo: list[str] = []
-    for name in names:
-        node = fleet.nodes[name]
-        mine = target_of(name)
-        if by_model and firmware_for(node_models[name], by_model) is None:
-            plan.skipped.append({"node": name, "why": f"no firmware target for its GPU model {node.model or 'unknown'} "
-                                                      "(--target-firmware 'MODEL:COMPONENT=VERSION')"})
-        elif all_at(node.bundle, mine):
-            plan.skipped.append({"node": name, "why": f"already at {mine.label()}"})
-        elif (node.held or name in others) and not s.upgrade_held_nodes:
-            why = f"reservation {others[name]}" if name in others else \
-                f"{node.state}+{'+'.join(node.flags)} ({node.reason or 'no reason'})"
-            plan.skipped.append({"node": name, "why": f"held by someone else: {why}"})
-        else:
-            todo.append(name)
+    todo = _todo(plan, fleet, names, target_of, by_model, node_models, s.upgrade_held_nodes)
 
     doms = (domains or Domains()).restricted(names)
     plan.domains, plan.domains_from = doms.to_plan()
@@ -220,11 +185,71 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     caps = _partition_caps(fleet, s.max_unavailable_per_partition)
     plan.budget = Budget(max_unavailable=budget, per_partition=caps, max_failures=s.max_failures)
 
-    less_p, less_f, crit_p = set(s.less_critical_partitions), set(s.less_critical_features), set(s.critical_partitions)
     if doms:
         plan.budget.whole_domain = whole
         plan.budget.max_unavailable_domains = s.max_unavailable_domains
         plan.budget.keep_free_domains = s.keep_free_domains
+    _waves(plan, fleet, s, doms, todo, whole, budget, caps, now, deadline, stop_jobs)
+    _gating_jobs(plan, fleet, todo)
+    return plan
+
+
+def _check_request(fleet: FleetState, names: list[str], target: str | None, bundle: Bundle,
+                   by_model: dict[str, dict[str, str]]) -> None:
+    """What a plan is asked for, refused before anything is planned: nothing to roll out, a target that is
+    no version, nodes not in the fleet, firmware that names no model among several, a model's firmware for
+    no node here."""
+    if bundle.empty and not by_model:
+        raise PlanError("nothing to roll out: give --target-driver, --target-kernel or --target-firmware")
+    if target is not None:
+        try:
+            compat.parse_version(target)
+        except ValueError:
+            raise PlanError(f"target driver {target!r} is not a version number") from None
+    missing = [n for n in names if n not in fleet.nodes]
+    if missing:
+        raise PlanError(f"{len(missing)} node(s) not in the fleet: {fold_short(missing, 80)}")
+    models_here = {fleet.nodes[n].model or "unknown" for n in names}
+    known = sorted(m for m in models_here if m != "unknown")
+    if bundle.firmware and len(known) > 1:  # one model's VBIOS flashed on another's GPUs: never by default
+        counts = ", ".join(f"{m} (x{sum(1 for n in names if fleet.nodes[n].model == m)})" for m in known)
+        first = next(iter(bundle.firmware))
+        raise PlanError(f"--target-firmware {first}={bundle.firmware[first]} names no GPU model, and the nodes have "
+                        f"{len(known)}: {counts}; give it per model, e.g. --target-firmware \"{known[0]}:{first}=...\"")
+    for model in by_model:  # a target for no node here is a typo, or the wrong fleet: never silently nothing
+        if not any(firmware_for(m, {model: {}}) is not None for m in models_here):
+            raise PlanError(f"--target-firmware for {model!r} matches no node's GPU model "
+                            f"(here: {', '.join(sorted(models_here))})")
+
+
+def _todo(plan: Plan, fleet: FleetState, names: list[str], target_of, by_model: dict[str, dict[str, str]],
+          node_models: dict[str, str], upgrade_held: bool) -> list[str]:
+    """The nodes the rollout takes; the others are in `plan.skipped` with why (no firmware for their model,
+    already at the target, held by someone else)."""
+    others = fleet.reserved_by_others(ROLLOUT_RESERVATION_PREFIX)
+    todo: list[str] = []
+    for name in names:
+        node = fleet.nodes[name]
+        mine = target_of(name)
+        if by_model and firmware_for(node_models[name], by_model) is None:
+            plan.skipped.append({"node": name, "why": f"no firmware target for its GPU model {node.model or 'unknown'} "
+                                                      "(--target-firmware 'MODEL:COMPONENT=VERSION')"})
+        elif all_at(node.bundle, mine):
+            plan.skipped.append({"node": name, "why": f"already at {mine.label()}"})
+        elif (node.held or name in others) and not upgrade_held:
+            why = f"reservation {others[name]}" if name in others else \
+                f"{node.state}+{'+'.join(node.flags)} ({node.reason or 'no reason'})"
+            plan.skipped.append({"node": name, "why": f"held by someone else: {why}"})
+        else:
+            todo.append(name)
+    return todo
+
+
+def _waves(plan: Plan, fleet: FleetState, s: MaintainSettings, doms: Domains, todo: list[str], whole: bool,
+           budget: int, caps: dict[str, int], now: float, deadline: float | None, stop_jobs: str) -> None:
+    """The canary and the waves, by domain or by node, into `plan`; with a deadline, the jobs stopped
+    so that the slots end by it."""
+    less_p, less_f, crit_p = set(s.less_critical_partitions), set(s.less_critical_features), set(s.critical_partitions)
     # A deadline plan chooses the jobs that stop by rounds of `budget` nodes back from the deadline; the
     # slots are then made by the one slot function (plan_slots, as apply reserves them), which also
     # holds the canary alone, the stages apart and the gate's soak.  Where those make the last slot end
@@ -273,8 +298,10 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
                             f"{late} after the deadline {iso_minute(deadline)}, even with more jobs "
                             "stopped: a later deadline, a larger budget or fewer waves")
 
-    # the jobs that decide when the last nodes can go: the latest-ending jobs on rollout nodes
-    # (a job a deadline plan stops ends when it is stopped)
+
+def _gating_jobs(plan: Plan, fleet: FleetState, todo: list[str]) -> None:
+    """The jobs that decide when the last nodes can go: the latest-ending jobs on rollout nodes (a job a
+    deadline plan stops ends when it is stopped)."""
     in_rollout = set(todo)
     stop_at = {str(j["job_id"]): j["at"] for j in (plan.deadline or {}).get("jobs", []) if j["action"] != "wait"}
 
@@ -285,7 +312,6 @@ def make_plan(fleet: FleetState, target: str | None, names: list[str], policy: P
     plan.gating_jobs = [{"job_id": j.job_id, "nodes": sorted(in_rollout.intersection(j.nodes))[:8],
                          "end": None if ends(j) == INF else ends(j),
                          **({"stopped": True} if str(j.job_id) in stop_at else {})} for j in latest]
-    return plan
 
 
 HELD = "held by someone else: "

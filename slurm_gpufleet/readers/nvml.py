@@ -159,6 +159,16 @@ class NvmlReader:
         return g
 
     def _fill(self, n: Any, h: Any, g: Gpu) -> None:
+        self._identity(n, h, g)
+        self._memory(n, h, g)
+        self._thermal_power(n, h, g)
+        self._clocks(n, h, g)
+        self._ecc(n, h, g)
+        self._pages_and_rows(n, h, g)
+        self._links_and_modes(n, h, g)
+
+    def _identity(self, n: Any, h: Any, g: Gpu) -> None:
+        """Name, UUID, serial, PCI address, architecture, VBIOS, InfoROM and GSP firmware."""
         c = self._call
         g.name = c(n.nvmlDeviceGetName, h)
         g.minor_number = c(getattr(n, "nvmlDeviceGetMinorNumber", None), h)
@@ -190,6 +200,9 @@ class NvmlReader:
         gsp = c(getattr(n, "nvmlDeviceGetGspFirmwareVersion", None), h)
         g.gsp_firmware = gsp if gsp else (UNSUPPORTED if gsp == "" else gsp)
 
+    def _memory(self, n: Any, h: Any, g: Gpu) -> None:
+        """Total and used memory."""
+        c = self._call
         # v2 reports driver-reserved memory apart, so "used" means what nvidia-smi calls used.  v1's
         # "used" includes that reserve (616 MiB on an idle H200, captures/h200-real): it cannot tell a
         # leak from the driver's own share, so it gives the total only.
@@ -206,6 +219,9 @@ class NvmlReader:
             if mem is not None and mem is not UNSUPPORTED:
                 g.memory_total_mib = int(mem.total) // (1 << 20)
 
+    def _thermal_power(self, n: Any, h: Any, g: Gpu) -> None:
+        """Temperatures and their thresholds, the fan, power draw and limits."""
+        c = self._call
         t = g.temperature
         t.gpu_c = c(n.nvmlDeviceGetTemperature, h, 0)
         t.shutdown_c = c(n.nvmlDeviceGetTemperatureThreshold, h, 0)
@@ -224,6 +240,9 @@ class NvmlReader:
         if isinstance(limits, tuple | list):
             p.min_limit_w, p.max_limit_w = _mw(limits[0]), _mw(limits[1])
 
+    def _clocks(self, n: Any, h: Any, g: Gpu) -> None:
+        """Clocks now, their maxima and application clocks, why they are held back, P-state, utilisation."""
+        c = self._call
         k = g.clocks  # NVML_CLOCK_GRAPHICS=0, SM=1, MEM=2
         k.graphics_mhz = c(n.nvmlDeviceGetClockInfo, h, 0)
         k.sm_mhz = c(n.nvmlDeviceGetClockInfo, h, 1)
@@ -244,8 +263,9 @@ class NvmlReader:
         util = c(n.nvmlDeviceGetUtilizationRates, h)
         g.utilization_gpu_pct = getattr(util, "gpu", None) if util is not None and util is not UNSUPPORTED else util
 
-        self._ecc(n, h, g)
-
+    def _pages_and_rows(self, n: Any, h: Any, g: Gpu) -> None:
+        """Retired pages and remapped rows (with the row remapper's histogram)."""
+        c = self._call
         rp = g.retired_pages
         sbe = c(n.nvmlDeviceGetRetiredPages, h, 0)
         dbe = c(n.nvmlDeviceGetRetiredPages, h, 1)
@@ -267,6 +287,9 @@ class NvmlReader:
         elif hist is not None:
             rr.histogram = {k2: int(_field(hist, k2)) for k2 in ("max", "high", "partial", "low", "none")}
 
+    def _links_and_modes(self, n: Any, h: Any, g: Gpu) -> None:
+        """PCIe and NVLink, persistence, compute and MIG modes, processes, recovery action, fabric."""
+        c = self._call
         pc = g.pcie
         pc.gen_current = c(n.nvmlDeviceGetCurrPcieLinkGeneration, h)
         pc.gen_max = c(n.nvmlDeviceGetMaxPcieLinkGeneration, h)

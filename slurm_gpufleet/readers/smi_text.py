@@ -164,6 +164,18 @@ _FABRIC_HEALTH_ROWS = {"summary": "Summary", "bandwidth": "Bandwidth",
 
 def _gpu_from_tree(index: int, pci: str | None, t: _Node, notes: list[str] | None = None) -> Gpu:
     g = Gpu(index=index, pci_bus_id=pci)
+    _identity(g, t)
+    _thermal_power(g, t)
+    _clocks(g, t)
+    count = _counter(notes, f"GPU {pci or index} ")
+    _ecc_from_tree(g, t, count)
+    _pages_and_rows(g, t, count)
+    _links_and_processes(g, t)
+    return g
+
+
+def _identity(g: Gpu, t: _Node) -> None:
+    """Name, UUID, serial, firmware, modes, utilisation, the recovery action, the fabric and memory."""
     g.minor_number = v.to_int(t.get("Minor Number"))
     g.name = v.to_str(t.get("Product Name"))
     g.architecture = v.to_str(t.get("Product Architecture"))
@@ -193,6 +205,9 @@ def _gpu_from_tree(index: int, pci: str | None, t: _Node, notes: list[str] | Non
     g.memory_total_mib = v.to_int(t.get("FB Memory Usage", "Total"))
     g.memory_used_mib = v.to_int(t.get("FB Memory Usage", "Used"))
 
+
+def _thermal_power(g: Gpu, t: _Node) -> None:
+    """Temperatures and their thresholds (absolute, or relative to T.Limit from R550), the fan, power."""
     temp = g.temperature
     temp.gpu_c = v.to_int(t.get("Temperature", "GPU Current Temp"))
     temp.memory_c = v.to_int(t.get("Temperature", "Memory Current Temp"))
@@ -222,6 +237,9 @@ def _gpu_from_tree(index: int, pci: str | None, t: _Node, notes: list[str] | Non
     p.min_limit_w = v.to_float(t.get(power_section, "Min Power Limit"))
     p.max_limit_w = v.to_float(t.get(power_section, "Max Power Limit"))
 
+
+def _clocks(g: Gpu, t: _Node) -> None:
+    """Clocks now, their maxima and application clocks, and why they are held back."""
     c = g.clocks
     c.graphics_mhz = v.to_int(t.get("Clocks", "Graphics"))
     c.sm_mhz = v.to_int(t.get("Clocks", "SM"))
@@ -238,9 +256,9 @@ def _gpu_from_tree(index: int, pci: str | None, t: _Node, notes: list[str] | Non
     if reasons is not None:
         g.clock_event_reasons = _text_reasons(reasons)
 
-    count = _counter(notes, f"GPU {pci or index} ")
-    _ecc_from_tree(g, t, count)
 
+def _pages_and_rows(g: Gpu, t: _Node, count) -> None:
+    """Retired pages and remapped rows (N/A: not supported)."""
     g.retired_pages.single_bit = count(t, "Retired Pages", ("Single Bit ECC", "Single Bit ECC Retirement"))
     g.retired_pages.double_bit = count(t, "Retired Pages", ("Double Bit ECC", "Double Bit ECC Retirement"))
     g.retired_pages.pending = v.to_bool(t.get("Retired Pages", ("Pending Page Blacklist", "Pending Page Retirement", "Pending")))
@@ -261,6 +279,9 @@ def _gpu_from_tree(index: int, pci: str | None, t: _Node, notes: list[str] | Non
                 counts = {c.key.lower(): v.to_int(c.value) for c in hist.children}
                 g.remapped_rows.histogram = {k: n for k, n in counts.items() if isinstance(n, int)}
 
+
+def _links_and_processes(g: Gpu, t: _Node) -> None:
+    """PCIe and the processes."""
     link = ("PCI", "GPU Link Info")
     g.pcie.gen_current = v.to_int(t.get(*link, "PCIe Generation", "Current"))
     g.pcie.gen_max = v.to_int(t.get(*link, "PCIe Generation", "Max"))
@@ -279,7 +300,6 @@ def _gpu_from_tree(index: int, pci: str | None, t: _Node, notes: list[str] | Non
                 if isinstance(pid, int):
                     g.processes.append(Process(pid=pid, name=node.get("Name"),
                                                used_memory_mib=v.to_int(node.get("Used GPU Memory"))))
-    return g
 
 
 # a count as nvidia-smi prints one: a whole number, maybe with a unit after it ("3072 bank(s)")

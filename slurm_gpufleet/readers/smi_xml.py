@@ -63,6 +63,17 @@ def _unknown_errors(el: ET.Element, path: str = "") -> list[str]:
 
 def _gpu(index: int, el: ET.Element) -> Gpu:
     g = Gpu(index=index, pci_bus_id=el.get("id"))
+    _identity(g, el)
+    _thermal_power(g, el)
+    _clocks(g, el)
+    _ecc(g, el)
+    _pages_and_rows(g, el)
+    _links_and_processes(g, el)
+    return g
+
+
+def _identity(g: Gpu, el: ET.Element) -> None:
+    """Name, UUID, serial, firmware, modes, utilisation, the recovery action and memory."""
     g.minor_number = v.to_int(_t(el, "minor_number"))
     g.name = v.to_str(_t(el, "product_name"))
     g.architecture = v.to_str(_t(el, "product_architecture"))
@@ -89,6 +100,9 @@ def _gpu(index: int, el: ET.Element) -> Gpu:
     g.memory_total_mib = v.to_int(_t(el, "fb_memory_usage/total"))
     g.memory_used_mib = v.to_int(_t(el, "fb_memory_usage/used"))
 
+
+def _thermal_power(g: Gpu, el: ET.Element) -> None:
+    """Temperatures and their thresholds (absolute, or relative to T.Limit from v13), the fan, power."""
     temp = g.temperature
     temp.gpu_c = v.to_int(_t(el, "temperature/gpu_temp"))
     temp.memory_c = v.to_int(_t(el, "temperature/memory_temp"))
@@ -118,6 +132,9 @@ def _gpu(index: int, el: ET.Element) -> Gpu:
         p.min_limit_w = v.to_float(_t(pr, "min_power_limit"))
         p.max_limit_w = v.to_float(_t(pr, "max_power_limit"))
 
+
+def _clocks(g: Gpu, el: ET.Element) -> None:
+    """Clocks now, their maxima and application clocks, and why they are held back."""
     c = g.clocks
     c.graphics_mhz = v.to_int(_t(el, "clocks/graphics_clock"))
     c.sm_mhz = v.to_int(_t(el, "clocks/sm_clock"))
@@ -140,8 +157,9 @@ def _gpu(index: int, el: ET.Element) -> Gpu:
             if child.tag.startswith(prefix) and v.to_bool(child.text) is True
         ]
 
-    _ecc(g, el)
 
+def _pages_and_rows(g: Gpu, el: ET.Element) -> None:
+    """Retired pages and remapped rows (an element there but empty: not supported)."""
     rp = el.find("retired_pages")
     if rp is not None:
         g.retired_pages.single_bit = v.to_int(_first(rp, "multiple_single_bit_retirement/retired_count"))
@@ -168,6 +186,9 @@ def _gpu(index: int, el: ET.Element) -> Gpu:
                 counts = {child.tag.replace("row_remapper_histogram_", ""): v.to_int(child.text) for child in hist}
                 g.remapped_rows.histogram = {k: n for k, n in counts.items() if isinstance(n, int)}
 
+
+def _links_and_processes(g: Gpu, el: ET.Element) -> None:
+    """PCIe, processes, the NVLink fabric and the links."""
     link = "pci/pci_gpu_link_info"
     g.pcie.gen_current = v.to_int(_t(el, f"{link}/pcie_gen/current_link_gen"))
     g.pcie.gen_max = v.to_int(_t(el, f"{link}/pcie_gen/max_link_gen"))
@@ -199,7 +220,6 @@ def _gpu(index: int, el: ET.Element) -> Gpu:
             state = _t(l_el, "state") or ""
             links.append(NvLink(link=i, active=v.to_bool(state) is True))
         g.nvlinks = links
-    return g
 
 
 def _ecc(g: Gpu, el: ET.Element) -> None:
