@@ -178,6 +178,23 @@ def _actuator(backend, actor: str, policy, **kwargs):
     return make_actuator(backend, actor, policy.slurm, modes=policy.mode_of, **kwargs)
 
 
+def read_history(sacct_file: str | None):
+    """(its label, the trace): the site's sacct file, else the bundled Helios history."""
+    from ..common.datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
+    from ..maintain.sacct import SacctError, read_sacct
+
+    history_label = sacct_file or HELIOS_LABEL
+    sacct_file = sacct_file or str(HELIOS_SACCT)
+    try:
+        with open_text(sacct_file) as fh:
+            trace = read_sacct(fh)
+    except OSError as exc:
+        _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
+    except SacctError as exc:
+        _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
+    return history_label, trace
+
+
 def _fleet(policy, fleet_file: str | None):
     from ..maintain.fleet import FleetState
     from ..slurm import SlurmError

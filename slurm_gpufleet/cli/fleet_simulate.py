@@ -16,6 +16,7 @@ from .common import (
     _write_atomic,
     group_config_option,
     json_option,
+    read_history,
 )
 from .fleet import fleet
 
@@ -103,38 +104,21 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
               exitcodes.USAGE)
     if switch_share is not None and not domain_size:
         _fail("--switch-share needs --domain-size N (the nodes a switch-side fault takes together)", exitcodes.USAGE)
-    from ..common.datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
-    from ..maintain.sacct import SacctError, read_sacct
     from ..simulators.faultsim import STRATEGIES, RatesError, fleet_faults, load_model
 
     try:
         model = load_model(rates_file)
     except RatesError as exc:
         _fail(str(exc), exitcodes.USAGE)
-    fleet_nodes = node_count
-    fault_log = None
-    if fault_log_file:
-        from ..simulators.faultlog import FaultLogError, read
-
-        try:
-            fault_log = read(fault_log_file)
-        except FaultLogError as exc:
-            _fail(str(exc), exitcodes.USAGE)
-        fleet_nodes = max(node_count, len(fault_log.nodes))
+    fault_log = _fault_log(fault_log_file)
+    fleet_nodes = max(node_count, len(fault_log.nodes)) if fault_log is not None else node_count
     left_out = None
     if big_job_gpus > fleet_nodes * gpus_per_node and \
             ctx.get_parameter_source("big_job_gpus") is click.core.ParameterSource.DEFAULT:
         left_out = (f"note: no job of {big_job_gpus:,} GPUs fits {fleet_nodes} nodes of {gpus_per_node} GPUs: the "
                     "--big-job stream is left out")
         big_job_gpus = 0
-    label = sacct_file or HELIOS_LABEL
-    try:
-        with open_text(sacct_file or str(HELIOS_SACCT)) as fh:
-            trace = read_sacct(fh)
-    except OSError as exc:
-        _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
-    except SacctError as exc:
-        _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
+    label, trace = read_history(sacct_file)
     from ..common.progress import Progress
 
     progress = Progress(quiet_s=2.0, every_s=1.0)  # a long simulation says how far it is, from 2 s on
@@ -171,6 +155,18 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
     from .output import fleet_text
 
     click.echo(fleet_text(out))
+
+
+def _fault_log(path: str | None):
+    """The site's fault log (--fault-log), or None; a log that cannot be read: exit 2."""
+    if not path:
+        return None
+    from ..simulators.faultlog import FaultLogError, read
+
+    try:
+        return read(path)
+    except FaultLogError as exc:
+        _fail(str(exc), exitcodes.USAGE)
 
 
 # simulate-faults' options of the fleet mode alone (parameter names): --one-job refuses them

@@ -27,6 +27,7 @@ from .common import (
     config_option,
     fleet_opt,
     json_option,
+    read_history,
 )
 
 
@@ -80,36 +81,12 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
     Exit 0 with a plan, 1 when the gate refuses (without --force), 2 on bad input or a deadline that
     cannot be kept.
     """
-
-    from ..catalogs.bundle import parse_firmware_targets
     from ..maintain import report
     from ..maintain.planner import PlanError, make_plan
 
-    try:
-        firmware, firmware_by_model = parse_firmware_targets(target_firmware)
-    except ValueError as exc:
-        _fail(str(exc), exitcodes.USAGE)
     policy = _with_budget(_maintain_policy(policy_file, config, read_only=bool(fleet_file)), max_unavailable)
-    given = bool(target_driver or target_kernel or firmware or firmware_by_model)
-    if not given and policy.bundle is not None:
-        # the site's standard bundle, whole; the command line's targets, when given, replace it whole: one
-        # source per plan, never a mix
-        b = policy.bundle
-        target_driver, target_kernel, firmware, firmware_by_model = b.driver, b.kernel, dict(b.firmware), \
-            {m: dict(fw) for m, fw in b.firmware_by_model.items()}
-        click.echo(f"targets from [bundle] in {policy.path}", err=True)
-    elif given and policy.bundle is not None:
-        click.echo(f"targets from the command line; [bundle] in {policy.path} not used", err=True)
-    if not (target_driver or target_kernel or firmware or firmware_by_model):
-        _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware, or a [bundle] in "
-              "the config", exitcodes.USAGE)
-    from ..catalogs.bundle import target_problem
-
-    for part, version in (("driver", target_driver), ("kernel", target_kernel),
-                          *[(c, ver) for fw in (firmware, *firmware_by_model.values()) for c, ver in fw.items()]):
-        if version and target_problem(part, version):
-            _fail(f"--target-{part if part in ('driver', 'kernel') else 'firmware'}: "
-                  f"{target_problem(part, version)}", exitcodes.USAGE)
+    target_driver, target_kernel, firmware, firmware_by_model = _targets(policy, target_driver, target_kernel,
+                                                                         target_firmware)
     from ..common.hostlist import expand
 
     try:
@@ -147,6 +124,36 @@ def maintain_plan(target_driver: str | None, target_kernel: str | None, target_f
         _write_atomic(html_out, report.html(plan))
     click.echo(json.dumps(data, indent=1) if as_json else report.text(plan))
     sys.exit(exitcodes.UNHEALTHY if plan.refused else exitcodes.OK)
+
+
+def _targets(policy, target_driver: str | None, target_kernel: str | None, target_firmware: tuple[str, ...]):
+    """(driver, kernel, firmware, firmware by model): the command line's targets, else the config's [bundle]
+    whole (one source per plan, never a mix); each checked, or exit 2."""
+    from ..catalogs.bundle import parse_firmware_targets, target_problem
+
+    try:
+        firmware, firmware_by_model = parse_firmware_targets(target_firmware)
+    except ValueError as exc:
+        _fail(str(exc), exitcodes.USAGE)
+    given = bool(target_driver or target_kernel or firmware or firmware_by_model)
+    if not given and policy.bundle is not None:
+        # the site's standard bundle, whole; the command line's targets, when given, replace it whole: one
+        # source per plan, never a mix
+        b = policy.bundle
+        target_driver, target_kernel, firmware, firmware_by_model = b.driver, b.kernel, dict(b.firmware), \
+            {m: dict(fw) for m, fw in b.firmware_by_model.items()}
+        click.echo(f"targets from [bundle] in {policy.path}", err=True)
+    elif given and policy.bundle is not None:
+        click.echo(f"targets from the command line; [bundle] in {policy.path} not used", err=True)
+    if not (target_driver or target_kernel or firmware or firmware_by_model):
+        _fail("nothing to roll out: give --target-driver, --target-kernel or --target-firmware, or a [bundle] in "
+              "the config", exitcodes.USAGE)
+    for part, version in (("driver", target_driver), ("kernel", target_kernel),
+                          *[(c, ver) for fw in (firmware, *firmware_by_model.values()) for c, ver in fw.items()]):
+        if version and target_problem(part, version):
+            _fail(f"--target-{part if part in ('driver', 'kernel') else 'firmware'}: "
+                  f"{target_problem(part, version)}", exitcodes.USAGE)
+    return target_driver, target_kernel, firmware, firmware_by_model
 
 
 def _with_budget(policy, max_unavailable: str | None):
@@ -421,7 +428,7 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     A run that takes more than a few seconds says how far it is on stderr."""
     from ..common.progress import Progress
     from ..maintain.pool import default_jobs
-    from ..maintain.sacct import SacctError, assume_limit, read_sacct
+    from ..maintain.sacct import assume_limit
     from ..simulators.rollout import simulate
 
     jobs = jobs or default_jobs()
@@ -442,17 +449,7 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     except (ValueError, TypeError):
         _fail(f"--time-limit-assumption {time_limit_assumption!r}: use runtime-ceil-hour, factor:X or partition:LIMIT",
               exitcodes.USAGE)
-    from ..common.datafiles import HELIOS_LABEL, HELIOS_SACCT, open_text
-
-    history_label = sacct_file or HELIOS_LABEL
-    sacct_file = sacct_file or str(HELIOS_SACCT)
-    try:
-        with open_text(sacct_file) as fh:
-            trace = read_sacct(fh)
-    except OSError as exc:
-        _fail(f"{sacct_file}: {exc.strerror or exc}", exitcodes.USAGE)
-    except SacctError as exc:
-        _fail(f"{sacct_file}: {exc}", exitcodes.USAGE)
+    history_label, trace = read_history(sacct_file)
     deadline_h = None
     if deadline_text is not None:
         from ..maintain.deadline import DeadlineError, parse_simulated_deadline
@@ -466,7 +463,6 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     from ..maintain.deadline import DeadlineError
     from ..maintain.strategy import compared_by_default
     from ..simulators.failures import rates_of
-    from ..simulators.trials import gate_trials
 
     default = compared_by_default(deadline=deadline_h is not None)
     try:
@@ -486,24 +482,8 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     results = result.pop("_results")
     running, sim_policy = result.pop("_running"), result.pop("_policy")
     if seeds and rates:
-        runner = None
-        if slurm_array:
-            from ..maintain.pool import in_slurm_array
-            from ..slurm.ownership import MAINTAIN
-
-            backend = _backend(policy)
-            actuator = _actuator(backend, MAINTAIN, policy)   # the simulation's array jobs are the maintain command's
-
-            def runner(calls, say, what):
-                return in_slurm_array(calls, slurm_array, actuator, backend, os.getcwd(), say, what)
-        from ..maintain.pool import ArrayError
-        from ..slurm import SlurmError
-
-        try:
-            result["gate"] = gate_trials(running, node_count, gpus_per_node, sim_policy, rates, seeds,
-                                         rollout_at * 3600, jobs=jobs, progress=progress, runner=runner)
-        except (ArrayError, SlurmError) as exc:  # only the job array talks to Slurm here
-            _fail(str(exc), exitcodes.USAGE)
+        result["gate"] = _gate_trials(policy, running, node_count, gpus_per_node, sim_policy, rates, seeds,
+                                      rollout_at, jobs, progress, slurm_array)
     result["assumptions"]["job_history"] = history_label
     result["gating_jobs"] = next((r.gating_jobs for r in results.values() if r.gating_jobs), [])
     if plot_file:
@@ -516,3 +496,28 @@ def maintain_simulate(sacct_file: str | None, node_count: int, gpus_per_node: in
     from .output import simulation_text
 
     click.echo("\n".join(simulation_text(result, node_count)))
+
+
+def _gate_trials(policy, running, node_count: int, gpus_per_node: int, sim_policy, rates, seeds: int,
+                 rollout_at: float, jobs: int, progress, slurm_array: str | None):
+    """The --seeds trials of the evidence gate: here, in `jobs` processes, or as one Slurm job array."""
+    from ..simulators.trials import gate_trials
+
+    runner = None
+    if slurm_array:
+        from ..maintain.pool import in_slurm_array
+        from ..slurm.ownership import MAINTAIN
+
+        backend = _backend(policy)
+        actuator = _actuator(backend, MAINTAIN, policy)   # the simulation's array jobs are the maintain command's
+
+        def runner(calls, say, what):
+            return in_slurm_array(calls, slurm_array, actuator, backend, os.getcwd(), say, what)
+    from ..maintain.pool import ArrayError
+    from ..slurm import SlurmError
+
+    try:
+        return gate_trials(running, node_count, gpus_per_node, sim_policy, rates, seeds,
+                           rollout_at * 3600, jobs=jobs, progress=progress, runner=runner)
+    except (ArrayError, SlurmError) as exc:  # only the job array talks to Slurm here
+        _fail(str(exc), exitcodes.USAGE)

@@ -347,37 +347,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
     try:
         step = carrier.step(hook, info, report, extra_findings)
         report, info, s = step.report, step.info, step.report.snapshot
-        data = encode_summary(report, step.final) if settings.publish != "none" else None
-        if data is not None and step.observed is not None:
-            data["obs"] = f"{step.observed.kind}: {step.observed.reason or step.observed.why}"[:100]
-        if data is not None:
-            cases = carrier.cases(info, step)
-            if cases:
-                data["case"] = cases
-        if data is not None and setup.refused:
-            data["cfg"] = "refused"
-        # the tool's own faults, not the GPUs': what the node cannot be checked or remembered with
-        deps = ([f"config: {setup.config_error}"] if setup.config_error else []) + \
-            ([history.error] if history.failed and history.error else []) + \
-            ([f"dcgm: {s.dcgm.error}"] if s.dcgm is not None and s.dcgm.error else [])
-        if data is not None and deps:
-            data["err"] = "; ".join(deps)[:160]
-        shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
-        if data is not None:
-            _last_domain(node, data, shown, history, not [g for g in s.gpus if not g.lost])
-        if data is not None:
-            from ..remedy.table import SUSPECT
-
-            data["suspect"] = int((step.after or step.before) == SUSPECT)
-            lemon = shown.get("lemon") if isinstance(shown, dict) else None
-            if isinstance(lemon, int) and not isinstance(lemon, bool) and lemon >= 0:
-                data["lemon"] = lemon   # `fleet lemons` writes it: carried as Slurm shows it
-        if data is not None and isinstance(shown, dict) and "is" in shown:
-            # the in-job samplers' digests, each kept until its job's end (the epilog drops its own job's)
-            kept = {j: d for j, d in live_digests(shown["is"], time.time()).items()
-                    if not (hook == "epilog" and j == str(job))}
-            if kept:
-                data["is"] = kept
+        data, shown = _summary(setup, carrier, step, history, hook, job)
         beat = heartbeat(settings)
         news = _news(info, settings.publish, data, shown, beat) if data is not None else None
         # what changed about the node rides in the same write as the action: one update, not three
@@ -388,24 +358,7 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         done = carrier.carry(step, hook, fields)
         # published even with no GPU readable: a rollout validates from it, and "driver unreachable" is news
         if not done.published:
-            if done.blocked and data is not None:
-                data["f"] = f"breaker open: {data.get('f', '')}"[:80]
-                data["brk"] = 1
-                news = _news(info, settings.publish, data, shown, beat)
-                # replaces the summary without the breaker, or drops it when Slurm already shows this one:
-                # left in, it would flip the node's summary back and forth on every run
-                if news:
-                    fields[settings.publish] = news
-                else:
-                    fields.pop(settings.publish, None)
-            if fields:
-                try:
-                    from ..slurm.effects import Publish
-
-                    carrier.actuator.apply(Publish(info.name, fields))
-                except SlurmError as exc:
-                    log.warning("could not publish the GPU summary and features: %s", exc)
-                    data = None  # Slurm does not show it: nothing to keep
+            data = _publish_apart(carrier, info, settings, data, shown, beat, fields, done)
         # what Slurm shows now, for the node's samplers to write beside without reading it (sampler.publish)
         keep_published(settings.state_dir, node, settings.publish,
                        data if data is not None and shown is not _OTHERS and settings.publish != "none" else None)
@@ -418,6 +371,73 @@ def act(setup: Setup, report: Report, hook: str, job: str | None = None,
         history.prune()
     history.close()
     return done.action.kind if done.ok else "error"
+
+
+def _summary(setup: Setup, carrier, step, history, hook: str, job: str | None) -> tuple[dict | None, object]:
+    """The summary this run publishes (None: publishing is off), and what Slurm shows now (read once):
+    the verdict and findings, what observe mode would do, the open cases, the tool's own faults, the
+    NVLink domain, the suspect and lemon marks, and the in-job samplers' digests still live."""
+    node, settings = setup.node, setup.settings
+    report, info, s = step.report, step.info, step.report.snapshot
+    data = encode_summary(report, step.final) if settings.publish != "none" else None
+    if data is not None and step.observed is not None:
+        data["obs"] = f"{step.observed.kind}: {step.observed.reason or step.observed.why}"[:100]
+    if data is not None:
+        cases = carrier.cases(info, step)
+        if cases:
+            data["case"] = cases
+    if data is not None and setup.refused:
+        data["cfg"] = "refused"
+    # the tool's own faults, not the GPUs': what the node cannot be checked or remembered with
+    deps = ([f"config: {setup.config_error}"] if setup.config_error else []) + \
+        ([history.error] if history.failed and history.error else []) + \
+        ([f"dcgm: {s.dcgm.error}"] if s.dcgm is not None and s.dcgm.error else [])
+    if data is not None and deps:
+        data["err"] = "; ".join(deps)[:160]
+    shown = _shown(info, settings.publish) if data is not None else None  # what Slurm has now, read once
+    if data is not None:
+        _last_domain(node, data, shown, history, not [g for g in s.gpus if not g.lost])
+    if data is not None:
+        from ..remedy.table import SUSPECT
+
+        data["suspect"] = int((step.after or step.before) == SUSPECT)
+        lemon = shown.get("lemon") if isinstance(shown, dict) else None
+        if isinstance(lemon, int) and not isinstance(lemon, bool) and lemon >= 0:
+            data["lemon"] = lemon   # `fleet lemons` writes it: carried as Slurm shows it
+    if data is not None and isinstance(shown, dict) and "is" in shown:
+        # the in-job samplers' digests, each kept until its job's end (the epilog drops its own job's)
+        kept = {j: d for j, d in live_digests(shown["is"], time.time()).items()
+                if not (hook == "epilog" and j == str(job))}
+        if kept:
+            data["is"] = kept
+    return data, shown
+
+
+def _publish_apart(carrier, info: NodeInfo, settings: SlurmSettings, data: dict | None, shown, beat: float,
+                   fields: dict[str, str], done) -> dict | None:
+    """The summary and features where the action's write did not carry them (no action, or one the breaker
+    held back: then the summary says so).  Returns the summary as Slurm shows it now (None: it does not)."""
+    from ..slurm import SlurmError
+
+    if done.blocked and data is not None:
+        data["f"] = f"breaker open: {data.get('f', '')}"[:80]
+        data["brk"] = 1
+        news = _news(info, settings.publish, data, shown, beat)
+        # replaces the summary without the breaker, or drops it when Slurm already shows this one:
+        # left in, it would flip the node's summary back and forth on every run
+        if news:
+            fields[settings.publish] = news
+        else:
+            fields.pop(settings.publish, None)
+    if fields:
+        try:
+            from ..slurm.effects import Publish
+
+            carrier.actuator.apply(Publish(info.name, fields))
+        except SlurmError as exc:
+            log.warning("could not publish the GPU summary and features: %s", exc)
+            data = None  # Slurm does not show it: nothing to keep
+    return data
 
 
 def _last_domain(node: str, data: dict, shown, history, none_readable: bool) -> None:

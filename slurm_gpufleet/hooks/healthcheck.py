@@ -24,23 +24,7 @@ from .common import (
 
 
 def run(argv: list[str] | None = None) -> int:
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="slurm-gpufleet-healthcheck",
-                                 description="Slurm HealthCheckProgram: check this node's GPUs and act.")
-    ap.add_argument("--config")
-    ap.add_argument("--node")
-    ap.add_argument("--level", choices=["quick", "full", "deep"], default="quick",
-                    help="deep: also measure each GPU (memory bandwidth, GEMM, host-to-device)")
-    ap.add_argument("--dcgm-level", type=int, choices=range(5), metavar="N",
-                    help="with --level deep: run DCGM's diagnostic at this level (dcgmi diag -r N -j; 0: none), "
-                         "in place of the config's dcgm_diag_level")
-    ap.add_argument("--nhc", action="store_true",
-                    help="judge only (no Slurm action): print the reason and exit 1 when the node is unfit (NHC)")
-    ap.add_argument("--confirm", action="store_true",
-                    help="a lemon's deep check (lemon.py), run as its job: judge only; when a finding shows the "
-                         "node slow, print it, make it the job's comment and exit 1")
-    args = ap.parse_args(argv)
+    args = _arguments().parse_args(argv)
     judge_only = args.nhc or args.confirm
     setup = _setup("healthcheck", args.config, args.node)
     if setup is None:
@@ -60,17 +44,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         snap = read_node(setup, args.level)
     except (ReportError, OSError) as exc:
-        log.error("no readable GPU state: %s", exc)
-        if args.confirm:
-            return _confirm(setup, f"no readable GPU state: {exc}")
-        if args.nhc:
-            from ..slurm.reasons import one_line
-
-            print(one_line(f"inventory node no readable GPU state: {exc}"))  # NHC's drain: no mark of ours
-            return 1
-        if acts:
-            _drain_if_free(setup, INVENTORY_REASON)
-        return 1
+        return _unreadable(setup, args, acts, exc)
     finally:
         watchdog.cancel()
     dcgm_level = setup.settings.dcgm_diag_level if args.dcgm_level is None else args.dcgm_level
@@ -122,25 +96,67 @@ def run(argv: list[str] | None = None) -> int:
         return _confirm(setup, f"{found.check} gpu{found.gpu}: {found.message}" if found.gpu is not None
                         else f"{found.check}: {found.message}") if found else 0
     if args.nhc:
-        from ..slurm.actions import fault_words, one_line, worst
-
-        if report.verdict in ("reboot", "drain"):
-            # NHC drains with these words in a reason of its own: the drain is NHC's, so no mark of ours
-            print(one_line(fault_words(worst(report.findings))))
-            return 1
-        if snap.dcgm is not None and snap.dcgm.error:   # DCGM's own fault: a validation unverified, not failed
-            from ..remedy.returning import DEPENDENCY_EXIT
-
-            print(one_line(f"dcgm: {snap.dcgm.error}"))
-            return DEPENDENCY_EXIT
-        if setup.config_error:  # judged on the last config that loaded: NHC logs this, never fails the node
-            print(one_line(f"config error: {setup.config_error}"))
-            return 2
-        return 0
+        return _nhc_verdict(setup, snap, report)
     from .away import after_step
 
     act(setup, report, "healthcheck", info=node_info, backend=backend,
         after=lambda *a: after_step(*a, hook="healthcheck", job=None))
+    return 0
+
+
+def _arguments():
+    """The health check's command line."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="slurm-gpufleet-healthcheck",
+                                 description="Slurm HealthCheckProgram: check this node's GPUs and act.")
+    ap.add_argument("--config")
+    ap.add_argument("--node")
+    ap.add_argument("--level", choices=["quick", "full", "deep"], default="quick",
+                    help="deep: also measure each GPU (memory bandwidth, GEMM, host-to-device)")
+    ap.add_argument("--dcgm-level", type=int, choices=range(5), metavar="N",
+                    help="with --level deep: run DCGM's diagnostic at this level (dcgmi diag -r N -j; 0: none), "
+                         "in place of the config's dcgm_diag_level")
+    ap.add_argument("--nhc", action="store_true",
+                    help="judge only (no Slurm action): print the reason and exit 1 when the node is unfit (NHC)")
+    ap.add_argument("--confirm", action="store_true",
+                    help="a lemon's deep check (lemon.py), run as its job: judge only; when a finding shows the "
+                         "node slow, print it, make it the job's comment and exit 1")
+    return ap
+
+
+def _unreadable(setup: Setup, args, acts: bool, exc: Exception) -> int:
+    """No readable GPU state: a lemon's check fails its job, NHC drains with its own words, the health
+    check drains the node where it acts."""
+    log.error("no readable GPU state: %s", exc)
+    if args.confirm:
+        return _confirm(setup, f"no readable GPU state: {exc}")
+    if args.nhc:
+        from ..slurm.reasons import one_line
+
+        print(one_line(f"inventory node no readable GPU state: {exc}"))  # NHC's drain: no mark of ours
+        return 1
+    if acts:
+        _drain_if_free(setup, INVENTORY_REASON)
+    return 1
+
+
+def _nhc_verdict(setup: Setup, snap, report) -> int:
+    """--nhc: judge only; print the reason and exit 1 when the node is unfit."""
+    from ..slurm.actions import fault_words, one_line, worst
+
+    if report.verdict in ("reboot", "drain"):
+        # NHC drains with these words in a reason of its own: the drain is NHC's, so no mark of ours
+        print(one_line(fault_words(worst(report.findings))))
+        return 1
+    if snap.dcgm is not None and snap.dcgm.error:   # DCGM's own fault: a validation unverified, not failed
+        from ..remedy.returning import DEPENDENCY_EXIT
+
+        print(one_line(f"dcgm: {snap.dcgm.error}"))
+        return DEPENDENCY_EXIT
+    if setup.config_error:  # judged on the last config that loaded: NHC logs this, never fails the node
+        print(one_line(f"config error: {setup.config_error}"))
+        return 2
     return 0
 
 
