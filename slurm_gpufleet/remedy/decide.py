@@ -123,7 +123,7 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
     clock (a suspect's re-checks are timed by it; None: every run is one); rack_due: the worst finding is
     a rack-level one its rack-mates hold too, so that the node's drain escalates its rack
     (remedy/escalation.due_with): the rack's fault, no rung of the node's own."""
-    from .ladder import class_of, is_repair, repair_reason, rungs_for
+    from .ladder import is_repair
 
     ladder = ladder or Ladder()
     if reboots_before_drain is not None:
@@ -156,43 +156,60 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
         return Action("none", why="healthy")
 
     if verdict == "reboot":
-        f = worst(findings, "reboot")
-        key, cls, rungs = fault_key(f), class_of(f), rungs_for(f.action)
-        boots = history.reboot_boots.get(key, [])
-        started = cls in history.running or key in history.resets or bool(boots)
-        attempt = history.attempts.get(cls, 0) + (not started)
-        if not started and attempt >= ladder.max_attempts:
-            reason = repair_reason(cls, attempt, ladder.max_attempts, ladder.attempt_window_s, fault_words(f))
-            return replace(_drain(node, ours, reason, f"{cls}: attempt {attempt} of {ladder.max_attempts} within "
-                                  f"the window: not remedied again, drained for repair", key), rung="repair", finding=f)
-        survived = len({b for b in boots if b != node.boot_time})
-        if "reboot" not in rungs:
-            return _drain(node, ours, make_reason(f), f"{f.message}: no remedy on its ladder, hardware inspection", key)
-        if survived >= ladder.reboots_before_drain:
-            reason = make_reason(f, f" after {survived} reboots")
-            return replace(_drain(node, ours, reason, f"{f.message} survived {survived} reboots: hardware inspection",
-                                  key), rung="repair", finding=f)
-        if node.boot_time is not None and node.boot_time in boots:
-            return Action("none", why="reboot already requested in this boot", fault=key)
-        if rack_due:
-            return _drain(node, ours, make_reason(f), f"{f.message}: its rack-mates hold it too: the rack's "
-                          f"fault, drained for the rack's escalation, not reset or rebooted", key)
-        if ladder.mode == "quarantine":
-            return _drain(node, ours, make_reason(f), f"quarantine mode: drained, not reset or rebooted ({f.message})",
-                          key)
-        if "reset" in rungs and key not in history.resets and not boots:
-            if gpus_idle and node.state == "IDLE":
-                return Action("reset", reason=make_reason(f), why=f"reset-fixable, GPUs idle: {f.message}", fault=key,
-                              finding=f, rung="reset")
-            # a reset needs the GPUs idle: no new job lands meanwhile, the running ones go on
-            return _drain(node, ours, make_reason(f), f"reset-fixable: {f.message}; reset when the node is idle", key)
-        from ..judging.checks.kernel import reboot_problem
+        return _reboot_rungs(node, ours, findings, history, ladder, host, driver, gpus_idle, rack_due)
+    return _drain_rungs(node, ours, held, findings, history, ladder)
 
-        problem = reboot_problem(host, driver) if host is not None else None
-        if problem:
-            return _drain(node, ours, reasons.ours(problem), f"not rebooted ({make_reason(f)}): {problem}", key)
-        return Action("reboot", reason=make_reason(f), why=f"reset-fixable: {f.message}", fault=key, finding=f,
-                      rung="reboot")
+
+def _reboot_rungs(node: NodeInfo, ours: bool, findings: list[Finding], history: NodeHistory, ladder: Ladder, host,
+                  driver: str | None, gpus_idle: bool, rack_due: bool) -> Action:
+    """A reset- or reboot-fixable fault: the cap of attempts, the reboots it survived, the rack's fault,
+    quarantine, a reset (idle GPUs, or drained until they are), else a reboot after looking at the next
+    boot."""
+    from .ladder import class_of, repair_reason, rungs_for
+
+    f = worst(findings, "reboot")
+    key, cls, rungs = fault_key(f), class_of(f), rungs_for(f.action)
+    boots = history.reboot_boots.get(key, [])
+    started = cls in history.running or key in history.resets or bool(boots)
+    attempt = history.attempts.get(cls, 0) + (not started)
+    if not started and attempt >= ladder.max_attempts:
+        reason = repair_reason(cls, attempt, ladder.max_attempts, ladder.attempt_window_s, fault_words(f))
+        return replace(_drain(node, ours, reason, f"{cls}: attempt {attempt} of {ladder.max_attempts} within "
+                              f"the window: not remedied again, drained for repair", key), rung="repair", finding=f)
+    survived = len({b for b in boots if b != node.boot_time})
+    if "reboot" not in rungs:
+        return _drain(node, ours, make_reason(f), f"{f.message}: no remedy on its ladder, hardware inspection", key)
+    if survived >= ladder.reboots_before_drain:
+        reason = make_reason(f, f" after {survived} reboots")
+        return replace(_drain(node, ours, reason, f"{f.message} survived {survived} reboots: hardware inspection",
+                              key), rung="repair", finding=f)
+    if node.boot_time is not None and node.boot_time in boots:
+        return Action("none", why="reboot already requested in this boot", fault=key)
+    if rack_due:
+        return _drain(node, ours, make_reason(f), f"{f.message}: its rack-mates hold it too: the rack's "
+                      f"fault, drained for the rack's escalation, not reset or rebooted", key)
+    if ladder.mode == "quarantine":
+        return _drain(node, ours, make_reason(f), f"quarantine mode: drained, not reset or rebooted ({f.message})",
+                      key)
+    if "reset" in rungs and key not in history.resets and not boots:
+        if gpus_idle and node.state == "IDLE":
+            return Action("reset", reason=make_reason(f), why=f"reset-fixable, GPUs idle: {f.message}", fault=key,
+                          finding=f, rung="reset")
+        # a reset needs the GPUs idle: no new job lands meanwhile, the running ones go on
+        return _drain(node, ours, make_reason(f), f"reset-fixable: {f.message}; reset when the node is idle", key)
+    from ..judging.checks.kernel import reboot_problem
+
+    problem = reboot_problem(host, driver) if host is not None else None
+    if problem:
+        return _drain(node, ours, reasons.ours(problem), f"not rebooted ({make_reason(f)}): {problem}", key)
+    return Action("reboot", reason=make_reason(f), why=f"reset-fixable: {f.message}", fault=key, finding=f,
+                  rung="reboot")
+
+
+def _drain_rungs(node: NodeInfo, ours: bool, held: bool, findings: list[Finding], history: NodeHistory,
+                 ladder: Ladder) -> Action:
+    """A drain-severity fault: a cool-off hold (heat), a suspect hold (an uncertain class), else a drain."""
+    from .ladder import class_of, repair_reason, rungs_for
 
     f = worst(findings, "drain")
     if not held and ladder.mode == "full" and rungs_for(f.action)[:1] == ("cool_off",):

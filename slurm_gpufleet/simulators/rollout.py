@@ -122,15 +122,8 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
         unfailed.until = until if replays else rollout_at
         unfailed.run()
     deadline = rollout_at + deadline_h * 3600 if deadline_h else None
-    lower_bound = None
-    if deadline is not None:
-        # jobs running at the rollout that would still run when the last nodes must start: each loses at
-        # least its work since its last checkpoint at the rollout, whatever is done
-        lower_bound = sum(
-            (rollout_at - j.start - (math.floor((rollout_at - j.start) / every_s) * every_s if every_s else 0.0))
-            * j.gpn * j.nodes for j in baseline.jobs
-            if j.start is not None and j.start <= rollout_at < j.start + j.run
-            and j.start + j.run > deadline - upgrade_s) / 3600
+    lower_bound = _work_lost_lower_bound(baseline.jobs, rollout_at, deadline, upgrade_s, every_s) \
+        if deadline is not None else None
     common = dict(base_jobs=base_jobs, nodes=nodes, gpus_per_node=gpus_per_node, budget=budget, upgrade_s=upgrade_s,
                   policy=replay_policy, target=target, deadline=deadline, kernel=kernel, firmware=firmware,
                   rates=rates, seed=seed, rollout_at=rollout_at, domain_size=domain_size, every_s=every_s,
@@ -152,29 +145,48 @@ def simulate(trace: Trace, *, nodes: int, gpus_per_node: int, strategies: tuple[
     return {
         **extra,
         "strategies": {k: r.metrics() for k, r in results.items()},
-        "assumptions": {
-            "time_limits": time_limits_label(trace, assumption),
-            "fleet": f"{nodes} nodes x {gpus_per_node} GPUs", "rollout_at_h": rollout_at_h,
-            "max_unavailable_nodes": budget, "upgrade_minutes": upgrade_s / 60,
-            **({"domains": f"{domain_size} consecutive nodes each; mixed = nodes in service on two drivers",
-                "whole_domain": settings.whole_domain,
-                "max_unavailable_domains": settings.max_unavailable_domains} if domain_size else {}),
-            "scheduler": f"priority FIFO by submit time + EASY backfill (depth {BACKFILL_DEPTH}) respecting "
-                         "time limits and reservations; multi-node jobs take whole nodes",
-            "wait_added": "per job: wait with the rollout - wait without it, jobs submitted from 7 days before "
-                          "the rollout on",
-            "jobs_used": len(base_jobs), "jobs_dropped": dict(dropped), "lines_skipped": dict(trace.skipped),
-            **({"failures": {"failure_per_1000_node_days": rates.failure_rate, "soft_per_node_day": rates.soft_rate,
-                             "driver_effect": rates.driver_effect, "repair_h": rates.repair_h, "seed": seed,
-                             "from": "the rollout's start to the replay's end, in every run (the baseline's "
-                                     "too); *_in_rollout: while the rollout ran",
-                             "failed_jobs": "end NODE_FAIL and are requeued (Slurm's JobRequeue=1)",
-                             "gate": replay_policy.maintain.gate}} if rates else {}),
-        },
+        "assumptions": _assumptions(trace, assumption, nodes, gpus_per_node, rollout_at_h, budget, upgrade_s,
+                                    domain_size, settings, base_jobs, dropped, rates, seed, replay_policy),
         "_results": results,
         # the load as the rollout starts (simulators/trials.py runs the engine on it under random failures)
         "_running": [j for j in unfailed.jobs if j.start is not None and j.start <= rollout_at < j.start + j.run],
         "_policy": sim_policy,
+    }
+
+
+def _work_lost_lower_bound(jobs: list[SimJob], rollout_at: float, deadline: float, upgrade_s: float,
+                           every_s: float | None) -> float:
+    """GPU-hours a deadline costs whatever is done: each job running at the rollout that would still run
+    when the last nodes must start loses at least its work since its last checkpoint at the rollout."""
+    return sum(
+        (rollout_at - j.start - (math.floor((rollout_at - j.start) / every_s) * every_s if every_s else 0.0))
+        * j.gpn * j.nodes for j in jobs
+        if j.start is not None and j.start <= rollout_at < j.start + j.run
+        and j.start + j.run > deadline - upgrade_s) / 3600
+
+
+def _assumptions(trace: Trace, assumption: str, nodes: int, gpus_per_node: int, rollout_at_h: float, budget: int,
+                 upgrade_s: float, domain_size: int | None, settings: MaintainSettings, base_jobs: list[SimJob],
+                 dropped, rates: Rates | None, seed: int, replay_policy: Policy) -> dict[str, Any]:
+    """What a simulation assumed, as its output says it."""
+    return {
+        "time_limits": time_limits_label(trace, assumption),
+        "fleet": f"{nodes} nodes x {gpus_per_node} GPUs", "rollout_at_h": rollout_at_h,
+        "max_unavailable_nodes": budget, "upgrade_minutes": upgrade_s / 60,
+        **({"domains": f"{domain_size} consecutive nodes each; mixed = nodes in service on two drivers",
+            "whole_domain": settings.whole_domain,
+            "max_unavailable_domains": settings.max_unavailable_domains} if domain_size else {}),
+        "scheduler": f"priority FIFO by submit time + EASY backfill (depth {BACKFILL_DEPTH}) respecting "
+                     "time limits and reservations; multi-node jobs take whole nodes",
+        "wait_added": "per job: wait with the rollout - wait without it, jobs submitted from 7 days before "
+                      "the rollout on",
+        "jobs_used": len(base_jobs), "jobs_dropped": dict(dropped), "lines_skipped": dict(trace.skipped),
+        **({"failures": {"failure_per_1000_node_days": rates.failure_rate, "soft_per_node_day": rates.soft_rate,
+                         "driver_effect": rates.driver_effect, "repair_h": rates.repair_h, "seed": seed,
+                         "from": "the rollout's start to the replay's end, in every run (the baseline's "
+                                 "too); *_in_rollout: while the rollout ran",
+                         "failed_jobs": "end NODE_FAIL and are requeued (Slurm's JobRequeue=1)",
+                         "gate": replay_policy.maintain.gate}} if rates else {}),
     }
 
 

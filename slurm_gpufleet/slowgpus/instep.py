@@ -182,6 +182,19 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
     position beside (key ("p", node, gpu)), to keep as the job's start.  `spread`: the peers' recent
     deviations per (nodes | gpus, model), carried from window to window by the caller."""
     spread = {} if spread is None else spread
+    by_node, position, med_clock, med_power = _positions(cells)
+    apart = _throttled(by_node, s, med_clock, med_power)
+    if not base:
+        return apart, position
+    whole, node_band = _silent_nodes(by_node, position, base, s, spread, apart)
+    _silent_gpus(cells, by_node, position, base, s, spread, apart, whole, node_band)
+    apart.update({(n, None): evidence for n, evidence in whole.items()})
+    return apart, position
+
+
+def _positions(cells: dict[tuple[str, int], list]) -> tuple[dict[str, list], dict, float, float]:
+    """(the cells by node, each node's and GPU's position against the job's medians, the median clock, the
+    median power)."""
     clocks = [c[0] for c in cells.values()]
     utils = [c[2] for c in cells.values()]
     med_clock = statistics.median(clocks)
@@ -196,6 +209,11 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
     for (node, gpu), c in cells.items():
         position[(node, gpu)] = c[2] / med_util
         position[("p", node, gpu)] = c[1] / med_power
+    return by_node, position, med_clock, med_power
+
+
+def _throttled(by_node: dict[str, list], s: Settings, med_clock: float, med_power: float) -> dict:
+    """GPUs whose clock dropped under the job's median with a slowdown reason set."""
     apart: dict[tuple[str, int | None], dict] = {}
     for node, gpus in by_node.items():
         for gpu, c in gpus:
@@ -203,8 +221,12 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
                 apart[(node, gpu)] = {"signature": "throttled", "sm_clock_mhz": round(c[0]),
                                       "job_median_clock_mhz": round(med_clock), "throttle": hex(c[3]),
                                       "power_position": round(c[1] / med_power, 3)}
-    if not base:
-        return apart, position
+    return apart
+
+
+def _silent_nodes(by_node: dict[str, list], position: dict, base: dict, s: Settings, spread: dict,
+                  apart: dict) -> tuple[dict[str, dict], dict[str, tuple[float, float, float, float]]]:
+    """Whole nodes apart with no reason given: (their evidence, each one's bands), judged within a model."""
     model_of = {n: by_node[n][0][1][4] for n in by_node}
     # whole nodes: how far each moved since the job's first windows, against the same model's other nodes:
     # its utilisation, or its power where the peers' utilisation cannot move (they spin in NCCL's kernels,
@@ -233,6 +255,12 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
                             "position_at_start": round(base[n], 3), "band": round(band, 3),
                             "power_position": round(position[("pn", n)], 3),
                             "power_position_at_start": round(base[("pn", n)], 3), "power_band": round(p_band, 3)}
+    return whole, node_band
+
+
+def _silent_gpus(cells: dict, by_node: dict[str, list], position: dict, base: dict, s: Settings, spread: dict,
+                 apart: dict, whole: dict[str, dict], node_band: dict) -> None:
+    """Single GPUs apart (into `apart`); a node whose few GPUs explain its own move leaves `whole`."""
     # single GPUs: one GPU that stays busy while every other GPU of the job (its own node's included)
     # waits more; its power holds too (a GPU at work), where its peers' drops
     gpu_moved = {k: position[k] - base[k] for k in cells if k in base}
@@ -276,8 +304,6 @@ def _judge_window(cells: dict[tuple[str, int], list], s: Settings, base: dict | 
                             "position_at_start": round(base[k], 3), "band": round(band, 3),
                             "power_position": round(position[("p", *k)], 3),
                             "power_position_at_start": round(base[("p", *k)], 3)}
-    apart.update({(n, None): evidence for n, evidence in whole.items()})
-    return apart, position
 
 
 def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[Flag]:
