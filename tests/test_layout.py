@@ -91,3 +91,13 @@ def test_the_order_test_sees_an_import_against_the_order(tmp_path):
 def test_no_module_is_over_600_lines():
     long = {str(p.relative_to(REPO)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
     assert long == {}
+
+
+def test_no_function_is_over_80_lines():
+    """A function a screen can hold: none in the package is longer than 80 lines (its def to its end)."""
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 80:
+                long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} {node.end_lineno - node.lineno + 1}")
+    assert long == []

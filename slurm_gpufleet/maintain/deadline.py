@@ -244,23 +244,28 @@ def plan_deadline(jobs: list[JobInfo], nodes: list[str], *, now: float, deadline
             out.append(JobAtRisk(j.job_id, j.nodes, gpus(j), j.start_time, j.end_time, must_by, "wait", end(j), 0.0,
                                  "ends by its time limit before its nodes' slot"))
             continue
-        requeue = j.requeue is not False
-        if ck.signal and requeue:
-            at = max(now, must_by - ck.grace_s)
-            action, why = "checkpoint-requeue", f"checkpoints on SIG{ck.signal}, {ck.grace_s:g} s, then requeued"
-            when = must_by
-        else:
-            late = stop == "latest" or bool(ck.every_s or ck.at)
-            at = when = max(now, must_by) if late else now
-            action = "requeue" if requeue else "cancel"
-            why = ("requeued" if requeue else "cannot be requeued: cancelled") + \
-                (f", checkpoints every {ck.every_s / 3600:g} h" if ck.every_s else
-                 ", last checkpoint known" if ck.at else ", no checkpoint known: all its elapsed time is lost")
+        action, at, when, why = _how_it_stops(j, ck, must_by, now, stop)
         stop_at[j.job_id] = when
         out.append(JobAtRisk(j.job_id, j.nodes, gpus(j), j.start_time, j.end_time, must_by, action, at,
                              cost(j, when), why, ck.signal, ck.batch, ck.grace_s))
     return DeadlinePlan(deadline, out, stop_at, sum(j.gpu_h_at_risk for j in out))
 
+
+
+def _how_it_stops(j: JobInfo, ck, must_by: float, now: float, stop: str) -> tuple[str, float, float, str]:
+    """(action, when it is asked, when its nodes are free, why) for a job that would hold its nodes past
+    their slot: a checkpoint signal where it can take one and be requeued, else a requeue or a cancel, at
+    the start or at the last moment (`stop`, or a job whose checkpoints are known)."""
+    requeue = j.requeue is not False
+    if ck.signal and requeue:
+        return ("checkpoint-requeue", max(now, must_by - ck.grace_s), must_by,
+                f"checkpoints on SIG{ck.signal}, {ck.grace_s:g} s, then requeued")
+    late = stop == "latest" or bool(ck.every_s or ck.at)
+    at = max(now, must_by) if late else now
+    why = ("requeued" if requeue else "cannot be requeued: cancelled") + \
+        (f", checkpoints every {ck.every_s / 3600:g} h" if ck.every_s else
+         ", last checkpoint known" if ck.at else ", no checkpoint known: all its elapsed time is lost")
+    return "requeue" if requeue else "cancel", at, at, why
 
 def iso_minute(t: float) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M")

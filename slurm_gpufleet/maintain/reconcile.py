@@ -347,32 +347,9 @@ class Engine:
             m.events += [(None, f"{event}: {detail}") for event, detail in outcome.audits]
             v.gate_allowed, halt = outcome.allowed, outcome.halt
         if r["state"] == S.R_RUNNING and halt is None:
-            pending = Pending()
-            by_node = {row["node"]: row for row in v.rows}
-
-            def take(node: str) -> bool:
-                row = by_node[node]
-                if not self._apply(v, row, pending.take(v, row), m) or row["state"] != S.RESERVED:
-                    return False
-                self._settle(v, row, m)
-                return True
-
-            def skip(node: str, why: str) -> None:
-                self._apply(v, by_node[node], move(S.SKIPPED, why), m)
-
-            admit(v, take, skip)
+            self._admit(v, m)
         if r["state"] == S.R_ROLLING_BACK:
-            back = {row["node"]: row for row in v.rows}
-
-            def take_back(node: str) -> bool:
-                row = back[node]
-                if not self._apply(v, row, Outcome(S.ROLLING_BACK, f"back to {v.bundle(row).label()}",
-                                                   {"started": None, "error": None}), m):
-                    return False
-                self._settle(v, row, m)
-                return True
-
-            admit_back(v, take_back)
+            self._admit_back(v, m)
         halt = halt or self._failure_halt(v, r["state"])
         if halt or r["state"] == S.R_HALTED:
             v.waiting = (f"an admin: halted{' (' + halt + ')' if halt else ''}; `maintain rollback`, `abort` "
@@ -411,6 +388,37 @@ class Engine:
         self.store.apply(rid, [], world.now, [(None, f"slurm {method}", detail) for method, detail in writes.made]
                          + [(None, "slurm call failed (retried next step)", e) for e in writes.errors])
         return made
+
+    def _admit(self, v: StepView, m: _Moves) -> None:
+        """The window takes waiting nodes (schedule.admit): each reserved, and settled at once where it can."""
+        pending = Pending()
+        by_node = {row["node"]: row for row in v.rows}
+
+        def take(node: str) -> bool:
+            row = by_node[node]
+            if not self._apply(v, row, pending.take(v, row), m) or row["state"] != S.RESERVED:
+                return False
+            self._settle(v, row, m)
+            return True
+
+        def skip(node: str, why: str) -> None:
+            self._apply(v, by_node[node], move(S.SKIPPED, why), m)
+
+        admit(v, take, skip)
+
+    def _admit_back(self, v: StepView, m: _Moves) -> None:
+        """A rollback's window takes upgraded nodes back (schedule.admit_back)."""
+        back = {row["node"]: row for row in v.rows}
+
+        def take_back(node: str) -> bool:
+            row = back[node]
+            if not self._apply(v, row, Outcome(S.ROLLING_BACK, f"back to {v.bundle(row).label()}",
+                                               {"started": None, "error": None}), m):
+                return False
+            self._settle(v, row, m)
+            return True
+
+        admit_back(v, take_back)
 
     def submit_validation(self, rid: str, submit: list[tuple[str, str, str]], now: float) -> int:
         """One sbatch per node (Slurm has no host-list form of "one job on each of these nodes"); the job

@@ -67,28 +67,7 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
     if "bundle" in data:
         policy.bundle = _bundle(data["bundle"], path, lines)
     policy.slurm = SlurmSettings(**_site_section(data, "slurm", SLURM_VALIDATORS, path, lines))
-    maintain = data.get("maintain")
-    soak_key = "gate_max_soak_s"
-    if isinstance(maintain, dict) and "gate_max_soak_h" in maintain:
-        soak_key = "gate_max_soak_h"
-        maintain = dict(maintain)  # the bound in hours, kept as gate_max_soak_s (one value, two spellings)
-        where = f"{path}:{lines.find(('maintain', None), 'gate_max_soak_h')}"
-        if "gate_max_soak_s" in maintain:
-            raise PolicyError(f"{where}: gate_max_soak_h and gate_max_soak_s are the same bound: give one")
-        hours = maintain.pop("gate_max_soak_h")
-        if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours < 1e6:
-            raise PolicyError(f"{where}: gate_max_soak_h must be a number of hours above 0")
-        maintain["gate_max_soak_s"] = max(1, round(hours * 3600))
-        data = {**data, "maintain": maintain}
-    policy.maintain = MaintainSettings(**_site_section(data, "maintain", MAINTAIN_VALIDATORS, path, lines))
-    if policy.maintain.gate_max_soak_s < policy.maintain.gate_min_soak_s:
-        raise PolicyError(f"{path}:{lines.find(('maintain', None), soak_key)}: {soak_key} "
-                          f"({policy.maintain.gate_max_soak_s} s) is shorter than gate_min_soak_s "
-                          f"{policy.maintain.gate_min_soak_s}")
-    if policy.maintain.gate_worse_ratio <= 1 + policy.maintain.gate_margin:
-        raise PolicyError(f"{path}:{lines.find(('maintain', None), 'gate_margin')}: gate_margin "
-                          f"{policy.maintain.gate_margin:g} leaves nothing between \"not worse\" (1 + margin) and "
-                          f"\"worse\" (gate_worse_ratio {policy.maintain.gate_worse_ratio:g})")
+    policy.maintain = _maintain(data, path, lines)
     defaults = data.get("defaults", {})
     if not isinstance(defaults, dict):
         raise PolicyError(f"{path}:{lines.find(None, 'defaults')}: 'defaults' must be a table")
@@ -105,7 +84,41 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
             raise PolicyError(f"{path}:{lines.find(section, 'name')}: 'name' must be a string")
         body = {k: v for k, v in group.items() if k not in ("nodes", "name")}
         policy.groups.append(_Group(name, nodes, nodeset, _settings(body, path, lines, section)))
-    models = data.get("models", {})
+    policy.models = _models(data.get("models", {}), path, lines)
+    policy.requires = tuple(_requirements(data.get("requires", []), path, lines))
+    policy.domains = tuple(_domains(data.get("domain", []), path, lines))
+    return policy
+
+
+def _maintain(data: dict[str, Any], path: str, lines: _KeyLines) -> MaintainSettings:
+    """[maintain], its soak's bound given in hours or seconds, and the gate's settings checked together."""
+    maintain = data.get("maintain")
+    soak_key = "gate_max_soak_s"
+    if isinstance(maintain, dict) and "gate_max_soak_h" in maintain:
+        soak_key = "gate_max_soak_h"
+        maintain = dict(maintain)  # the bound in hours, kept as gate_max_soak_s (one value, two spellings)
+        where = f"{path}:{lines.find(('maintain', None), 'gate_max_soak_h')}"
+        if "gate_max_soak_s" in maintain:
+            raise PolicyError(f"{where}: gate_max_soak_h and gate_max_soak_s are the same bound: give one")
+        hours = maintain.pop("gate_max_soak_h")
+        if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours < 1e6:
+            raise PolicyError(f"{where}: gate_max_soak_h must be a number of hours above 0")
+        maintain["gate_max_soak_s"] = max(1, round(hours * 3600))
+        data = {**data, "maintain": maintain}
+    settings = MaintainSettings(**_site_section(data, "maintain", MAINTAIN_VALIDATORS, path, lines))
+    if settings.gate_max_soak_s < settings.gate_min_soak_s:
+        raise PolicyError(f"{path}:{lines.find(('maintain', None), soak_key)}: {soak_key} "
+                          f"({settings.gate_max_soak_s} s) is shorter than gate_min_soak_s "
+                          f"{settings.gate_min_soak_s}")
+    if settings.gate_worse_ratio <= 1 + settings.gate_margin:
+        raise PolicyError(f"{path}:{lines.find(('maintain', None), 'gate_margin')}: gate_margin "
+                          f"{settings.gate_margin:g} leaves nothing between \"not worse\" (1 + margin) and "
+                          f"\"worse\" (gate_worse_ratio {settings.gate_worse_ratio:g})")
+    return settings
+
+
+def _models(models: Any, path: str, lines: _KeyLines) -> tuple:
+    """[models."NAME"]: the site's GPU models over data/gpu_models.toml."""
     if not isinstance(models, dict):
         raise PolicyError(f"{path}:{lines.find(None, 'models')}: 'models' must be a table of [models.\"NAME\"]")
     extra = []
@@ -126,10 +139,7 @@ def parse_policy(text: str, path: str = "<config>") -> Policy:
         except re.error as exc:
             raise PolicyError(f"{path}:{lines.find(section, 'match')}: match is not a valid regular expression: {exc}") from None
         extra.append(model_from(name, pattern, {k: _MODEL_KEYS[k](v) for k, v in spec.items()}, f"policy {path}"))
-    policy.models = tuple(extra)
-    policy.requires = tuple(_requirements(data.get("requires", []), path, lines))
-    policy.domains = tuple(_domains(data.get("domain", []), path, lines))
-    return policy
+    return tuple(extra)
 
 
 def _bundle(table: Any, path: str, lines: _KeyLines) -> BundleSpec:

@@ -12,52 +12,12 @@ from .faultmodel import Fault
 def figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str]) -> dict[str, Any]:
     from .trials import percentile
 
-    def unfinished(job) -> bool:
-        """Held after MaxBatchRequeue: its user still waits for the rest of its work."""
-        return job.id in sim.done_at and job.start is None and job.saved < job.run
-
-    def kept(job) -> float:
-        """The job's work done by the end (seconds of its run, kept or still running)."""
-        if unfinished(job):
-            return job.saved
-        if job.id in sim.done_at:
-            return job.run
-        return min(job.run, job.saved + (max(0.0, end - job.start - sim._restart(job)) if job.start is not None
-                                         else 0.0))
-
-    def ettr(ids) -> float | None:
-        """Work done over the time from submit to the end (or the job's end): the queue wait, and the wait
-        after each failure for nodes to run again on, count.  Every job counts, finished or not: one held
-        unfinished after MaxBatchRequeue is counted as one still waiting at the end is (nobody releases it
-        in the simulation), its kept work over its time from submit to the end."""
-        work = elapsed = 0.0
-        for jid in ids:
-            job = sim.by_id[jid]
-            stop = end if unfinished(job) else sim.done_at.get(jid, end)
-            if stop <= job.submit:
-                continue
-            g = job.gpn * job.nodes
-            work += kept(job) * g
-            elapsed += (stop - job.submit) * g
-        return round(work / elapsed, 4) if elapsed else None
-
+    w = _Work(sim, end)
+    kept, ettr = w.kept, w.ettr
     started = [j.id for j in sim.jobs if j.submit < end]   # every job submitted (those still waiting too)
     # for --plot: GPUs in service, and the ETTR of the jobs ended by each day (hours on both axes)
     capacity = [(0.0, sum(n.gpus for n in sim.nodes))] + [(t / 3600, g) for t, g in sim.capacity]
-    ettr_by_day = []
-    # the jobs that ended by each day (one held unfinished has not: it waits to the end, as ettr() counts it)
-    ended = sorted((sim.done_at[j], j) for j in started if j in sim.done_at and not unfinished(sim.by_id[j]))
-    work = elapsed = 0.0
-    k = 0
-    for day in range(1, int(end // 86400) + 1):   # the jobs ended by each day, added as they end
-        while k < len(ended) and ended[k][0] <= day * 86400:
-            job = sim.by_id[ended[k][1]]
-            if ended[k][0] > job.submit:
-                work += kept(job) * job.gpn * job.nodes
-                elapsed += (ended[k][0] - job.submit) * job.gpn * job.nodes
-            k += 1
-        if elapsed:
-            ettr_by_day.append((day * 24.0, round(work / elapsed, 4)))
+    ettr_by_day = _ettr_by_day(sim, w, started, end)
     found = [f for f in faults if f.detected_at is not None]
     latency_min = [(f.detected_at - f.t) / 60 for f in found if f.cls.effect == "gpu"]
     resolved = sum(ctl.resolved.values())
@@ -96,6 +56,61 @@ def figures(sim, ctl, faults: list[Fault], end: float, big_jobs: frozenset[str])
         "_rungs": [(r["node"], r["rung"]) for r in ctl.lab.history._query(
             "select node, rung from remedies order by id", [])] if ctl.lab is not None else [],
     }
+
+
+class _Work:
+    """The jobs' work by the end of a run: what each kept, and the ETTR of a set of jobs."""
+
+    def __init__(self, sim, end: float):
+        self.sim, self.end = sim, end
+
+    def unfinished(self, job) -> bool:
+        """Held after MaxBatchRequeue: its user still waits for the rest of its work."""
+        return job.id in self.sim.done_at and job.start is None and job.saved < job.run
+
+    def kept(self, job) -> float:
+        """The job's work done by the end (seconds of its run, kept or still running)."""
+        if self.unfinished(job):
+            return job.saved
+        if job.id in self.sim.done_at:
+            return job.run
+        return min(job.run, job.saved + (max(0.0, self.end - job.start - self.sim._restart(job)) if job.start is not None
+                                         else 0.0))
+
+    def ettr(self, ids) -> float | None:
+        """Work done over the time from submit to the end (or the job's end): the queue wait, and the wait
+        after each failure for nodes to run again on, count.  Every job counts, finished or not: one held
+        unfinished after MaxBatchRequeue is counted as one still waiting at the end is (nobody releases it
+        in the simulation), its kept work over its time from submit to the end."""
+        work = elapsed = 0.0
+        for jid in ids:
+            job = self.sim.by_id[jid]
+            stop = self.end if self.unfinished(job) else self.sim.done_at.get(jid, self.end)
+            if stop <= job.submit:
+                continue
+            g = job.gpn * job.nodes
+            work += self.kept(job) * g
+            elapsed += (stop - job.submit) * g
+        return round(work / elapsed, 4) if elapsed else None
+
+
+def _ettr_by_day(sim, w: _Work, started: list[str], end: float) -> list[tuple[float, float]]:
+    """For --plot: the ETTR of the jobs ended by each day, added as they end (one held unfinished has not
+    ended: it waits to the end, as ettr() counts it)."""
+    ettr_by_day = []
+    ended = sorted((sim.done_at[j], j) for j in started if j in sim.done_at and not w.unfinished(sim.by_id[j]))
+    work = elapsed = 0.0
+    k = 0
+    for day in range(1, int(end // 86400) + 1):   # the jobs ended by each day, added as they end
+        while k < len(ended) and ended[k][0] <= day * 86400:
+            job = sim.by_id[ended[k][1]]
+            if ended[k][0] > job.submit:
+                work += w.kept(job) * job.gpn * job.nodes
+                elapsed += (ended[k][0] - job.submit) * job.gpn * job.nodes
+            k += 1
+        if elapsed:
+            ettr_by_day.append((day * 24.0, round(work / elapsed, 4)))
+    return ettr_by_day
 
 
 def _round(v: float | None) -> float | None:

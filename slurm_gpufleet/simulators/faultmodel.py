@@ -78,72 +78,12 @@ def _number(where: str, label: str, v: Any) -> float:
 def load_model(path: str | None = None) -> FaultModel:
     """The packaged classes (data/failure_classes.toml), or a site's file of the same form: a class it
     names overrides the packaged one key by key, and every class it does not name is kept."""
-    import tomllib
-
     from ..catalogs import failure_classes_data
-    from ..judging.findings import ACTIONS, RANK
 
     where = path or "data/failure_classes.toml"
     base = failure_classes_data()
-    if path:
-        try:
-            with open(path, "rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as exc:
-            raise RatesError(f"{path}: {exc.strerror or exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise RatesError(f"{path}: not TOML: {exc}") from None
-        given = data.get("class", [])
-        if not isinstance(given, list) or not all(isinstance(r, dict) for r in given):
-            raise RatesError(f"{path}: 'class' must be an array of tables ([[class]])")
-        if not all(isinstance(r.get("name"), str) for r in given):
-            raise RatesError(f"{path}: every [[class]] needs a name (a string)")
-        named = {r.get("name"): r for r in given}
-        if len(named) != len(given):
-            raise RatesError(f"{path}: a class is given twice")
-        unknown = [n for n in named if n not in {c["name"] for c in base["class"]}]
-        if unknown:
-            raise RatesError(f"{path}: unknown failure class {unknown[0]!r} (known: "
-                             f"{', '.join(sorted(c['name'] for c in base['class']))})")
-        data = {**base, **data, "class": [{**c, **named.get(c["name"], {})} for c in base["class"]]}
-    else:
-        data = base
-    known = {c["name"] for c in base["class"]}
-    classes = []
-    for row in data.get("class", []):
-        name = row.get("name")
-        if name not in known:
-            raise RatesError(f"{where}: unknown failure class {name!r} (known: {', '.join(sorted(known))})")
-        base_row = next(c for c in base["class"] if c["name"] == name)
-        row = {**base_row, **row}
-        fixed = row.get("fixed_by", {})
-        if not isinstance(fixed, dict):
-            raise RatesError(f"{where}: class {name}: fixed_by must be a table {{ reset = R, reboot = B }}")
-        row["rate"] = _number(where, f"class {name}: rate", row["rate"])
-        reset = _number(where, f"class {name}: fixed_by.reset", fixed.get("reset", 0.0))
-        reboot = _number(where, f"class {name}: fixed_by.reboot", fixed.get("reboot", 0.0))
-        row["precursor_share"] = _number(where, f"class {name}: precursor_share", row.get("precursor_share", 0.0))
-        if reset + reboot > 1 or row.get("precursor_share", 0.0) > 1:
-            raise RatesError(f"{where}: class {name}: shares above 1 (fixed_by.reset + fixed_by.reboot = "
-                             f"{reset + reboot:g}, precursor_share = {row.get('precursor_share', 0.0):g})")
-        seen = row["seen_by"]
-        if not isinstance(row["effect"], str) or row["effect"] not in EFFECTS or not isinstance(seen, list) \
-                or not all(isinstance(w, str) for w in seen) or not set(seen) <= set(SEEN_BY):
-            raise RatesError(f"{where}: class {name}: effect must be one of {', '.join(EFFECTS)}, seen_by of "
-                             f"{', '.join(SEEN_BY)}")
-        finding = row["finding"]
-        if not isinstance(finding, list) or len(finding) != 3 or not all(isinstance(w, str) for w in finding):
-            raise RatesError(f"{where}: class {name}: finding must be [check, severity, action] (strings)")
-        check, severity, action = finding
-        if severity not in RANK or action not in ACTIONS:
-            raise RatesError(f"{where}: class {name}: finding {row['finding']!r}: unknown severity or action")
-        words = row.get("keywords", [])
-        if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
-            raise RatesError(f"{where}: class {name}: keywords must be a list of words")
-        classes.append(FailureClass(name, row.get("what", name), float(row["rate"]), row["effect"],
-                                    tuple(row["seen_by"]), row.get("severity", "high"), (check, severity, action),
-                                    reset, reboot, float(row.get("precursor_share", 0.0)), row.get("source", ""),
-                                    tuple(w.strip().lower() for w in words)))
+    data = _site_file(path, base) if path else base
+    classes = [_failure_class(where, row, base) for row in data.get("class", [])]
     names = [c.name for c in classes]
     if len(set(names)) != len(names):
         raise RatesError(f"{where}: a class is given twice")
@@ -157,6 +97,81 @@ def load_model(path: str | None = None) -> FaultModel:
         raise RatesError(f"{where}: times: unknown key(s) {', '.join(sorted(unknown_times))} (known: "
                          f"{', '.join(sorted(base['times']))})")
     times = {k: _number(where, f"times.{k}", v) for k, v in {**base["times"], **data.get("times", {})}.items()}
+    domain = _domain_model(where, data, base, names)
+    return FaultModel(tuple(classes), float(fa), times, path or "data/failure_classes.toml (Llama 3 rates)", domain)
+
+
+def _site_file(path: str, base: dict[str, Any]) -> dict[str, Any]:
+    """A site's rates file over the packaged classes: a class it names overrides the packaged one key by key."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise RatesError(f"{path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RatesError(f"{path}: not TOML: {exc}") from None
+    given = data.get("class", [])
+    if not isinstance(given, list) or not all(isinstance(r, dict) for r in given):
+        raise RatesError(f"{path}: 'class' must be an array of tables ([[class]])")
+    if not all(isinstance(r.get("name"), str) for r in given):
+        raise RatesError(f"{path}: every [[class]] needs a name (a string)")
+    named = {r.get("name"): r for r in given}
+    if len(named) != len(given):
+        raise RatesError(f"{path}: a class is given twice")
+    unknown = [n for n in named if n not in {c["name"] for c in base["class"]}]
+    if unknown:
+        raise RatesError(f"{path}: unknown failure class {unknown[0]!r} (known: "
+                         f"{', '.join(sorted(c['name'] for c in base['class']))})")
+    data = {**base, **data, "class": [{**c, **named.get(c["name"], {})} for c in base["class"]]}
+    return data
+
+
+def _failure_class(where: str, row: dict[str, Any], base: dict[str, Any]) -> FailureClass:
+    """One [[class]] row, checked (its rate, shares, effect, who sees it, finding and keywords)."""
+    from ..judging.findings import ACTIONS, RANK
+
+    known = {c["name"] for c in base["class"]}
+    name = row.get("name")
+    if name not in known:
+        raise RatesError(f"{where}: unknown failure class {name!r} (known: {', '.join(sorted(known))})")
+    base_row = next(c for c in base["class"] if c["name"] == name)
+    row = {**base_row, **row}
+    fixed = row.get("fixed_by", {})
+    if not isinstance(fixed, dict):
+        raise RatesError(f"{where}: class {name}: fixed_by must be a table {{ reset = R, reboot = B }}")
+    row["rate"] = _number(where, f"class {name}: rate", row["rate"])
+    reset = _number(where, f"class {name}: fixed_by.reset", fixed.get("reset", 0.0))
+    reboot = _number(where, f"class {name}: fixed_by.reboot", fixed.get("reboot", 0.0))
+    row["precursor_share"] = _number(where, f"class {name}: precursor_share", row.get("precursor_share", 0.0))
+    if reset + reboot > 1 or row.get("precursor_share", 0.0) > 1:
+        raise RatesError(f"{where}: class {name}: shares above 1 (fixed_by.reset + fixed_by.reboot = "
+                         f"{reset + reboot:g}, precursor_share = {row.get('precursor_share', 0.0):g})")
+    seen = row["seen_by"]
+    if not isinstance(row["effect"], str) or row["effect"] not in EFFECTS or not isinstance(seen, list) \
+            or not all(isinstance(w, str) for w in seen) or not set(seen) <= set(SEEN_BY):
+        raise RatesError(f"{where}: class {name}: effect must be one of {', '.join(EFFECTS)}, seen_by of "
+                         f"{', '.join(SEEN_BY)}")
+    finding = row["finding"]
+    if not isinstance(finding, list) or len(finding) != 3 or not all(isinstance(w, str) for w in finding):
+        raise RatesError(f"{where}: class {name}: finding must be [check, severity, action] (strings)")
+    check, severity, action = finding
+    if severity not in RANK or action not in ACTIONS:
+        raise RatesError(f"{where}: class {name}: finding {row['finding']!r}: unknown severity or action")
+    words = row.get("keywords", [])
+    if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
+        raise RatesError(f"{where}: class {name}: keywords must be a list of words")
+    return FailureClass(name, row.get("what", name), float(row["rate"]), row["effect"],
+                                tuple(row["seen_by"]), row.get("severity", "high"), (check, severity, action),
+                                reset, reboot, float(row.get("precursor_share", 0.0)), row.get("source", ""),
+                                tuple(w.strip().lower() for w in words))
+
+
+def _domain_model(where: str, data: dict[str, Any], base: dict[str, Any], names: list[str]) -> DomainModel:
+    """[domain]: the classes a switch-side fault takes a whole domain with, its share and repair time."""
+    from ..judging.findings import ACTIONS, RANK
+
     d = {**base.get("domain", {}), **data.get("domain", {})}
     share = _number(where, "domain.switch_share", d.get("switch_share", 0.0))
     hours = _number(where, "domain.switch_repair_hours", d.get("switch_repair_hours", 0.0))
@@ -168,9 +183,8 @@ def load_model(path: str | None = None) -> FaultModel:
     check, severity, action = d.get("finding", ["fabric", "reboot", "reset_gpu"])
     if severity not in RANK or action not in ACTIONS:
         raise RatesError(f"{where}: domain.finding {d.get('finding')!r}: unknown severity or action")
-    domain = DomainModel(tuple(d.get("classes", [])), float(share), (check, severity, action), float(hours),
-                         d.get("source", ""))
-    return FaultModel(tuple(classes), float(fa), times, path or "data/failure_classes.toml (Llama 3 rates)", domain)
+    return DomainModel(tuple(d.get("classes", [])), float(share), (check, severity, action), float(hours),
+                       d.get("source", ""))
 
 
 @dataclass

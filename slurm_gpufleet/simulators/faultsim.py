@@ -181,18 +181,9 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
     else:
         horizon = days * 86400 if days else span
     jobs = [j for j in jobs if j.submit < horizon and j.nodes <= nodes]
-    big: frozenset[str] = frozenset()
-    if big_job_gpus:
-        need = math.ceil(big_job_gpus / gpus_per_node)
-        if need > nodes:
-            raise ValueError(f"--big-job {big_job_gpus} needs {need} nodes of {gpus_per_node} GPUs; the fleet has {nodes}")
-        # a stream of training jobs beside the history, for the figures of jobs of 1,024 GPUs or more: one
-        # submitted every big_job_hours, each running that long (a job waits while the one before runs)
-        period = big_job_hours * 3600
-        stream = [SimJob(f"big-{k + 1}", k * period, run=period, limit=period * 1.5, nodes=need,
-                         gpn=min(big_job_gpus, gpus_per_node)) for k in range(max(1, math.ceil(horizon / period)))]
-        jobs = stream + jobs
-        big = frozenset(j.id for j in stream)
+    stream = _big_jobs(big_job_gpus, big_job_hours, gpus_per_node, nodes, horizon) if big_job_gpus else []
+    jobs = stream + jobs
+    big = frozenset(j.id for j in stream)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in strategies}
     by_class: dict[str, int] = {}
     alarms_drawn = rack_events = 0
@@ -220,7 +211,33 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
             r.pop("_moves")
             r.pop("_rungs")
     out: dict[str, Any] = {"strategies": {name: _mean(rs) for name, rs in runs.items()}, "_series": series}
-    out["assumptions"] = {
+    out["assumptions"] = _fleet_assumptions(model, nodes, gpus_per_node, horizon, jobs, dropped, seed, seeds, by_class,
+                                            alarms_drawn, rack_events, hc_interval_s, checkpoint_every_h,
+                                            restart_min, lemon_share, lemon_factor, big_job_gpus, big_job_hours,
+                                            big, domain_size, switch_share, fault_log)
+    return out
+
+
+def _big_jobs(big_job_gpus: int, big_job_hours: float, gpus_per_node: int, nodes: int, horizon: float) -> list:
+    """A stream of training jobs beside the history, for the figures of jobs of 1,024 GPUs or more: one
+    submitted every big_job_hours, each running that long (a job waits while the one before runs)."""
+    from .rollout import SimJob
+
+    need = math.ceil(big_job_gpus / gpus_per_node)
+    if need > nodes:
+        raise ValueError(f"--big-job {big_job_gpus} needs {need} nodes of {gpus_per_node} GPUs; the fleet has {nodes}")
+    period = big_job_hours * 3600
+    return [SimJob(f"big-{k + 1}", k * period, run=period, limit=period * 1.5, nodes=need,
+                   gpn=min(big_job_gpus, gpus_per_node)) for k in range(max(1, math.ceil(horizon / period)))]
+
+
+def _fleet_assumptions(model: FaultModel, nodes: int, gpus_per_node: int, horizon: float, jobs: list, dropped,
+                       seed: int, seeds: int, by_class: dict[str, int], alarms_drawn: int, rack_events: int,
+                       hc_interval_s: float, checkpoint_every_h: float, restart_min: float, lemon_share: float,
+                       lemon_factor: float, big_job_gpus: int, big_job_hours: float, big: frozenset[str],
+                       domain_size: int, switch_share: float | None, fault_log) -> dict[str, Any]:
+    """What a fleet run assumed, as its output says it."""
+    out = {
         "mode": "fleet", "nodes": nodes, "gpus_per_node": gpus_per_node, "days": round(horizon / 86400, 2),
         "jobs": len(jobs), "jobs_dropped": dict(dropped), "seed": seed, "seeds": seeds, "rates": model.source,
         "faults_drawn": by_class, "false_alarms_drawn": alarms_drawn,
@@ -237,7 +254,7 @@ def fleet_faults(trace, *, nodes: int, gpus_per_node: int, days: float | None, s
                         + ("" if domain_size else ", rack-correlated events (--domain-size)"),
     }
     if fault_log is not None:
-        out["assumptions"]["fault_log"] = {
+        out["fault_log"] = {
             "form": fault_log.form, "faults": len(fault_log.faults), "nodes_in_log": len(fault_log.nodes),
             "span_days": round(fault_log.span_s / 86400, 2),
             "replayed": "each logged fault leaves its node unusable from its start to its end, whatever the "

@@ -85,22 +85,7 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
                                              case.attempts + 1, f"deep check job {job_id} in {case.reservation}")
         step.submitted[node] = job_id
     if d.drain:
-        try:
-            done = actuator.drain_each(
-                [(infos[node], reason) for node, reason in d.drain])
-        except SlurmError as exc:
-            errors.append(f"drain: {exc}")
-            done = None
-        if done is not None:
-            step.drained, step.breaker_blocked = done.done, done.blocked
-            for node, why in done.left.items():
-                d.notes.append(f"{node}: {why}")
-        unfinished = {node for node, _ in d.drain} - set(step.drained) - set(done.left if done else ())
-        for node in unfinished:  # confirmed, not drained (breaker, error): it stays held and checked again
-            case = moved[node]
-            d.cases[node] = moved[node] = L.Case(node, L.CHECKING, case.jobs, case.opened, case.check_job,
-                                                 case.attempts, f"confirmed, not drained: {case.detail}")
-            d.release = [r for r in d.release if r != case.reservation]
+        _drain_confirmed(actuator, d, step, infos, moved, errors)
     step.released = d.release
     for name in d.release:
         try:
@@ -116,6 +101,29 @@ def run_step(backend: Any, settings: Any, store: LemonStore, nodes: list[NodeInf
     store.save(list(d.cases.values()))
     _publish_scores(actuator, settings, nodes, step.scores, errors)
     return step
+
+
+def _drain_confirmed(actuator, d, step: LemonStep, infos: dict[str, NodeInfo], moved: dict, errors: list[str]) -> None:
+    """The lemons their deep check confirmed, drained; one the breaker or an error left stays held in its
+    reservation and checked again (its reservation is not released)."""
+    from ..slurm import SlurmError
+
+    try:
+        done = actuator.drain_each(
+            [(infos[node], reason) for node, reason in d.drain])
+    except SlurmError as exc:
+        errors.append(f"drain: {exc}")
+        done = None
+    if done is not None:
+        step.drained, step.breaker_blocked = done.done, done.blocked
+        for node, why in done.left.items():
+            d.notes.append(f"{node}: {why}")
+    unfinished = {node for node, _ in d.drain} - set(step.drained) - set(done.left if done else ())
+    for node in unfinished:  # confirmed, not drained (breaker, error): it stays held and checked again
+        case = moved[node]
+        d.cases[node] = moved[node] = L.Case(node, L.CHECKING, case.jobs, case.opened, case.check_job,
+                                             case.attempts, f"confirmed, not drained: {case.detail}")
+        d.release = [r for r in d.release if r != case.reservation]
 
 
 def _publish_scores(actuator, settings: Any, nodes: list[NodeInfo], scores: dict[str, int], errors: list[str]) -> None:
