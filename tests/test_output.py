@@ -53,3 +53,17 @@ def test_the_shared_options_are_spelled_once():
                     isinstance(node.args[0], ast.Constant) and node.args[0].value in ("--config", "--json", "--fleet"):
                 spelled.append(f"{path.name}:{node.lineno} {node.args[0].value}")
     assert spelled == [], spelled
+
+
+def test_what_a_command_prints_on_stdout_comes_from_the_output_module():
+    """A command's text for people on stdout is made in output.py: no click.echo in another CLI module
+    builds one from an f-string (a one-line notice on stderr, err=True, may)."""
+    built = []
+    for path in sorted(p for p in (REPO / "slurm_gpufleet" / "cli").glob("*.py") if p.name not in ("output.py", "docgen.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "click.echo" and node.args \
+                    and not any(k.arg == "err" for k in node.keywords) \
+                    and any(isinstance(n, ast.JoinedStr) for n in ast.walk(node.args[0])):
+                built.append(f"{path.name}:{node.lineno}")
+    assert built == []
+

@@ -152,13 +152,9 @@ def fleet_stragglers(ctx: click.Context, results: str | None, history_dir: str |
     if opts.get("as_json"):
         click.echo(json.dumps(out, indent=1))
     else:
-        for model, m in summary.items():
-            click.echo(f"{model}: {m['peers']} GPU(s)" + (f", median {m['median']:.0f} GB/s, MAD {m['mad']:.1f}"
-                                                          if m["judged"] else " (too few peers to judge)"))
-        for o in found:
-            click.echo(f"  SLOW {o.key:<20} {o.value:.0f} GB/s  -{o.drop_pct:.1f}%  z {o.z:.1f}")
-        if not found:
-            click.echo("  no stragglers")
+        from .output import stragglers_text
+
+        click.echo("\n".join(stragglers_text(summary, found)))
     sys.exit(exitcodes.UNHEALTHY if found else exitcodes.OK)
 
 
@@ -178,14 +174,9 @@ def _instep_running(opts: dict) -> None:
         click.echo(json.dumps({"jobs": jobs, "nodes_sampled": len(published), "flags": [f.to_dict() for f in flags]},
                               indent=1))
     else:
-        click.echo(f"{len(jobs)} multi-node job(s) sampled on {len(published)} node(s)")
-        for f in flags:
-            gpu = f" gpu{f.gpu}" if f.gpu is not None else ""
-            click.echo(f"  SLOW job {f.job} {f.node}{gpu}: {f.signature} since "
-                       f"{time.strftime('%H:%M:%S', time.localtime(f.t_first))} "
-                       + ", ".join(f"{k} {v}" for k, v in f.evidence.items()))
-        if not flags:
-            click.echo("  no node apart from its job")
+        from .output import instep_text
+
+        click.echo("\n".join(instep_text(jobs, len(published), flags)))
     sys.exit(exitcodes.UNHEALTHY if flags else exitcodes.OK)
 
 
@@ -286,18 +277,18 @@ def fleet_repaired(ctx: click.Context, nodeset: str, dry_run: bool) -> None:
         done = hand_back(actuator, [nodes[n] for n in wanted], dry_run)
     except SlurmError as exc:
         _fail(f"not marked: {exc}", exitcodes.USAGE)
+    from .output import repaired_text
+
     if dry_run:
         if done.marked:
-            click.echo(f"{fold(done.marked)}: would be marked validate after repair")
+            click.echo(repaired_text(done.marked, True, bool(policy.slurm.validation_command)))
         for name, why in done.left.items():
             click.echo(f"{name}: {why}", err=True)
         if done.free:
             click.echo(f"{fold(done.free)}: not drained, nothing to do", err=True)
         return
     if done.marked:
-        click.echo(f"{fold(done.marked)}: validate after repair" + (
-            " (a validation run, then back to work)" if policy.slurm.validation_command else
-            " (back to work after clean runs: validation_command is \"\")"))
+        click.echo(repaired_text(done.marked, False, bool(policy.slurm.validation_command)))
     for node, why in done.left.items():
         click.echo(f"{node}: {why}", err=True)
     if done.free:
@@ -332,12 +323,9 @@ def fleet_sweep(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 
         click.echo(json.dumps(asdict(step), indent=1))
     else:
-        from ..common.hostlist import fold
+        from .output import sweep_text
 
-        click.echo(f"due: {fold(step.due) or 'none'}; sweeping: {fold(step.running) or 'none'}"
-                   + (f"; submitted: {', '.join(f'{n} (job {j})' for n, j in step.submitted.items())}"
-                      if step.submitted else "") + (f"; cancelled stale: {', '.join(step.cancelled)}"
-                                                    if step.cancelled else ""))
+        click.echo(sweep_text(step))
         for e in step.errors:
             click.echo(e, err=True)
     if step.errors:
@@ -444,18 +432,11 @@ def fleet_lemons(ctx: click.Context, dry_run: bool, textfile: str | None, timing
     if as_json:
         click.echo(json.dumps(out, indent=1))
     else:
-        click.echo(f"{len(jobs)} multi-node job(s) sampled on {len(published)} node(s); {len(flags)} flag(s), "
-                   f"{step.new_flags} new" + (" (dry run)" if dry_run else ""))
-        for node, n in sorted(step.scores.items()):
-            click.echo(f"  {node}: flagged in {n} job(s) of {s.lemon_jobs}")
-        for c in step.cases.values():
-            click.echo(f"  case {c.node}: {c.state}" + (f", {c.detail}" if c.detail else ""))
-        if step.drained:
-            click.echo(f"drained: {fold(step.drained)}")
+        from .output import lemons_text
+
+        click.echo("\n".join(lemons_text(jobs, len(published), flags, step, s.lemon_jobs, dry_run)))
         if step.breaker_blocked:
             click.echo(f"not drained, the drain breaker is open: {fold(step.breaker_blocked)}", err=True)
-        for note in step.notes:
-            click.echo(f"  {note}")
     for e in errors:
         click.echo(f"slurm-gpufleet: {e}", err=True)
     if errors:
@@ -500,16 +481,9 @@ def _timings(path: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1))
     else:
-        click.echo(f"{result.rows} timed operation(s)")
-        for f in result.flags:
-            click.echo(f"  SLOW rank {f.rank} on {f.node} gpus {f.gpus}: stage {f.stage} {f.op} {f.times_slower:.2f}x "
-                       f"its peers, slower in {f.steps_slower} of {f.steps} steps")
-        for j in result.job_wide:
-            click.echo(f"  job-wide ({j['kind']}): stage {j['stage']} {j['op']}: {j['why']}")
-        for note in result.not_judged:
-            click.echo(f"  not judged: {note}")
-        if not result.flags:
-            click.echo("  no worker apart from its peers")
+        from .output import timings_text
+
+        click.echo("\n".join(timings_text(result)))
     sys.exit(exitcodes.UNHEALTHY if result.flags else exitcodes.OK)
 
 

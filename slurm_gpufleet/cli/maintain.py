@@ -220,8 +220,9 @@ def _finish(state: str, as_json: bool, store, runner, rollout_id: str | None = N
         click.echo(json.dumps({"rollout": r["id"] if r else None, "state": state, "nodes": counts,
                                **({"note": note} if note else {})}))
     else:
-        click.echo(f"rollout {r['id'] if r else '-'}: {state} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
-                   + (f"; {note}" if note else ""))
+        from .output import rollout_status_text
+
+        click.echo(rollout_status_text(r["id"] if r else None, state, counts, note))
     sys.exit(exitcodes.OK if state in ok and not counts.get("failed") else exitcodes.UNHEALTHY)
 
 
@@ -326,7 +327,9 @@ def maintain_approve(rollout: str, why: str, config: str | None) -> None:
         who = os.environ.get("SUDO_USER") or getpass.getuser()
         state["approved"][str(state["boundary"])] = f"{who}: {why}"
         store.set_gate(rollout, state, time.time(), [("gate approved", f"stage {state['boundary']} by {who}: {why}")])
-    click.echo(f"rollout {rollout}: stage {state['boundary']} approved by {who}")
+    from .output import approved_text
+
+    click.echo(approved_text(rollout, state["boundary"], who))
 
 
 @maintain.command("status")

@@ -150,8 +150,9 @@ def reboot_check(driver: str, kernel: str | None, host_root: str, as_json: bool)
     elif problem:
         click.echo(problem)
     else:
-        click.echo(f"next boot kernel {nxt.release} has nvidia {module.version if module else '?'}"
-                   f"{' (' + module.flavour + ')' if module and module.flavour else ''}: a reboot brings {driver} back")
+        from .output import reboot_check_text
+
+        click.echo(reboot_check_text(nxt.release, module, driver))
     sys.exit(exitcodes.UNHEALTHY if problem else exitcodes.OK)
 
 
@@ -317,19 +318,10 @@ def compat(driver: str, arch: str | None, cc: str | None, cuda: str | None, as_j
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1))
     else:
-        click.echo(f"driver {driver}: branch R{result.branch} ({result.branch_type or 'unknown type'}, "
-                   f"end of life {result.branch_eol or 'unknown'}), CUDA up to {result.max_cuda or '?'}")
-        for p in result.problems:
-            click.echo(f"  INCOMPATIBLE: {p}")
-        for n in result.notes:
-            click.echo(f"  note: {n}")
-        if result.cves:
-            worst = max(result.cves, key=lambda c: c["cvss"] or 0)
-            safe = compat_mod.safe_version(driver)
-            click.echo(f"  exposed to {len(result.cves)} CVE(s) of NVIDIA's bulletins, worst {worst['id']} "
-                       f"({worst['severity']} {worst['cvss']}); "
-                       + (f"first safe on R{result.branch}: {safe}" if safe else f"R{result.branch} has no fix"))
-        click.echo("compatible" if result.compatible else "not compatible")
+        from .output import compat_text
+
+        safe = compat_mod.safe_version(driver) if result.cves else None
+        click.echo("\n".join(compat_text(driver, result, safe)))
     sys.exit(exitcodes.OK if result.compatible else exitcodes.UNHEALTHY)
 
 
@@ -426,9 +418,6 @@ def advise_checkpoint(job_gpus: int, checkpoint_cost: float, gpu_mtbf_hours: flo
     if as_json:
         click.echo(json.dumps(a.to_dict(), indent=1))
         return
-    click.echo(f"{job_gpus} GPUs, per-GPU MTBF {a.gpu_mtbf_h:.0f} h ({a.mtbf_source}) -> job MTBF {a.job_mtbf_h:.2f} h")
-    click.echo(f"checkpoint every {a.interval_s / 60:.1f} min (Daly; Young {a.interval_young_s / 60:.1f} min); "
-               f"expected lost {a.expected_lost_fraction * 100:.1f}% of the run")
-    if a.interval_s_range:
-        click.echo(f"90% range from the failure count: job MTBF {a.job_mtbf_h_range[0]:.2f}-{a.job_mtbf_h_range[1]:.2f} h, "
-                   f"interval {a.interval_s_range[0] / 60:.1f}-{a.interval_s_range[1] / 60:.1f} min")
+    from .output import checkpoint_text
+
+    click.echo("\n".join(checkpoint_text(job_gpus, a)))

@@ -448,3 +448,140 @@ def faults_html(out: dict[str, Any], series: dict[str, dict[str, list]]) -> str:
 <h2>ETTR of the jobs ended by then</h2>{ettr}
 <p>Series from the run of seed {out["assumptions"]["seed"]}; the table above is the mean over
 {out["assumptions"].get("seeds", 1)} seed(s).</p></body></html>"""
+
+
+# ---------------------------------------------------------------- fleet: slow GPUs, lemons, remedies
+def stragglers_text(summary: dict[str, dict], found: list) -> list[str]:
+    """`fleet stragglers`: each GPU model's peers and spread, then every GPU slower than its peers."""
+    lines = [f"{model}: {m['peers']} GPU(s)" + (f", median {m['median']:.0f} GB/s, MAD {m['mad']:.1f}"
+                                                 if m["judged"] else " (too few peers to judge)")
+             for model, m in summary.items()]
+    lines += [f"  SLOW {o.key:<20} {o.value:.0f} GB/s  -{o.drop_pct:.1f}%  z {o.z:.1f}" for o in found]
+    return lines + ([] if found else ["  no stragglers"])
+
+
+def instep_text(jobs: list, nodes_sampled: int, flags: list) -> list[str]:
+    """`fleet stragglers --running`: the nodes (or GPUs) apart from their running job."""
+    lines = [f"{len(jobs)} multi-node job(s) sampled on {nodes_sampled} node(s)"]
+    for f in flags:
+        gpu = f" gpu{f.gpu}" if f.gpu is not None else ""
+        lines.append(f"  SLOW job {f.job} {f.node}{gpu}: {f.signature} since "
+                     f"{time.strftime('%H:%M:%S', time.localtime(f.t_first))} "
+                     + ", ".join(f"{k} {v}" for k, v in f.evidence.items()))
+    return lines + ([] if flags else ["  no node apart from its job"])
+
+
+def timings_text(result) -> list[str]:
+    """`fleet stragglers --timings`: the workers slower than their peers, what is job-wide, what was not
+    judged."""
+    lines = [f"{result.rows} timed operation(s)"]
+    lines += [f"  SLOW rank {f.rank} on {f.node} gpus {f.gpus}: stage {f.stage} {f.op} {f.times_slower:.2f}x "
+              f"its peers, slower in {f.steps_slower} of {f.steps} steps" for f in result.flags]
+    lines += [f"  job-wide ({j['kind']}): stage {j['stage']} {j['op']}: {j['why']}" for j in result.job_wide]
+    lines += [f"  not judged: {note}" for note in result.not_judged]
+    return lines + ([] if result.flags else ["  no worker apart from its peers"])
+
+
+def lemons_text(jobs: list, nodes_sampled: int, flags: list, step, lemon_jobs: int, dry_run: bool) -> list[str]:
+    """`fleet lemons`: the flags recorded, each node's score, the open cases, the drains."""
+    from ..common.hostlist import fold
+
+    lines = [f"{len(jobs)} multi-node job(s) sampled on {nodes_sampled} node(s); {len(flags)} flag(s), "
+             f"{step.new_flags} new" + (" (dry run)" if dry_run else "")]
+    lines += [f"  {node}: flagged in {n} job(s) of {lemon_jobs}" for node, n in sorted(step.scores.items())]
+    lines += [f"  case {c.node}: {c.state}" + (f", {c.detail}" if c.detail else "") for c in step.cases.values()]
+    lines += [f"drained: {fold(step.drained)}"] if step.drained else []
+    return lines + [f"  {note}" for note in step.notes]
+
+
+def repaired_text(marked: list[str], dry_run: bool, validates: bool) -> str:
+    """`fleet repaired`: the nodes handed back (or that would be)."""
+    from ..common.hostlist import fold
+
+    if dry_run:
+        return f"{fold(marked)}: would be marked validate after repair"
+    return f"{fold(marked)}: validate after repair" + (
+        " (a validation run, then back to work)" if validates else
+        " (back to work after clean runs: validation_command is \"\")")
+
+
+def sweep_text(step) -> str:
+    """`fleet sweep`: the nodes due, sweeping, submitted and cancelled."""
+    from ..common.hostlist import fold
+
+    return (f"due: {fold(step.due) or 'none'}; sweeping: {fold(step.running) or 'none'}"
+            + (f"; submitted: {', '.join(f'{n} (job {j})' for n, j in step.submitted.items())}"
+               if step.submitted else "") + (f"; cancelled stale: {', '.join(step.cancelled)}"
+                                             if step.cancelled else ""))
+
+
+# ---------------------------------------------------------------- one node: reboot check, compatibility, advice
+def reboot_check_text(release: str, module, driver: str) -> str:
+    """`reboot-check` when the next boot brings the driver back."""
+    return (f"next boot kernel {release} has nvidia {module.version if module else '?'}"
+            f"{' (' + module.flavour + ')' if module and module.flavour else ''}: a reboot brings {driver} back")
+
+
+def compat_text(driver: str, result, safe: str | None) -> list[str]:
+    """`compat`: the branch, what is incompatible, notes, the CVEs it is exposed to, and the answer."""
+    lines = [f"driver {driver}: branch R{result.branch} ({result.branch_type or 'unknown type'}, "
+             f"end of life {result.branch_eol or 'unknown'}), CUDA up to {result.max_cuda or '?'}"]
+    lines += [f"  INCOMPATIBLE: {p}" for p in result.problems]
+    lines += [f"  note: {n}" for n in result.notes]
+    if result.cves:
+        worst = max(result.cves, key=lambda c: c["cvss"] or 0)
+        lines.append(f"  exposed to {len(result.cves)} CVE(s) of NVIDIA's bulletins, worst {worst['id']} "
+                     f"({worst['severity']} {worst['cvss']}); "
+                     + (f"first safe on R{result.branch}: {safe}" if safe else f"R{result.branch} has no fix"))
+    return lines + ["compatible" if result.compatible else "not compatible"]
+
+
+def checkpoint_text(job_gpus: int, a) -> list[str]:
+    """`advise checkpoint`: the job's MTBF and the interval that loses the least work."""
+    lines = [f"{job_gpus} GPUs, per-GPU MTBF {a.gpu_mtbf_h:.0f} h ({a.mtbf_source}) -> job MTBF {a.job_mtbf_h:.2f} h",
+             f"checkpoint every {a.interval_s / 60:.1f} min (Daly; Young {a.interval_young_s / 60:.1f} min); "
+             f"expected lost {a.expected_lost_fraction * 100:.1f}% of the run"]
+    if a.interval_s_range:
+        lines.append(f"90% range from the failure count: job MTBF {a.job_mtbf_h_range[0]:.2f}-"
+                     f"{a.job_mtbf_h_range[1]:.2f} h, interval {a.interval_s_range[0] / 60:.1f}-"
+                     f"{a.interval_s_range[1] / 60:.1f} min")
+    return lines
+
+
+# ---------------------------------------------------------------- rollouts, the breaker, install
+def rollout_status_text(rollout: str | None, state: str, counts: dict[str, int], note: str | None) -> str:
+    """`maintain status`: the rollout, its state and its nodes per state."""
+    return (f"rollout {rollout or '-'}: {state} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
+            + (f"; {note}" if note else ""))
+
+
+def breaker_text(record: dict | None, threshold, window_s: float) -> str:
+    """`breaker status`."""
+    if record:
+        return (f"OPEN since {record.get('opened_at', '?')} (tripped by {record.get('node', '?')}): "
+                f"{record.get('why', '')}; `slurm-gpufleet breaker reset` closes it")
+    return f"closed (threshold {threshold} within {window_s:g} s)"
+
+
+def install_text(written: list[tuple[str, str]], refused: list[str], trust: str | None, root: bool,
+                 conf_path: str) -> list[str]:
+    """`install`: what it wrote (or would), what the trust rule would refuse, whether every path is trusted
+    (`trust`: None where it was not judged, "" where it holds, else the first refusal), and where the
+    slurm.conf lines are."""
+    lines = [f"{what:<14} {path}" for what, path in written]
+    lines += [f"{'would refuse':<14} {line}" for line in refused]
+    if trust is not None:
+        lines.append(f"{'trusted':<14} every path above: owned by {'root' if root else 'you'}, writable by no one "
+                     "else" if not trust else f"{'refused':<14} {trust}")
+    return lines + [f"\nAdd to slurm.conf (also in {conf_path}), then `scontrol reconfigure`:\n"]
+
+
+def breaker_reset_text(path: str, was_open: bool) -> str:
+    """`breaker reset`."""
+    return f"breaker closed ({path} removed)" if was_open else "breaker was already closed"
+
+
+def approved_text(rollout: str, stage, who: str) -> str:
+    """`maintain approve`."""
+    return f"rollout {rollout}: stage {stage} approved by {who}"
+

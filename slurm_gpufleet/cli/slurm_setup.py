@@ -115,11 +115,10 @@ def breaker_status(config: str | None, as_json: bool) -> None:
            "threshold": settings.breaker_threshold, "window_s": settings.breaker_window_s, **(record or {})}
     if as_json:
         click.echo(json.dumps(out))
-    elif record:
-        click.echo(f"OPEN since {record.get('opened_at', '?')} (tripped by {record.get('node', '?')}): "
-                   f"{record.get('why', '')}; `slurm-gpufleet breaker reset` closes it")
     else:
-        click.echo(f"closed (threshold {settings.breaker_threshold} within {settings.breaker_window_s:g} s)")
+        from .output import breaker_text
+
+        click.echo(breaker_text(record, settings.breaker_threshold, settings.breaker_window_s))
     sys.exit(exitcodes.UNHEALTHY if record else exitcodes.OK)
 
 
@@ -134,7 +133,9 @@ def breaker_reset(config: str | None) -> None:
         was_open = brk.reset(path)
     except OSError as exc:
         _fail(f"{path}: {exc.strerror or exc}", exitcodes.USAGE)
-    click.echo(f"breaker closed ({path} removed)" if was_open else "breaker was already closed")
+    from .output import breaker_reset_text
+
+    click.echo(breaker_reset_text(path, was_open))
 
 
 @cli.command("install")
@@ -184,16 +185,15 @@ def install(prefix: str, dry_run: bool, python: str | None, config: str | None, 
         report += make_state_dir(state_dir, dry_run)
     except OSError as exc:
         _fail(f"{getattr(exc, 'filename', None) or prefix}: {exc.strerror or exc}", exitcodes.USAGE)
-    for what, path in report:
-        click.echo(f"{what:<14} {path}")
-    for line in dict.fromkeys(f"{r.where}: {r.why}" for r in refused):
-        click.echo(f"{'would refuse':<14} {line}")
+    trust = None
     if not dry_run:
         left = [r for r in (problem(p) for p in [*judged, state_dir]) if r]
-        click.echo(f"{'trusted':<14} every path above: owned by {'root' if os.geteuid() == 0 else 'you'}, "
-                   "writable by no one else" if not left else f"{'refused':<14} {left[0].line()}")
+        trust = left[0].line() if left else ""
     conf = items[-1]
-    click.echo(f"\nAdd to slurm.conf (also in {conf.path}), then `scontrol reconfigure`:\n")
+    from .output import install_text
+
+    would_refuse = list(dict.fromkeys(f"{r.where}: {r.why}" for r in refused))
+    click.echo("\n".join(install_text(report, would_refuse, trust, os.geteuid() == 0, conf.path)))
     click.echo(conf.text, nl=False)
     _health_check_notes(interval, read, version, node_state)
 
