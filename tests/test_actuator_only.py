@@ -291,3 +291,27 @@ def test_at_run_time_the_entry_points_write_to_slurms_commands_only_from_the_act
     made = {name for name, _, _ in writes}
     assert {"set_fields", "drain_nodes", "set_job_comment"} <= made, writes
     assert [w for w in writes if not w[1].endswith(os.path.join("slurm", "actuator.py"))] == []
+
+
+def test_releasing_a_reservation_that_is_gone_is_done_and_any_other_refusal_is_an_error():
+    """A typed answer, never an error's words: ReservationMissing on delete is what was asked for; another
+    SlurmError still raises."""
+    from slurm_gpufleet.slurm import effects as E
+    from slurm_gpufleet.slurm.actuator import make_actuator
+    from slurm_gpufleet.slurm.base import ReservationMissing
+    from slurm_gpufleet.slurm.ownership import MAINTAIN, ROLLOUT_RESERVATION_PREFIX
+
+    class Gone:
+        def __init__(self, error):
+            self.error = error
+
+        def nodes(self):
+            return []
+
+        def delete_reservation(self, name):
+            raise self.error
+
+    name = f"{ROLLOUT_RESERVATION_PREFIX}abc_s1"
+    assert make_actuator(Gone(ReservationMissing("gone")), MAINTAIN).apply(E.Release(name)) == [None]
+    with pytest.raises(SlurmError, match="slurmctld down"):
+        make_actuator(Gone(SlurmError("slurmctld down")), MAINTAIN).apply(E.Release(name))

@@ -261,7 +261,7 @@ def test_event_driven_replays_skip_steps_and_keep_every_figure(monkeypatch):
     """The engine is not stepped for a job that ends on nodes the rollout is through with: the figures
     are those of stepping on every job end, with failures drawn; with an evidence gate (judged on what
     has accumulated by each step) every event still steps."""
-    from slurm_gpufleet.simulators import jobsim as sim_module
+    from slurm_gpufleet.simulators import strategies as sim_module
 
     counts = {}
     original = sim_module.GpufleetController.step

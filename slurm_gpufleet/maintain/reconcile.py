@@ -378,13 +378,12 @@ class Engine:
         return state
 
     def _flush(self, rid: str, writes: Writes, world: World, cap: int | None = None) -> int:
-        made = writes.flush(self.actuator, world.nodes, cap)
+        made = writes.flush(self.actuator, cap)
         # the reservations this step deleted are gone from its read too: a turn back in the same step
         # (auto_rollback) reads the same world, and must not delete them again
-        failed = " ".join(writes.errors)
-        for method, name in writes.made:
-            if method == "delete_reservation" and name not in failed:
-                world.reservations.pop(name, None)
+        for effect in writes.carried:
+            if isinstance(effect, E.Release):
+                world.reservations.pop(effect.name, None)
         self.store.apply(rid, [], world.now, [(None, f"slurm {method}", detail) for method, detail in writes.made]
                          + [(None, "slurm call failed (retried next step)", e) for e in writes.errors])
         return made
@@ -523,8 +522,8 @@ class Engine:
         writes.delete.update(r.name for r in reservations if r.name.startswith(f"{ROLLOUT_RESERVATION_PREFIX}{rid}_"))
         rows = [row for row in self.store.nodes(rid) if row["weight"] is not None]
         for row in rows:
-            writes.weight[row["weight"]].add(row["node"])
-        writes.flush(self.actuator, world.nodes if world else None)
+            writes.add(E.Weight((row["node"],), row["weight"]))
+        writes.flush(self.actuator)
         self.store.apply(rid, [(row["node"], None, "", {"weight": None}) for row in rows], now)
         for error in writes.errors:
             self.store.audit(rid, None, "slurm call failed at cleanup", error, now)
@@ -534,9 +533,9 @@ def _fold_drain(v: StepView, info, effect, writes: Writes) -> None:
     if info.drained and not v.ours(info):
         return  # someone else's drain (upgrade_held_nodes): keep their reason
     if not info.drained:
-        writes.drain[effect.reason].add(info.name)
+        writes.add(E.Drain((info,), effect.reason))
     elif not same(info.reason, effect.reason):
-        writes.reason[effect.reason].add(info.name)
+        writes.add(E.SetReason((info,), effect.reason))
 
 
 def _fold_reserve(v: StepView, info, effect, writes: Writes) -> None:
@@ -548,9 +547,9 @@ def _fold_reserve(v: StepView, info, effect, writes: Writes) -> None:
 # how each effect a unit makes joins the step's writes
 _FOLDS = {
     E.Drain: _fold_drain,
-    E.SetReason: lambda v, info, e, writes: writes.reason[e.reason].add(info.name),
-    E.Resume: lambda v, info, e, writes: writes.resume.add(info.name),
-    E.Reboot: lambda v, info, e, writes: writes.reboot[e.reason].add(info.name),
-    E.Weight: lambda v, info, e, writes: writes.weight[e.weight].add(info.name),
+    E.SetReason: lambda v, info, e, writes: writes.add(E.SetReason((info,), e.reason)),
+    E.Resume: lambda v, info, e, writes: writes.add(E.Resume((info,))),
+    E.Reboot: lambda v, info, e, writes: writes.add(E.Reboot((info,), e.reason, "RESUME")),
+    E.Weight: lambda v, info, e, writes: writes.add(E.Weight((info.name,), e.weight)),
     E.Reserve: _fold_reserve,
 }

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.hostlist import fold
 from ..slurm import effects as E
-from ..slurm.base import NodeInfo, SlurmError
+from ..slurm.base import SlurmError
 
 # never left to a later step: a job that starts on a waiting node before its slot's MAINT reservation
 # exists may run past the slot (days), and a deadline plan's job called a step late may cost the deadline.
@@ -28,10 +27,9 @@ class Writes:
     Every one of them is derived again at the next step from the nodes' states and what Slurm shows, so a
     step may make only the first `cap` of them (most urgent first) and leave the rest to the next."""
 
-    drain: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))       # reason -> nodes
-    reboot: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    reason: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    resume: set[str] = field(default_factory=set)
+    # the node-state changes the units asked for, as the typed effects they made: one effect per distinct
+    # change (its kind, reason or weight), its nodes gathered (`add`)
+    node_changes: dict[tuple, E.Effect] = field(default_factory=dict)
     update: dict[str, list[str]] = field(default_factory=dict)                         # reservation -> nodes
     delete: set[str] = field(default_factory=set)
     # begun slots given up (Slurm cannot move them): deleted, uncapped, in the step that remakes them later
@@ -40,35 +38,46 @@ class Writes:
     shrunk: dict[str, list[str]] = field(default_factory=dict)                         # reservation -> nodes
     create: dict[str, tuple[list[str], float, int]] = field(default_factory=dict)     # name -> nodes, start, minutes
     postpone: dict[str, float] = field(default_factory=dict)                          # reservation -> new start
-    weight: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
     comments: dict[str, str] = field(default_factory=dict)            # job id -> its new comment
     signals: dict[str, tuple[str, bool]] = field(default_factory=dict)  # job id -> (signal, batch shell only)
     requeue: set[str] = field(default_factory=set)
     cancel: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
 
-    def effects(self, nodes: dict[str, NodeInfo]) -> list[E.Effect]:
-        """The step's writes as typed effects, most urgent first: give capacity back, stop new jobs on nodes
-        we take, then the rest.  Node-state effects carry the nodes as `nodes` (this step's read) shows
-        them; a node it does not show is left out."""
-        def infos(names: set[str]) -> tuple[NodeInfo, ...]:
-            return tuple(nodes[n] for n in sorted(names) if n in nodes)
+    def add(self, effect: E.Effect) -> None:
+        """A node-state effect (Drain, SetReason, Resume, Reboot, Weight) joins the step's one call for that
+        change: the same kind with the same reason (or weight) gathers its nodes into one effect."""
+        key = (type(effect), getattr(effect, "reason", None), getattr(effect, "weight", None),
+               getattr(effect, "next_state", None))
+        held = self.node_changes.get(key)
+        self.node_changes[key] = effect if held is None else dataclasses.replace(held, nodes=held.nodes + effect.nodes)
 
+    def _changes(self, kind: type) -> list[E.Effect]:
+        """This step's effects of one kind, in the order their first node asked, each over its nodes once, by
+        name."""
+        def by_name(nodes: tuple) -> tuple:
+            once = {getattr(n, "name", n): n for n in reversed(nodes)}   # a node asked twice: its first
+            return tuple(once[name] for name in sorted(once))
+
+        return [dataclasses.replace(e, nodes=by_name(e.nodes)) for (k, *_), e in self.node_changes.items() if k is kind]
+
+    def effects(self) -> list[E.Effect]:
+        """The step's writes as typed effects, most urgent first: give capacity back, stop new jobs on nodes
+        we take, then the rest.  Node-state effects carry the nodes as this step's read showed them."""
         out: list[E.Effect] = []
-        if self.resume:  # capacity back first: a node done and one taken are never both out for long
-            out.append(E.Resume(infos(self.resume)))
-        out += [E.Drain(infos(n), r) for r, n in self.drain.items()]
-        out += [E.Reboot(infos(n), r, "RESUME") for r, n in self.reboot.items()]
+        out += self._changes(E.Resume)  # capacity back first: a node done and one taken are never both out for long
+        out += self._changes(E.Drain)
+        out += self._changes(E.Reboot)
         out += [E.Reshape(name, tuple(sorted(n))) for name, n in sorted(self.update.items()) if name not in self.shrunk]
         out += [E.Reshape(name, tuple(sorted(n))) for name, n in sorted(self.shrunk.items())
                 if name not in self.given_up]
         # a slot about to begin for a domain that cannot go yet: before it holds nodes out of service
         out += [E.Postpone(name, start) for name, start in sorted(self.postpone.items())]
         out += [E.Release(name) for name in sorted(self.delete | self.given_up)]
-        out += [E.SetReason(infos(n), r) for r, n in self.reason.items()]
+        out += self._changes(E.SetReason)
         out += [E.Reserve(name, tuple(sorted(n)), start, minutes)
                 for name, (n, start, minutes) in sorted(self.create.items(), key=lambda kv: kv[1][1])]
-        out += [E.Weight(tuple(sorted(n)), w) for w, n in self.weight.items()]
+        out += self._changes(E.Weight)
         # a deadline plan's jobs: the owner told first, then the checkpoint signal, then the stop
         out += [E.JobComment(job, text) for job, text in sorted(self.comments.items())]
         out += [E.Signal(job, sig, batch) for job, (sig, batch) in sorted(self.signals.items())]
@@ -80,11 +89,10 @@ class Writes:
 
     def __bool__(self) -> bool:
         """Whether the step wants any write at all."""
-        return bool(self.resume or self.drain or self.reboot or self.update or self.shrunk or self.postpone
-                    or self.delete or self.given_up or self.reason or self.create or self.weight or self.comments
-                    or self.signals or self.requeue or self.cancel)
+        return bool(self.node_changes or self.update or self.shrunk or self.postpone or self.delete
+                    or self.given_up or self.create or self.comments or self.signals or self.requeue or self.cancel)
 
-    def flush(self, actuator: Any, nodes: dict[str, NodeInfo] | None = None, cap: int | None = None) -> int:
+    def flush(self, actuator: Any, cap: int | None = None) -> int:
         """Every write goes through the actuator (ownership: only what a rollout may touch; its own
         reservation prefix), node states with the nodes as this step's read showed them.  The cap bounds
         node changes and postponed slots; new reservations, nodes leaving reservations (and reservations
@@ -92,15 +100,15 @@ class Writes:
         from ..slurm.actuator import Applied
 
         self.made: list[tuple[str, str]] = []
-        if nodes is None and (self.resume or self.drain or self.reboot or self.reason):
-            nodes = {n.name: n for n in actuator.backend.nodes()}  # a caller without a read (cleanup): one, for ownership
-        effects = self.effects(nodes or {})
+        self.carried: list[E.Effect] = []   # the effects Slurm took (a call that raised is not here)
+        effects = self.effects()
         capped = [e for e in effects if not isinstance(e, UNCAPPED)]
         for effect in capped[:cap] + [e for e in effects if isinstance(e, UNCAPPED)]:
             try:
                 done = actuator.apply(effect)[0]
                 if isinstance(done, Applied):
                     self.errors += done.errors + [f"{n}: {why}" for n, why in done.left.items()]
+                self.carried.append(effect)
             except SlurmError as exc:  # derived again next step; said in the audit log
                 self.errors.append(f"{effect.label}: {exc}")
             self.made.append((effect.label, _detail(effect)))

@@ -259,14 +259,14 @@ class SimSlurm:
 
     def update_reservation(self, name: str, nodes: list[str]) -> None:
         self.calls["write"] += 1
-        r = self.reservations_[name]
+        r = self._reservation(name)
         gone = r.nodes - set(nodes)
         r.nodes = set(nodes)
         self._reserve(list(gone | r.nodes))
 
     def postpone_reservation(self, name: str, start: float) -> None:
         self.calls["write"] += 1
-        r = self.reservations_[name]
+        r = self._reservation(name)
         if r.start <= self.sim.now:
             from ..slurm.base import SlurmError
 
@@ -277,12 +277,18 @@ class SimSlurm:
 
     def delete_reservation(self, name: str) -> None:
         self.calls["write"] += 1
-        if name not in self.reservations_:
-            from ..slurm.base import SlurmError
-
-            raise SlurmError(f"scontrol delete reservation={name}: Reservation {name} not found")  # as scontrol
-        r = self.reservations_.pop(name)
+        r = self._reservation(name)
+        del self.reservations_[name]
         self._reserve(list(r.nodes))
+
+    def _reservation(self, name: str):
+        """The reservation a write names; one that is not there raises what the real backends raise."""
+        r = self.reservations_.get(name)
+        if r is None:
+            from ..slurm.base import ReservationMissing
+
+            raise ReservationMissing(f"reservation {name} is not there: scontrol: Requested reservation is invalid")
+        return r
 
     def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,
                    comment: str, output: str = "/dev/null") -> str:

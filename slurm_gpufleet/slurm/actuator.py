@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from . import effects as E
-from .base import NodeInfo, SlurmError, writer_of
+from .base import NodeInfo, ReservationMissing, SlurmError, writer_of
 from .ownership import ACTORS, MAINTAIN, RESERVATION_PREFIXES, left_alone, may_drain, owner, owns
 from .reasons import same
 
@@ -339,9 +339,13 @@ class Actuator:
         self.__writer.postpone_reservation(name, start)
 
     def delete_reservation(self, name: str) -> None:
+        """Deleted; one already gone is what was asked for, no error."""
         self._ours(name, "delete")
         self._may("release reservation")
-        self.__writer.delete_reservation(name)
+        try:
+            self.__writer.delete_reservation(name)
+        except ReservationMissing:
+            log.info("reservation %s already gone", name)
 
     def _ours(self, name: str, verb: str) -> None:
         """An actor changes only the reservations of its own prefix."""

@@ -12,6 +12,11 @@ class SlurmError(RuntimeError):
     """A Slurm command or call failed; the message is one line."""
 
 
+class ReservationMissing(SlurmError):
+    """The reservation a write names is not there (deleted already, or never made).  The backends raise it
+    from Slurm's own answer, so that no caller reads an error's words."""
+
+
 def job_order(job_id: str) -> tuple[int, ...]:
     """Slurm's order of job ids, for sorting: by number (99 before 100; as text "100" < "99"), an array's
     task ("7_12") or a heterogeneous job's component ("7+1") after its job and by its own number."""

@@ -13,10 +13,12 @@ import subprocess
 
 from ..common.hostlist import fold
 from .actions import job_comment, one_line
-from .base import JobInfo, NodeInfo, Reservation, SlurmError
+from .base import JobInfo, NodeInfo, Reservation, ReservationMissing, SlurmError
 
 # In the multi-line `scontrol show node` text these keys take the rest of their line (values with spaces).
 _WHOLE_LINE = ("OS=", "Reason=", "Comment=", "Extra=")
+# slurmctld's words for a reservation that is not there (ESLURM_RESERVATION_INVALID), on 22.05, 24.11, 26.05
+MISSING_RESERVATION = "Requested reservation is invalid"
 _REASON_SUFFIX = re.compile(r"\s*\[(?P<user>[^@\]]+)@(?P<time>[^\]]*)\]\s*$")
 
 
@@ -202,15 +204,25 @@ class CommandBackend:
                   f"nodes={fold(nodes)}", "users=root", "flags=maint,ignore_jobs")
 
     def update_reservation(self, name: str, nodes: list[str]) -> None:
-        self._run("update", f"reservationname={name}", f"nodes={fold(nodes)}")
+        self._reservation_write(name, "update", f"reservationname={name}", f"nodes={fold(nodes)}")
 
     def postpone_reservation(self, name: str, start: float) -> None:
         """A later start (its duration kept): a slot whose domain cannot go yet."""
         when = dt.datetime.fromtimestamp(start).strftime("%Y-%m-%dT%H:%M:%S")
-        self._run("update", f"reservationname={name}", f"starttime={when}")
+        self._reservation_write(name, "update", f"reservationname={name}", f"starttime={when}")
 
     def delete_reservation(self, name: str) -> None:
-        self._run("delete", f"reservation={name}")
+        self._reservation_write(name, "delete", f"reservation={name}")
+
+    def _reservation_write(self, name: str, *argv: str) -> None:
+        """A write about one reservation; one that is not there raises ReservationMissing (slurmctld's
+        ESLURM_RESERVATION_INVALID, which scontrol prints as "Requested reservation is invalid")."""
+        try:
+            self._run(*argv)
+        except SlurmError as exc:
+            if MISSING_RESERVATION in str(exc):
+                raise ReservationMissing(f"reservation {name} is not there: {exc}") from None
+            raise
 
     # -- validation jobs (maintain's optional check of each upgraded node, inside its reservation) -----
     def submit_job(self, name: str, node: str, reservation: str, partition: str, command: str, minutes: int,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_gpufleet.slurm import SlurmError
+from slurm_gpufleet.slurm.base import ReservationMissing
 from slurm_gpufleet.slurm.commands import CommandBackend
 from slurm_gpufleet.slurm.pyslurm_backend import PyslurmBackend, pyslurm_usable
 
@@ -267,6 +268,12 @@ def test_the_in_memory_slurm_shows_what_real_slurm_shows(mc, release_env):
         assert reservations(real, t0) == reservations(sim, t0) == {name: (["n5"], 1800, 7200, True)}
         both("delete_reservation", name)
         assert reservations(real, t0) == reservations(sim, t0) == {}
+        # one that is gone: both say so by the same exception class, whatever Slurm's words
+        for method, args in (("delete_reservation", ()), ("update_reservation", (["n5"],)),
+                             ("postpone_reservation", (t0 + 3600,))):
+            for backend in (real, sim):
+                with pytest.raises(ReservationMissing):
+                    getattr(backend, method)(name, *args)
         # a reservation that has begun cannot be postponed: both refuse, and keep it as it was
         now = float(int(time.time()))
         both("create_reservation", name, ["n5"], now, 60)
