@@ -469,7 +469,7 @@ class Actuator:
 
 # each effect's carrier: the typed call above that holds its rule
 _CARRIERS = {
-    E.Drain: lambda a, e: a.drain(list(e.nodes), e.reason, e.fields),
+    E.Drain: lambda a, e: a.drain_each([(info, e.reason) for info in e.nodes], e.fields),
     E.SetReason: lambda a, e: a.set_reason(list(e.nodes), e.reason, e.fields),
     E.FailProlog: lambda a, e: a.fail_prolog(list(e.nodes)),
     E.Resume: lambda a, e: a.resume(list(e.nodes), e.fields),
