@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .common.version import __version__  # noqa: F401  (the package's version, as tools ask for it)
 
 # The domains, lowest first: a module may import its own domain and those before it, never one after
 # (tests/test_layout.py holds it; each folder's docstring says what it owns).

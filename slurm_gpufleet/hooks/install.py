@@ -206,7 +206,7 @@ def slurm_conf_lines(bin_dir: str, interval: int, node_state: str = "ANY", reboo
     """The slurm.conf lines that wire us in, for the Slurm release that will read them."""
     import jinja2
 
-    from .. import __version__
+    from ..common.version import __version__
     from ..policy import SlurmSettings
 
     read = SlurmSettings().read_timeout_s if read_timeout_s is None else read_timeout_s
@@ -224,7 +224,7 @@ def plan_install(prefix: str, python: str, config: str | None = None, slurm_conf
                  interval: int = 300, reboot_program: str | None = None,
                  slurm_version: str | None = None, read_timeout_s: float | None = None,
                  node_state: str = "ANY") -> list[Item]:
-    from .. import __version__
+    from ..common.version import __version__
 
     root = Path(prefix)
     sbin, etc = root / "sbin", root / "etc"

@@ -144,7 +144,7 @@ def text(plan: Plan, width: int = 100) -> str:
 def html(plan: Plan) -> str:
     import jinja2
 
-    from .. import __version__
+    from ..common.version import __version__
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("slurm_gpufleet", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
