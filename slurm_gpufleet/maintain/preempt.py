@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..slurm import effects as E
 from ..slurm.actions import JOB_COMMENT_MAX, job_comment
 from . import states as S
 from .units import StepView
@@ -40,14 +41,14 @@ def preempt(v: StepView, jobs: list[dict[str, Any]], writes: Writes) -> list[tup
         told = f"{job.comment} | {note}" if job.comment else note
         # the owner's text is never cut: where ours does not fit beside it, the plan and audit say it
         if f"gpufleet {v.rid}:" not in job.comment and len(job_comment(told)) <= JOB_COMMENT_MAX:
-            writes.comments[j["job"]] = told
+            writes.add(E.JobComment(j["job"], told))
         if st == S.J_PLANNED:
             changes.append((j["job"], {"state": S.J_TOLD}, note))
             st = S.J_TOLD
         if now < j["at"] or not all(n in ours for n in job.nodes if n in rollout_nodes):
             continue
         elif st == S.J_TOLD and j["action"] == "checkpoint-requeue":
-            writes.signals[j["job"]] = (j["signal"], bool(j["batch"]))
+            writes.add(E.Signal(j["job"], j["signal"], bool(j["batch"])))
             changes.append((j["job"], {"state": S.J_SIGNALLED, "since": now},
                             f"SIG{j['signal']}; requeued after {j['grace']:g} s"))
         elif st == S.J_SIGNALLED and now < (j["since"] or now) + j["grace"]:
@@ -55,5 +56,5 @@ def preempt(v: StepView, jobs: list[dict[str, Any]], writes: Writes) -> list[tup
         else:  # told (requeue / cancel), signalled past its grace, or stopping and still there
             if st != S.J_STOPPING:
                 changes.append((j["job"], {"state": S.J_STOPPING, "since": now}, j["action"]))
-            (writes.cancel if j["action"] == "cancel" else writes.requeue).add(j["job"])
+            writes.add(E.Cancel((j["job"],)) if j["action"] == "cancel" else E.Requeue((j["job"],)))
     return changes

@@ -246,14 +246,14 @@ class Engine:
                         r["slot"] = start
                         m.changes.append((r["node"], None, "", {"slot": start}))
                 # the later slot is made at once: no gap in which a long job lands on its nodes
-                writes.create.update(slot_reservations({n: start for n in waiting}, set(), v.rid,
-                                                       ROLLOUT_RESERVATION_PREFIX,
-                                                       {*v.world.ours, *writes.create}, remade=True))
+                _reserve(writes, slot_reservations({n: start for n in waiting}, set(), v.rid,
+                                                   ROLLOUT_RESERVATION_PREFIX,
+                                                   {*v.world.ours, *writes.create}, remade=True))
             else:
                 writes.postpone[name] = start
         member = {n for res in v.world.ours.values() for n in res.nodes}
-        writes.create.update(slot_reservations({r["node"]: r["slot"] for r in pending}, member, v.rid,
-                                               ROLLOUT_RESERVATION_PREFIX, v.world.ours))
+        _reserve(writes, slot_reservations({r["node"]: r["slot"] for r in pending}, member, v.rid,
+                                           ROLLOUT_RESERVATION_PREFIX, v.world.ours))
 
     def _release_slots(self, v: StepView, pending: list[dict[str, Any]], writes: Writes, m: _Moves) -> None:
         """While the rollout waits for an admin (halted; the gate found the canary worse), nothing more
@@ -540,8 +540,13 @@ def _fold_drain(v: StepView, info, effect, writes: Writes) -> None:
 
 def _fold_reserve(v: StepView, info, effect, writes: Writes) -> None:
     if v.holding(info.name) is None:  # a node already in a reservation of ours is held
-        nodes, start, minutes = writes.create.get(effect.name, ([], effect.start, effect.minutes))
-        writes.create[effect.name] = (nodes + [info.name], start, minutes)
+        writes.add(E.Reserve(effect.name, (info.name,), effect.start, effect.minutes))
+
+
+def _reserve(writes: Writes, slots: dict[str, tuple[list[str], float, int]]) -> None:
+    """The slot reservations the schedule made (name -> nodes, start, minutes), as the effects that make them."""
+    for name, (nodes, start, minutes) in slots.items():
+        writes.add(E.Reserve(name, tuple(nodes), start, minutes))
 
 
 # how each effect a unit makes joins the step's writes

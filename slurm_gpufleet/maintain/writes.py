@@ -27,39 +27,50 @@ class Writes:
     Every one of them is derived again at the next step from the nodes' states and what Slurm shows, so a
     step may make only the first `cap` of them (most urgent first) and leave the rest to the next."""
 
-    # the node-state changes the units asked for, as the typed effects they made: one effect per distinct
-    # change (its kind, reason or weight), its nodes gathered (`add`)
-    node_changes: dict[tuple, E.Effect] = field(default_factory=dict)
+    # the node-state and job changes asked for, as typed effects: one effect per distinct change (its kind,
+    # reason, weight or job), its nodes or jobs gathered (`add`)
+    changes: dict[tuple, E.Effect] = field(default_factory=dict)
     update: dict[str, list[str]] = field(default_factory=dict)                         # reservation -> nodes
     delete: set[str] = field(default_factory=set)
     # begun slots given up (Slurm cannot move them): deleted, uncapped, in the step that remakes them later
     given_up: set[str] = field(default_factory=set)
     # begun slots that let their waiting nodes go, keeping the nodes already taken: uncapped, as given_up
     shrunk: dict[str, list[str]] = field(default_factory=dict)                         # reservation -> nodes
-    create: dict[str, tuple[list[str], float, int]] = field(default_factory=dict)     # name -> nodes, start, minutes
+    create: dict[str, E.Reserve] = field(default_factory=dict)    # name -> the reservation, its nodes gathered
     postpone: dict[str, float] = field(default_factory=dict)                          # reservation -> new start
-    comments: dict[str, str] = field(default_factory=dict)            # job id -> its new comment
-    signals: dict[str, tuple[str, bool]] = field(default_factory=dict)  # job id -> (signal, batch shell only)
-    requeue: set[str] = field(default_factory=set)
-    cancel: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
 
     def add(self, effect: E.Effect) -> None:
-        """A node-state effect (Drain, SetReason, Resume, Reboot, Weight) joins the step's one call for that
-        change: the same kind with the same reason (or weight) gathers its nodes into one effect."""
+        """An effect joins the step's one call for that change: a node-state effect (Drain, SetReason,
+        Resume, Reboot, Weight) of the same reason or weight gathers its nodes, a Requeue or Cancel its jobs,
+        a Reserve of the same name its nodes; a job's comment or signal is the last one asked."""
+        if isinstance(effect, E.Reserve):
+            held = self.create.get(effect.name)
+            self.create[effect.name] = effect if held is None else \
+                dataclasses.replace(held, nodes=held.nodes + effect.nodes)
+            return
         key = (type(effect), getattr(effect, "reason", None), getattr(effect, "weight", None),
-               getattr(effect, "next_state", None))
-        held = self.node_changes.get(key)
-        self.node_changes[key] = effect if held is None else dataclasses.replace(held, nodes=held.nodes + effect.nodes)
+               getattr(effect, "next_state", None), getattr(effect, "job_id", None))
+        held = self.changes.get(key)
+        if held is not None and hasattr(effect, "nodes"):
+            effect = dataclasses.replace(held, nodes=held.nodes + effect.nodes)
+        elif held is not None and hasattr(effect, "job_ids"):
+            effect = dataclasses.replace(held, job_ids=held.job_ids + effect.job_ids)
+        self.changes[key] = effect
 
     def _changes(self, kind: type) -> list[E.Effect]:
-        """This step's effects of one kind, in the order their first node asked, each over its nodes once, by
-        name."""
+        """This step's effects of one kind: node-state effects in the order their first node asked, each over
+        its nodes once, by name; a job's effects by job id; a batch of jobs by id."""
         def by_name(nodes: tuple) -> tuple:
             once = {getattr(n, "name", n): n for n in reversed(nodes)}   # a node asked twice: its first
             return tuple(once[name] for name in sorted(once))
 
-        return [dataclasses.replace(e, nodes=by_name(e.nodes)) for (k, *_), e in self.node_changes.items() if k is kind]
+        found = [e for (k, *_), e in self.changes.items() if k is kind]
+        if found and hasattr(found[0], "job_ids"):
+            return [dataclasses.replace(e, job_ids=tuple(sorted(set(e.job_ids)))) for e in found]
+        if found and hasattr(found[0], "job_id"):
+            return sorted(found, key=lambda e: e.job_id)
+        return [dataclasses.replace(e, nodes=by_name(e.nodes)) for e in found]
 
     def effects(self) -> list[E.Effect]:
         """The step's writes as typed effects, most urgent first: give capacity back, stop new jobs on nodes
@@ -75,22 +86,18 @@ class Writes:
         out += [E.Postpone(name, start) for name, start in sorted(self.postpone.items())]
         out += [E.Release(name) for name in sorted(self.delete | self.given_up)]
         out += self._changes(E.SetReason)
-        out += [E.Reserve(name, tuple(sorted(n)), start, minutes)
-                for name, (n, start, minutes) in sorted(self.create.items(), key=lambda kv: kv[1][1])]
+        out += [dataclasses.replace(r, nodes=tuple(sorted(r.nodes))) for r in sorted(self.create.values(),
+                                                                                      key=lambda r: r.start)]
         out += self._changes(E.Weight)
         # a deadline plan's jobs: the owner told first, then the checkpoint signal, then the stop
-        out += [E.JobComment(job, text) for job, text in sorted(self.comments.items())]
-        out += [E.Signal(job, sig, batch) for job, (sig, batch) in sorted(self.signals.items())]
-        if self.requeue:
-            out.append(E.Requeue(tuple(sorted(self.requeue))))
-        if self.cancel:
-            out.append(E.Cancel(tuple(sorted(self.cancel))))
+        out += self._changes(E.JobComment) + self._changes(E.Signal) + self._changes(E.Requeue)
+        out += self._changes(E.Cancel)
         return [e for e in out if not isinstance(e, E.NODE_STATE) or e.nodes]
 
     def __bool__(self) -> bool:
         """Whether the step wants any write at all."""
-        return bool(self.node_changes or self.update or self.shrunk or self.postpone or self.delete
-                    or self.given_up or self.create or self.comments or self.signals or self.requeue or self.cancel)
+        return bool(self.changes or self.update or self.shrunk or self.postpone or self.delete or self.given_up
+                    or self.create)
 
     def flush(self, actuator: Any, cap: int | None = None) -> int:
         """Every write goes through the actuator (ownership: only what a rollout may touch; its own
