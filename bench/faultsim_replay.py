@@ -45,7 +45,7 @@ FIGURES = ("ettr", "ettr_1024", "waiting_1024_h", "goodput", "availability", "no
 def write_log(path: Path, nodes: int = 400, days: float = 365.0, seed: int = 7) -> int:
     """Llama 3's rates with a lemon tail (5 % of the nodes fail 5 times as often): about 600 faults."""
     sys.path.insert(0, str(REPO))
-    from slurm_gpufleet.simulators.faultsim import draw_faults, load_model
+    from slurm_gpufleet.simulators.faultmodel import draw_faults, load_model
 
     faults, _ = draw_faults(load_model(), nodes, days * 86400, seed, lemon_share=0.05, lemon_factor=5.0)
     with open(path, "w", newline="") as fh:

@@ -215,7 +215,8 @@ def test_at_run_time_every_write_to_the_in_memory_slurm_comes_from_the_actuator(
     engine's batched writes) on the in-memory Slurm: every write it receives is made by slurm/actuator.py."""
     import sys
 
-    from slurm_gpufleet.simulators.faultsim import Fault, _fault_run, load_model
+    from slurm_gpufleet.simulators.faultmodel import Fault, load_model
+    from slurm_gpufleet.simulators.faultsim import _fault_run
     from slurm_gpufleet.simulators.rollout import SimJob
     from slurm_gpufleet.simulators.simslurm import SimSlurm
 

@@ -6,7 +6,7 @@ import pytest
 from support import run_cli
 
 from slurm_gpufleet.simulators.faultlog import FaultLogError, class_of, read
-from slurm_gpufleet.simulators.faultsim import load_model
+from slurm_gpufleet.simulators.faultmodel import load_model
 
 CSV = """node,start,end,class,detail
 gpu001,10,58,GPU Xid 79 fallen off the bus,replaced
@@ -83,7 +83,8 @@ def test_a_logged_fault_keeps_its_node_out_until_its_end_whatever_the_strategy(t
     take it out within an interval where Slurm alone waits for an admin."""
     from slurm_gpufleet.common.datafiles import HELIOS_SACCT, open_text
     from slurm_gpufleet.maintain.sacct import read_sacct
-    from slurm_gpufleet.simulators.faultsim import STRATEGIES, fleet_faults
+    from slurm_gpufleet.simulators.faultmodel import STRATEGIES
+    from slurm_gpufleet.simulators.faultsim import fleet_faults
 
     f = tmp_path / "log.csv"
     f.write_text("node,start,end,class,detail\ngpu001,5,53,GPU Xid 79 fallen off the bus,\n"

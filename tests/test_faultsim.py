@@ -59,7 +59,8 @@ def test_bad_input_is_exit_2(args, said):
 def _fleet(**kw):
     from slurm_gpufleet.common.datafiles import HELIOS_SACCT, open_text
     from slurm_gpufleet.maintain.sacct import read_sacct
-    from slurm_gpufleet.simulators.faultsim import STRATEGIES, fleet_faults, load_model
+    from slurm_gpufleet.simulators.faultmodel import STRATEGIES, load_model
+    from slurm_gpufleet.simulators.faultsim import fleet_faults
 
     with open_text(HELIOS_SACCT) as fh:
         trace = read_sacct(fh)
@@ -181,7 +182,7 @@ def test_the_fleet_plot_draws_capacity_and_ettr_per_strategy_on_one_axis(tmp_pat
 def test_a_switch_side_fault_strikes_every_node_of_its_domain_and_none_else():
     """The same faults are drawn with or without domains; with them, each switch-side one (all of the domain
     classes' at share 1) strikes every node of its domain at once, and only those."""
-    from slurm_gpufleet.simulators.faultsim import draw_faults, load_model
+    from slurm_gpufleet.simulators.faultmodel import draw_faults, load_model
 
     model = load_model()
     plain, _ = draw_faults(model, 36, 30 * 86400, 7)
@@ -230,7 +231,7 @@ def test_the_gpufleet_strategy_drains_a_struck_rack_whole_through_the_project_s_
 
 
 def test_a_rates_file_overrides_only_the_classes_it_names(tmp_path):
-    from slurm_gpufleet.simulators.faultsim import load_model
+    from slurm_gpufleet.simulators.faultmodel import load_model
 
     f = tmp_path / "rates.toml"
     f.write_text('[[class]]\nname = "gpu"\nrate = 2.0\n\n[times]\nrepair_hours = 24\n')
@@ -265,7 +266,8 @@ def test_the_fault_simulator_climbs_the_product_s_ladder_through_its_carrier(lev
     """One GPU fault on an idle 4-node fleet, found by the health check: the moves the carrier makes on
     the in-memory Slurm, in order, are the ladder's (remedy/table.py), validation before return included."""
     from slurm_gpufleet.remedy import table as T
-    from slurm_gpufleet.simulators.faultsim import Fault, _fault_run, load_model
+    from slurm_gpufleet.simulators.faultmodel import Fault, load_model
+    from slurm_gpufleet.simulators.faultsim import _fault_run
 
     model = load_model()
     gpu = next(c for c in model.classes if c.name == "gpu")
@@ -285,7 +287,8 @@ def test_a_low_severity_fault_lets_the_running_job_end_under_two_tier_and_gpufle
     ending its job; two-tier and gpufleet drain it and let the job end (Llama 3's thermal class is the
     thermal interface or a sensor, found for inspection: not a transient's cool-off).  No job fails for it;
     the node goes out of service either way."""
-    from slurm_gpufleet.simulators.faultsim import Fault, _fault_run, load_model
+    from slurm_gpufleet.simulators.faultmodel import Fault, load_model
+    from slurm_gpufleet.simulators.faultsim import _fault_run
     from slurm_gpufleet.simulators.rollout import SimJob
 
     model = load_model()

@@ -34,7 +34,8 @@ def _harness(tmp_path, kind: str, level: str, *flags: str) -> dict:
 
 
 def _simulator(cls: str, level: str) -> list[str]:
-    from slurm_gpufleet.simulators.faultsim import Fault, _fault_run, load_model
+    from slurm_gpufleet.simulators.faultmodel import Fault, load_model
+    from slurm_gpufleet.simulators.faultsim import _fault_run
 
     model = load_model()
     c = next(c for c in model.classes if c.name == cls)
@@ -207,9 +208,10 @@ def test_a_validation_job_slurm_forgot_is_read_from_its_output_or_left_unverifie
     from slurm_gpufleet.policy import Policy, SlurmSettings
     from slurm_gpufleet.readers.snapshot import Gpu, NodeSnapshot
     from slurm_gpufleet.records.history import History
-    from slurm_gpufleet.remedy.carrier import Carrier, validation_output
+    from slurm_gpufleet.remedy.carrier import Carrier
     from slurm_gpufleet.remedy.decide import Ladder
     from slurm_gpufleet.remedy.returning import EXIT_MARK, reservation_name
+    from slurm_gpufleet.remedy.validation import validation_output
     from slurm_gpufleet.simulators.rollout import Simulator
     from slurm_gpufleet.simulators.simslurm import SimSlurm
     from slurm_gpufleet.slurm.actuator import make_actuator

@@ -113,7 +113,7 @@ def test_a_rates_file_of_any_shape_is_a_rates_error_or_a_bounded_draw(tmp_path):
     """Every key of a failure class and every top-level table at every TOML kind, and rates of 1e300 (a
     draw for ever before): RatesError in one line, or a model whose draw is bounded."""
     from slurm_gpufleet.catalogs import failure_classes_data
-    from slurm_gpufleet.simulators.faultsim import RatesError, draw_faults, load_model
+    from slurm_gpufleet.simulators.faultmodel import RatesError, draw_faults, load_model
 
     base = failure_classes_data()
     first = base["class"][0]

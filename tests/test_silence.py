@@ -16,7 +16,7 @@ from slurm_gpufleet.slurm.base import NodeInfo
 
 
 def test_an_unchanged_summary_is_written_again_once_a_heartbeat_old():
-    from slurm_gpufleet.hooks.common import _news
+    from slurm_gpufleet.hooks.published import _news
 
     data = {"gpufleet": 1, "v": "ok", "t": stamp()}
     fresh = {**data, "t": stamp(time.time() - 60)}

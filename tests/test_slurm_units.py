@@ -276,7 +276,7 @@ def test_nvml_timeout_watchdog_never_replaces_a_rollouts_reason(tmp_path):
 
 
 def test_driver_features_are_ours_alone_to_change():
-    from slurm_gpufleet.hooks.common import _feature_fields, driver_features
+    from slurm_gpufleet.hooks.published import _feature_fields, driver_features
 
     assert driver_features("gpufleet_", "580.159.04", "13.0") == [
         "gpufleet_drv580", "gpufleet_drv580.159.04", "gpufleet_cuda13.0"]
@@ -301,7 +301,7 @@ def test_an_unchanged_summary_is_published_again_once_slurmd_restarted():
     """An upgrade repeated after a crash installs the same driver again: the first check after the node's
     slurmd restarts must still publish, or a rollout waiting for a summary newer than its command waits
     in vain (found by the kill -9 chaos test on real Slurm)."""
-    from slurm_gpufleet.hooks.common import _news
+    from slurm_gpufleet.hooks.published import _news
     from slurm_gpufleet.slurm.base import NodeInfo
 
     summary = {"gpufleet": 1, "v": "ok", "drv": "595.71.05"}

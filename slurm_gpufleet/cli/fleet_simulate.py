@@ -8,7 +8,7 @@ import json
 import click
 
 from ..common import exitcodes
-from ..simulators.faultsim import ALL_STRATEGIES as FAULT_STRATEGIES
+from ..simulators.faultmodel import ALL_STRATEGIES as FAULT_STRATEGIES
 from .common import (
     Finite,
     _fail,
@@ -104,7 +104,8 @@ def fleet_simulate_faults(one_job_gpus: int | None, node_mtbf_hours: float | Non
               exitcodes.USAGE)
     if switch_share is not None and not domain_size:
         _fail("--switch-share needs --domain-size N (the nodes a switch-side fault takes together)", exitcodes.USAGE)
-    from ..simulators.faultsim import STRATEGIES, RatesError, fleet_faults, load_model
+    from ..simulators.faultmodel import STRATEGIES, RatesError, load_model
+    from ..simulators.faultsim import fleet_faults
 
     try:
         model = load_model(rates_file)

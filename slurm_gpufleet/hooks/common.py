@@ -23,7 +23,6 @@ from ..judging.summary import keep_published, live_digests, published_at, write_
 from ..policy import Policy, PolicyError, SlurmSettings, config_path, default_policy, load_policy
 from ..slurm.reasons import ours
 from .goodconfig import (
-    LAST_GOOD_CONFIG,  # noqa: F401  (as callers name them)
     keep_good_config,
     last_good_policy,
 )
@@ -32,7 +31,6 @@ from .published import (
     _feature_fields,
     _news,
     _shown,
-    driver_features,  # noqa: F401  (as callers name them)
     heartbeat,
 )
 

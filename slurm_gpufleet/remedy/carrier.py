@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ..slurm.base import NodeInfo
     from .ladder import ResetResult
 
-from .validation import UNVERIFIED, VALIDATION_COMMENT, VALIDATION_FAILED, ValidationRun, validation_output  # noqa: F401  (as callers name them)
+from .validation import UNVERIFIED, VALIDATION_FAILED, ValidationRun
 
 log = logging.getLogger("slurm-gpufleet")
 

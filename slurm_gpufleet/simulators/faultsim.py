@@ -51,24 +51,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .faultmodel import (  # noqa: F401  (the fault model, as the CLI and tests name it from here)
-    ALL_STRATEGIES,
-    CRASH_S,
-    EFFECTS,
-    EPILOG_S,
-    MAX_DRAWN,
+from .faultmodel import (
     MECHANISMS,
-    SEEN_BY,
-    STRATEGIES,
-    VARIANTS,
-    DomainModel,
-    FailureClass,
     Fault,
     FaultModel,
-    RatesError,
     draw_faults,
-    load_model,
-    switch_class,
 )
 
 STRATEGIES_ONE_JOB = ("none",)
