@@ -780,6 +780,13 @@ down() {
     [ -f "$f" ] && stop_pid "$(cat "$f")"
   done
   rm -f "$DIR"/run/*.pid
+  # a daemon this cluster started that its pid file no longer names: from 25.11 on, `scontrol
+  # reconfigure` restarts slurmctld as a new process, and the one left after it outlived `down` (found
+  # by the config it was started with, its pid stopped like the others)
+  for f in /proc/[0-9]*/cmdline; do
+    f=${f%/cmdline}; f=${f#/proc/}
+    tr '\0' ' ' < "/proc/$f/cmdline" 2>/dev/null | grep -qE "^[^ ]*slurm(ctld|d) .*-f $CONF( |$)" && stop_pid "$f"
+  done
   choose_release
   [ -n "$ROOT" ] && [ -d "$ROOT" ] && unmount_root
   log "down"
