@@ -89,8 +89,13 @@ def trusted_python() -> str:
 
 
 def public_index() -> list[dict[str, str]]:
-    with open(PUBLIC / "nvidia-smi" / "INDEX.tsv", newline="") as fh:
-        return list(csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))
+    """Every vendored nvidia-smi recording with the verdict its INDEX.tsv expects; `file` relative to PUBLIC."""
+    rows = []
+    for index in sorted(PUBLIC.glob("*/INDEX.tsv")):
+        with open(index, newline="") as fh:
+            rows += [{**row, "file": f"{index.parent.name}/{row['file']}"}
+                     for row in csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    return rows
 
 
 def kernel_log_lines() -> list[dict[str, str]]:

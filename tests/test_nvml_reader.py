@@ -126,3 +126,12 @@ def test_v2_memory_used_is_what_nvidia_smi_calls_used(probe):
     probe["devices"][0]["memory_v2"]["value"]["used"] = 2048 * mib
     report = evaluate(read(probe), expect_idle=True)  # between jobs (epilog, health check on an idle node)
     assert report.verdict == "warn" and report.findings[0].message == "2048 MiB in use with no process"
+
+
+def test_reset_required_through_nvml_asks_for_the_reset_as_the_report_readers_do(probe):
+    """NVML_ERROR_RESET_REQUIRED on a call: the one meaning nvidia-smi's `[GPU requires reset]` has."""
+    probe["devices"][0]["remapped_rows"] = {"error": "NVMLError_ResetRequired"}
+    snap = read(probe)
+    assert snap.gpus[0].requires_reset and not snap.gpus[0].lost
+    (f,) = [f for f in evaluate(snap).findings if f.severity != "ok"]
+    assert (f.message, f.severity, f.action) == ("GPU requires reset", "reboot", "reset_gpu")

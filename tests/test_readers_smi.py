@@ -47,7 +47,7 @@ EXPECTED = {"ok": {"ok"}, "drain": {"drain"}, "rma_candidate": {"drain"}, "reboo
 
 @pytest.mark.parametrize("row", public_index(), ids=lambda r: r["file"])
 def test_every_public_capture_parses_and_gets_its_verdict(row):
-    snap = read_report_file(str(PUBLIC / "nvidia-smi" / row["file"]))
+    snap = read_report_file(str(PUBLIC / row["file"]))
     assert snap.gpus, "a real capture must yield GPUs"
     report = evaluate(snap)
     assert report.verdict in EXPECTED[row["expected_action"]], [f.line() for f in report.findings]
@@ -170,3 +170,98 @@ def test_a_report_line_of_60000_spaces_reads_in_linear_time():
     out = subprocess.run([sys.executable, "-c", code], input=_h200_text_with(edit).encode(), capture_output=True,
                          timeout=20)
     assert out.stdout.strip() == b"5", out.stderr
+
+
+# -- a fault field is a count, a word nvidia-smi prints, or not read (issue 63) ---------------------------
+K8S = PUBLIC / "nvidia-k8s-test-infra"
+
+
+def _h200_with(source: str, swaps: list[tuple[str, str]]) -> bytes:
+    text = (H200 / source).read_text()
+    for old, new in swaps:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text.encode()
+
+
+def test_nvidias_lost_gpu_capture_is_a_lost_gpu_in_the_xml_reader():
+    """NVIDIA's own capture of a lost GPU (mock NVML, real nvidia-smi): GPU 1 reads `GPU is lost` in its
+    fields and is lost, as NVML's reader judges a lost GPU; GPU 0 is judged as before."""
+    snap = read_report_file(str(K8S / "qx-gb200-lost.xml"))
+    assert [g.lost for g in snap.gpus] == [False, True]
+    report = evaluate(snap)
+    lost = [f for f in report.findings if f.message == "GPU lost"]
+    assert [(f.gpu, f.check, f.severity) for f in lost] == [(1, "inventory", "reboot")]
+    assert not [f for f in report.findings if f.gpu == 1 and f.message != "GPU lost"], report.findings
+    assert report.verdict == "drain"   # GPU 0's injected uncorrectable ECC and failed remap
+
+
+@pytest.mark.parametrize("source,swaps", [
+    ("nvidia-smi-q.xml", [("<total>143771 MiB</total>", "<total>GPU is lost</total>"),
+                          ("<remapped_row_pending>No</remapped_row_pending>",
+                           "<remapped_row_pending>GPU is lost</remapped_row_pending>")]),
+    ("nvidia-smi-q.txt", [("Pending                                        : No",
+                           "Pending                                        : GPU is lost"),
+                          ("Correctable Error                              : 0",
+                           "Correctable Error                              : GPU is lost")]),
+])
+def test_gpu_is_lost_in_any_field_is_a_lost_gpu_in_both_readers(source, swaps):
+    snap = read_report(_h200_with(source, swaps))
+    assert snap.gpus[0].lost and "GPU is lost" in snap.gpus[0].errors[0]
+    report = evaluate(snap)
+    assert report.verdict == "reboot" and [f.message for f in report.findings if f.severity != "ok"] == ["GPU lost"]
+
+
+@pytest.mark.parametrize("source,old,new,field", [
+    ("nvidia-smi-q.xml", "<remapped_row_pending>No</remapped_row_pending>",
+     "<remapped_row_pending>Maybe</remapped_row_pending>", "remapped_rows/remapped_row_pending"),
+    ("nvidia-smi-q.txt", "Pending                                        : No",
+     "Pending                                        : Maybe", "Remapped Rows/Pending"),
+    ("nvidia-smi-q.xml", "<dram_uncorrectable>0</dram_uncorrectable>",
+     "<dram_uncorrectable>NaN</dram_uncorrectable>", "ecc_errors/volatile/dram_uncorrectable"),
+    ("nvidia-smi-q.txt", "Uncorrectable Error                            : 0",
+     "Uncorrectable Error                            : 12abc", "Remapped Rows/Uncorrectable Error"),
+])
+def test_a_fault_field_of_no_known_word_is_a_warning_naming_it_and_the_node_judged_in_part(source, old, new, field):
+    snap = read_report(_h200_with(source, [(old, new)]))
+    report = evaluate(snap)
+    (said,) = [f for f in report.findings if f.check == "input"]
+    assert (said.severity, said.gpu) == ("warn", 0) and field in said.message, said
+    assert report.verdict == "warn"           # never OK in silence, never a drain for a value alone
+    assert report.judged_in_part and field in report.judged_in_part[0]
+    from slurm_gpufleet.cli.output import check_text
+
+    assert "judged in part" in check_text(report).splitlines()[0]
+
+
+@pytest.mark.parametrize("source,old,new", [
+    ("nvidia-smi-q.xml", "<remapped_row_pending>No</remapped_row_pending>",
+     "<remapped_row_pending>[GPU requires reset]</remapped_row_pending>"),
+    ("nvidia-smi-q.txt", "Pending                                        : No",
+     "Pending                                        : [GPU requires reset]"),
+])
+def test_gpu_requires_reset_asks_for_the_reset(source, old, new):
+    report = evaluate(read_report(_h200_with(source, [(old, new)])))
+    (f,) = [f for f in report.findings if f.severity != "ok"]
+    assert (f.message, f.severity, f.action) == ("GPU requires reset", "reboot", "reset_gpu")
+
+
+def test_every_word_of_the_table_has_one_meaning_and_the_counts_read_as_before():
+    from slurm_gpufleet.readers import values as v
+
+    assert v.field_word("N/A") == "unsupported" and v.to_int("N/A") is UNSUPPORTED
+    assert v.field_word("[Unknown Error]") == "unknown_error" and v.is_unknown_error("Unknown Error")
+    assert v.field_word("GPU is lost") == "lost" and v.to_int("GPU is lost") is None
+    assert v.field_word("[GPU requires reset]") == "requires_reset"
+    assert [v.read_as_given(x) for x in ("0", "3072 bank(s)", "0x1f", "No", "N/A", "Maybe", "NaN", "1.5")] == \
+        [True, True, True, True, True, False, False, False]
+
+
+def test_real_blackwell_trays_read_as_they_are():
+    """A GB300 compute tray has 4 GPUs; Blackwell's `fabric/health/partition_assigned` is read without a note."""
+    for name, clique in (("qx-gb300.xml", 32766), ("qx-gb200.xml", 2)):
+        snap = read_report_file(str(K8S / "hardware" / name))
+        assert len(snap.gpus) == 4 and {g.fabric.clique_id for g in snap.gpus} == {clique}
+        assert all(g.fabric.state == "completed" and not g.fabric.unknown for g in snap.gpus)
+    b200 = read_report_file(str(K8S / "hardware" / "qx-b200.xml"))
+    assert len(b200.gpus) == 8 and evaluate(b200).verdict == "ok"

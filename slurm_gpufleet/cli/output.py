@@ -18,7 +18,8 @@ def check_text(report: Report) -> str:
 
     s = report.snapshot
     head = (f"{report.verdict.upper()}  {s.host or '-'}  driver {known(s.driver_version) or '?'}  "
-            f"CUDA {known(s.cuda_driver_version) or '?'}  {len(s.gpus)} GPU(s)  [{s.source}]")
+            f"CUDA {known(s.cuda_driver_version) or '?'}  {len(s.gpus)} GPU(s)  [{s.source}]"
+            + (f"  judged in part ({len(report.judged_in_part)} value(s) not read)" if report.judged_in_part else ""))
     lines = [head]
     if not report.findings:
         lines.append("  no findings")

@@ -129,10 +129,18 @@ class Report:
     duration_s: float = 0.0
     checked_at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
+    @property
+    def judged_in_part(self) -> list[str]:
+        """What of the node's input was not read as given (its fault fields, its values): the verdict
+        stands on the rest."""
+        s = self.snapshot
+        return [*s.input_notes, *(f"gpu {g.index}: {note}" for g in s.gpus if not g.lost for note in g.unread)]
+
     def to_dict(self) -> dict[str, Any]:
         s = self.snapshot
         return {
             "verdict": self.verdict,
+            "judged_in_part": self.judged_in_part,
             "host": s.host,
             "source": s.source,
             "driver_version": known(s.driver_version),

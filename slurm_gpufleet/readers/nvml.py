@@ -45,6 +45,7 @@ _NO_PERMISSION = 4
 _DRIVER_NOT_LOADED = 9
 _LIBRARY_NOT_FOUND = 12
 _GPU_IS_LOST = 15
+_RESET_REQUIRED = 16
 _LIB_RM_VERSION_MISMATCH = 18
 _FUNCTION_NOT_FOUND = 13
 _VERSION_MISMATCH = 25     # NVML_ERROR_ARGUMENT_VERSION_MISMATCH: a struct version the driver does not know
@@ -64,6 +65,7 @@ class NvmlReader:
 
     def __init__(self, nvml: Any | None = None, level: str = "quick", module_version_path: str | None = None):
         self.unknown: list[str] = []  # calls of the GPU being read that failed with NVML_ERROR_UNKNOWN
+        self.reset_required: list[str] = []  # calls that failed with NVML_ERROR_RESET_REQUIRED
         self._nvml = nvml
         self.level = level
         self.module_version_path = module_version_path
@@ -139,6 +141,8 @@ class NvmlReader:
             return UNSUPPORTED
         if code == _UNKNOWN:
             self.unknown.append(getattr(fn, "__name__", "?"))
+        if code == _RESET_REQUIRED:
+            self.reset_required.append(getattr(fn, "__name__", "?"))
         return None
 
     def _gpu(self, n: Any, index: int) -> Gpu:
@@ -149,10 +153,11 @@ class NvmlReader:
             g.lost = _code(exc) == _GPU_IS_LOST
             g.errors.append(f"nvmlDeviceGetHandleByIndex({index}): {exc}"[:200])
             return g
-        self.unknown = []
+        self.unknown, self.reset_required = [], []
         try:
             self._fill(n, handle, g)
             g.unknown_errors = sorted(set(self.unknown))
+            g.requires_reset = sorted(set(self.reset_required))
         except _Lost as exc:
             g.lost = True
             g.errors.append(f"GPU is lost: {exc}"[:200])

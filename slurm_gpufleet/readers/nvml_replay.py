@@ -14,7 +14,7 @@ from typing import Any
 
 _ERROR_CODES = {"NVMLError_NotSupported": 3, "NVMLError_NoPermission": 4, "NVMLError_DriverNotLoaded": 9,
                 "NVMLError_Timeout": 10, "NVMLError_LibraryNotFound": 12, "NVMLError_FunctionNotFound": 13,
-                "NVMLError_GpuIsLost": 15, "NVMLError_LibRmVersionMismatch": 18, "NVMLError_Unknown": 999}
+                "NVMLError_GpuIsLost": 15, "NVMLError_ResetRequired": 16, "NVMLError_LibRmVersionMismatch": 18, "NVMLError_Unknown": 999}
 
 
 class ReplayError(Exception):

@@ -135,24 +135,23 @@ def _read_query(text: str, snap: NodeSnapshot) -> None:
         # a fragment cut out of a report (ECC section pasted in a ticket): one GPU we know nothing else of
         if any(top.child(k) for k in ("ECC Errors", "Remapped Rows", "Retired Pages", "Product Name")):
             snap.partial = True
-            snap.gpus.append(_gpu_from_tree(0, None, top, snap.input_notes))
+            gpu = _gpu_from_tree(0, None, top)
+            v.scan_fields(gpu, _leaves(top))
+            snap.gpus.append(gpu)
         return
     for index, (pci, body) in enumerate(blocks):
         tree = _tree(body, snap.input_notes, f"GPU {pci} ", floor=4)
-        gpu = _gpu_from_tree(index, pci, tree, snap.input_notes)
-        gpu.unknown_errors = _unknown_errors(tree)
+        gpu = _gpu_from_tree(index, pci, tree)
+        v.scan_fields(gpu, _leaves(tree))
         snap.gpus.append(gpu)
 
 
-def _unknown_errors(node: _Node, path: str = "") -> list[str]:
-    """Every field of the GPU that reads "Unknown Error", as a path of section names."""
-    out = []
+def _leaves(node: _Node, path: str = ""):
+    """Every field of the GPU as (path of section names, value)."""
     for c in node.children:
         here = f"{path}/{c.key}" if path else c.key
-        if v.is_unknown_error(c.value):
-            out.append(here)
-        out += _unknown_errors(c, here)
-    return out
+        yield here, c.value
+        yield from _leaves(c, here)
 
 
 # the Health rows of nvidia-smi -q's Fabric block, by the names its XML gives them
@@ -162,14 +161,13 @@ _FABRIC_HEALTH_ROWS = {"summary": "Summary", "bandwidth": "Bandwidth",
                        "incorrect_configuration": "Incorrect Configuration"}
 
 
-def _gpu_from_tree(index: int, pci: str | None, t: _Node, notes: list[str] | None = None) -> Gpu:
+def _gpu_from_tree(index: int, pci: str | None, t: _Node) -> Gpu:
     g = Gpu(index=index, pci_bus_id=pci)
     _identity(g, t)
     _thermal_power(g, t)
     _clocks(g, t)
-    count = _counter(notes, f"GPU {pci or index} ")
-    _ecc_from_tree(g, t, count)
-    _pages_and_rows(g, t, count)
+    _ecc_from_tree(g, t)
+    _pages_and_rows(g, t)
     _links_and_processes(g, t)
     return g
 
@@ -257,7 +255,7 @@ def _clocks(g: Gpu, t: _Node) -> None:
         g.clock_event_reasons = _text_reasons(reasons)
 
 
-def _pages_and_rows(g: Gpu, t: _Node, count) -> None:
+def _pages_and_rows(g: Gpu, t: _Node) -> None:
     """Retired pages and remapped rows (N/A: not supported)."""
     g.retired_pages.single_bit = count(t, "Retired Pages", ("Single Bit ECC", "Single Bit ECC Retirement"))
     g.retired_pages.double_bit = count(t, "Retired Pages", ("Double Bit ECC", "Double Bit ECC Retirement"))
@@ -302,29 +300,17 @@ def _links_and_processes(g: Gpu, t: _Node) -> None:
                                                used_memory_mib=v.to_int(node.get("Used GPU Memory"))))
 
 
-# a count as nvidia-smi prints one: a whole number, maybe with a unit after it ("3072 bank(s)")
-_COUNT = re.compile(r"^(?:0[xX][0-9a-fA-F]+|[-+]?\d+(?:\.0+)?(?![.\d]))")
+def count(node: _Node | None, *path: str | tuple[str, ...]):
+    """An error counter: a value that is there but is no count ("NaN", "lots", "0.5") is not known, never
+    absent or zero (scan_fields names it)."""
+    text = node.get(*path) if node is not None else None
+    out = v.to_int(text)
+    if text is None or out is v.UNSUPPORTED or (out is not None and v.COUNT.match(text.strip())):
+        return out
+    return None
 
 
-def _counter(notes: list[str] | None, where: str):
-    """A reader of the error counters: a value that is there but is no count ("NaN", "lots", "0.5", "inf")
-    is said in `notes` (a finding naming the field) and read as not known, never as absent or zero."""
-
-    def count(node: _Node | None, *path: str | tuple[str, ...]):
-        text = node.get(*path) if node is not None else None
-        out = v.to_int(text)
-        if text is None or out is v.UNSUPPORTED or (out is not None and _COUNT.match(text.strip())):
-            return out
-        if notes is not None:
-            name = "/".join(p if isinstance(p, str) else p[0] for p in path)
-            notes.append(f"{where}{name} = {text.strip()[:30]!r}: not a count")
-        return None
-
-    return count
-
-
-def _ecc_from_tree(g: Gpu, t: _Node, count=None) -> None:
-    count = count or _counter(None, "")
+def _ecc_from_tree(g: Gpu, t: _Node) -> None:
     e = g.ecc
     e.mode_current = v.to_bool(t.get("ECC Mode", "Current"))
     e.mode_pending = v.to_bool(t.get("ECC Mode", "Pending"))

@@ -42,23 +42,21 @@ def read_xml(text: str, source: str = "nvidia-smi -q -x") -> NodeSnapshot:
     snap.attached_gpus = attached if isinstance(attached, int) else None
     for index, el in enumerate(root.findall("gpu")):
         gpu = _gpu(index, el)
-        gpu.unknown_errors = _unknown_errors(el)
+        v.scan_fields(gpu, _leaves(el))
         snap.gpus.append(gpu)
     if snap.attached_gpus is not None and snap.attached_gpus > len(snap.gpus):
         snap.partial = True
     return snap
 
 
-def _unknown_errors(el: ET.Element, path: str = "") -> list[str]:
-    """Every field of the GPU that reads "Unknown Error", as a path of element names."""
-    out = []
+def _leaves(el: ET.Element, path: str = ""):
+    """Every leaf of the GPU's block as (path of element names, text)."""
     for child in el:
         here = f"{path}/{child.tag}" if path else child.tag
         if len(child):
-            out += _unknown_errors(child, here)
-        elif v.is_unknown_error(child.text):
-            out.append(here)
-    return out
+            yield from _leaves(child, here)
+        else:
+            yield here, child.text
 
 
 def _gpu(index: int, el: ET.Element) -> Gpu:

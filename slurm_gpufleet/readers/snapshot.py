@@ -220,6 +220,11 @@ class Gpu:
     # fields the GPU answered with "Unknown Error" (nvidia-smi) or NVML_ERROR_UNKNOWN: a GPU that answers
     # some calls but fails others in this way is in a bad state, unlike one that says "not supported"
     unknown_errors: list[str] = field(default_factory=list)
+    # fields that read "[GPU requires reset]" (NVML_ERROR_RESET_REQUIRED): the GPU needs a reset
+    requires_reset: list[str] = field(default_factory=list)
+    # fault fields (error counters, pending and failed remaps) whose value was neither a count, a yes/no nor
+    # a word nvidia-smi prints: "path = 'value'"; the GPU was judged in part
+    unread: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -6,16 +6,32 @@ import re
 
 from .snapshot import UNSUPPORTED, _Unsupported
 
-# nvidia-smi prints these when a value is not there for this device or cannot be read.
-_NOT_AVAILABLE = {"n/a", "[n/a]", "not supported", "[not supported]", "unknown error", "[unknown error]",
-                  "requested functionality has been deprecated", "insufficient permissions",
-                  "not found"}
+# What nvidia-smi prints in a field instead of a value, and what each means: the one table every reader
+# takes these words from.  "unsupported": not there for this device (N/A); "unknown_error": the GPU answers
+# other calls but not this one; "lost": the GPU fell off the bus (NVML_ERROR_GPU_IS_LOST); "requires_reset":
+# NVML_ERROR_RESET_REQUIRED, the GPU answers nothing more until it is reset.
+FIELD_WORDS = {
+    "n/a": "unsupported", "[n/a]": "unsupported", "not supported": "unsupported",
+    "[not supported]": "unsupported", "requested functionality has been deprecated": "unsupported",
+    "insufficient permissions": "unsupported", "[insufficient permissions]": "unsupported",
+    "not found": "unsupported", "[not found]": "unsupported",
+    "unknown error": "unknown_error", "[unknown error]": "unknown_error",
+    "gpu is lost": "lost", "[gpu is lost]": "lost",
+    "gpu requires reset": "requires_reset", "[gpu requires reset]": "requires_reset",
+}
+# an "unknown error" field has its own check (judging/checks/unknown.py): not "not available"
+_NOT_AVAILABLE = {word for word, meaning in FIELD_WORDS.items() if meaning in ("unsupported", "unknown_error")}
 _NUMBER = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)")
 _TRUE = {"enabled", "yes", "active", "true", "on", "1"}
 _FALSE = {"disabled", "no", "not active", "false", "off", "0"}
 
 
-UNKNOWN_ERROR = {"unknown error", "[unknown error]"}
+UNKNOWN_ERROR = {word for word, meaning in FIELD_WORDS.items() if meaning == "unknown_error"}
+
+
+def field_word(text: str | None) -> str | None:
+    """What a field's word means (FIELD_WORDS), or None where the field holds something else."""
+    return FIELD_WORDS.get(text.strip().lower()) if text is not None else None
 
 
 def is_unknown_error(text: str | None) -> bool:
@@ -182,3 +198,45 @@ def to_fabric(state: str | None, status: str | None, clique: str | None, cluster
     if summary and not is_na(summary):
         fab.summary = _FABRIC_SUMMARY.get(summary.strip().lower(), f"unknown:{summary.strip()[:40]}")
     return fab
+
+
+# The fields whose value decides a GPU's health by itself (error counters, pending and failed remaps and
+# retirements), by the names the XML (ecc_errors/volatile/dram_uncorrectable) and the text (ECC Errors/
+# Volatile/DRAM Uncorrectable) give their sections.
+FAULT_FIELD = re.compile(r"^(ecc_errors|ecc errors|remapped_rows|remapped rows|retired_pages|retired pages)(/|$)",
+                         re.I)
+# what those sections also hold that is no fault value: a retired page's address and when it was retired
+_NOT_A_FAULT_VALUE = re.compile(r"timestamp|address|pagelist", re.I)
+# a count as nvidia-smi prints one: a whole number, maybe with a unit after it ("3072 bank(s)"), or hex
+COUNT = re.compile(r"^(?:0[xX][0-9a-fA-F]+|[-+]?\d+(?:\.0+)?)(?=$|\s)")
+
+
+def read_as_given(text: str) -> bool:
+    """A fault field's value is a count, a yes/no, or a word of FIELD_WORDS; anything else is not read."""
+    raw = text.strip()
+    return (not raw or COUNT.match(raw) is not None or field_word(raw) is not None
+            or isinstance(to_bool(raw), bool))
+
+
+def scan_fields(gpu, fields) -> None:
+    """Every (path, value) of one GPU's report, judged by FIELD_WORDS: a lost GPU is lost whichever field
+    says it, a reset it requires is kept with the fields that say so, "Unknown Error" with its fields, and
+    a fault field that reads neither a count, a yes/no nor a known word is kept in `gpu.unread`, named
+    (the rest of the GPU is still judged; never a fault for a value alone)."""
+    lost_in = []
+    for path, text in fields:
+        if text is None:
+            continue
+        meaning = field_word(text)
+        if meaning == "lost":
+            lost_in.append(path)
+        elif meaning == "requires_reset":
+            gpu.requires_reset.append(path)
+        elif meaning == "unknown_error":
+            gpu.unknown_errors.append(path)
+        elif meaning is None and FAULT_FIELD.match(path) and not _NOT_A_FAULT_VALUE.search(path) \
+                and not read_as_given(text):
+            gpu.unread.append(f"{path} = {text.strip()[:30]!r}")
+    if lost_in:
+        gpu.lost = True
+        gpu.errors.append(f"GPU is lost (nvidia-smi reads so in {len(lost_in)} field(s), {lost_in[0]} first)")

@@ -1,6 +1,7 @@
 """Fields a GPU answers with "Unknown Error": the GPU answers other calls, so the driver reached it, but
 cannot read these.  Unlike "not supported", that is a GPU in a bad state (often before it falls off the
-bus).  At least warn; reboot (a reset, between jobs) when the field is one that decides health."""
+bus).  At least warn; reboot (a reset, between jobs) when the field is one that decides health.  A field
+that reads "GPU requires reset" (NVML_ERROR_RESET_REQUIRED) asks for that reset in so many words."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ BENIGN = re.compile(r"host.?max|pcie_gen/max_host", re.I)
 def check(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     for g in ctx.snapshot.gpus:
+        if g.requires_reset and not g.lost:
+            more = f" (+{len(g.requires_reset) - 2} more)" if len(g.requires_reset) > 2 else ""
+            out.append(Finding(NAME, "reboot", "reset_gpu", g.index, "GPU requires reset",
+                               f"the GPU answers 'GPU requires reset' reading {', '.join(g.requires_reset[:2])}{more}"))
         fields_seen = [f for f in g.unknown_errors if not BENIGN.search(f)]
         if not fields_seen or g.lost:
             continue
