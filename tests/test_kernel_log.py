@@ -163,3 +163,13 @@ def test_no_line_of_a_kernel_log_can_hide_or_stall_the_rest(tmp_path, monkeypatc
     log = read_kernel_log_file(str(path))
     assert [e.xid for e in log.events] == [79] and log.notes == [
         "read its last 4 KiB of 42 KiB: older boots not judged"], log.notes
+
+
+def test_an_sxid_data_line_whose_header_was_lost_is_still_an_sxid_of_its_switch():
+    """The `Data {...}` continuation folds into the event before it on the same switch; where its header
+    line is gone (a wrapped ring buffer), it is an SXid of that switch, its severity left to the catalog."""
+    head = "nvidia-nvswitch2: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"
+    data = "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Data {0x10000000, 0x10000000, 0x0, 0x0}"
+    log = read_kernel_log([head, head.replace("Fatal, Link 48 LTSSM Fault Up", "Data {0x1, 0x2}"), data])
+    assert [(e.sxid, e.switch, e.fatal) for e in log.sxids] == [(20034, 2, True), (20034, 0, None)]
+    assert log.sxids[1].message.startswith("header line lost") and not log.unparsed

@@ -226,9 +226,15 @@ def _sxid(m: re.Match, line: str, number: int, boot: int, sxids: list[SXidEvent]
     switch = int(m.group("sw")) if m.group("sw") else None
     pci = normalize_pci(m.group("pci"))
     if _SXID_MORE.match(rest):
-        return None  # the detail of the event its header line carries: one event, not two
-    sev = _SXID_SEV.match(rest)
-    message = (sev.group("msg") if sev else rest)[:500]
+        last = sxids[-1] if sxids else None
+        if last is not None and (last.sxid, last.switch, last.pci, last.boot) == (code, switch, pci, boot):
+            return None  # the detail of the event its header line carries: one event, not two
+        # its header line is lost (a ring buffer that wrapped, a log cut): still an SXid of this switch,
+        # its severity left to the catalog
+        sev, message = None, f"header line lost: {rest[:480]}"
+    else:
+        sev = _SXID_SEV.match(rest)
+        message = (sev.group("msg") if sev else rest)[:500]
     link = _LINK.search(message)
     sxids.append(SXidEvent(line=number, sxid=code, switch=switch, pci=pci,
                            fatal=(not sev.group("sev").lower().startswith("non")) if sev else None,
