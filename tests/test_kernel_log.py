@@ -11,9 +11,11 @@ def test_every_real_kernel_log_line_is_classified(row):
     assert log.unparsed == []  # every real line is an Xid, an SXid, or neither: never left unread
     if row["xid"] == "none":
         assert event is None
-        # an NVSwitch SXid header is an SXid event; its Severity and Data lines are its detail, not another
-        header = "SXid" in row["line"] and ("Fatal" in row["line"] or "Non-fatal" in row["line"])
-        assert len(log.sxids) == (1 if header else 0)
+        # an NVSwitch SXid line is an SXid event; a Severity or Data line alone (its header not in the log)
+        # too, said as such; after its header, it is that event's detail (test below)
+        assert len(log.sxids) == (1 if "SXid" in row["line"] else 0)
+        if "Severity" in row["line"] or "Data {" in row["line"]:
+            assert log.sxids[0].message.startswith("header line lost")
     else:
         assert event is not None and event.xid == int(row["xid"]) and event.pci == row["pci"]
         if " Nonfatal " in row["line"] or " Fatal " in row["line"]:  # NVLink5: the line's own word, and its unit

@@ -226,9 +226,9 @@ def _sxid(m: re.Match, line: str, number: int, boot: int, sxids: list[SXidEvent]
     switch = int(m.group("sw")) if m.group("sw") else None
     pci = normalize_pci(m.group("pci"))
     if _SXID_MORE.match(rest):
-        last = sxids[-1] if sxids else None
-        if last is not None and (last.sxid, last.switch, last.pci, last.boot) == (code, switch, pci, boot):
-            return None  # the detail of the event its header line carries: one event, not two
+        # the detail of an event whose header line came before, on this switch (switches' lines interleave)
+        if any((e.sxid, e.switch, e.pci, e.boot) == (code, switch, pci, boot) for e in reversed(sxids[-64:])):
+            return None  # one event, not two
         # its header line is lost (a ring buffer that wrapped, a log cut): still an SXid of this switch,
         # its severity left to the catalog
         sev, message = None, f"header line lost: {rest[:480]}"
