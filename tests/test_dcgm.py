@@ -33,7 +33,10 @@ def _judge(name: str):
     ("diag-4x-memory-fail-gpu3.json", [(3, "drain", "inspect_hardware", "memory failed (ISOLATE)")]),
     ("diag-4x-reset-gpu1.json", [(1, "reboot", "reset_gpu", "memory failed (RESET)")]),
     ("diag-4x-warning-gpu5.json", [(5, "warn", "watch", "pcie warn")]),
-    ("diag-3x-memory-fail-gpu2.json", [(2, "drain", "drain", "GPU Memory failed (TRIAGE)")]),
+    # 3.x gives no severity: "Error using CUDA API %s" is DCGM_FR_CUDA_API in DCGM's own table, MONITOR
+    # (and its run names 4 of the node's 8 GPUs: the rest unverified)
+    ("diag-3x-memory-fail-gpu2.json", [(2, "warn", "watch", "GPU Memory failed (MONITOR)"),
+                                       (None, "warn", "watch", "DCGM judged 4 of 8 GPUs")]),
 ])
 def test_each_gpus_result_is_a_finding_by_its_severity(name, expected):
     diag, findings = _judge(name)
@@ -52,8 +55,8 @@ def test_a_failed_test_of_another_entity_or_a_gpu_the_node_does_not_have_only_wa
     snap = NodeSnapshot(gpus=[Gpu(index=i) for i in range(8)])
     snap.dcgm = read_diag(text)
     findings = check(Context(snap))
-    assert [(f.gpu, f.severity) for f in findings] == [(None, "warn")], findings
-    assert "GPU 12" in findings[0].message
+    assert [(f.gpu, f.severity) for f in findings] == [(None, "warn"), (None, "warn")], findings
+    assert "GPU 12" in findings[0].message and findings[1].message == "DCGM judged 7 of 8 GPUs"
 
 
 @pytest.mark.parametrize("text, said", [
@@ -103,6 +106,8 @@ def _deep(env):
     ("diag-4x-memory-fail-gpu3.json", 1, "dcgm gpu3 memory failed (ISOLATE)"),
     ("diag-4x-version-mismatch.json", 75, "dcgm: Error: the DCGM version of the client"),
     ("dcgmi-no-hostengine.txt", 75, "dcgm: dcgmi printed no diagnostic: Error: unable to establish"),
+    # a run that judged 1 of the node's GPUs verifies that one alone: unverified, never passed
+    ("diag-4x-one-gpu-monitor-summary.json", 75, "dcgm: the run judged none of GPU(s) 1, 2, 3"),
 ])
 def test_the_deep_check_fails_on_a_gpus_failed_test_and_is_unverified_on_dcgms_own(tmp_path, name, code, said):
     bin_dir, env = _deep_node(tmp_path, (DATA / name).read_text())
@@ -126,3 +131,58 @@ def test_no_dcgmi_is_a_dependency_too(tmp_path):
     Path(bin_dir / "dcgmi").unlink()
     r, _ = _deep(env)
     assert r.returncode == 75 and "not found" in r.stdout, (r.stdout, r.stderr)
+
+
+# -- every shape dcgmi has printed since 2.x (issue 63) ------------------------------------------------------
+def _judge_on(name: str, gpus: int):
+    snap = NodeSnapshot(gpus=[Gpu(index=i) for i in range(gpus)])
+    snap.dcgm = read_diag((DATA / name).read_text())
+    return snap.dcgm, check(Context(snap))
+
+
+def test_2x_a_failed_deployment_test_with_a_plain_string_is_classed_by_dcgms_table_and_keeps_its_words():
+    """2.x to 3.1: `warnings` a plain string, no id, no severity.  Persistence mode is a configuration
+    class in DCGM's own table (by the test, the 2.x wording matching no format of today's): 4 warnings,
+    never 4 drains; DCGM's words in each."""
+    diag, findings = _judge_on("diag-2x-persistence-string.json", 4)
+    assert [(f.gpu, f.severity, f.action) for f in findings] == [(g, "warn", "fix_config") for g in range(4)]
+    assert all("Persistence mode for GPU 0 is currently disabled" in f.detail for f in findings)
+    assert findings[0].message == "Persistence Mode failed (CONFIG)" and diag.covered == [0, 1, 2, 3]
+
+
+def test_3_3_1_a_severity_on_the_deployment_result_and_its_further_errors_without_a_status():
+    diag, findings = _judge_on("diag-3.3.1-deployment-severity.json", 2)
+    pm = [r for r in diag.results if r.test == "Persistence Mode"]
+    assert [(r.status, r.severity, r.errors) for r in pm] == [
+        ("fail", 5, ["Persistence mode for GPU 0 is disabled."]), ("fail", 5, ["Persistence mode for GPU 1 is disabled."])]
+    assert {(f.severity, f.action) for f in findings} == {("warn", "watch")}   # a node's result: no GPU named
+
+
+def test_3_3_5_entries_keyed_warnings_keep_dcgms_words_and_severity():
+    diag, findings = _judge_on("diag-3.3.5-deployment-keyed-warnings.json", 2)
+    assert [(f.gpu, f.severity, f.action, f.detail) for f in findings] == [
+        (1, "reboot", "reset_gpu", "GPU 1 has graphics processes running on it")]
+
+
+def test_4x_a_warn_printed_as_fail_with_monitor_warns_the_summarys_own_error_is_said_and_a_partial_run_is_unverified():
+    diag, findings = _judge_on("diag-4x-one-gpu-monitor-summary.json", 8)
+    assert diag.covered == [0]
+    lines = [(f.gpu, f.severity, f.message) for f in findings]
+    assert (0, "warn", "pcie failed (MONITOR)") in lines
+    (node,) = [f for f in findings if f.gpu is None and "pcie" in f.message]
+    assert "NUMA node unknown" in node.detail and "replays" not in node.detail   # said once, where it belongs
+    (partial,) = [f for f in findings if f.message.startswith("DCGM judged")]
+    assert partial.message == "DCGM judged 1 of 8 GPUs" and "1, 2, 3, 4, 5, 6, 7" in partial.detail
+    assert max(f.severity for f in findings) != "drain"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (DATA / "nvidia").glob("*.json")))
+def test_nvidias_own_diag_test_outputs_read_whole(name):
+    """DCGM's own unit tests' outputs (2.4.7 and 4.6.0): every result of the 4 GPUs read, a failed stress
+    test judged by its own severity or DCGM's table, DCGM's words kept."""
+    diag, findings = _judge_on(f"nvidia/{name}", 4)
+    assert diag.error is None and diag.covered == [0, 1, 2, 3] and len(diag.results) > 50
+    stress = [f for f in findings if f.message.startswith("sm_stress")]
+    assert stress and all("did not exceed desired stress level" in f.detail for f in stress)
+    expected = "warn" if "4.6.0" in name else "drain"   # 4.6.0's output says MONITOR; 2.4.7's id 50 is TRIAGE
+    assert {f.severity for f in stress} == {expected}

@@ -168,6 +168,39 @@ def dcgm_severities() -> dict[int, dict[str, str]]:
     return {int(k): v for k, v in _load("dcgm.toml")["severity"].items()}
 
 
+@dataclass(frozen=True)
+class DcgmError:
+    """One error of DCGM's own table (data/dcgm_errors.toml): its id, name, severity class and message."""
+
+    id: int
+    name: str
+    severity: int
+    category: int
+    pattern: re.Pattern | None   # its message format as a pattern (None where DCGM gives it none)
+
+
+def _format_pattern(message: str) -> re.Pattern | None:
+    """A printf format as a pattern: each conversion (%u, %s, %.2f, %llu) any text, the rest as written."""
+    if not message:
+        return None
+    parts = re.split(r"%[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|z)?[diouxXeEfgGsc]", message)
+    return re.compile(".*?".join(re.escape(p) for p in parts), re.S)
+
+
+@functools.cache
+def dcgm_errors() -> dict[int, DcgmError]:
+    """DCGM's error table by id (data/dcgm_errors.toml, from DCGM's dcgm_errors.h and dcgm_errors.c)."""
+    return {int(k): DcgmError(int(k), e["name"], int(e["severity"]), int(e["category"]),
+                              _format_pattern(e["message"]))
+            for k, e in _load("dcgm_errors.toml")["error"].items()}
+
+
+@functools.cache
+def dcgm_test_errors() -> dict[str, tuple[str, ...]]:
+    """A DCGM test's name (lower case) -> the errors it can report (data/dcgm.toml [test])."""
+    return {name.lower(): tuple(row["errors"]) for name, row in _load("dcgm.toml")["test"].items()}
+
+
 def compat_data() -> dict[str, Any]:
     return _load("compat.toml")
 

@@ -260,9 +260,20 @@ def catalogs() -> str:
     dcgm = _data("dcgm.toml")
     out.append(f"## DCGM diagnostic severities (`dcgm.toml`; {dcgm['source']})\n")
     out.append("A failed test of one of the node's GPUs in `dcgmi diag -r N -j` becomes a finding of the severity "
-               "and action its errors' worst severity gives; a failed test with no severity is taken as TRIAGE.\n")
+               "and action its errors' worst severity gives.  Where the output gives no severity (DCGM 2.x to 3.1), "
+               "the error's class comes from DCGM's own table below, by its id, by its message's format, or by "
+               "the test (where every error the test reports has one class); a failed test nothing places is "
+               "taken as TRIAGE.\n")
     out.append(_table(["severity", "name", "DCGM's meaning", "finding", "action"],
                       [[k, r["name"], r["meaning"], r["severity"], r["action"]] for k, r in dcgm["severity"].items()]))
+    out.append(_table(["test", "the errors it reports"],
+                      [[name, ", ".join(r["errors"])] for name, r in dcgm["test"].items()]))
+    errors = _data("dcgm_errors.toml")
+    names = {int(k): r["name"] for k, r in dcgm["severity"].items()}
+    out.append(f"### DCGM's error table (`dcgm_errors.toml`; {errors['source']})\n")
+    out.append(_table(["id", "error", "class", "message"],
+                      [[k, r["name"], names.get(r["severity"], r["severity"]), r["message"]]
+                       for k, r in errors["error"].items()]))
     models = _data("gpu_models.toml")
     rows = models.get("model") or models.get("models") or []
     if rows:

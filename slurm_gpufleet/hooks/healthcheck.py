@@ -50,10 +50,7 @@ def run(argv: list[str] | None = None) -> int:
     dcgm_level = setup.settings.dcgm_diag_level if args.dcgm_level is None else args.dcgm_level
     if args.level == "deep" and dcgm_level:
         # DCGM's diagnostic has its own limit (minutes at levels 3 and 4), outside the read's watchdog
-        from ..readers.dcgm import run_diag
-
-        s = setup.settings
-        snap.dcgm = run_diag(s.dcgmi, dcgm_level, s.dcgm_timeout_s)
+        snap.dcgm = _dcgm(setup, snap, dcgm_level)
         if snap.dcgm.error:
             log.warning("dcgm could not judge the GPUs: %s", snap.dcgm.error)
     from ..slurm import SlurmError
@@ -139,6 +136,19 @@ def _unreadable(setup: Setup, args, acts: bool, exc: Exception) -> int:
     if acts:
         _drain_if_free(setup, INVENTORY_REASON)
     return 1
+
+
+def _dcgm(setup: Setup, snap, level: int):
+    """DCGM's diagnostic of the node; a run that judged some of its GPUs verifies those alone (DCGM's
+    shortfall, unverified: never a pass of the rest)."""
+    from ..readers.dcgm import run_diag, uncovered
+
+    s = setup.settings
+    diag = run_diag(s.dcgmi, level, s.dcgm_timeout_s)
+    missed = uncovered(diag, [g.index for g in snap.gpus if not g.lost])
+    if missed and diag.error is None:
+        diag.error = f"the run judged none of GPU(s) {', '.join(map(str, missed))}: unverified"
+    return diag
 
 
 def _nhc_verdict(setup: Setup, snap, report) -> int:

@@ -46,22 +46,53 @@ def _gpus_of(result: dict) -> list[int | None]:
     return [_int(i) for i in str(ids).split(",") if str(i).strip()] or [None]
 
 
-def _errors(result: dict) -> tuple[tuple[str, ...], int | None]:
-    words, worst = [], None
+def _entries(result: dict) -> list[tuple[str, int | None, int | None]]:
+    """A result's errors as (DCGM's words, error id, severity), in each shape dcgmi has printed:
+    2.x to 3.1, `warnings` a plain string with neither id nor severity; 3.3.1 to 3.3.4, a deployment
+    test's string with `error_id` and `error_severity` on the result itself; 3.3.5 on, a list of entries,
+    a deployment test's keyed `warnings` and a GPU test's `warning`; 4.x, entries keyed `warning`."""
+    out: list[tuple[str, int | None, int | None]] = []
     for key in ("warnings", "errors"):
         items = result.get(key)
-        if not isinstance(items, list):
+        if isinstance(items, str):
+            out.append((items, _int(result.get("error_id")), _int(result.get("error_severity"))))
             continue
-        for item in items:
+        for item in items if isinstance(items, list) else ():
             if isinstance(item, dict):
-                text = item.get("warning") or item.get("error") or item.get("msg") or ""
-                sev = _int(item.get("error_severity"))
-                if sev is not None and (worst is None or _RANK.get(sev, 0) > _RANK.get(worst, 0)):
-                    worst = sev
-            else:
-                text = str(item)
-            if text:
-                words.append(" ".join(str(text).split())[:200])
+                text = next((item[k] for k in ("warning", "warnings", "error", "msg") if isinstance(item.get(k), str)), "")
+                out.append((text, _int(item.get("error_id")), _int(item.get("error_severity"))))
+            elif item is not None:
+                out.append((str(item), None, None))
+    return [(" ".join(str(text).split())[:200], eid, sev) for text, eid, sev in out]
+
+
+def _class_of(test: str, text: str, error_id: int | None, severity: int | None) -> int | None:
+    """The severity class of one error: as DCGM printed it; else DCGM's table by the error's id, by the
+    message formats of the table, or by the test (where all the errors that test reports share a class)."""
+    from ..catalogs import dcgm_errors, dcgm_test_errors
+
+    if severity is not None:
+        return severity
+    table = dcgm_errors()
+    if error_id is not None and error_id in table and error_id != 0:
+        return table[error_id].severity
+    if text:
+        for err in table.values():
+            if err.pattern is not None and err.id > 2 and err.pattern.match(text):
+                return err.severity
+    names = dcgm_test_errors().get(test.strip().lower(), ())
+    classes = {e.severity for e in table.values() if e.name in names}
+    return classes.pop() if len(classes) == 1 else None
+
+
+def _errors(test: str, result: dict) -> tuple[tuple[str, ...], int | None]:
+    words, worst = [], None
+    for text, error_id, severity in _entries(result):
+        sev = _class_of(test, text, error_id, severity)
+        if sev is not None and (worst is None or _RANK.get(sev, 0) > _RANK.get(worst, 0)):
+            worst = sev
+        if text:
+            words.append(text)
     return tuple(words), worst
 
 
@@ -86,27 +117,66 @@ def read_diag(text: str) -> DcgmDiag:
     version = meta.get("version") if isinstance(meta.get("version"), str) else None
     if not isinstance(body, dict):
         return DcgmDiag(error="dcgmi's output holds no diagnostic", version=version)
-    diag = DcgmDiag(version=version)
+    diag = DcgmDiag(version=version, covered=_entities(doc))
     if body.get("runtime_error"):
         diag.error = " ".join(str(body["runtime_error"]).split())[:160]
     for cat in body.get("test_categories") or []:
         if not isinstance(cat, dict):
             continue
         for test in cat.get("tests") or []:
-            if not isinstance(test, dict):
-                continue
-            for result in test.get("results") or []:
-                if not isinstance(result, dict):
-                    continue
-                words, severity = _errors(result)
-                for gpu in _gpus_of(result):
-                    diag.results.append(DcgmResult(
-                        str(cat.get("category") or ""), str(test.get("name") or ""), gpu,
-                        _status(result.get("status")), severity, list(words),
-                        str(result.get("entity_group") or ("GPU" if gpu is not None else "?"))))
+            if isinstance(test, dict):
+                _read_test(diag, str(cat.get("category") or ""), test)
+    if diag.covered is None:   # before 4.x: the GPUs the results name
+        named = {r.gpu for r in diag.results if r.gpu is not None and r.entity == "GPU"}
+        diag.covered = sorted(named) if named else None
     if not diag.results and diag.error is None:
         diag.error = "dcgmi's diagnostic holds no test result"
     return diag
+
+
+def _entities(doc: dict) -> list[int] | None:
+    """The GPUs a 4.x run covered (`entity_groups`); None where the output does not list them."""
+    groups = doc.get("entity_groups")
+    if not isinstance(groups, list):
+        return None
+    out = []
+    for group in groups:
+        if isinstance(group, dict) and str(group.get("entity_group") or "").upper() == "GPU":
+            out += [i for e in group.get("entities") or [] if isinstance(e, dict)
+                    for i in [_int(e.get("entity_id"))] if i is not None]
+    return sorted(set(out))
+
+
+def _read_test(diag: DcgmDiag, category: str, test: dict) -> None:
+    """One test's results, each for the GPUs it names.  A result without a status (3.3.1 to 3.3.4 list a
+    deployment test's further errors so) is of the test's status; the test's summary (4.x) adds what no
+    entity's result says (an error of the node, not of one GPU)."""
+    name = str(test.get("name") or "")
+    status, said = "skip", set()
+    for result in test.get("results") or []:
+        if not isinstance(result, dict):
+            continue
+        status = _status(result.get("status")) if "status" in result else status
+        words, severity = _errors(name, result)
+        said.update(words)
+        for gpu in _gpus_of(result):
+            diag.results.append(DcgmResult(category, name, gpu, status, severity, list(words),
+                                           str(result.get("entity_group") or ("GPU" if gpu is not None else "?"))))
+    summary = test.get("test_summary")
+    if isinstance(summary, dict) and _status(summary.get("status")) in ("fail", "warn"):
+        entries = [e for e in _entries(summary) if e[0] not in said]
+        if entries:
+            words, severity = _errors(name, {"warnings": [{"warning": t, "error_id": i, "error_severity": v}
+                                                          for t, i, v in entries]})
+            diag.results.append(DcgmResult(category, name, None, _status(summary.get("status")), severity,
+                                           list(words), "node"))
+
+
+def uncovered(diag: DcgmDiag, gpus: list[int]) -> list[int]:
+    """The node's GPUs a run that judged GPUs did not judge: unverified, never passed."""
+    if diag.covered is None:
+        return []
+    return [g for g in gpus if g not in diag.covered]
 
 
 def run_diag(dcgmi: str, level: int, timeout_s: float) -> DcgmDiag:

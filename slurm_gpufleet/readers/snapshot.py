@@ -423,6 +423,8 @@ class DcgmDiag:
     error: str | None = None         # DCGM could not judge the GPUs (a broken dependency): why, in one line
     version: str | None = None
     level: int | None = None
+    # the GPUs the run judged (4.x lists its entities; before, the GPUs its results name); None: not known
+    covered: list[int] | None = None
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """DCGM's diagnostic, read as data (readers/dcgm.py): a failed test of one of the node's GPUs is a finding
 whose severity and action come from the severity DCGM gives its errors (data/dcgm.toml, from DCGM's
-dcgm_errors.h): ISOLATE and a failed test with no severity drain, RESET asks for a reset, CONFIG and MONITOR
-only warn.  A warning is a warning; a test of another entity (a CPU) only warns.  What DCGM itself could not
-do is not the GPUs' fault: no finding here (the node's summary says it, `err`).
+dcgm_errors.h): ISOLATE drains, RESET asks for a reset, CONFIG and MONITOR only warn.  Where the output gives
+no severity (DCGM 2.x to 3.1), the reader takes the class from DCGM's own error table (data/dcgm_errors.toml);
+a failed test no table places is TRIAGE.  A warning is a warning; a test of another entity (a CPU) only warns.
+GPUs of the node that the run did not judge are unverified, never passed.  What DCGM itself could not do is
+not the GPUs' fault: no finding here (the node's summary says it, `err`).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ if TYPE_CHECKING:
 NAME = "dcgm"
 ORDER = 185
 
-# a failed test whose errors carry no severity (DCGM 3.x): the test failed, nothing says it may be ignored
+# a failed test whose errors no severity, id, message or test places: it failed, nothing says it may be ignored
 NO_SEVERITY = 4
 
 
 def check(ctx: Context) -> list[Finding]:
     from ...catalogs import dcgm_severities
+    from ...readers.dcgm import uncovered
 
     diag = ctx.snapshot.dcgm
     if diag is None:
@@ -43,4 +46,8 @@ def check(ctx: Context) -> list[Finding]:
         sev = severities.get(NO_SEVERITY if r.severity is None else r.severity, severities[NO_SEVERITY])
         out.append(Finding(NAME, sev["severity"], sev["action"], r.gpu, f"{where} failed ({sev['name']})",
                            words[:300]))
+    missed = uncovered(diag, sorted(gpus))
+    if missed and diag.error is None:
+        out.append(Finding(NAME, "warn", "watch", None, f"DCGM judged {len(gpus) - len(missed)} of {len(gpus)} GPUs",
+                           f"GPU(s) {', '.join(map(str, missed))} not in DCGM's run: unverified"))
     return out
