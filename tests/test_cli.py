@@ -87,11 +87,13 @@ def test_xid_json_lines():
     assert [(e["unit"], e["fatal"], e["action"]) for e in events[-4:]] == [
         ("NETIR_LINK_EVT", True, "reset_gpu"), ("SAW_MVB", False, "watch"), ("RLW_REMAP", False, "follow_recovery_action"),
         ("RLW_REMAP", True, "reset_gpu")]
-    # the NVSwitch's lines: one event (its Severity and Data lines are its detail), the JSON keys a
-    # dashboard reads
+    # the NVSwitch's lines, the JSON keys a dashboard reads: gpud's excerpt holds switch 1's header, then a
+    # Severity line of switch 2 and a Data line of switch 0 whose headers it left out: each an SXid of its
+    # switch, said as such, its class from the catalog
     sxids = [e for e in rows if "sxid" in e]
     assert [(e["sxid"], e["fatal"], e["switch"], e["link"], e["action"]) for e in sxids] == [
-        (20034, True, 1, 48, "reboot_node")]
+        (20034, True, 1, 48, "reboot_node"), (20034, True, 2, None, "reboot_node"), (20034, True, 0, None, "reboot_node")]
+    assert [e["message"].startswith("header line lost") for e in sxids] == [False, True, True]
     assert not [e for e in rows if "unparsed" in e]
     first = events[0]
     assert (first["line"], first["pci"], first["action"]) == (1, "0000:19:00", "reset_gpu")
