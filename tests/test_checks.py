@@ -298,9 +298,10 @@ def test_the_summary_says_whether_the_node_is_on_its_group_s_driver_and_firmware
     assert (data["fw_ok"], data["suspect"], data["lemon"]) == (fw_ok, 0, 0), [f.line() for f in report.findings]
 
 
-def test_slurm_s_view_is_judged_only_for_a_held_node_and_never_against_mig(h200):
-    """A node in service is judged as Slurm runs it; a held one whose registration matches returns; MIG
-    instances are Slurm's count, not the GPUs'."""
+def test_slurm_s_view_is_judged_only_for_a_held_node_by_count_type_and_mig_instances(h200):
+    """A node in service is judged as Slurm runs it; a held one whose registration matches returns; a type
+    that names none of its GPUs' models warns; a MIG GPU counts as at least one instance; a node Slurm shows
+    coming back is waited for, never judged short."""
     from slurm_gpufleet.slurm.base import NodeInfo, view_of
 
     def found(view):
@@ -309,15 +310,35 @@ def test_slurm_s_view_is_judged_only_for_a_held_node_and_never_against_mig(h200)
 
     assert found(view_of(NodeInfo("n1", "IDLE", gres="gpu:h200:3"))) == []   # in service: not judged
     assert found(view_of(NodeInfo("n1", "IDLE", {"DRAIN"}, gres="gpu:h200:1(S:0-1)"))) == []
-    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:1,gpu:a100:2"))) == []   # more: inventory's
+    assert found(view_of(NodeInfo("n1", "IDLE", {"DRAIN"}, gres="gpu:nvidia_h200:1(S:0-1)"))) == []   # AutoDetect
+    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:2"))) == []   # more: the inventory check's
+    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h100:1"))) == ["gres type h100 is not its GPUs' model"]
     h200.gpus.append(h200.gpus[0])
-    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:1(S:0),gpu:a100:0"))) == ["sees gpu:1 of 2"]
+    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:1(S:0),gpu:h200:0"))) == ["sees gpu:1 of 2"]
     h200.gpus.pop()
-    assert found(view_of(NodeInfo("n1", "IDLE", {"DRAIN", "NOT_RESPONDING"}, gres="(null)"))) == [
-        "slurmd not responding"]   # no GPU in its Gres at all: GPUs not scheduled as GRES, never compared
+    assert found(view_of(NodeInfo("n1", "IDLE", {"DRAIN"}, gres="(null)"))) == []   # GPUs not GRES: not compared
     assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:h200:0"))) == ["sees gpu:0 of 1"]
     h200.gpus[0].mig_mode_current = True
-    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:1g.18gb:7"))) == []
+    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:1g.18gb:7"))) == []   # 7 instances of 1 GPU
+    assert found(view_of(NodeInfo("n1", "DOWN", gres="gpu:1g.18gb:0"))) == ["sees gpu:0 of 1"]
+
+
+@pytest.mark.parametrize("flags,state", [({"DRAIN", "NOT_RESPONDING"}, "IDLE"), ({"DRAIN", "REBOOT_ISSUED"}, "DOWN"),
+                                         ({"DRAIN", "POWERING_UP"}, "IDLE"), ({"DRAIN"}, "UNKNOWN")])
+def test_a_node_slurm_shows_coming_back_is_waited_for_never_a_failure_and_never_returned(h200, flags, state):
+    """Right after a reboot slurmctld shows the node NOT_RESPONDING (or still REBOOT_ISSUED, POWERING_UP,
+    not registered): the return waits, the verdict is no fault, and decide does not resume it this run."""
+    from slurm_gpufleet.remedy.decide import NodeHistory, decide
+    from slurm_gpufleet.slurm.base import NodeInfo, view_of
+
+    info = NodeInfo("n1", state, flags, reason="gpufleet: validate after reboot [gpufleet]", gres="gpu:h200:0")
+    h200.slurm = view_of(info)
+    report = evaluate(h200, parse_policy(""))
+    (f,) = [f for f in report.findings if f.check == "slurm"]
+    assert (f.severity, f.action) == ("warn", "wait") and f.message.startswith("coming back")
+    assert report.verdict == "warn"
+    action = decide(info, report.verdict, report.findings, NodeHistory(clean_runs=5), 3)
+    assert action.kind == "none" and ("registered" in action.why or "reboot is pending" in action.why), action
 
 
 def test_a_held_node_returns_only_with_its_groups_slurmd_and_the_features_slurm_conf_gives_it(h200):

@@ -35,6 +35,7 @@ ACTIONS = {
     "drain": "take the node out of service until an admin looks at it",
     "cool_off": "hold the node a while, then return it (heat, a transient); repair if it keeps coming back",
     "inspect_hardware": "hardware inspection / RMA candidate",
+    "wait": "Slurm shows the node coming back: judged on a later run, never returned before",
 }
 
 

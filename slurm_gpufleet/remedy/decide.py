@@ -145,6 +145,9 @@ def decide(node: NodeInfo, verdict: str, findings: list[Finding], history: NodeH
             return held_as
 
     if verdict in ("ok", "warn"):
+        coming = next((f for f in findings if f.action == "wait"), None)
+        if held and coming is not None:
+            return Action("none", why=f"Slurm shows it {coming.message}: judged once it has registered")
         if held:
             if history.clean_runs >= clean_runs_to_resume:
                 from .returning import is_validate
