@@ -69,3 +69,25 @@ def test_fleet_report_reads_the_ladder_s_own_history(tmp_path):
     assert "(defaults): 1 node(s)" in text and "time to repair, automatic" in text
     bad = run_cli("fleet", "report", "--history-dir", str(tmp_path / "none"))
     assert bad.returncode == 2 and b"not a directory of node histories" in bad.stderr
+
+
+def test_a_remedy_recorded_just_before_the_hold_it_opens_is_that_incidents_and_no_false_hold():
+    """The carrier records a remedy, then acts: its row comes ~3 ms before its drain.  The remedy is the
+    incident's (`cool_off 1/1 worked` and `holds that found nothing: 0`), however close the clocks; a remedy
+    that took the node out of nothing (a reset of idle GPUs) is the incident's that its fault opens next."""
+    actions = [(1000.003, "n1", "drain", "thermal gpu3 HW thermal slowdown [gpufleet]"),
+               (1900.0, "n1", "resume", ""),
+               (5000.0, "n1", "drain", "repair memory gpu5 row remapping failed [gpufleet]"),
+               (5600.0, "n1", "resume", ""),
+               (8000.0, "n1", "drain", "pcie gpu1 PCIe x8 < x16 [gpufleet]"),   # nothing tried: a false hold
+               (8600.0, "n1", "resume", "")]
+    remedies = [(1000.0, "n1", "thermal", "cool_off", "succeeded"),
+                (3000.0, "n1", "ecc", "reset", "failed"), (4999.998, "n1", "ecc", "repair", "succeeded")]
+    found = incidents(actions, remedies, [], CLASSES)
+    assert [(i.start, i.cause, i.how, i.remedies) for i in found] == [
+        (1000.003, "thermal", "automatic", [("thermal", "cool_off", "succeeded")]),
+        (5000.0, "ecc", "manual", [("ecc", "reset", "failed"), ("ecc", "repair", "succeeded")]),
+        (8000.0, "pcie", "automatic", [])]
+    g = figures(found, ["n1"], remedies, lambda n: "g", 0.0, DAY)["groups"]["g"]
+    assert g["false_hold_share"] == round(1 / 3, 4)
+    assert g["remedies"]["thermal"] == {"cool_off": {"tried": 1, "succeeded": 1}}

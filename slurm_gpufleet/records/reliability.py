@@ -56,28 +56,32 @@ def incidents(actions: list[tuple[float, str, str, str]], remedies: list[tuple[f
               closes: list[tuple[float, str]], classes: dict[str, str]) -> list[Incident]:
     """Pure: one node's incidents from its `actions` (ts, node, action, reason; successful ones only), its
     `remedies` (ts, node, class, rung, outcome) and its `closes` (ts, node: an admin's return after a
-    repair), in time order."""
-    events = sorted([(ts, 0, node, action, reason) for ts, node, action, reason in actions]
-                    + [(ts, 1, node, "closed", "") for ts, node in closes])
+    repair).  A remedy belongs to the incident it is part of: the one open when it was recorded, or, where
+    none was, the one its own action opens next (the carrier records a remedy before it acts, so its row
+    comes first); a remedy no hold follows belongs to none."""
+    # at one instant, a remedy before the action it led to, and the action before an admin's close
+    events = sorted([(ts, 0, node, "remedy", (cls, rung, outcome)) for ts, node, cls, rung, outcome in remedies]
+                    + [(ts, 1, node, action, reason) for ts, node, action, reason in actions]
+                    + [(ts, 2, node, "closed", "") for ts, node in closes], key=lambda e: e[:2])
     out: list[Incident] = []
     current: Incident | None = None
-    for ts, _, node, action, reason in events:
-        if action in OUT and current is None:
-            current = Incident(node, ts, cause_of(reason, classes))
+    waiting: list[tuple[str, str, str]] = []     # remedies recorded while no incident was open
+    for ts, _, node, action, what in events:
+        if action == "remedy":
+            (current.remedies if current is not None else waiting).append(what)
+        elif action in OUT and current is None:
+            current = Incident(node, ts, cause_of(what, classes), remedies=waiting)
             out.append(current)
-        elif action in BACK and current is not None:
-            current.end, current.how = ts, "manual" if current.repaired_by_hand else "automatic"
-            current = None
-        elif action == "closed" and current is not None:
-            current.end, current.how = ts, "manual"
-            current = None
-    for ts, _, cls, rung, outcome in remedies:
-        for inc in out:
-            if inc.start <= ts and (inc.end is None or ts <= inc.end):
-                inc.remedies.append((cls, rung, outcome))
-                if len(inc.remedies) == 1:
-                    inc.cause = cls   # the ladder's class says it better than the reason's word
-                break
+            waiting = []
+        elif action in BACK or action == "closed":
+            waiting = []
+            if current is not None:
+                manual = action == "closed" or current.repaired_by_hand
+                current.end, current.how = ts, "manual" if manual else "automatic"
+                current = None
+    for inc in out:
+        if inc.remedies:
+            inc.cause = inc.remedies[0][0]   # the ladder's class says it better than the reason's word
     return out
 
 
