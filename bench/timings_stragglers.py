@@ -77,6 +77,8 @@ def main() -> None:
           f"{flagged_ops} of {judged_ops} operations flagged; notes {notes}")
     out["false_flags"] = {"operations": judged_ops, "flagged": flagged_ops, "seeds": HEALTHY_SEEDS,
                           "notes": notes}
+    out["work_split"] = _work_split()
+    out["intermittent"] = _intermittent()
     # 100,000 rows: 16 replicas x 4 stages x 5 ops x 313 steps
     text = "\n".join(json.dumps(r) for r in trace("slow_worker", dp=16, stages=4, steps=313))
     t = time.perf_counter()
@@ -88,6 +90,50 @@ def main() -> None:
     out["scale"] = {"rows": len(rows), "read_s": round(parsed, 3), "total_s": round(total, 3),
                     "flags": len(result.flags)}
     (REPO / "bench" / "results" / "timings_stragglers.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+def _work_split() -> list[dict]:
+    """11 fixed ranks spend `offset` times longer in the optimizer in every step, their forward and backward
+    keeping pace (the shape a real 128-rank job showed): every flag is a false one."""
+    print(f"\n{'ranks':>5} {'noise':>6} {'optimizer offset':>17} {'ranks flagged':>14} {'said: work split':>17}")
+    rows_out = []
+    for dp, noise in ((32, 0.02), (32, 0.05), (8, 0.15)):
+        for offset in (1.06, 1.3, 2.0):
+            flagged = said = 0
+            for seed in range(SEEDS):
+                rows, _ = parse("\n".join(json.dumps(r) for r in trace(
+                    "op_offset", dp=dp, stages=4, steps=60, seed=seed, noise=noise, offset=offset)))
+                result = judge(rows)
+                flagged += len({f.rank for f in result.flags})
+                said += any(j["kind"] == "one_operation" for j in result.job_wide)
+            print(f"{dp * 4:>5} {noise:>6.0%} {offset:>16}x {flagged:>14} {f'{said}/{SEEDS}':>17}")
+            rows_out.append({"ranks": dp * 4, "noise": noise, "offset": offset, "ranks_flagged": flagged,
+                             "said_work_split": said, "seeds": SEEDS})
+    return rows_out
+
+
+def _intermittent() -> list[dict]:
+    """A worker 1.5x slower in a share of the steps (drawn step by step), 10 % noise, 80 steps: found and
+    false flags, under the shipped rule (clearly slow in at least 20 % of its steps) and a stricter one."""
+    from slurm_gpufleet.slowgpus.timings import Settings
+
+    print(f"\n{'slow share':>10} " + " ".join(f"{f'share>={x:.0%} found/false':>24}" for x in (0.2, 0.5)))
+    rows_out = []
+    for share in (0.25, 0.5, 0.75):
+        cells = []
+        for least in (0.2, 0.5):
+            found = false = 0
+            for seed in range(SEEDS):
+                rows, _ = parse("\n".join(json.dumps(r) for r in trace(
+                    "slow_worker", factor=1.5, noise=0.10, steps=80, slow_share=share, seed=seed)))
+                ranks = {f.rank for f in judge(rows, Settings(intermittent_share=least)).flags}
+                found += "11" in ranks
+                false += bool(ranks - {"11"})
+            cells.append(f"{found}/{SEEDS} {false}")
+            rows_out.append({"slow_share": share, "intermittent_share": least, "found": found, "false": false,
+                             "seeds": SEEDS})
+        print(f"{share:>10.0%} " + " ".join(f"{c:>24}" for c in cells))
+    return rows_out
 
 
 if __name__ == "__main__":

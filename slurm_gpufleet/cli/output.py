@@ -477,8 +477,11 @@ def timings_text(result) -> list[str]:
     judged."""
     lines = [f"{result.rows} timed operation(s)"]
     lines += [f"  SLOW rank {f.rank} on {f.node} gpus {f.gpus}: stage {f.stage} {f.op} {f.times_slower:.2f}x "
-              f"its peers, slower in {f.steps_slower} of {f.steps} steps" for f in result.flags]
-    lines += [f"  job-wide ({j['kind']}): stage {j['stage']} {j['op']}: {j['why']}" for j in result.job_wide]
+              f"its peers, {'clearly ' if f.kind == 'intermittent' else ''}slower in {f.steps_slower} of "
+              f"{f.steps} steps{' (intermittent)' if f.kind == 'intermittent' else ''}" for f in result.flags]
+    lines += [f"  job-wide ({j['kind']}): stage {j['stage']} {j['op']}"
+              + (f" ranks {','.join(j['ranks'])} {j['times']:.2f}x" if "ranks" in j else "") + f": {j['why']}"
+              for j in result.job_wide]
     lines += [f"  not judged: {note}" for note in result.not_judged]
     return lines + ([] if result.flags else ["  no worker apart from its peers"])
 

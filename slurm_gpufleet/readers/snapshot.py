@@ -401,6 +401,13 @@ class SlurmView:
     peers_version: str | None = None
     configured_features: list[str] | None = None
 
+    @property
+    def gpu_types(self) -> list[str]:
+        """The GPU types its Gres names ("gpu:h200:4(S:0),gpu:1g.18gb:2" -> ["h200", "1g.18gb"])."""
+        import re
+
+        return [m.group(1) for m in re.finditer(r"(?:^|,)gpu:([^:,()]+):\d+", self.gres or "")]
+
 
 @dataclass
 class DcgmResult:

@@ -11,7 +11,15 @@ operation, in the same step, across data-parallel replicas.  So
 * a stage slower in every replica (pipeline stages of unequal cost) is compared only with itself and flags
   nothing: it is reported as a job-wide slowdown of kind `pipeline_stage`;
 * a slowdown that moves from worker to worker with the data (sequences of unequal length) never holds for
-  one worker over many steps and flags nothing: reported as kind `data`.
+  one worker over many steps and flags nothing: reported as kind `data`;
+* a worker slow in a share of its steps only (a GPU that throttles now and then) is flagged where it is
+  clearly slow (`slower` over its peers' median) in at least `intermittent_share` of its steps, far more
+  often than its peers are (a binomial tail under `false_flag` against the peers' own rate of such steps);
+* a slow GPU is slow where the GPU works: in its compute operations, forward and backward alike.  A worker
+  apart in one operation alone while its other compute operations keep pace (optimizer shards of unequal
+  size on a fixed set of ranks) is the work's split, not its GPU: reported as kind `one_operation`, never
+  flagged.  A worker apart in an operation is flagged where it is slower than its peers (by `min_effect`)
+  in more than half of the compute operations it is judged in (both, where the job times two).
 
 Communication operations (all-reduce, reduce-scatter, all-gather, send/recv, barriers) are never judged:
 a rank that waits for a slow peer spends longer in them, so there the fast ranks look slow.  That is the
@@ -68,6 +76,10 @@ class Settings:
     slower: float = 0.20        # a step "has a slow worker" at this much over the peers' median (said in the note)
     consistent: float = 0.80    # the data note needs no worker slowest in this share of those steps
     stage_slower: float = 0.20  # a stage this much over the others' median is a pipeline-stage slowdown
+    intermittent_share: float = 0.20   # the least share of its steps an intermittent straggler is slow in
+    # a worker apart in one operation is a slow GPU where its other compute operations back it: slower there
+    # too by `min_effect`, over the peers' median in more steps than this chance gives
+    support: float = 0.05
 
 
 @dataclass
@@ -77,9 +89,11 @@ class TimingFlag:
     gpus: str
     op: str
     stage: int
-    times_slower: float         # the median, over its steps, of its time over its peers' median
-    steps_slower: int           # the steps it was over its peers' median
+    times_slower: float         # the median, over its steps (its slow steps where intermittent), of its time
+                                # over its peers' median
+    steps_slower: int           # the steps it was over its peers' median (clearly slow, where intermittent)
     steps: int
+    kind: str = "steady"        # steady | intermittent
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -181,51 +195,108 @@ def judge(rows: Iterable[Row], s: Settings | None = None) -> Result:
     comm = sorted({op for _, op in cells if is_communication(op)})
     if comm:
         out.not_judged.append(f"{', '.join(comm)}: communication, whose time includes waiting for the slowest peer")
+    candidates: list[TimingFlag] = []
+    # rank -> each compute operation it was judged in -> whether it is slower there than its peers
+    slower_in: dict[str, dict[str, bool]] = defaultdict(dict)
     for (stage, op), steps in sorted(cells.items()):
         if is_communication(op):
             continue
-        ratios: dict[str, list[float]] = defaultdict(list)
-        step_medians: list[float] = []
-        spreads: list[float] = []
-        slowest: list[str] = []   # the slowest worker of each step that has one clearly slow
-        for _, per_rank in sorted(steps.items()):
-            if len(per_rank) < s.min_peers:
-                continue
-            med = statistics.median(per_rank.values())
-            if med <= 0:
-                continue
-            step_medians.append(med)
-            spreads.append(statistics.pstdev(per_rank.values()) / statistics.fmean(per_rank.values()))
-            for rank, t in per_rank.items():
-                ratios[rank].append(t / med)
-            top = max(per_rank, key=lambda k: per_rank[k])
-            if per_rank[top] >= med * (1 + s.slower):
-                slowest.append(top)
-        if not step_medians:
-            if steps:
-                out.not_judged.append(f"stage {stage} {op}: fewer than {s.min_peers} workers a step")
+        cell = _judge_cell(stage, op, steps, where, s, out)
+        if cell is None:
             continue
-        flagged = []
-        alpha = s.false_flag / max(1, len(ratios))
-        for rank, rs in sorted(ratios.items()):
-            over = sum(1 for x in rs if x > 1.0)
-            effect = statistics.median(rs)
-            if len(rs) >= s.min_steps and effect >= 1 + s.min_effect and binomial_upper_tail(over, len(rs), 0.5) < alpha:
-                node, gpus = where[rank]
-                flagged.append(TimingFlag(rank, node, gpus, op, stage, round(effect, 3), over, len(rs)))
-        out.flags += flagged
-        if not flagged and len(step_medians) >= s.min_steps and statistics.median(spreads) >= s.data_spread:
-            # the workers spread wider than noise does, but no one of them stays apart: the data's cost
-            top = max(slowest.count(r) for r in set(slowest)) / len(slowest) if slowest else 0.0
-            if top < s.consistent:
-                out.job_wide.append({"kind": "data", "stage": stage, "op": op,
-                                     "spread": round(statistics.median(spreads), 3),
-                                     "steps_with_a_slow_worker": round(len(slowest) / len(step_medians), 3),
-                                     "most_often_slowest": round(top, 3),
-                                     "why": "a slow worker in most steps, a different one from step to step: the "
-                                            "work's cost moves with the data, no worker is apart"})
+        flagged, slower = cell
+        candidates += flagged
+        for rank, is_slower in slower.items():
+            slower_in[rank][op] = is_slower
+    for f in candidates:
+        slower_in[f.rank][f.op] = True
+    out.flags, split = _where_the_gpu_works(candidates, slower_in)
+    out.job_wide += split
     out.job_wide += _stage_slowdowns(cells, s)
     return out
+
+
+def _judge_cell(stage: int, op: str, steps: dict[int, dict[str, float]], where: dict[str, tuple[str, str]],
+                s: Settings, out: Result) -> tuple[list[TimingFlag], dict[str, bool]] | None:
+    """One operation of one stage: each worker against its peers, step by step.  Returns the workers apart
+    (steady or intermittent) and, for each judged worker, whether it is slower than its peers here at all
+    (by `min_effect`, over their median in more steps than `support` leaves to chance: evidence that backs
+    a flag of another operation, too weak for one of its own); None where no step had peers enough."""
+    ratios: dict[str, list[float]] = defaultdict(list)
+    step_medians: list[float] = []
+    spreads: list[float] = []
+    slowest: list[str] = []   # the slowest worker of each step that has one clearly slow
+    for _, per_rank in sorted(steps.items()):
+        if len(per_rank) < s.min_peers:
+            continue
+        med = statistics.median(per_rank.values())
+        if med <= 0:
+            continue
+        step_medians.append(med)
+        spreads.append(statistics.pstdev(per_rank.values()) / statistics.fmean(per_rank.values()))
+        for rank, t in per_rank.items():
+            ratios[rank].append(t / med)
+        top = max(per_rank, key=lambda k: per_rank[k])
+        if per_rank[top] >= med * (1 + s.slower):
+            slowest.append(top)
+    if not step_medians:
+        if steps:
+            out.not_judged.append(f"stage {stage} {op}: fewer than {s.min_peers} workers a step")
+        return None
+    alpha = s.false_flag / max(1, len(ratios))
+    # how often a worker of this operation is clearly slow in a step: each worker's rate is judged against
+    # its peers' (a Laplace estimate, so that peers never slow still leave chance its due)
+    clear = {rank: sum(1 for x in rs if x >= 1 + s.slower) for rank, rs in ratios.items()}
+    total_clear, total_obs = sum(clear.values()), sum(len(rs) for rs in ratios.values())
+    flagged = []
+    for rank, rs in sorted(ratios.items()):
+        if len(rs) < s.min_steps:
+            continue
+        node, gpus = where[rank]
+        over = sum(1 for x in rs if x > 1.0)
+        effect = statistics.median(rs)
+        if effect >= 1 + s.min_effect and binomial_upper_tail(over, len(rs), 0.5) < alpha:
+            flagged.append(TimingFlag(rank, node, gpus, op, stage, round(effect, 3), over, len(rs)))
+            continue
+        base = (total_clear - clear[rank] + 1) / (total_obs - len(rs) + 2)
+        if clear[rank] >= s.intermittent_share * len(rs) and binomial_upper_tail(clear[rank], len(rs), base) < alpha:
+            slow = statistics.median(x for x in rs if x >= 1 + s.slower)
+            flagged.append(TimingFlag(rank, node, gpus, op, stage, round(slow, 3), clear[rank], len(rs),
+                                      "intermittent"))
+    if not flagged and len(step_medians) >= s.min_steps and statistics.median(spreads) >= s.data_spread:
+        # the workers spread wider than noise does, but no one of them stays apart: the data's cost
+        top = max(slowest.count(r) for r in set(slowest)) / len(slowest) if slowest else 0.0
+        if top < s.consistent:
+            out.job_wide.append({"kind": "data", "stage": stage, "op": op,
+                                 "spread": round(statistics.median(spreads), 3),
+                                 "steps_with_a_slow_worker": round(len(slowest) / len(step_medians), 3),
+                                 "most_often_slowest": round(top, 3),
+                                 "why": "a slow worker in most steps, a different one from step to step: the "
+                                        "work's cost moves with the data, no worker is apart"})
+    return flagged, {rank: statistics.median(rs) >= 1 + s.min_effect
+                     and binomial_upper_tail(sum(1 for x in rs if x > 1.0), len(rs), 0.5) < s.support
+                     for rank, rs in ratios.items() if len(rs) >= s.min_steps}
+
+
+def _where_the_gpu_works(candidates: list[TimingFlag], slower_in: dict[str, dict[str, bool]]
+                         ) -> tuple[list[TimingFlag], list[dict]]:
+    """A slow GPU slows every compute operation of its worker: a worker apart in an operation is flagged
+    where it is slower than its peers (apart, or backed: `support`) in more than half of the compute
+    operations it was judged in; one that keeps pace in the others (one operation's steady offset on a fixed
+    set of ranks: optimizer shards of unequal size) is the work's split, said once per operation."""
+    flags, split = [], defaultdict(list)
+    for f in candidates:
+        ops = slower_in[f.rank]
+        if sum(ops.values()) * 2 > len(ops):
+            flags.append(f)
+        else:
+            split[(f.stage, f.op)].append(f)
+    job_wide = [{"kind": "one_operation", "stage": stage, "op": op, "ranks": sorted({f.rank for f in fs}),
+                 "times": round(statistics.median(f.times_slower for f in fs), 3),
+                 "why": "these workers are apart in this operation alone; their other compute operations keep "
+                        "pace: the work's split (shards of unequal size), not a slow GPU"}
+                for (stage, op), fs in sorted(split.items())]
+    return flags, job_wide
 
 
 def _stage_slowdowns(cells: dict[tuple[int, str], dict[int, dict[str, float]]], s: Settings) -> list[dict]:

@@ -75,11 +75,6 @@ class NodeInfo:
 _GRES_GPU = re.compile(r"(?:^|,)gpu(?::[^:,()]+)?:(\d+)")
 
 
-def gres_types(gres: str) -> list[str]:
-    """The GPU types a Gres names ("gpu:h200:4(S:0),gpu:1g.18gb:2" -> ["h200", "1g.18gb"])."""
-    return [m.group(1) for m in re.finditer(r"(?:^|,)gpu:([^:,()]+):\d+", gres or "")]
-
-
 def view_of(info: NodeInfo):
     """The snapshot's SlurmView of a node as Slurm shows it: its GPUs summed over every `gpu` entry of its
     Gres ("gpu:h200:4,gpu:1g.18gb:14(S:0)"); None where its Gres names no GPU at all (a site that does not

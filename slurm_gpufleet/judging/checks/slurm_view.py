@@ -98,12 +98,10 @@ def _types(view, gpus) -> list[Finding]:
     from the model, "nvidia_h200"; a site's own short name, "h200", is a part of it) or a MIG profile
     ("1g.18gb").  A type that names none is a job asking for one model given another: warned, since a site's
     type names are its own."""
-    from ...slurm.base import gres_types
-
     names = [_norm(n) for g in gpus for n in [known(g.name)] if isinstance(n, str)]
     if not names:
         return []
-    foreign = [t for t in gres_types(view.gres) if not _MIG.match(t) and not any(_norm(t) in n for n in names)]
+    foreign = [t for t in view.gpu_types if not _MIG.match(t) and not any(_norm(t) in n for n in names)]
     if not foreign:
         return []
     models = ", ".join(sorted({known(g.name) for g in gpus if isinstance(known(g.name), str)}))
