@@ -35,10 +35,12 @@ NODES, GPUS, STEP_S, NOMINAL_MHZ = 64, 8, 15.0, 1980.0
 
 def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: int = NODES,
                 bad_gpu_out: list | None = None, style: str = "nccl", noise: float = 1.5,
-                power_noise: float = 10.0, offset: float = 0.0, energy: bool = False):
+                power_noise: float = 10.0, offset: float = 0.0, energy: bool = False, step_w: float = 0.0):
     """kind: healthy | throttled (one GPU's clock down, SwThermalSlowdown) | silent (a whole node 10%
-    slower, clocks normal) | gpu_silent (one GPU 10% slower, clocks normal: it stays busy while the job's
-    other GPUs, its own node's included, wait) | uniform.  Returns (samples, slowed node or None, onset
+    slower, clocks normal) | gpu_silent (one GPU slowed to 10% under the job's slowest other GPU, clocks
+    normal: it holds the job back, staying busy while the job's other GPUs, its own node's included, wait;
+    a GPU that slows but stays faster than the slowest holds no one back, and its power rising alone is
+    what a level change shows too) | uniform.  Returns (samples, slowed node or None, onset
     t); `bad_gpu_out` gets the slowed GPU's index where one GPU is slowed.  `style`: "nccl" (the GPUs that
     wait for the slowest spin in NCCL's kernels: NVML shows them near 100 % busy, and their power follows the
     share of the step they compute) or "idle" (waiting GPUs' utilisation falls with their share).  `noise`:
@@ -47,7 +49,9 @@ def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: 
     dips); `offset`: each GPU draws up to this share more or less than its model's law, for the whole job
     (one H100 of eight drew +28 W; one rank of an H200 job 21 % less); `energy`: the samples carry NVML's
     total energy counter, which integrates the power the GPU drew (its 15 s average varies by 2.5-2.9 W).
-    The offsets and the counter draw from generators of their own, so a seed gives the same job either way."""
+    `step_w`: on each node, one healthy GPU draws this many watts more from a moment of its own on (a phase
+    of its work, a neighbour's heat): its level changes, its speed does not.  The offsets, the counter and
+    the steps draw from generators of their own, so a seed gives the same job either way."""
     speed = {(n, g): rng.uniform(0.93, 1.07) for n in range(nodes) for g in range(GPUS)}
     capped = {k for k in speed if rng.random() < 0.05}
     bad_node = rng.randrange(nodes) if kind in ("throttled", "silent", "gpu_silent") else None
@@ -55,9 +59,13 @@ def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: 
     if bad_gpu_out is not None and kind in ("throttled", "gpu_silent"):
         bad_gpu_out.append(bad_gpu)
     onset = rng.uniform(0.3, 0.6) * minutes * 60
+    hold_back = 0.9 * min(v for k, v in speed.items() if k != (bad_node, bad_gpu))
     phase = rng.uniform(0, 2 * math.pi)
     drawn = random.Random(f"{job}/offsets")
     scale = {k: 1 + drawn.uniform(-offset, offset) for k in speed} if offset else {}
+    stepped = random.Random(f"{job}/steps")
+    steps = {(n, stepped.randrange(GPUS)): stepped.uniform(0.2, 0.8) * minutes * 60 for n in range(nodes)} \
+        if step_w else {}
     counter = random.Random(f"{job}/energy")
     joules = {k: counter.uniform(1e6, 1e8) for k in speed} if energy else {}
     out = []
@@ -73,8 +81,10 @@ def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: 
             if t >= onset and n == bad_node:
                 if kind == "throttled" and g == bad_gpu:
                     c, mask, f = NOMINAL_MHZ * 0.87, 0x20, 0.9
-                elif kind == "silent" or (kind == "gpu_silent" and g == bad_gpu):
+                elif kind == "silent":
                     f = 0.9
+                elif kind == "gpu_silent" and g == bad_gpu:
+                    f = hold_back / s   # 10 % under the job's slowest other GPU: it holds the job back
             eff[k], clock[k], thr[k] = s * f * drift, c, mask
         slowest = min(eff.values())
         io_wait = 0.7 if kind == "uniform" and t >= onset else 1.0
@@ -85,6 +95,8 @@ def job_samples(rng: random.Random, job: str, minutes: float, kind: str, nodes: 
             else:
                 util = min(100.0, max(0.0, 97.0 * share + rng.gauss(0, noise)))
             drawn_w = (120 + 580 * 0.97 * share * clock[k] / NOMINAL_MHZ) * scale.get(k, 1.0)
+            if k in steps and t >= steps[k] and k != (bad_node, bad_gpu):
+                drawn_w += step_w
             power = drawn_w + rng.gauss(0, power_noise)
             if energy:
                 joules[k] += (drawn_w + counter.gauss(0, 2.7)) * STEP_S
@@ -113,6 +125,10 @@ def main() -> int:
                     help="the NCCL case at 0-60 W of per-sample power noise, with and without per-GPU offsets of "
                          "up to 10 %%, judged on instantaneous power and on the energy counter side by side; writes "
                          "bench/results/instep_power.json")
+    ap.add_argument("--power-step", action="store_true",
+                    help="on each node one healthy GPU draws 0, 15, 30 or 60 W more from a moment mid-job on (its "
+                         "level changes, its speed does not), 3 seeds, the NCCL case; writes "
+                         "bench/results/instep_power_step.json")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="with --matrix: where to write its JSON "
                     "(default bench/results/instep_stragglers.json; a 64-node run: instep_stragglers_64.json)")
@@ -121,6 +137,8 @@ def main() -> int:
         return matrix(args)
     if args.power:
         return power_sweep(args)
+    if args.power_step:
+        return power_step(args)
     result = run(args.jobs, args.minutes, args.seed, args.nodes, args.style, args.noise)
     if args.json:
         print(json.dumps(result, indent=1))
@@ -144,6 +162,30 @@ def matrix(args) -> int:
             out.append({"style": style, "noise": noise, **{k: r[k] for k in (
                 "precision", "recall", "worst_latency_s", "flags_on_uniformly_slow_jobs", "per_case")}})
     path = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / "instep_stragglers.json"
+    path.write_text(json.dumps({"jobs": args.jobs, "nodes_per_job": args.nodes, "minutes": args.minutes,
+                                "seed": args.seed, "runs": out}, indent=1) + "\n")
+    return 0
+
+
+def power_step(args, detector=None, out_path: str | None = None) -> int:
+    """A healthy GPU's power rising mid-job (one a node): every flag it adds is a false one."""
+    out = []
+    print(f"{args.jobs} jobs of {args.nodes} nodes x {GPUS} GPUs (and 2-node jobs), {args.minutes:g} min each, "
+          f"seeds {args.seed}-{args.seed + 2}, NCCL case, one GPU a node stepping up mid-job")
+    print(f"  {'step W':>6} {'precision':>9} {'recall':>6} {'false flags':>11} {'on uniform jobs':>15}")
+    for step_w in (0.0, 15.0, 30.0, 60.0):
+        runs = [run(args.jobs, args.minutes, args.seed + i, args.nodes, "nccl", args.noise, step_w=step_w,
+                    detector=detector) for i in range(3)]
+        tp = sum(r["confusion"]["tp"] for r in runs)
+        fp = sum(r["confusion"]["fp"] for r in runs)
+        fn = sum(r["confusion"]["fn"] for r in runs)
+        uniform = sum(r["flags_on_uniformly_slow_jobs"] for r in runs)
+        row = {"step_w": step_w, "precision": round(tp / (tp + fp), 3) if tp + fp else None,
+               "recall": round(tp / (tp + fn), 3) if tp + fn else None, "false_flags": fp,
+               "flags_on_uniformly_slow_jobs": uniform, "seeds": 3}
+        out.append(row)
+        print(f"  {step_w:>6g} {str(row['precision']):>9} {str(row['recall']):>6} {fp:>11} {uniform:>15}")
+    path = Path(out_path) if out_path else Path(__file__).resolve().parent / "results" / "instep_power_step.json"
     path.write_text(json.dumps({"jobs": args.jobs, "nodes_per_job": args.nodes, "minutes": args.minutes,
                                 "seed": args.seed, "runs": out}, indent=1) + "\n")
     return 0
@@ -174,7 +216,8 @@ def power_sweep(args) -> int:
 
 
 def run(jobs: int, minutes: float, seed: int, nodes_per_job: int, style: str, noise: float,
-        power_noise: float = 10.0, offset: float = 0.0, energy: bool = False) -> dict:
+        power_noise: float = 10.0, offset: float = 0.0, energy: bool = False, step_w: float = 0.0,
+        detector=None) -> dict:
     rng = random.Random(seed)
     settings = Settings()
     kinds = [k for k, (_, per) in CASES.items() for _ in range(per)]
@@ -188,10 +231,11 @@ def run(jobs: int, minutes: float, seed: int, nodes_per_job: int, style: str, no
         gen = kind.removesuffix("_2node")
         gpu: list[int] = []
         samples, bad, onset = job_samples(rng, f"job{i}", minutes, gen, nodes=nodes, bad_gpu_out=gpu, style=style,
-                                          noise=noise, power_noise=power_noise, offset=offset, energy=energy)
+                                          noise=noise, power_noise=power_noise, offset=offset, energy=energy,
+                                          step_w=step_w)
         n_samples += len(samples)
         t0 = time.process_time()
-        flags = detect(samples, settings)
+        flags = (detector or detect)(samples, settings)
         detect_s += time.process_time() - t0
         row = per.setdefault(kind, {"tp": 0, "fp": 0, "fn": 0, "latency": [], "named_gpu": 0})
         hit = [f for f in flags if f.node == bad]

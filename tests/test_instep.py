@@ -634,3 +634,18 @@ def test_telemetry_lines_may_carry_the_energy_counter_and_a_non_finite_one_is_ma
     samples, bad = parse_telemetry([json.dumps({**line, "energy_j": 12.5}), json.dumps(line),
                                     json.dumps({**line, "energy_j": float("nan")}).replace("NaN", "NaN")])
     assert [s.energy_j for s in samples] == [12.5, None] and bad == [3]
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_a_healthy_gpus_power_rising_mid_job_is_a_level_change_never_a_slow_gpu(seed):
+    """On each node one healthy GPU draws +30 W from a moment of its own on (a phase of its work, a
+    neighbour's heat), in a healthy job and in one slow everywhere: each GPU's own level is followed, and a
+    level change alone flags nothing.  The same job with a GPU that holds it back still finds that GPU."""
+    for kind in ("healthy", "uniform"):
+        samples, _, _ = job_samples(random.Random(seed), "j", 20, kind, nodes=12, style="nccl", step_w=30)
+        assert detect(samples) == [], kind
+    gpu: list[int] = []
+    samples, bad, onset = job_samples(random.Random(seed), "j", 20, "gpu_silent", nodes=12, bad_gpu_out=gpu,
+                                      style="nccl", step_w=30)
+    flags = detect(samples)
+    assert (bad, gpu[0]) in [(f.node, f.gpu) for f in flags], flags

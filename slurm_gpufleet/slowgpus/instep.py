@@ -19,7 +19,10 @@ Two signatures:
   peers idle more, waiting for it.  Or, where the peers cannot look idle (they wait inside NCCL's
   kernels, which spin on the SMs: NVML counts them 100 % busy, NCCL issues 689 and 403), its power
   relative to the job's median rose beyond a band read the same way off the peers' power, its utilisation
-  not falling: a GPU that computes draws power, one that spins does not.  One GPU is judged against every other GPU of the job, its own node's
+  not falling: a GPU that computes draws power, one that spins does not.  Each GPU's own level is followed
+  through the job: the power signature needs the peers' own power to have fallen (they wait) and the
+  GPU's own to have held; a GPU whose own level rose while its peers' held (a phase of its work, a
+  neighbour's heat) changed level, and a level change alone is not slowness.  One GPU is judged against every other GPU of the job, its own node's
   included (one slow GPU is the common case: a degraded HBM stack, a half-trained NVLink, a lost
   boost); a node, against the job's other nodes, and on a two-node job against the other alone.
 """
@@ -73,6 +76,12 @@ class Settings:
     band_k: float = 6.0           # ... and this many robust deviations of the peers' own movement
     spread_windows: int = 10       # ... that deviation read over the job's last windows, not one alone
     min_nodes: int = 2            # a job on fewer nodes has no peers
+    # silent slow by power: the least fall of the peers' own power (their median, against their own start)
+    # that says they wait for someone; a GPU's power up against peers that held is its own level changing
+    peers_fall: float = 0.01
+    # a GPU's own power moving this much against the job's while the job's held: its level changed
+    # (followed from then on), never slowness
+    level_step: float = 0.02
 
 
 @dataclass
@@ -157,6 +166,18 @@ def _rise(now: float, start: float) -> float:
     return now / start - 1.0 if start > 0 else 0.0
 
 
+def _at_work(own: dict, members: list, band: float, s: Settings) -> dict:
+    """Which members' power rose against their peers because the peers wait, not because their own level
+    changed: the peers' own power fell (their median, each against its own start, by `peers_fall` or more:
+    they spin in NCCL's kernels while a slow one computes), and this one's own level held (it fell by less
+    than `band`).  A GPU whose own level rose while its peers' held (a phase of its work, a neighbour's heat)
+    changed level, which alone is not slowness; one that fell with its peers, a little less, waits too."""
+    if not own:
+        return {k: False for k in members}
+    peers_fell = statistics.median(own.get(k, 0.0) for k in members) <= -s.peers_fall
+    return {k: peers_fell and own.get(k, 0.0) >= -band for k in members}
+
+
 def _band(shifts: list[float], s: Settings, spread: list[float] | None = None) -> tuple[float, float]:
     """(the peers' median movement, the band beyond it that counts): `band_k` robust deviations of the
     peers' own movement, `min_band` at least; with two members there is no spread to read: the higher
@@ -206,9 +227,11 @@ def _positions(cells: dict[tuple[str, int], list]) -> tuple[dict[str, list], dic
     position: dict = {n: statistics.median(c[2] for _, c in gpus) / med_util for n, gpus in by_node.items()}
     for n, gpus in by_node.items():
         position[("pn", n)] = statistics.median(c[1] for _, c in gpus) / med_power
+        position[("an", n)] = statistics.median(c[1] for _, c in gpus)
     for (node, gpu), c in cells.items():
         position[(node, gpu)] = c[2] / med_util
         position[("p", node, gpu)] = c[1] / med_power
+        position[("a", node, gpu)] = c[1]   # its own level, watts: followed through the job
     return by_node, position, med_clock, med_power
 
 
@@ -246,9 +269,12 @@ def _silent_nodes(by_node: dict[str, list], position: dict, base: dict, s: Setti
         med, band = _band([moved[n] for n in members], s, spread.setdefault(("nodes", model), []))
         p_med, p_band = _band([moved_p.get(n, 0.0) for n in members], s,
                               spread.setdefault(("nodes-power", model), []))
+        held = _at_work({n: _rise(position[("an", n)], base[("an", n)]) for n in members if ("an", n) in base},
+                        members, p_band, s)
         for n in members:
             by_util = moved[n] - med > band
-            by_power = moved_p.get(n, 0.0) - p_med > p_band and moved[n] - med >= -band and moved_p.get(n, 0.0) > 0
+            by_power = moved_p.get(n, 0.0) - p_med > p_band and moved[n] - med >= -band and moved_p.get(n, 0.0) > 0 \
+                and held[n]
             if (by_util or by_power) and not any(k[0] == n for k in apart):
                 node_band[n] = (med, band, p_med, p_band)
                 whole[n] = {"signature": "silent_slow", "position": round(position[n], 3),
@@ -274,12 +300,14 @@ def _silent_gpus(cells: dict, by_node: dict[str, list], position: dict, base: di
         med, band = _band([gpu_moved[k] for k in members], s, spread.setdefault(("gpus", model), []))
         p_med, p_band = _band([power_moved.get(k, 0.0) for k in members], s,
                               spread.setdefault(("gpus-power", model), []))
+        held = _at_work({k: _rise(position[("a", *k)], base[("a", *k)]) for k in members if ("a", *k) in base},
+                        members, p_band, s)
         # busy while its peers idle (their utilisation falls), or drawing power while its peers spin (their
         # utilisation stays near 100 % in NCCL's kernels, their power falls): either way its power holds
         hot = [k for k in members if not any(a[0] == k[0] for a in apart) and (
             (gpu_moved[k] - med > band and power_moved.get(k, 0.0) >= p_med)
             or (power_moved.get(k, 0.0) - p_med > p_band and gpu_moved[k] - med >= -band
-                and power_moved.get(k, 0.0) > 0))]  # drawing more than at its start: at work, not merely less idle
+                and power_moved.get(k, 0.0) > 0 and held[k]))]  # more than at its start: at work, not less idle
         per_node: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for k in hot:
             per_node[k[0]].append(k)
@@ -306,6 +334,29 @@ def _silent_gpus(cells: dict, by_node: dict[str, list], position: dict, base: di
                             "power_position_at_start": round(base[("p", *k)], 3)}
 
 
+def _follow_levels(before: dict[tuple[str, int], list], now: dict[tuple[str, int], list], s: Settings,
+                   level: dict[tuple[str, int], float], pending: dict[tuple[str, int], float]) -> None:
+    """Each GPU's own power level, followed through the job: from one window to the next while the job's
+    held (its median moved by less than `peers_fall`), a GPU's power against the job's is its own doing (a
+    phase of its work, a neighbour's heat), gathered in `pending` and taken into `level` once past
+    `level_step` (a step the window boundary splits in two still counts whole).  Where the job moved, what
+    a GPU did beside it is the job's story (a slow GPU computes while its peers fall): nothing is taken,
+    and what was gathered starts again."""
+    shared = [k for k in now if k in before and before[k][1] > 0]
+    if len(shared) < 4:
+        return
+    job = statistics.median(now[k][1] for k in shared) / (statistics.median(before[k][1] for k in shared) or 1.0)
+    if abs(job - 1.0) >= s.peers_fall:
+        pending.clear()
+        return
+    for k in shared:
+        step = pending.get(k, 1.0) * now[k][1] / before[k][1] / job
+        if abs(step - 1.0) > s.level_step:
+            level[k], pending[k] = level.get(k, 1.0) * step, 1.0
+        else:
+            pending[k] = step
+
+
 def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[Flag]:
     """Every (job, node[, gpu]) apart from its job for `windows` consecutive windows, once per node, at
     the first window of its first such streak (`t_first`), raised at the end of the window that completed
@@ -324,8 +375,17 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
         streak: dict[tuple[str, int | None], list] = {}
         flagged: set[str] = set()
         spread: dict[tuple[str, str], list[float]] = {}
+        level: dict[tuple[str, int], float] = {}   # each GPU's own level changes since the job's start
+        pending: dict[tuple[str, int], float] = {}  # ... and those not yet past `level_step`
         for i, w in enumerate(order):
+            if i:
+                _follow_levels(by_window[order[i - 1]], by_window[w], s, level, pending)
             base = {k: statistics.median(v) for k, v in base_sum.items()} if i >= s.baseline_windows else None
+            if base is not None:
+                for k, f in level.items():
+                    for key in (("a", *k), ("p", *k)):
+                        if key in base:
+                            base[key] *= f
             apart, position = _judge_window(by_window[w], s, base, spread)
             if i < s.baseline_windows:
                 for k, p in position.items():
