@@ -283,7 +283,7 @@ def test_the_sampler_reads_only_the_job_s_gpus_and_the_flag_names_the_real_index
     from slurm_gpufleet.slowgpus.instep import samples_from_digests
 
     def ids(env):   # no device cgroup here (tests/test_jobgpus.py has the cgroup's cases)
-        return job_gpu_ids(env, cgroup_root="/nonexistent", proc_self="/nonexistent")
+        return job_gpu_ids(env, dev_root="/nonexistent")
 
     assert ids({"SLURM_JOB_GPUS": "4,5,6,7"}) == {4, 5, 6, 7}
     assert ids({"CUDA_VISIBLE_DEVICES": "GPU-1f2e,GPU-3a4b"}) is None  # UUIDs: every GPU

@@ -1,53 +1,89 @@
-"""A job's GPUs from Slurm's own sources, in one function (jobgpus.job_gpu_ids): SLURM_JOB_GPUS, the job's
-device cgroup (v1's devices.list), then CUDA_VISIBLE_DEVICES, which inside a device cgroup counts the GPUs
-the job may open rather than naming minor numbers.  Every caller (the prolog, the epilog, the sampler, the
+"""A job's GPUs from Slurm's own sources, in one function (jobgpus.job_gpu_ids): SLURM_JOB_GPUS, then
+SLURM_STEP_GPUS, then the GPU files the job's device cgroup lets it open (v1 and v2 alike), and
+CUDA_VISIBLE_DEVICES, which inside a device cgroup counts the GPUs the job may open rather than naming minor
+numbers.  Every caller (the prolog, the epilog, the sampler, the
 processes check) goes through it and `slurm_id`, and nothing else spells the rule."""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import stat
 
+import pytest
 from support import REPO
 
-from slurm_gpufleet.readers.jobgpus import cgroup_gpu_minors, job_gpu_ids, slurm_id
+from slurm_gpufleet.readers.jobgpus import job_gpu_ids, openable_gpu_minors, slurm_id
 from slurm_gpufleet.readers.snapshot import Gpu
 
 
-def _cgroup(tmp_path, lines: list[str], uid="1000", job="77"):
-    d = tmp_path / "cg" / "devices" / "slurm" / f"uid_{uid}" / f"job_{job}"
-    d.mkdir(parents=True)
-    (d / "devices.list").write_text("\n".join(lines) + "\n")
-    return str(tmp_path / "cg"), {"SLURM_JOB_UID": uid, "SLURM_JOB_ID": job}
+def _devices(tmp_path, minors=(0, 1, 2, 3, 254, 255)):
+    """A /dev with NVIDIA's character files (major 195) where root may make them, else plain files."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for m in minors:
+        name = {254: "nvidia-modeset", 255: "nvidiactl"}.get(m, f"nvidia{m}")
+        try:
+            os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(195, m))
+        except PermissionError:
+            (dev / name).write_text("")
+    return dev
 
 
-def test_cuda_visible_devices_inside_a_device_cgroup_counts_the_gpus_the_job_may_open(tmp_path):
-    root, env = _cgroup(tmp_path, ["c 195:255 rw", "c 195:4 rw", "c 195:6 rw", "c 195:5 rw", "c 1:3 rwm",
-                                   "c 508:0 rw"])
-    none = str(tmp_path / "no-proc")
-    assert cgroup_gpu_minors(env, root, none) == {4, 5, 6}          # nvidiactl (255) and others are not GPUs
-    # CUDA_VISIBLE_DEVICES=0,2 in that job: its first and third GPUs, /dev/nvidia4 and /dev/nvidia6
-    assert job_gpu_ids({**env, "CUDA_VISIBLE_DEVICES": "0,2"}, root, none) == {4, 6}
-    assert job_gpu_ids(env, root, none) == {4, 5, 6}                 # the cgroup alone
-    assert job_gpu_ids({**env, "SLURM_JOB_GPUS": "4,5,6", "CUDA_VISIBLE_DEVICES": "0"}, root, none) == {4, 5, 6}
-    assert job_gpu_ids({**env, "CUDA_VISIBLE_DEVICES": "7"}, root, none) == set()   # no such GPU of the job's
+def test_what_slurm_states_comes_first_the_job_s_then_the_step_s(tmp_path):
+    dev = str(_devices(tmp_path))
+    assert job_gpu_ids({"SLURM_JOB_GPUS": "4,5,6", "CUDA_VISIBLE_DEVICES": "0"}, dev) == {4, 5, 6}
+    assert job_gpu_ids({"SLURM_STEP_GPUS": "2,3", "CUDA_VISIBLE_DEVICES": "0"}, dev) == {2, 3}
+    assert job_gpu_ids({"SLURM_JOB_GPUS": "1", "SLURM_STEP_GPUS": "2"}, dev) == {1}
 
 
-def test_the_processs_own_device_cgroup_serves_where_the_job_is_not_named(tmp_path):
-    d = tmp_path / "cg" / "devices" / "slurm" / "uid_0" / "job_9" / "step_batch"
-    d.mkdir(parents=True)
-    (d / "devices.list").write_text("c 195:2 rwm\nc 195:3 rwm\n")
-    proc = tmp_path / "cgroup"
-    proc.write_text("12:memory:/slurm/uid_0/job_9\n4:devices:/slurm/uid_0/job_9/step_batch\n")
-    assert job_gpu_ids({"CUDA_VISIBLE_DEVICES": "1"}, str(tmp_path / "cg"), str(proc)) == {3}
+def test_no_constraint_leaves_the_numbers_as_minor_numbers_and_modeset_is_no_gpu(tmp_path):
+    dev = str(_devices(tmp_path))
+    assert openable_gpu_minors(dev) is None             # every GPU file opens: no device cgroup
+    assert job_gpu_ids({"CUDA_VISIBLE_DEVICES": "2,3"}, dev) == {2, 3}
+    assert job_gpu_ids({"CUDA_VISIBLE_DEVICES": "MIG-1f2e"}, dev) is None
+    assert job_gpu_ids({}, str(tmp_path / "nodev")) is None
 
 
-def test_no_constraint_leaves_the_numbers_as_minor_numbers(tmp_path):
-    root, env = _cgroup(tmp_path, ["a *:* rwm"])
-    none = str(tmp_path / "no-proc")
-    assert cgroup_gpu_minors(env, root, none) is None
-    assert job_gpu_ids({**env, "CUDA_VISIBLE_DEVICES": "2,3"}, root, none) == {2, 3}
-    assert job_gpu_ids({"CUDA_VISIBLE_DEVICES": "2,3"}, str(tmp_path / "v2"), none) == {2, 3}   # cgroup v2
-    assert job_gpu_ids({"CUDA_VISIBLE_DEVICES": "MIG-1f2e"}, root, none) is None
+_PROBE = ("import json, sys; from slurm_gpufleet.readers.jobgpus import job_gpu_ids, openable_gpu_minors; "
+          "d = sys.argv[1]; print(json.dumps([sorted(openable_gpu_minors(d) or []), "
+          "sorted(job_gpu_ids({'CUDA_VISIBLE_DEVICES': '1'}, d) or []), sorted(job_gpu_ids({}, d) or [])]))")
+
+
+def test_a_device_cgroup_that_denies_gpus_is_read_by_opening_them_on_a_real_kernel(tmp_path):
+    """Slurm's ConstrainDevices on cgroup v1 writes the GPUs a job was not given to devices.deny; the job's
+    devices.list still reads `a *:* rwm`, so no list tells them.  Inside the cgroup, a denied GPU's file
+    cannot be opened (EPERM): that is read, here in a real v1 devices cgroup of this kernel with GPUs 1 and
+    3 denied.  cgroup v2 denies with an eBPF program that the same open meets."""
+    import subprocess
+    import sys
+
+    root = "/sys/fs/cgroup/devices"
+    if os.geteuid() != 0 or not os.path.isfile(f"{root}/devices.deny"):
+        pytest.skip("needs root and a cgroup v1 devices hierarchy at /sys/fs/cgroup/devices "
+                    f"(uid {os.geteuid()}; {'present' if os.path.isdir(root) else 'absent'}): on cgroup v2 "
+                    "the eBPF device program needs a cgroup of its own made by systemd or slurmstepd")
+    dev = _devices(tmp_path)
+    if not stat.S_ISCHR(os.stat(dev / "nvidia1").st_mode):
+        pytest.skip("mknod refused here: no character device files to open")
+    cg = f"{root}/gpufleet-test-{os.getpid()}"
+    try:
+        os.mkdir(cg)
+    except OSError as exc:
+        pytest.skip(f"cannot make a devices cgroup here: {exc}")
+    try:
+        for denied in ("c 195:1 rwm", "c 195:3 rwm"):
+            with open(f"{cg}/devices.deny", "w") as fh:
+                fh.write(denied)
+        assert open(f"{cg}/devices.list").read().split() == ["a", "*:*", "rwm"]   # the trap the list sets
+        r = subprocess.run(["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" -c "$1" "$2"', sys.executable,
+                           _PROBE, str(dev)], capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert r.returncode == 0, r.stderr
+        # it may open GPUs 0 and 2; CUDA_VISIBLE_DEVICES=1 inside it is the second of those
+        assert json.loads(r.stdout) == [[0, 2], [2], [0, 2]]
+    finally:
+        os.rmdir(cg)
 
 
 def test_slurm_s_number_for_a_gpu_is_its_minor_where_known():

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# NVIDIA's character devices: major 195, a GPU's minor below 255 (255 is nvidiactl)
+# NVIDIA's character devices: major 195; a GPU's minor below 254 (254 is nvidia-modeset, 255 nvidiactl)
 NVIDIA_MAJOR = 195
+MODESET_MINOR = 254
 CTL_MINOR = 255
 
 
@@ -25,55 +26,48 @@ def _numbers(text: str | None) -> list[int] | None:
     return [int(w) for w in words] if words and all(w.isdecimal() for w in words) else None
 
 
-def cgroup_gpu_minors(environ: Mapping[str, str], cgroup_root: str = "/sys/fs/cgroup",
-                      proc_self: str = "/proc/self/cgroup") -> frozenset[int] | None:
-    """The GPUs (minor numbers) the job's device cgroup lets it open, where Slurm's cgroup v1 device list is
-    readable: the job's (`devices/slurm/uid_U/job_J/devices.list`), else this process's own.  None where no
-    list constrains it (no cgroup, `a *:* rwm`, or cgroup v2, whose device rules are a BPF program)."""
+def openable_gpu_minors(dev_root: str = "/dev") -> frozenset[int] | None:
+    """The GPUs (minor numbers) whose device file this process may open: Slurm's ConstrainDevices denies a
+    job the others in its device cgroup, on v1 (where the job's `devices.list` still reads `a *:* rwm`: the
+    denials are exceptions the file does not show) and on v2 (an eBPF program, no file at all) alike, and
+    either refuses the open (EPERM).  Any other answer (opened, no such device behind the file) is the
+    cgroup letting it through.  None where nothing is refused (no constraint) or no GPU file is here.
+    Opening a GPU's file wakes its driver where persistence mode is off: called only where Slurm named no
+    GPUs."""
+    import errno
     import os
+    import re
 
-    paths = []
-    uid, job = environ.get("SLURM_JOB_UID"), environ.get("SLURM_JOB_ID")
-    if uid and job and uid.isdecimal() and job.isdecimal():
-        paths.append(os.path.join(cgroup_root, "devices", "slurm", f"uid_{uid}", f"job_{job}", "devices.list"))
     try:
-        with open(proc_self, encoding="utf-8", errors="replace") as fh:
-            for line in fh.read(65536).splitlines():
-                parts = line.split(":", 2)
-                if len(parts) == 3 and "devices" in parts[1].split(","):
-                    paths.append(os.path.join(cgroup_root, "devices", parts[2].lstrip("/"), "devices.list"))
+        names = os.listdir(dev_root)
     except OSError:
-        pass
-    for path in paths:
+        return None
+    minors = sorted(int(m.group(1)) for m in map(re.compile(r"^nvidia(\d{1,3})$").match, names)
+                    if m and int(m.group(1)) < MODESET_MINOR)
+    allowed = set()
+    for minor in minors:
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read(1 << 20)
-        except OSError:
-            continue
-        minors = set()
-        for line in text.splitlines():
-            kind, _, rest = line.partition(" ")
-            dev = rest.split(" ")[0]
-            if kind == "a" or dev == "*:*":
-                return None   # every device allowed: no constraint
-            major, _, minor = dev.partition(":")
-            if kind == "c" and major == str(NVIDIA_MAJOR) and minor.isdecimal() and int(minor) < CTL_MINOR:
-                minors.add(int(minor))
-        return frozenset(minors)
-    return None
+            fd = os.open(os.path.join(dev_root, f"nvidia{minor}"), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.close(fd)
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.EACCES):
+                continue
+        allowed.add(minor)
+    return frozenset(allowed) if minors and len(allowed) < len(minors) else None
 
 
-def job_gpu_ids(environ: Mapping[str, str], cgroup_root: str = "/sys/fs/cgroup",
-                proc_self: str = "/proc/self/cgroup") -> frozenset[int] | None:
-    """The job's GPUs as Slurm names them (minor numbers), from Slurm's own sources in order:
-    SLURM_JOB_GPUS ("0,1,4": the device files gres.conf names); the job's device cgroup (v1's device
-    list); CUDA_VISIBLE_DEVICES where it holds numbers, which inside a device cgroup count the GPUs the job
-    may open (the second of them is the cgroup's second minor), and outside one are minor numbers.  UUIDs
-    and MIG names are not numbers: None, every GPU of the node."""
-    direct = _numbers(environ.get("SLURM_JOB_GPUS"))
-    if direct is not None:
-        return frozenset(direct)
-    allowed = cgroup_gpu_minors(environ, cgroup_root, proc_self)
+def job_gpu_ids(environ: Mapping[str, str], dev_root: str = "/dev") -> frozenset[int] | None:
+    """The job's GPUs as Slurm names them (minor numbers), from what Slurm states first: SLURM_JOB_GPUS
+    ("0,1,4": the device files gres.conf names; the prolog's, epilog's and job's environment), then
+    SLURM_STEP_GPUS (a step's); where neither is set, the GPU files this process may open (the job's
+    device cgroup, v1 or v2) and CUDA_VISIBLE_DEVICES where it holds numbers, which inside a device cgroup
+    count the GPUs the job may open (the second of them is the second it may open) and outside one are
+    minor numbers.  UUIDs and MIG names are not numbers: None, every GPU of the node."""
+    for name in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
+        stated = _numbers(environ.get(name))
+        if stated is not None:
+            return frozenset(stated)
+    allowed = openable_gpu_minors(dev_root)
     visible = _numbers(environ.get("CUDA_VISIBLE_DEVICES"))
     if visible is not None and allowed is not None:
         ordered = sorted(allowed)
