@@ -416,9 +416,42 @@ def with_blocks(name: str, text: str) -> str:
     return text
 
 
+# ---------------------------------------------------------------- where the tests' inputs come from
+PROVENANCE_KINDS = ("recording", "nvidia-test", "live", "constructed")
+
+
+def provenance() -> str:
+    """Every reader and judge with its test inputs, each a recording, NVIDIA's own test data, live (the real
+    program while the test runs) or constructed (tests/data/provenance.toml)."""
+    entries = _provenance()
+    real = [e for e in entries if any(i["kind"] != "constructed" for i in e["inputs"])]
+    none = [e for e in entries if e not in real]
+    readers = [e for e in entries if e["role"] == "reader"]
+    out = [HEADER, "# Where the tests' inputs come from\n",
+           "For every reader and judge, the inputs its tests read: a **recording** (real output of a real node or "
+           "tool that no one here wrote), **nvidia-test** (NVIDIA's own test data: real nvidia-smi over NVIDIA's "
+           "mock NVML, DCGM's unit tests' outputs), **live** (the real program while the test runs: Slurm's "
+           "daemons of each release, this machine's kernel) or **constructed** (written here: a guess about what "
+           "the world prints, held to a recording where one exists; where they differ, the recording wins).\n",
+           f"{len(real)} of {len(entries)} readers and judges have an input no one here wrote "
+           f"({sum(1 for e in readers if e in real)} of {len(readers)} readers); "
+           f"{len(none)} have only constructed ones: "
+           + (", ".join(f"{e['name']} (`{e['module']}`)" for e in none) or "none") + ".\n"]
+    rows = [[f"{e['name']} ({e['role']})", f"`{e['module']}`", f"`{i['path']}`", i["kind"], i["source"]]
+            for e in entries for i in e["inputs"]]
+    out.append(_table(["reader or judge", "module", "input", "kind", "source"], rows))
+    return "\n".join(out)
+
+
+def _provenance() -> list[dict[str, Any]]:
+    with open(Path(__file__).resolve().parents[2] / "tests" / "data" / "provenance.toml", "rb") as fh:
+        return tomllib.load(fh)["entry"]
+
+
 # ---------------------------------------------------------------- all of them
 PAGES = {"commands.md": commands, "settings.md": settings, "exit-codes.md": exit_codes,
-         "metrics.md": metrics_page, "catalogs.md": catalogs, "benchmarks.md": benchmarks, "lifecycles.md": lifecycles}
+         "metrics.md": metrics_page, "catalogs.md": catalogs, "benchmarks.md": benchmarks, "lifecycles.md": lifecycles,
+         "provenance.md": provenance}
 
 
 def pages() -> dict[str, str]:
