@@ -89,3 +89,30 @@ def test_a_node_whose_slurmd_comes_back_short_of_a_gpu_is_held_and_returns_once_
         if conf.read_text() != original:
             conf.write_text(original)
             _restart_slurmd(mc, node)
+
+
+@pytest.mark.release("slurmctld takes a registration consistent with its own config, setting no reason of its own")
+def test_the_tools_own_comparison_holds_a_node_slurm_is_content_with_and_returns_it_whole(mc):
+    """A held node whose NVML shows 9 GPUs while slurm.conf and gres.conf give it 8 (a line both lost): Slurm
+    registers it content, with no reason of its own, so the tool's own comparison is what holds it
+    ("slurm node sees gpu:8 of 9"), on every release; once the GPUs and Slurm agree again, it returns."""
+    import gpustate
+
+    node = next(n for n in mc.nodes if not mc.out_of_service(mc.state(n)))
+    try:
+        mc.fault(node, 3, "row_remap_failure")
+        mc.wait(lambda: "DRAIN" in mc.state(node), 2 * mc.hc_interval + 3, f"{node} drained")
+        gpustate.write_atomic(gpustate.healthy_state(9, node), mc.gpu_file(node))   # its fault gone, 9 GPUs
+        said = "slurm node sees gpu:8 of 9"
+        mc.wait(lambda: mc.node(node).get("Reason", "").startswith(said), 4 * mc.hc_interval + 10,
+                lambda: f"{node} held by the tool's own comparison: {mc.node(node)}")
+        assert not mc.node(node).get("Reason", "").startswith("gres/gpu"), "Slurm's own reason came first"
+        runs = mc.history(node, "select count(*) from runs where hook = 'healthcheck'")[0][0]
+        mc.wait(lambda: mc.history(node, "select count(*) from runs where hook = 'healthcheck'")[0][0] >= runs + 2,
+                4 * mc.hc_interval, f"two more runs of {node}")
+        assert "DRAIN" in mc.state(node) and mc.node(node)["Reason"].startswith(said), mc.node(node)
+        mc.heal(node)   # 8 GPUs again: Slurm sees them all
+        mc.wait(lambda: mc.state(node) == "IDLE", 4 * mc.hc_interval + 30,
+                lambda: f"{node} returned once Slurm sees it whole: {mc.node(node)}")
+    finally:
+        mc.heal(node)
