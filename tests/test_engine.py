@@ -836,3 +836,37 @@ def test_the_nodes_of_a_multi_node_job_share_a_slot_that_fills_the_partitions_bu
                                             'max_unavailable_per_partition = "25%"\n')
     assert drive(fleet, engine, plan, executor, max_steps=200) == S.R_DONE
     assert fleet.sim.now - T0 >= 3 * 3600   # the job's nodes went after it ended, not before
+
+
+def test_a_node_slurm_shows_coming_back_is_waited_for_within_the_validations_time(tmp_path):
+    """Issue 63: right after its reboot, Slurm shows the node NOT_RESPONDING until slurmd registers; the
+    node's health check publishes `cb` (coming back).  That is not yet an answer: the validation waits, and
+    the node is done once a later check publishes it registered; one still coming back past
+    `validate_timeout_s` fails, said so."""
+    from slurm_gpufleet.judging.summary import stamp
+
+    fleet = SimFleet(4)
+    late, stuck = "node00002", "node00003"
+
+    def fields(name):
+        return {"v": "warn", "w": "slurm coming back: slurmd not registered yet", "cb": 1} \
+            if name in (late, stuck) else {}
+
+    engine, store, plan, executor = rollout(tmp_path, fleet, "max_failures = 5\nvalidate_timeout_s = 900\n",
+                                            fields=fields)
+    seen = {"steps": 0}
+
+    def on_step(_before):   # two steps into its validation, the late node's check sees it registered
+        if store.node(plan["id"], late)["state"] != S.VALIDATING:
+            return
+        seen["steps"] += 1
+        if seen["steps"] == 2:
+            n = fleet.slurm.index[late]
+            data = {k: v for k, v in json.loads(n.extra).items() if k not in ("cb", "w")}
+            n.extra = json.dumps({**data, "v": "ok", "t": stamp(fleet.sim.now)}, separators=(",", ":"))
+
+    drive(fleet, engine, plan, executor, dt=60, on_step=on_step)
+    rows = {r["node"]: r for r in store.nodes(plan["id"])}
+    assert rows[late]["state"] == S.DONE and seen["steps"] >= 2, rows[late]
+    assert rows[stuck]["state"] == S.FAILED
+    assert rows[stuck]["error"].startswith("validation failed: Slurm still shows it coming back")

@@ -45,6 +45,7 @@ Summary = TypedDict("Summary", {
     "rr": int,                    # rows remapped, correctable and uncorrectable, all GPUs (kept across boots)
     "f": str,                     # the worst finding's message, when it is reboot or drain
     "w": str,                     # the warnings' messages, when the verdict is warn (a rollout's validation)
+    "cb": int,                    # 1: Slurm shows the node coming back, not registered yet: judged on a later run
     "bw": int,                    # the slowest GPU's memory bandwidth, GB/s (deep check)
     "bwgpu": int,                 # which GPU that is
     "cfg": str,                   # "refused": the node runs on the packaged defaults (trust.py)
@@ -263,6 +264,8 @@ def encode(report: Report, final: str) -> Summary:
     elif final == "warn":  # a rollout fails a node whose warning names its own target (a failed DKMS build)
         said = list(dict.fromkeys(f.message for f in report.findings if f.severity == "warn"))
         data["w"] = "; ".join(said)[:120]
+    if any(f.action == "wait" for f in report.findings):   # a rollout's validation waits for it, as the ladder does
+        data["cb"] = 1
     from .checks.infiniband import network
 
     ib = network(report.findings)

@@ -472,6 +472,11 @@ class Validating(Unit):
                 return fail(f"validation failed: {differs}" + (f" ({data['f']})" if data.get("f") else ""))
             if data.get("v") not in ("ok", "warn"):
                 return fail(f"validation failed: verdict {data.get('v')}" + (f": {data['f']}" if data.get("f") else ""))
+            if data.get("cb"):   # Slurm shows it coming back (NOT_RESPONDING after the reboot): not yet an answer
+                if v.world.now - (row["updated"] or v.world.now) <= v.s.validate_timeout_s:
+                    return None
+                return fail(f"validation failed: Slurm still shows it coming back after {v.s.validate_timeout_s} s"
+                            + (f" ({data['w']})" if data.get("w") else ""))
             seen = {k: data[k] for k in COMPARED if not unread(data.get(k))}
             # a value the node could not read yet (a module not loaded at the first check after the boot) is
             # not a mismatch: read again at the next steps; still unread at the bound, the node is `unverified`
