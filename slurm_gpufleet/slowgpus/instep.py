@@ -172,10 +172,11 @@ def _at_work(own: dict, members: list, band: float, s: Settings) -> dict:
     they spin in NCCL's kernels while a slow one computes), and this one's own level held (it fell by less
     than `band`).  A GPU whose own level rose while its peers' held (a phase of its work, a neighbour's heat)
     changed level, which alone is not slowness; one that fell with its peers, a little less, waits too."""
-    if not own:
-        return {k: False for k in members}
-    peers_fell = statistics.median(own.get(k, 0.0) for k in members) <= -s.peers_fall
-    return {k: peers_fell and own.get(k, 0.0) >= -band for k in members}
+    out = {}
+    for k in members:
+        others = [own[j] for j in members if j != k and j in own]   # its peers: on a 2-node job, the other
+        out[k] = bool(others) and k in own and statistics.median(others) <= -s.peers_fall and own[k] >= -band
+    return out
 
 
 def _band(shifts: list[float], s: Settings, spread: list[float] | None = None) -> tuple[float, float]:
