@@ -336,11 +336,13 @@ def _silent_gpus(cells: dict, by_node: dict[str, list], position: dict, base: di
 
 
 def _follow_levels(before: dict[tuple[str, int], list], now: dict[tuple[str, int], list], s: Settings,
-                   level: dict[tuple[str, int], float], pending: dict[tuple[str, int], float]) -> None:
+                   level: dict[tuple[str, int], float], pending: dict[tuple[str, int], float],
+                   moves: dict[tuple[str, int], list[float]]) -> None:
     """Each GPU's own power level, followed through the job: from one window to the next while the job's
     held (its median moved by less than `peers_fall`), a GPU's power against the job's is its own doing (a
     phase of its work, a neighbour's heat), gathered in `pending` and taken into `level` once past
-    `level_step` (a step the window boundary splits in two still counts whole).  Where the job moved, what
+    `level_step` (a step the window boundary splits in two still counts whole), where the GPU's own
+    window-to-window moves (`moves`) are steady enough to tell a step from noise.  Where the job moved, what
     a GPU did beside it is the job's story (a slow GPU computes while its peers fall): nothing is taken,
     and what was gathered starts again."""
     shared = [k for k in now if k in before and before[k][1] > 0]
@@ -351,7 +353,16 @@ def _follow_levels(before: dict[tuple[str, int], list], now: dict[tuple[str, int
         pending.clear()
         return
     for k in shared:
-        step = pending.get(k, 1.0) * now[k][1] / before[k][1] / job
+        move = now[k][1] / before[k][1] / job
+        seen = moves.setdefault(k, [])
+        seen.append(move)
+        del seen[:-s.spread_windows]
+        # only where the GPU's own readings are steady enough to tell a step from noise (the energy counter's
+        # windows are; single noisy readings are not, and there a level is not followed at all)
+        if len(seen) < 6 or 1.4826 * _mad(seen) > s.level_step:
+            pending.pop(k, None)
+            continue
+        step = pending.get(k, 1.0) * move
         if abs(step - 1.0) > s.level_step:
             level[k], pending[k] = level.get(k, 1.0) * step, 1.0
         else:
@@ -378,9 +389,10 @@ def detect(samples: Iterable[Sample], settings: Settings | None = None) -> list[
         spread: dict[tuple[str, str], list[float]] = {}
         level: dict[tuple[str, int], float] = {}   # each GPU's own level changes since the job's start
         pending: dict[tuple[str, int], float] = {}  # ... and those not yet past `level_step`
+        moves: dict[tuple[str, int], list[float]] = {}   # ... and its recent window-to-window moves
         for i, w in enumerate(order):
             if i:
-                _follow_levels(by_window[order[i - 1]], by_window[w], s, level, pending)
+                _follow_levels(by_window[order[i - 1]], by_window[w], s, level, pending, moves)
             base = {k: statistics.median(v) for k, v in base_sum.items()} if i >= s.baseline_windows else None
             if base is not None:
                 for k, f in level.items():
